@@ -1,0 +1,84 @@
+"""Stochastic Kernel Modulated Dot-Product Attention, SKMDPA (paper eq. 3).
+
+``W_{i<-j} = softmax_j(A_{i<-j} + log K_hat_ij)`` with ``K_hat_ij = K_ij / (delta + sum_j K_ij)``
+and ``A_{i<-j} = q_i . k_j / sqrt(d)``; ``y_i = sum_j W_{i<-j} v_j``.
+
+Queries are ModFC projections of the receivers conditioned on the receivers' codes; keys and
+values are ModFC projections of the senders conditioned on the senders' codes; an exit ModFC
+(the authors' code) maps the heads back to the state width. One kernel ``K`` is shared by all
+heads. Passing ``K=None`` gives dense, all-to-all attention (the Perceiver IO and ``modfc``
+rungs of the Table 1 ladder).
+
+Note: ``log K_hat`` differs from ``log K`` by a per-row constant, and softmax is invariant to
+per-row constants, so the normalisation in eq. 3 does not change ``W`` (except through the
+``delta`` floor where a whole row of ``K`` is ~0). We implement eq. 3 as written anyway.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from nac.circuits.modfc import ModFC
+
+
+def log_normalized_kernel(K: torch.Tensor, delta: float = 1e-6) -> torch.Tensor:
+    """``log K_hat`` of eq. 3, ``[..., U, V]``; entries with ``K = 0`` get a large negative
+    finite value (not ``-inf``) so that a row with no links gives uniform, not NaN, weights."""
+    K = K.float()
+    K_hat = K / (delta + K.sum(dim=-1, keepdim=True))
+    return torch.log(K_hat.clamp_min(1e-30))
+
+
+class SKMDPA(nn.Module):
+    """Multi-head SKMDPA between receivers ``[B, U, d]`` and senders ``[B, V, d]``.
+
+    ``code_recv``: ``[(B,) U, d_code]``, ``code_send``: ``[(B,) V, d_code]``;
+    ``K``: ``[(B,) U, V]`` kernel or ``None`` (dense); ``key_mask``: ``[B, V]`` bool, True = keep.
+    Returns ``[B, U, d]``.
+    """
+
+    def __init__(self, d: int, d_code: int, heads: int, modulated: bool = True, delta: float = 1e-6, alpha_init: float = 0.1):
+        super().__init__()
+        if d % heads:
+            raise ValueError(f"state width {d} is not divisible by {heads} heads; choose heads that divide d_model")
+        self.heads, self.d_head, self.delta = heads, d // heads, delta
+        self.q = ModFC(d, d, d_code, modulated, alpha_init)
+        # No key bias: it adds q_i . b_k to a whole row of scores, which softmax ignores.
+        self.k = ModFC(d, d, d_code, modulated, alpha_init, bias=False)
+        self.v = ModFC(d, d, d_code, modulated, alpha_init)
+        self.out = ModFC(d, d, d_code, modulated, alpha_init)
+
+    def _split(self, x: torch.Tensor) -> torch.Tensor:  # [B, U, H*e] -> [B, H, U, e]
+        return x.unflatten(-1, (self.heads, self.d_head)).transpose(1, 2)
+
+    def _qkv(self, x_recv, x_send, code_recv, code_send):
+        return (self._split(self.q(x_recv, code_recv)), self._split(self.k(x_send, code_send)),
+                self._split(self.v(x_send, code_send)))
+
+    def _bias(self, K: torch.Tensor | None, key_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+        bias = None
+        if K is not None:
+            bias = log_normalized_kernel(K, self.delta)
+            bias = bias.unsqueeze(-3) if bias.dim() == 3 else bias  # broadcast over heads
+        if key_mask is not None:
+            pad = torch.zeros(key_mask.shape, device=key_mask.device).masked_fill(~key_mask, float("-inf"))
+            pad = pad[:, None, None, :]
+            bias = pad if bias is None else bias + pad
+        return None if bias is None else bias.to(dtype)
+
+    def forward(self, x_recv, x_send, code_recv, code_send, K=None, key_mask=None) -> torch.Tensor:
+        q, k, v = self._qkv(x_recv, x_send, code_recv, code_send)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=self._bias(K, key_mask, q.dtype))
+        return self.out(y.transpose(1, 2).flatten(2), code_recv)
+
+    @torch.no_grad()
+    def weights(self, x_recv, x_send, code_recv, code_send, K=None, key_mask=None) -> torch.Tensor:
+        """The attention weights ``W_{i<-j}``, ``[B, H, U, V]``, computed explicitly (for
+        analysis and for ranking Perceiver IO latents by the attention they receive)."""
+        q, k, _ = self._qkv(x_recv, x_send, code_recv, code_send)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(self.d_head)
+        bias = self._bias(K, key_mask, scores.dtype)
+        return torch.softmax(scores if bias is None else scores + bias, dim=-1)

@@ -1,0 +1,137 @@
+"""Circuit generators (paper section 2.2): they produce the circuit design, a signature, a code
+and an initial state per module, for ``U_p`` processor and ``U_o`` read-out modules."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+
+@dataclass
+class CircuitDesign:
+    """Signatures ``[(B,) U, d_sig]``, codes ``[(B,) U, d_code]``, initial states ``[(B,) U, d]``
+    for processor modules and (``readout_*``) read-out modules. Signatures are ``None`` when the
+    graph is dense; codes are ``None`` when modules are unmodulated (Perceiver IO)."""
+
+    signatures: torch.Tensor | None
+    codes: torch.Tensor | None
+    states: torch.Tensor
+    readout_signatures: torch.Tensor | None
+    readout_codes: torch.Tensor | None
+    readout_states: torch.Tensor
+
+    @property
+    def per_sample(self) -> bool:
+        return self.states.dim() == 3
+
+
+def _mlp(d_in: int, d_out: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(d_in, d_out), nn.GELU(), nn.Linear(d_out, d_out))
+
+
+class UnconditionalCircuitGenerator(nn.Module):
+    """Learnable signatures and codes (free parameters); initial states = a 2-layer MLP of the
+    code. ``learn_signatures=False`` keeps processor signatures fixed (a buffer): the frozen-graph
+    rung of Table 1. ``use_signatures=False`` drops signatures (dense graph: the ``modfc`` rung)."""
+
+    def __init__(self, n_processor: int, n_readout: int, d: int, d_code: int, d_sig: int,
+                 use_signatures: bool = True, learn_signatures: bool = True):
+        super().__init__()
+        self.codes = nn.Parameter(torch.randn(n_processor, d_code))
+        self.readout_codes = nn.Parameter(torch.randn(n_readout, d_code))
+        self.state_mlp, self.readout_state_mlp = _mlp(d_code, d), _mlp(d_code, d)
+        self.use_signatures, self.learn_signatures = use_signatures, learn_signatures
+        if use_signatures:
+            sig = torch.randn(n_processor, d_sig)
+            if learn_signatures:
+                self.signatures = nn.Parameter(sig)
+            else:
+                self.register_buffer("signatures", sig)
+            self.readout_signatures = nn.Parameter(torch.randn(n_readout, d_sig))
+
+    def forward(self, cond=None, cond_mask=None) -> CircuitDesign:
+        return CircuitDesign(
+            signatures=self.signatures if self.use_signatures else None,
+            codes=self.codes,
+            states=self.state_mlp(self.codes),
+            readout_signatures=self.readout_signatures if self.use_signatures else None,
+            readout_codes=self.readout_codes,
+            readout_states=self.readout_state_mlp(self.readout_codes),
+        )
+
+    @torch.no_grad()
+    def keep_processors(self, keep: torch.Tensor) -> None:
+        """Keep only processor modules ``keep`` (indices): parameters are sliced, not masked."""
+        self.codes = nn.Parameter(self.codes[keep].clone())
+        if self.use_signatures:
+            if self.learn_signatures:
+                self.signatures = nn.Parameter(self.signatures[keep].clone())
+            else:
+                self.signatures = self.signatures[keep].clone()
+
+
+class PerceiverLatents(nn.Module):
+    """Perceiver IO's learned latent array and output queries, as a degenerate circuit design:
+    no signatures (dense attention) and no codes (plain linear layers)."""
+
+    def __init__(self, n_processor: int, n_readout: int, d: int):
+        super().__init__()
+        # Unit scale like the NAC's code-derived states: with pre-LayerNorm residuals, near-zero
+        # latents start as near-copies of one another and train markedly slower at small budgets.
+        self.latents = nn.Parameter(torch.randn(n_processor, d))
+        self.readout_latents = nn.Parameter(torch.randn(n_readout, d))
+
+    def forward(self, cond=None, cond_mask=None) -> CircuitDesign:
+        return CircuitDesign(None, None, self.latents, None, None, self.readout_latents)
+
+    @torch.no_grad()
+    def keep_processors(self, keep: torch.Tensor) -> None:
+        self.latents = nn.Parameter(self.latents[keep].clone())
+
+
+class ConditionalCircuitGenerator(nn.Module):
+    """A circuit design per sample from a conditioning set ``cond`` ``[B, N, d_cond]``
+    (section 2.2 and 4.4): learned per-module queries cross-attend to ``cond``, then an FFN,
+    then a self-attention layer among modules and two parallel FFNs that emit signatures and
+    codes; initial states = a 2-layer MLP of the code. Designs cover processor and read-out
+    modules (one query each). ``cond_mask`` ``[B, N]`` bool, True = real element."""
+
+    def __init__(self, n_processor: int, n_readout: int, d: int, d_code: int, d_sig: int, d_cond: int,
+                 heads: int = 4, ffn_mult: float = 2.0):
+        super().__init__()
+        self.n_processor = n_processor
+        hidden = max(1, round(ffn_mult * d))
+        self.queries = nn.Parameter(torch.randn(n_processor + n_readout, d) * 0.02)
+        self.norm_cond, self.norm_q = nn.LayerNorm(d_cond), nn.LayerNorm(d)
+        self.cross = nn.MultiheadAttention(d, heads, kdim=d_cond, vdim=d_cond, batch_first=True)
+        self.norm_ffn = nn.LayerNorm(d)
+        self.ffn = nn.Sequential(nn.Linear(d, hidden), nn.GELU(), nn.Linear(hidden, d))
+        self.self_attn = nn.TransformerEncoderLayer(d, heads, hidden, dropout=0.0, activation="gelu", batch_first=True, norm_first=True)
+        self.norm_heads = nn.LayerNorm(d)
+        self.signature_ffn = nn.Sequential(nn.Linear(d, hidden), nn.GELU(), nn.Linear(hidden, d_sig))
+        self.code_ffn = nn.Sequential(nn.Linear(d, hidden), nn.GELU(), nn.Linear(hidden, d_code))
+        self.state_mlp, self.readout_state_mlp = _mlp(d_code, d), _mlp(d_code, d)
+
+    def forward(self, cond: torch.Tensor, cond_mask: torch.Tensor | None = None) -> CircuitDesign:
+        if cond is None:
+            raise ValueError("the conditional circuit generator needs a conditioning input (cond); got None")
+        B = cond.shape[0]
+        q = self.queries.expand(B, *self.queries.shape)
+        c = self.norm_cond(cond)
+        pad = None if cond_mask is None else ~cond_mask
+        h = q + self.cross(self.norm_q(q), c, c, key_padding_mask=pad, need_weights=False)[0]
+        h = h + self.ffn(self.norm_ffn(h))
+        h = self.norm_heads(self.self_attn(h))
+        sig, code = self.signature_ffn(h), self.code_ffn(h)
+        P = self.n_processor
+        return CircuitDesign(sig[:, :P], code[:, :P], self.state_mlp(code[:, :P]),
+                             sig[:, P:], code[:, P:], self.readout_state_mlp(code[:, P:]))
+
+    def keep_processors(self, keep: torch.Tensor) -> None:
+        raise NotImplementedError(
+            "module dropping ranks modules by a fixed learned graph; a conditional NAC generates a new graph per "
+            "sample, so drop modules from an unconditional NAC instead")
+
+
+__all__ = ["CircuitDesign", "UnconditionalCircuitGenerator", "PerceiverLatents", "ConditionalCircuitGenerator"]

@@ -1,0 +1,84 @@
+"""Propagator layers and the read-out (paper section 2.1)."""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from nac.circuits.attention import SKMDPA
+from nac.circuits.modfc import ModFFN
+
+
+class DropPath(nn.Module):
+    """Stochastic depth: drop a residual branch for whole samples with probability ``p``."""
+
+    def __init__(self, p: float = 0.0):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        keep = x.new_empty((x.shape[0],) + (1,) * (x.dim() - 1)).bernoulli_(1.0 - self.p)
+        return x * keep / (1.0 - self.p)
+
+
+class LayerScale(nn.Module):
+    """Per-channel residual gain initialised to ``init`` (``None``: identity), as in the authors' code."""
+
+    def __init__(self, d: int, init: float | None):
+        super().__init__()
+        self.gamma = nn.Parameter(torch.full((d,), float(init))) if init is not None else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.gamma is None else x * self.gamma
+
+
+class Propagator(nn.Module):
+    """One round of communication (SKMDPA among processor modules) then computation (ModFFN),
+    each a pre-LayerNorm residual branch. states ``[B, U, d]``, codes ``[(B,) U, d_code]``,
+    K ``[(B,) U, U]`` or ``None`` (dense). Returns ``[B, U, d]``."""
+
+    def __init__(self, d: int, d_code: int, heads: int, ffn_mult: float = 4.0, modulated: bool = True, gated: bool = False,
+                 drop_path: float = 0.0, layer_scale: float | None = None, delta: float = 1e-6, alpha_init: float = 0.1):
+        super().__init__()
+        self.norm_attn = nn.LayerNorm(d)
+        self.attn = SKMDPA(d, d_code, heads, modulated, delta, alpha_init)
+        self.norm_ffn = nn.LayerNorm(d)
+        self.ffn = ModFFN(d, d_code, ffn_mult, modulated, gated, alpha_init=alpha_init)
+        self.scale_attn, self.scale_ffn = LayerScale(d, layer_scale), LayerScale(d, layer_scale)
+        self.drop_path = DropPath(drop_path)
+
+    def forward(self, states, codes, K=None) -> torch.Tensor:
+        h = self.norm_attn(states)
+        states = states + self.drop_path(self.scale_attn(self.attn(h, h, codes, codes, K)))
+        return states + self.drop_path(self.scale_ffn(self.ffn(self.norm_ffn(states), codes)))
+
+
+class ReadOut(nn.Module):
+    """Read-out modules poll the final processor states through SKMDPA cross-attention, then a
+    ModFFN; each read-out module emits class logits and a confidence score, and the logits are
+    the confidence-weighted sum (softmax over read-out modules, as in the authors' pooling).
+
+    readout_states ``[(B,) U_o, d]``, processor_states ``[B, U_p, d]``, codes as SKMDPA,
+    K ``[(B,) U_o, U_p]`` or ``None``. Returns logits ``[B, num_classes]``.
+    """
+
+    def __init__(self, d: int, d_code: int, heads: int, num_classes: int, ffn_mult: float = 4.0, modulated: bool = True,
+                 gated: bool = False, delta: float = 1e-6, alpha_init: float = 0.1):
+        super().__init__()
+        self.norm_recv, self.norm_send = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = SKMDPA(d, d_code, heads, modulated, delta, alpha_init)
+        self.norm_ffn = nn.LayerNorm(d)
+        self.ffn = ModFFN(d, d_code, ffn_mult, modulated, gated, alpha_init=alpha_init)
+        self.norm_out = nn.LayerNorm(d)
+        self.confidence = nn.Linear(d, 1, bias=False)  # a shared bias would cancel in the softmax
+        self.head = nn.Linear(d, num_classes)
+
+    def forward(self, readout_states, processor_states, readout_codes, processor_codes, K=None) -> torch.Tensor:
+        B = processor_states.shape[0]
+        y = readout_states.expand(B, *readout_states.shape[-2:])
+        y = y + self.attn(self.norm_recv(y), self.norm_send(processor_states), readout_codes, processor_codes, K)
+        y = y + self.ffn(self.norm_ffn(y), readout_codes)
+        h = self.norm_out(y)
+        weight = self.confidence(h).softmax(dim=1)                      # [B, U_o, 1]
+        return (weight * self.head(h)).sum(dim=1)

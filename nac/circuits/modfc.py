@@ -1,0 +1,70 @@
+"""ModFC and ModFFN (paper eq. 1): fully-connected layers modulated by a module's code.
+
+``ModFC(x; c) = W (x * (1 + alpha * LayerNorm(W_c c))) + b``
+
+All U modules run at once and share ``W``, ``b``, ``W_c`` and ``alpha``; only the code differs,
+so the parameter count does not grow with the number of modules. Codes are ``[U, d_code]``
+(one circuit design for the whole batch) or ``[B, U, d_code]`` (a design per sample, from the
+conditional circuit generator). With ``modulated=False`` a ModFC is a plain ``nn.Linear`` (the
+Perceiver IO rung of the Table 1 ladder) and ignores the code.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class ModFC(nn.Module):
+    """Eq. 1. ``x``: ``[B, U, ..., d_in]`` (module axis second); ``code``: ``[U, d_code]`` or
+    ``[B, U, d_code]``. Returns ``[B, U, ..., d_out]``."""
+
+    def __init__(self, d_in: int, d_out: int, d_code: int, modulated: bool = True, alpha_init: float = 0.1, bias: bool = True):
+        super().__init__()
+        self.d_in, self.d_out, self.modulated = d_in, d_out, modulated
+        self.linear = nn.Linear(d_in, d_out, bias=bias)
+        if modulated:
+            self.code_proj = nn.Linear(d_code, d_in, bias=False)  # W_c, no bias (authors' code)
+            self.code_norm = nn.LayerNorm(d_in)
+            self.alpha = nn.Parameter(torch.tensor(float(alpha_init)))
+
+    def modulation(self, code: torch.Tensor) -> torch.Tensor:
+        """``1 + alpha * LayerNorm(W_c c)``: ``[(B,) U, d_in]``."""
+        return 1.0 + self.alpha * self.code_norm(self.code_proj(code))
+
+    def forward(self, x: torch.Tensor, code: torch.Tensor | None) -> torch.Tensor:
+        if not self.modulated:
+            return self.linear(x)
+        return self.linear(x * broadcast_to_modules(self.modulation(code), x))
+
+
+def broadcast_to_modules(m: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """View a per-module tensor ``[(B,) U, d]`` so it broadcasts against ``x = [B, U, ..., d]``."""
+    if m.dim() == 2:
+        m = m.unsqueeze(0)
+    return m.view(m.shape[0], m.shape[1], *([1] * (x.dim() - 3)), m.shape[-1])
+
+
+class ModFFN(nn.Module):
+    """A two-layer ModFFN: ``ModFC -> GELU -> ModFC`` sharing one code (paper section 2).
+
+    ``gated=True`` gives the GEGLU form used in the authors' ImageNet config (the first ModFC
+    emits value and gate). Shapes as ``ModFC``; hidden width ``round(ffn_mult * d)``.
+    """
+
+    def __init__(self, d: int, d_code: int, ffn_mult: float = 4.0, modulated: bool = True, gated: bool = False, dropout: float = 0.0, alpha_init: float = 0.1):
+        super().__init__()
+        hidden = max(1, round(ffn_mult * d))
+        self.gated = gated
+        self.fc1 = ModFC(d, hidden * (2 if gated else 1), d_code, modulated, alpha_init)
+        self.fc2 = ModFC(hidden, d, d_code, modulated, alpha_init)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, code: torch.Tensor | None) -> torch.Tensor:
+        h = self.fc1(x, code)
+        if self.gated:
+            value, gate = h.chunk(2, dim=-1)
+            h = value * F.gelu(gate)
+        else:
+            h = F.gelu(h)
+        return self.fc2(self.drop(h), code)

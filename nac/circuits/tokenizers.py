@@ -1,0 +1,193 @@
+"""Tokenizers (paper section 2.1): turn an input into a set of vectors ``[B, T, d_tokens]``.
+
+- ``conv32``: a small convolutional stem for 32 px images (-> 8x8 tokens).
+- ``convnext``: a ConvNeXt-style stem (patchify 4x4, stages of depthwise-7x7 blocks with 2x2
+  downsampling between stages); the authors' Tiny-ImageNet setting is depths 3/3/9, dims
+  96/192/384 (64 px -> 4x4 tokens), and two stages give 28x28 = 784 tokens at 224 px.
+- ``points``: Fourier features of xyz followed by an MLP, one token per point.
+- ``sequence``: token embeddings plus positional encodings (learned or sinusoidal).
+- ``features``: a linear map of precomputed features (frozen CLIP features for NLVR2).
+- ``image_pair``: one image tokenizer applied to two images, plus a learned side embedding.
+
+Image tokenizers take uint8 ``[B, 3, H, W]`` (or floats in [0, 1]) and normalise internally,
+and concatenate a learned positional grid (``pos_dim`` channels) to each token.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+TOKENIZERS = ("conv32", "convnext", "points", "sequence", "features", "image_pair")
+
+
+def _to_float(images: torch.Tensor) -> torch.Tensor:
+    x = images.float() / 255.0 if images.dtype == torch.uint8 else images.float()
+    return (x - 0.5) / 0.25
+
+
+class ImageTokenizer(nn.Module):
+    """Shared tail of the image tokenizers: feature map ``[B, C, h, w]`` -> tokens
+    ``[B, h*w, C + pos_dim]`` with a learned positional grid concatenated."""
+
+    def __init__(self, trunk: nn.Module, channels: int, grid: int, pos_dim: int):
+        super().__init__()
+        self.trunk, self.grid = trunk, grid
+        # Unit scale: the grid is concatenated to conv features of order one and then layer-normed
+        # with them, so a small init would hide position from the read-in at the start.
+        self.pos = nn.Parameter(torch.randn(1, grid * grid, pos_dim)) if pos_dim else None
+        self.d_out = channels + pos_dim
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        fmap = self.trunk(_to_float(images))
+        if fmap.shape[-1] != self.grid or fmap.shape[-2] != self.grid:
+            raise ValueError(f"image tokenizer expected a {self.grid}x{self.grid} feature map, got {tuple(fmap.shape[-2:])}: "
+                             "check tokenizer.image_size against the dataset's image size")
+        tokens = fmap.flatten(2).transpose(1, 2)
+        if self.pos is not None:
+            tokens = torch.cat([tokens, self.pos.expand(tokens.shape[0], -1, -1)], dim=-1)
+        return tokens
+
+
+class LayerNorm2d(nn.LayerNorm):
+    """LayerNorm over channels of a ``[B, C, H, W]`` map."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+def conv32(dim: int = 128, pos_dim: int = 32, image_size: int = 32) -> ImageTokenizer:
+    """Small stem: 3x3 conv, then two stride-2 3x3 convs (``image_size / 4`` tokens a side).
+    LayerNorm, not BatchNorm, so that data-parallel training equals single-process training."""
+    trunk = nn.Sequential(
+        nn.Conv2d(3, dim // 2, 3, padding=1), LayerNorm2d(dim // 2), nn.GELU(),
+        nn.Conv2d(dim // 2, dim, 3, stride=2, padding=1), LayerNorm2d(dim), nn.GELU(),
+        nn.Conv2d(dim, dim, 3, stride=2, padding=1),
+    )
+    return ImageTokenizer(trunk, dim, image_size // 4, pos_dim)
+
+
+class ConvNeXtBlock(nn.Module):
+    """Depthwise 7x7 conv, LayerNorm, pointwise MLP (x4, GELU), layer scale 1e-6, residual."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dw = nn.Conv2d(dim, dim, 7, padding=3, groups=dim)
+        self.norm = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+        self.gamma = nn.Parameter(torch.full((dim,), 1e-6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.dw(x).permute(0, 2, 3, 1)
+        return x + (self.gamma * self.mlp(self.norm(h))).permute(0, 3, 1, 2)
+
+
+def convnext(depths=(3, 3, 9), dims=(96, 192, 384), pos_dim: int = 64, image_size: int = 64) -> ImageTokenizer:
+    """ConvNeXt-style stem; ``image_size / (4 * 2**(len(depths)-1))`` tokens a side."""
+    if len(depths) != len(dims):
+        raise ValueError(f"convnext tokenizer: depths {depths} and dims {dims} must have the same length")
+    layers: list[nn.Module] = [nn.Conv2d(3, dims[0], 4, stride=4), LayerNorm2d(dims[0])]
+    for i, (depth, dim) in enumerate(zip(depths, dims)):
+        if i > 0:
+            layers += [LayerNorm2d(dims[i - 1]), nn.Conv2d(dims[i - 1], dim, 2, stride=2)]
+        layers += [ConvNeXtBlock(dim) for _ in range(depth)]
+    grid = image_size // (4 * 2 ** (len(depths) - 1))
+    return ImageTokenizer(nn.Sequential(*layers), dims[-1], grid, pos_dim)
+
+
+class PointTokenizer(nn.Module):
+    """Points ``[B, N, 3]`` -> ``[B, N, dim]``: Fourier features (``n_freqs`` octaves) + MLP."""
+
+    def __init__(self, dim: int = 128, n_freqs: int = 8):
+        super().__init__()
+        self.register_buffer("freqs", (2.0 ** torch.arange(n_freqs)) * math.pi, persistent=False)
+        d_feat = 3 + 3 * 2 * n_freqs
+        self.mlp = nn.Sequential(nn.Linear(d_feat, dim), nn.GELU(), nn.Linear(dim, dim))
+        self.d_out = dim
+
+    def forward(self, points: torch.Tensor) -> torch.Tensor:
+        angles = points.float().unsqueeze(-1) * self.freqs              # [B, N, 3, F]
+        feats = torch.cat([points.float(), angles.sin().flatten(2), angles.cos().flatten(2)], dim=-1)
+        return self.mlp(feats)
+
+
+def sinusoidal_positions(length: int, dim: int) -> torch.Tensor:
+    """The transformer's fixed sinusoidal encodings, ``[length, dim]``."""
+    pos = torch.arange(length, dtype=torch.float32).unsqueeze(1)
+    div = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    pe = torch.zeros(length, dim)
+    pe[:, 0::2] = torch.sin(pos * div)
+    pe[:, 1::2] = torch.cos(pos * div)[:, : dim // 2]
+    return pe
+
+
+class SequenceTokenizer(nn.Module):
+    """Token ids ``[B, T]`` (pad id 0) -> ``[B, T, dim]``: embedding + positional encoding."""
+
+    def __init__(self, vocab_size: int, dim: int = 128, max_length: int = 512, positional: str = "learned"):
+        super().__init__()
+        if positional not in ("learned", "sinusoidal"):
+            raise ValueError(f"unknown positional encoding {positional!r}; valid choices: learned, sinusoidal")
+        self.embed = nn.Embedding(vocab_size, dim, padding_idx=0)
+        nn.init.normal_(self.embed.weight, std=0.02)  # the same scale as the positional encodings
+        with torch.no_grad():
+            self.embed.weight[0].zero_()
+        self.max_length = max_length
+        if positional == "learned":
+            self.pos = nn.Parameter(torch.randn(max_length, dim) * 0.02)
+        else:
+            self.register_buffer("pos", sinusoidal_positions(max_length, dim), persistent=False)
+        self.d_out = dim
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if ids.shape[1] > self.max_length:
+            raise ValueError(f"sequence of length {ids.shape[1]} exceeds the tokenizer's max_length {self.max_length}")
+        return self.embed(ids.long()) + self.pos[: ids.shape[1]]
+
+
+class FeatureTokenizer(nn.Module):
+    """Precomputed features ``[B, N, d_feat]`` (or ``[B, d_feat]``) -> ``[B, N, dim]``."""
+
+    def __init__(self, d_feat: int, dim: int = 128):
+        super().__init__()
+        self.proj = nn.Linear(d_feat, dim)
+        self.d_out = dim
+
+    def forward(self, feats: torch.Tensor) -> torch.Tensor:
+        return self.proj(feats.float() if feats.dim() == 3 else feats.float().unsqueeze(1))
+
+
+class ImagePairTokenizer(nn.Module):
+    """Two images ``[B, 2, 3, H, W]`` -> tokens of both with a learned left/right embedding."""
+
+    def __init__(self, image_tokenizer: ImageTokenizer):
+        super().__init__()
+        self.image = image_tokenizer
+        self.side = nn.Parameter(torch.randn(2, image_tokenizer.d_out) * 0.02)
+        self.d_out = image_tokenizer.d_out
+
+    def forward(self, pair: torch.Tensor) -> torch.Tensor:
+        B = pair.shape[0]
+        tokens = self.image(pair.flatten(0, 1)).unflatten(0, (B, 2))     # [B, 2, T, d]
+        return (tokens + self.side[None, :, None, :]).flatten(1, 2)
+
+
+def build_tokenizer(spec: dict) -> nn.Module:
+    """Build a tokenizer from ``{"kind": ..., **kwargs}``; the module exposes ``d_out``."""
+    spec = dict(spec)
+    kind = spec.pop("kind", None)
+    if kind == "conv32":
+        return conv32(**spec)
+    if kind == "convnext":
+        return convnext(**{k: tuple(v) if isinstance(v, list) else v for k, v in spec.items()})
+    if kind == "points":
+        return PointTokenizer(**spec)
+    if kind == "sequence":
+        return SequenceTokenizer(**spec)
+    if kind == "features":
+        return FeatureTokenizer(**spec)
+    if kind == "image_pair":
+        return ImagePairTokenizer(build_tokenizer(spec.pop("image")))
+    raise ValueError(f"unknown tokenizer kind {kind!r}; valid choices: {', '.join(TOKENIZERS)}")

@@ -1,0 +1,124 @@
+"""Neural Attentive Circuits assembled: tokenizer -> circuit generator -> circuit executor
+(read-in, L propagators, read-out). Every rung of the Table 1 ladder is a ``ModelConfig`` of
+this one class (see ``nac.config.VARIANTS``)."""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from nac.circuits.generators import (CircuitDesign, ConditionalCircuitGenerator, PerceiverLatents,
+                                     UnconditionalCircuitGenerator)
+from nac.circuits.kernel import link_probabilities, sample_kernel
+from nac.circuits.layers import Propagator, ReadOut
+from nac.circuits.readin import ReadIn
+from nac.circuits.tokenizers import build_tokenizer
+from nac.config import ModelConfig
+
+
+class NAC(nn.Module):
+    """``forward(inputs, mask=None, cond=None, cond_mask=None) -> logits [B, num_classes]``.
+
+    inputs: whatever the tokenizer reads (images ``[B, 3, H, W]``, points ``[B, N, 3]``, token
+    ids ``[B, T]``, ...); mask ``[B, T]`` bool marks real tokens; cond / cond_mask: what the
+    conditional circuit generator reads.
+    """
+
+    def __init__(self, config: ModelConfig, fit_frozen_graph: bool = True):
+        super().__init__()
+        self.config = c = config
+        self.tokenizer = build_tokenizer(c.tokenizer)
+        if c.variant == "perceiver_io":
+            self.generator = PerceiverLatents(c.n_processor, c.n_readout, c.d_model)
+        elif c.generator == "conditional":
+            self.cond_tokenizer = build_tokenizer(c.cond_tokenizer)
+            self.generator = ConditionalCircuitGenerator(c.n_processor, c.n_readout, c.d_model, c.d_code, c.d_sig,
+                                                         self.cond_tokenizer.d_out, c.generator_heads, c.ffn_mult)
+        else:
+            self.generator = UnconditionalCircuitGenerator(c.n_processor, c.n_readout, c.d_model, c.d_code, c.d_sig,
+                                                           use_signatures=c.uses_kernel,
+                                                           learn_signatures=c.variant == "nac")
+        common = dict(modulated=c.modulated, gated=c.gated_ffn, alpha_init=c.alpha_init)
+        self.read_in = ReadIn(self.tokenizer.d_out, c.d_model, c.d_code, c.readin_heads, ffn_mult=c.ffn_mult,
+                              impl=c.readin_impl, **common)
+        self.propagators = nn.ModuleList(
+            Propagator(c.d_model, c.d_code, c.heads, c.ffn_mult, drop_path=c.drop_path * (i + 1) / c.depth,
+                       layer_scale=c.layer_scale, delta=c.delta, **common)
+            for i in range(c.depth))
+        self.read_out = ReadOut(c.d_model, c.d_code, c.readout_heads, c.num_classes, c.ffn_mult, delta=c.delta, **common)
+        G = None
+        if c.variant == "nac" and c.generator == "unconditional":
+            from nac.graphs import prior_target
+            G = torch.as_tensor(prior_target(c.prior, c.n_processor, **c.prior_params), dtype=torch.float32)
+        self.register_buffer("prior_target", G, persistent=False)  # rebuilt from the config, not stored
+        if c.variant == "frozen_graph" and fit_frozen_graph:
+            self._fit_frozen_graph()
+
+    def _fit_frozen_graph(self) -> None:
+        """Fix processor signatures so the kernel reproduces a Barabasi-Albert graph (authors'
+        frozen-graph initialisation)."""
+        import networkx as nx
+
+        from nac.graphs import fit_signatures_to_graph, sample_prior_graph
+        c = self.config
+        if c.frozen_graph_m >= c.n_processor:
+            raise ValueError(f"frozen_graph_m={c.frozen_graph_m} must be below n_processor={c.n_processor} "
+                             "(a Barabasi-Albert graph attaches m links per new node)")
+        graph = sample_prior_graph("scale_free", c.n_processor, seed=c.frozen_graph_seed, m=c.frozen_graph_m)
+        adjacency = nx.to_numpy_array(graph, nodelist=range(c.n_processor))
+        sig = fit_signatures_to_graph(adjacency, c.d_sig, bandwidth=c.bandwidth, steps=c.frozen_graph_fit_steps,
+                                      seed=c.frozen_graph_seed)
+        with torch.no_grad():
+            self.generator.signatures.copy_(sig)
+
+    # -- the circuit design and its graph -------------------------------------------------
+    def design(self, cond=None, cond_mask=None) -> CircuitDesign:
+        if self.config.generator == "conditional":
+            cond = self.cond_tokenizer(cond)
+        return self.generator(cond, cond_mask)
+
+    def link_probabilities(self, design: CircuitDesign | None = None) -> torch.Tensor:
+        """Processor-to-processor link probabilities ``P`` (eq. 2): ``[U_p, U_p]`` for an
+        unconditional design, ``[B, U_p, U_p]`` for a conditional one."""
+        design = design or self.design()
+        if design.signatures is None:
+            raise ValueError(f"variant {self.config.variant!r} has no signatures, so no link probabilities")
+        return link_probabilities(design.signatures, bandwidth=self.config.bandwidth)
+
+    def graph_regularizer(self, design: CircuitDesign | None = None) -> torch.Tensor:
+        """Graph-structure regularizer between ``P`` and the prior's target (0 for other rungs)."""
+        if self.prior_target is None:
+            return torch.zeros(())
+        from nac.regularizer import graph_structure_loss
+        return graph_structure_loss(self.link_probabilities(design), self.prior_target, kind=self.config.regularizer)
+
+    def _kernel(self, P: torch.Tensor, batch_size: int) -> torch.Tensor:
+        mode = "sample" if self.training else self.config.eval_kernel
+        return sample_kernel(P, self.config.tau, batch_size=batch_size, mode=mode)
+
+    # -- the executor -------------------------------------------------------------------------
+    def forward(self, inputs, mask=None, cond=None, cond_mask=None, design: CircuitDesign | None = None) -> torch.Tensor:
+        tokens = self.tokenizer(inputs)
+        B = tokens.shape[0]
+        design = design or self.design(cond, cond_mask)
+        states = self.read_in(tokens, design.states, design.codes, mask)
+        P_pp = P_op = None
+        if design.signatures is not None:
+            bw = self.config.bandwidth
+            P_pp = link_probabilities(design.signatures, bandwidth=bw)
+            P_op = link_probabilities(design.readout_signatures, design.signatures, bandwidth=bw)
+        for layer in self.propagators:
+            K = None if P_pp is None else self._kernel(P_pp, B)    # a fresh sample per layer
+            states = layer(states, design.codes, K)
+        K_out = None if P_op is None else self._kernel(P_op, B)
+        return self.read_out(design.readout_states, states, design.readout_codes, design.codes, K_out)
+
+
+def build_model(config: ModelConfig | dict, fit_frozen_graph: bool = True) -> NAC:
+    """Build a NAC (any rung of the ladder) from a ``ModelConfig`` or its dict form."""
+    if isinstance(config, dict):
+        config = ModelConfig.from_dict(config)
+    return NAC(config, fit_frozen_graph=fit_frozen_graph)
+
+
+def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)

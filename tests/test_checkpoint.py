@@ -1,0 +1,48 @@
+import pickle
+
+import pytest
+import torch
+
+from nac import build_model
+from nac.checkpoint import load_checkpoint, load_model, save_checkpoint
+from nac.pruning import drop_modules
+
+
+@pytest.mark.parametrize("variant", ["nac", "frozen_graph", "perceiver_io"])
+def test_checkpoint_round_trip_rebuilds_the_same_model(variant, tmp_path, tiny_config):
+    model = build_model(tiny_config(variant=variant)).eval()
+    path = save_checkpoint(tmp_path / "m.pt", model, epoch=3)
+    assert not (tmp_path / "m.pt.tmp").exists()
+    loaded = load_model(path).eval()
+    x = torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8)
+    assert torch.equal(model(x), loaded(x))
+    assert load_checkpoint(path)["epoch"] == 3
+
+
+def test_pruned_model_checkpoint_round_trip(tmp_path, tiny_config):
+    model = drop_modules(build_model(tiny_config()), 4).eval()
+    loaded = load_model(save_checkpoint(tmp_path / "p.pt", model)).eval()
+    assert loaded.config.n_processor == 8
+    x = torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8)
+    assert torch.equal(model(x), loaded(x))
+
+
+class Evil:
+    def __reduce__(self):
+        return (print, ("arbitrary code ran",))
+
+
+def test_checkpoint_loading_refuses_arbitrary_objects(tmp_path):
+    path = tmp_path / "evil.pt"
+    torch.save({"format": 1, "payload": Evil()}, path)
+    with pytest.raises(RuntimeError, match="cannot be read safely"):
+        load_checkpoint(path)
+
+
+def test_truncated_or_missing_checkpoint_is_a_clear_error(tmp_path, tiny_config):
+    path = save_checkpoint(tmp_path / "m.pt", build_model(tiny_config()))
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(RuntimeError, match="delete it and retrain"):
+        load_checkpoint(path)
+    with pytest.raises(FileNotFoundError, match="train the model first"):
+        load_checkpoint(tmp_path / "none.pt")

@@ -1,0 +1,52 @@
+import pytest
+import torch
+
+from nac import build_model
+from nac.model import count_parameters
+from nac.pruning import drop_modules, expected_degree, module_connectivity
+
+
+@pytest.mark.parametrize("variant", ["nac", "frozen_graph", "modfc", "perceiver_io"])
+def test_dropping_k_modules_gives_a_smaller_model_that_runs(variant, tiny_config):
+    model = build_model(tiny_config(variant=variant)).eval()
+    x = torch.randint(0, 256, (3, 3, 32, 32), dtype=torch.uint8)
+    k = 5
+    smaller = drop_modules(model, k, inputs=x)
+    assert smaller.config.n_processor == model.config.n_processor - k
+    assert smaller.design().states.shape[0] == model.config.n_processor - k
+    assert count_parameters(smaller) < count_parameters(model)
+    out = smaller(x)
+    assert out.shape == (3, 5) and torch.isfinite(out).all()
+    assert model.config.n_processor == 12  # the original is untouched
+    assert drop_modules(model, 0, inputs=x)(x).allclose(model(x), atol=1e-6)
+
+
+def test_least_connected_modules_are_dropped_first(tiny_config):
+    model = build_model(tiny_config(variant="nac"))
+    with torch.no_grad():  # modules 0-3 share a direction (a clique); the rest are scattered
+        sig = torch.randn(12, 8)
+        sig[:4] = torch.ones(8) + 0.01 * torch.randn(4, 8)
+        model.generator.signatures.copy_(sig)
+    deg = expected_degree(model)
+    smaller = drop_modules(model, 8)
+    kept = smaller.generator.signatures
+    expected = sig[torch.argsort(deg, descending=True)[:4].sort().values]
+    assert torch.equal(kept, expected)
+    assert set(torch.argsort(deg, descending=True)[:4].tolist()) == {0, 1, 2, 3}
+
+
+def test_pruned_model_keeps_the_surviving_modules_graph(tiny_config):
+    model = build_model(tiny_config(variant="nac"))
+    P = model.link_probabilities().detach()
+    deg = module_connectivity(model)
+    keep = torch.argsort(deg, descending=True)[:7].sort().values
+    smaller = drop_modules(model, 5)
+    assert torch.allclose(smaller.link_probabilities(), P[keep][:, keep], atol=1e-6)
+
+
+def test_dense_variant_needs_a_calibration_batch_and_bad_k_is_rejected(tiny_config):
+    pio = build_model(tiny_config(variant="perceiver_io"))
+    with pytest.raises(ValueError, match="calibration batch"):
+        drop_modules(pio, 2)
+    with pytest.raises(ValueError, match="between 0 and 11"):
+        drop_modules(build_model(tiny_config()), 12)
