@@ -1,0 +1,54 @@
+"""Training hyper-parameters (one dataclass; the ``train`` block of params.yaml)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 10
+    batch_size: int = 128            # global batch (split across processes under torchrun)
+    lr: float = 1e-3                 # peak learning rate, after warm-up
+    lr_batch_scaling: int | None = None  # authors: lr * global_batch / 512; None = no scaling
+    weight_decay: float = 0.05
+    warmup_epochs: float = 1.0
+    min_lr: float = 1e-5
+    label_smoothing: float = 0.1
+    grad_clip: float | None = 1.0
+    reg_weight: float = 0.1          # weight of the graph-structure regularizer
+    ema: float | None = None         # EMA decay of the weights (e.g. 0.99996); evaluated with EMA if set
+    amp: bool = True                 # bf16 autocast, on CUDA only
+    augment: bool = True             # images: random flip and 4 px translation
+    num_workers: int = 0
+    seed: int = 0
+    device: str = "auto"             # auto | cpu | cuda
+    eval_batch_size: int = 256
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size", "eval_batch_size"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)!r}")
+        if self.lr <= 0 or self.min_lr < 0 or self.min_lr > self.lr:
+            raise ValueError(f"need 0 <= train.min_lr <= train.lr and lr > 0; got lr={self.lr}, min_lr={self.min_lr}")
+        if self.warmup_epochs < 0 or self.warmup_epochs > self.epochs:
+            raise ValueError(f"train.warmup_epochs must be in [0, epochs={self.epochs}], got {self.warmup_epochs}")
+        if self.ema is not None and not 0 < self.ema < 1:
+            raise ValueError(f"train.ema must be a decay in (0, 1) or null, got {self.ema}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"train.device={self.device!r}; valid choices: auto, cpu, cuda")
+
+    @property
+    def peak_lr(self) -> float:
+        return self.lr * (self.batch_size / self.lr_batch_scaling if self.lr_batch_scaling else 1.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown train config keys {unknown}; valid keys: {sorted(known)}")
+        return cls(**d)

@@ -1,0 +1,141 @@
+"""The training loop: schedule, resume equivalence, non-finite loss, EMA, DDP on CPU."""
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import Dataset
+
+from nac import build_model
+from nac.checkpoint import load_checkpoint
+from nac.training.config import TrainConfig
+from nac.training.loop import NonFiniteLossError, fit, lr_at
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_overfit import quadrant_batch  # noqa: E402
+
+
+class Quadrants(Dataset):
+    def __init__(self, n, seed):
+        self.x, self.y = quadrant_batch(n, seed)
+
+    def __len__(self):
+        return len(self.y)
+
+    def __getitem__(self, i):
+        return {"input": self.x[i], "label": self.y[i]}
+
+
+def small_train(**kw):
+    base = dict(epochs=3, batch_size=16, lr=3e-3, warmup_epochs=1, min_lr=1e-4, label_smoothing=0.0, seed=0)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def test_lr_schedule_warms_up_then_decays_to_floor():
+    lrs = [lr_at(s, 100, 10, 1.0, 0.01) for s in range(100)]
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
+    assert all(a >= b for a, b in zip(lrs[9:], lrs[10:]))
+    assert lrs[-1] == pytest.approx(0.01, abs=1e-3)
+
+
+def test_fit_learns_and_logs(tmp_path, tiny_config, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # dvclive looks for a DVC repo from the working directory
+    model = build_model(tiny_config(variant="modfc", num_classes=4))
+    out = fit(model, Quadrants(128, 0), Quadrants(64, 1), small_train(epochs=8, lr=1e-3, augment=False, warmup_epochs=0.5),
+              checkpoint=tmp_path / "ckpt.pt", live_dir=tmp_path / "live", progress=False)
+    hist = out["history"]
+    assert [h["epoch"] for h in hist] == list(range(1, 9))
+    assert hist[-1]["train_loss"] < hist[0]["train_loss"]
+    assert out["final"]["val_acc1"] > 25.0 + 15.0  # 4 classes: well above chance on held-out data
+    assert (tmp_path / "live" / "metrics.json").exists()
+    logged = json.loads((tmp_path / "live" / "metrics.json").read_text())
+    assert logged["step"] == 7
+    assert load_checkpoint(tmp_path / "ckpt.pt")["epoch"] == 8
+
+
+def test_resumed_run_equals_uninterrupted_run(tmp_path, tiny_config):
+    cfg, train, val = small_train(epochs=3), Quadrants(48, 0), Quadrants(16, 1)
+    torch.manual_seed(0)
+    full = fit(build_model(tiny_config(num_classes=4)), train, val, cfg, checkpoint=tmp_path / "a.pt", progress=False)
+
+    class Interrupt(Exception):
+        pass
+
+    def stop_after_first(epoch):
+        if epoch == 1:
+            raise Interrupt
+
+    torch.manual_seed(0)
+    with pytest.raises(Interrupt):
+        fit(build_model(tiny_config(num_classes=4)), train, val, cfg, checkpoint=tmp_path / "b.pt", progress=False,
+            on_epoch_end=stop_after_first)
+    assert load_checkpoint(tmp_path / "b.pt")["epoch"] == 1
+    torch.manual_seed(123)  # a different process state: resume must not depend on it
+    resumed = fit(build_model(tiny_config(num_classes=4)), train, val, cfg, checkpoint=tmp_path / "b.pt", progress=False)
+    assert resumed["history"] == full["history"]
+
+
+def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, tiny_config):
+    model = build_model(tiny_config(num_classes=4))
+    ckpt = tmp_path / "c.pt"
+    fit(model, Quadrants(32, 0), None, small_train(epochs=1), checkpoint=ckpt, progress=False)
+    good = ckpt.read_bytes()
+    bad = Quadrants(32, 0)
+    bad.x = bad.x.float() * float("nan")
+    with pytest.raises(NonFiniteLossError, match="last good checkpoint is kept"):
+        fit(model, bad, None, small_train(epochs=2), checkpoint=ckpt, progress=False)
+    assert ckpt.read_bytes() == good
+
+
+def test_ema_weights_are_returned(tmp_path, tiny_config):
+    model = build_model(tiny_config(num_classes=4))
+    out = fit(model, Quadrants(32, 0), Quadrants(16, 1), small_train(epochs=2, ema=0.9), progress=False)
+    assert "val_acc1" in out["final"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+DDP_SCRIPT = """
+import json, sys, torch
+sys.path.insert(0, {tests!r})
+from conftest import make_tiny_config
+from test_training import Quadrants, small_train
+from nac import build_model
+from nac.training.distributed import init_distributed
+from nac.training.loop import fit
+world = init_distributed("cpu")
+torch.manual_seed(0)
+model = build_model(make_tiny_config(variant="modfc", num_classes=4))
+out = fit(model, Quadrants(32, 0), None, small_train(epochs=2, batch_size=8, augment=False), world=world, progress=False)
+if world.is_main:
+    json.dump({{"history": out["history"], "w": [p.detach().sum().item() for p in model.parameters()]}}, open({out!r}, "w"))
+"""
+
+
+def test_ddp_two_processes_match_single_process(tmp_path):
+    """DDP with gloo on CPU: 2 processes x 4 samples == 1 process x 8 samples (same global batch).
+    ``modfc`` with no augmentation has no per-sample randomness, so the runs must agree."""
+    results = {}
+    for nproc in (1, 2):
+        out = tmp_path / f"ddp{nproc}.json"
+        script = tmp_path / f"ddp{nproc}.py"
+        script.write_text(DDP_SCRIPT.format(tests=str(Path(__file__).parent), out=str(out)))
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
+               f"--master_port={_free_port()}", str(script)]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        results[nproc] = json.loads(out.read_text())
+    for a, b in zip(results[1]["history"], results[2]["history"]):
+        for k in a:
+            assert a[k] == pytest.approx(b[k], rel=1e-4, abs=1e-5), k
+    assert results[1]["w"] == pytest.approx(results[2]["w"], rel=1e-4, abs=1e-5)
