@@ -114,7 +114,8 @@ from nac.training.distributed import init_distributed
 from nac.training.loop import fit
 world = init_distributed("cpu")
 torch.manual_seed(0)
-model = build_model(make_tiny_config(variant="modfc", num_classes=4))
+model = build_model(make_tiny_config(variant="modfc", num_classes=4,
+                                     tokenizer={{"kind": "conv32", "dim": 16, "pos_dim": 8, "norm": "layer"}}))
 out = fit(model, Quadrants(32, 0), None, small_train(epochs=2, batch_size=8, augment=False), world=world, progress=False)
 if world.is_main:
     json.dump({{"history": out["history"], "w": [p.detach().sum().item() for p in model.parameters()]}}, open({out!r}, "w"))
@@ -123,7 +124,8 @@ if world.is_main:
 
 def test_ddp_two_processes_match_single_process(tmp_path):
     """DDP with gloo on CPU: 2 processes x 4 samples == 1 process x 8 samples (same global batch).
-    ``modfc`` with no augmentation has no per-sample randomness, so the runs must agree."""
+    ``modfc`` with no augmentation has no per-sample randomness, so the runs must agree. The
+    tokenizer uses LayerNorm: BatchNorm statistics are synchronised only on CUDA (SyncBatchNorm)."""
     results = {}
     for nproc in (1, 2):
         out = tmp_path / f"ddp{nproc}.json"

@@ -84,6 +84,8 @@ def fit(model: NAC, train_set: Dataset, val_set: Dataset | None, cfg: TrainConfi
     """
     world = world or World()
     device = world.device
+    if world.distributed and device.type == "cuda":  # batch statistics over the global batch
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     model.to(device)
     objective = Objective(model)
     wrapped = DistributedDataParallel(objective) if world.distributed else objective

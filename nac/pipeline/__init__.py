@@ -1,0 +1,1 @@
+"""What the DVC stages call: params loading and validation, and the logic of each track."""

@@ -1,0 +1,24 @@
+"""DVC stage download@<dataset>: fetch (real data, checksummed) or generate (embedded data) the
+raw files of one dataset into data/raw/<dataset>/."""
+import argparse
+import sys
+
+from nac.data.download import UserDataRequired
+from nac.pipeline.image import builder
+from nac.pipeline.params import load_params
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("dataset")
+    args = ap.parse_args()
+    params = load_params()
+    try:
+        builder(params, args.dataset).download()
+    except UserDataRequired as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,17 @@
+"""DVC stage prepare@<dataset>: decode / tokenize once into the cache data/cache/<dataset>/
+(arrays + a manifest of the parameters that produced them)."""
+import argparse
+
+from nac.pipeline.image import builder
+from nac.pipeline.params import load_params
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("dataset")
+    args = ap.parse_args()
+    builder(load_params(), args.dataset).prepare()
+
+
+if __name__ == "__main__":
+    main()

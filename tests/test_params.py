@@ -1,0 +1,56 @@
+"""params.yaml is the default composition of conf/; bad configs are rejected before any work."""
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from nac.pipeline.params import ParamsError, compose, validate
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_committed_params_yaml_is_the_default_composition():
+    committed = yaml.safe_load((ROOT / "params.yaml").read_text())
+    assert committed == compose([]), "params.yaml is stale: run `python -m nac.pipeline.params` and commit it"
+
+
+@pytest.mark.parametrize("overrides", [[], ["profile=smoke"], ["profile=paper"], ["prior=ring_of_cliques"],
+                                       ["profile=smoke", "prior=erdos_renyi"]])
+def test_every_group_choice_composes_and_validates(overrides):
+    params = compose(overrides)
+    validate(params)
+    if overrides and overrides[-1].startswith("prior="):
+        assert params["prior"]["name"] == overrides[-1].split("=")[1]
+
+
+@pytest.mark.parametrize("override,choices", [("prior=small_world", "scale_free"), ("profile=huge", "mini")])
+def test_invalid_group_choice_names_the_valid_choices(override, choices):
+    with pytest.raises(Exception, match=choices):
+        compose([override])
+
+
+def _broken(path: str, value):
+    params = copy.deepcopy(compose(["profile=smoke"]))
+    node = params
+    keys = path.split(".")
+    for k in keys[:-1]:
+        node = node[k]
+    node[keys[-1]] = value
+    return params
+
+
+@pytest.mark.parametrize("path,value,match", [
+    ("image.model.heads", 3, "not divisible"),
+    ("image.model.n_processor", 0, "positive"),
+    ("image.train.batch_size", 0, "batch_size"),
+    ("image.train.warmup_epochs", 99, "warmup_epochs"),
+    ("image.ladder", ["nac-small_world"], "valid: perceiver_io"),
+    ("seeds", [], "seeds"),
+    ("prune.dropped_fraction", [0.0, 1.0], r"\[0, 1\)"),
+    ("data.shapes.n_trian", 5, "unknown params"),
+    ("image.ood_dataset", "shapes_novel", "not in data.datasets"),
+])
+def test_impossible_values_are_rejected_naming_the_key(path, value, match):
+    with pytest.raises((ParamsError, ValueError), match=match):
+        validate(_broken(path, value))

@@ -1,0 +1,125 @@
+"""End to end: the whole `smoke` pipeline in a temporary copy of the repository, then DVC's
+bookkeeping (nothing changed -> nothing reruns; a prune param -> only prune and report) and a
+training stage killed mid-run that resumes from its checkpoint."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from nac.pipeline.params import write_params
+
+ROOT = Path(__file__).resolve().parents[1]
+COPY = ["nac", "stages", "conf", "dvc.yaml", ".dvcignore", "pyproject.toml"]
+
+
+def _env(repo: Path) -> dict:
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env["PYTHONPATH"] = str(repo)  # the copy's nac, not the installed one
+    env["DVC_NO_ANALYTICS"] = "1"
+    return env
+
+
+def _run(cmd: list[str], repo: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, cwd=repo, env=_env(repo), capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    return proc
+
+
+@pytest.fixture(scope="module")
+def smoke_repo(tmp_path_factory) -> Path:
+    repo = tmp_path_factory.mktemp("repo")
+    for name in COPY:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, repo / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        else:
+            shutil.copy(src, repo / name)
+    write_params(repo / "params.yaml", ["profile=smoke"])
+    _run(["git", "init", "-q"], repo)
+    _run([sys.executable, "-m", "dvc", "init", "-q"], repo)
+    # a clone has history; dvclive refuses a git repository without any commit
+    _run(["git", "add", "-A"], repo)
+    _run(["git", "-c", "user.name=test", "-c", "user.email=test@example.invalid", "commit", "-qm", "copy"], repo)
+    t = time.time()
+    proc = _run([sys.executable, "-m", "dvc", "repro"], repo, timeout=900)
+    (repo / "repro.log").write_text(proc.stdout + proc.stderr + f"\nseconds: {time.time() - t:.0f}\n")
+    return repo
+
+
+def test_smoke_pipeline_writes_every_table_figure_and_metric(smoke_repo):
+    params = yaml.safe_load((smoke_repo / "params.yaml").read_text())
+    runs = [f"{r}-{s}" for r in params["image"]["ladder"] for s in params["seeds"]]
+    for run in runs:
+        assert (smoke_repo / "metrics/image/eval" / f"{run}.json").exists(), run
+        assert (smoke_repo / "metrics/image/train" / f"{run}.json").exists(), run
+        assert (smoke_repo / "metrics/image/live" / run / "metrics.json").exists(), run
+    for fig in ["figure3_graph_priors", "figure5a_prune_accuracy", "figure5b_prune_throughput",
+                "figure15_prune_relative", "learning_curves_image"]:
+        for ext in ("png", "svg"):
+            assert (smoke_repo / "reports/figures" / f"{fig}.{ext}").stat().st_size > 1000, fig
+    table = pd.read_csv(smoke_repo / "reports/tables/table1.csv")
+    assert len(table) == len(params["image"]["ladder"])
+    assert not table.isna().any().any(), "Table 1 has empty cells"
+    readme = (smoke_repo / "reports/README.md").read_text()
+    assert "profile **smoke**" in readme and "Table 1" in readme and "nan" not in readme.lower()
+    summary = json.loads((smoke_repo / "metrics/summary.json").read_text())
+    assert summary["provenance"]["profile"] == "smoke"
+
+
+def test_dvc_repro_with_nothing_changed_reruns_nothing(smoke_repo):
+    proc = _run([sys.executable, "-m", "dvc", "repro"], smoke_repo)
+    assert "Running stage" not in proc.stdout, proc.stdout
+
+
+def test_a_prune_param_reruns_only_prune_and_report(smoke_repo):
+    path = smoke_repo / "params.yaml"
+    original = path.read_text()
+    params = yaml.safe_load(original)
+    params["prune"]["throughput_repeats"] += 1
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+    try:  # a real run: report reruns because prune's output (measured throughput) changed
+        proc = _run([sys.executable, "-m", "dvc", "repro"], smoke_repo)
+        ran = sorted(line.split("'")[1] for line in proc.stdout.splitlines() if line.startswith("Running stage"))
+        assert ran == ["prune", "report"], proc.stdout
+    finally:
+        path.write_text(original)
+
+
+def test_killed_training_stage_resumes_and_matches_an_uninterrupted_run(smoke_repo, tmp_path):
+    repo = tmp_path / "kill"
+    shutil.copytree(smoke_repo, repo, symlinks=True)
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["image"]["train"]["epochs"] = 6
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    ckpt = repo / "models/image/nac-scale_free-0.pt"
+    ckpt.unlink()
+    cmd = [sys.executable, "stages/train.py", "--run", "nac-scale_free", "--seed", "0"]
+
+    proc = subprocess.Popen(cmd, cwd=repo, env=_env(repo), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.time() + 300
+    while not ckpt.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    import torch
+    epoch_at_kill = torch.load(ckpt, weights_only=True)["epoch"]
+    assert 1 <= epoch_at_kill < 6, f"the run was not interrupted mid-way (checkpoint at epoch {epoch_at_kill})"
+
+    resumed = _run(cmd, repo)
+    assert f"resuming from models/image/nac-scale_free-0.pt after epoch {epoch_at_kill}/6" in resumed.stdout + resumed.stderr
+    resumed_metrics = json.loads((repo / "metrics/image/train/nac-scale_free-0.json").read_text())
+    assert [h["epoch"] for h in resumed_metrics["history"]] == [1, 2, 3, 4, 5, 6]
+
+    ckpt.unlink()
+    _run(cmd, repo)
+    fresh_metrics = json.loads((repo / "metrics/image/train/nac-scale_free-0.json").read_text())
+    assert resumed_metrics == fresh_metrics
