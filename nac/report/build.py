@@ -106,7 +106,8 @@ def _write_readme(out: Path, summary: dict, md: dict[str, str], figs: dict[str, 
         "",
         "## Table 1: ablation ladder and graph priors (IID validation / OOD renditions)",
         "",
-        "Ours: mean ± 95% CI over seeds (Student t). Paper: Tiny-ImageNet / Tiny-ImageNet-R.",
+        "Each cell: ours, mean ± 95% CI over seeds (Student t), then [paper; ours − paper]. The paper's numbers are",
+        "Tiny-ImageNet validation (IID) and Tiny-ImageNet-R (OOD).",
         "",
         md["table1"],
         "",
@@ -117,7 +118,8 @@ def _write_readme(out: Path, summary: dict, md: dict[str, str], figs: dict[str, 
               "## Figures 5a, 5b, 15: dropping modules at inference", "",
               f"![Figure 5a]({rel(figs['figure5a'])})", "", f"![Figure 5b]({rel(figs['figure5b'])})", "",
               f"![Figure 15]({rel(figs['figure15'])})", ""]
-    rows = [{"model": k, "full Acc@1": round(v["full_acc1"], 2), "max fraction dropped within 3 points": v["max_fraction_within_3pts"],
+    from nac.report.published import RUN_LABELS
+    rows = [{"model": RUN_LABELS.get(k, k), "full Acc@1": round(v["full_acc1"], 2), "max fraction dropped within 3 points": v["max_fraction_within_3pts"],
              "speed-up there": round(v["speedup_at_that_fraction"], 2)} for k, v in summary["prune"].items()]
     lines += [pd.DataFrame(rows).to_markdown(index=False), "", "## Learning curves", "",
               f"![learning curves]({rel(figs['learning_curves'])})", ""]

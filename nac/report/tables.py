@@ -24,8 +24,8 @@ def fmt(mean: float, ci: float, n: int) -> str:
 
 
 def table1(evals: list[dict[str, Any]], ladder: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Returns (display table, long numeric table). Display: one row per ladder entry; for each
-    metric ``ours`` (mean ± 95% CI), ``paper`` and ``diff`` (ours mean - paper)."""
+    """Returns (display table, long numeric table). Display: one row per ladder entry; each
+    metric cell reads ``ours mean ± 95% CI [paper; ours - paper]``."""
     df = pd.DataFrame(evals)
     display, numeric = [], []
     for run in ladder:
@@ -36,9 +36,7 @@ def table1(evals: list[dict[str, Any]], ladder: list[str]) -> tuple[pd.DataFrame
         for i, col in enumerate(TABLE1_COLUMNS):
             s = summarize(sub[col].tolist())
             paper = TABLE1.get(run, (np.nan,) * 4)[i]
-            row[f"{COLUMN_LABELS[col]} ours"] = fmt(s["mean"], s["ci95"], s["n"])
-            row[f"{COLUMN_LABELS[col]} paper"] = f"{paper:.2f}"
-            row[f"{COLUMN_LABELS[col]} diff"] = f"{s['mean'] - paper:+.2f}"
+            row[COLUMN_LABELS[col]] = f"{fmt(s['mean'], s['ci95'], s['n'])} [{paper:.2f}; {s['mean'] - paper:+.2f}]"
             numeric.append({"run": run, "metric": col, "mean": s["mean"], "ci95": s["ci95"], "n": s["n"], "paper": paper,
                             "diff": s["mean"] - paper})
         display.append(row)
