@@ -42,8 +42,16 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
 
 
 def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> NAC:
-    """Rebuild the model from the stored config and load its weights (strictly)."""
+    """Rebuild the model from the stored config and load its weights (strictly): the EMA
+    weights when training kept an EMA (they are what training evaluated), else the raw ones."""
     ckpt = load_checkpoint(path, map_location)
     model = build_model(ckpt["config"], fit_frozen_graph=False)  # frozen signatures come from the state dict
-    model.load_state_dict(ckpt["model"])
+    model.load_state_dict(model_weights(ckpt))
     return model
+
+
+def model_weights(ckpt: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The weights to evaluate: the EMA copy's (``AveragedModel`` state, ``module.`` prefix) if any."""
+    if "ema" in ckpt:
+        return {k[len("module."):]: v for k, v in ckpt["ema"].items() if k.startswith("module.")}
+    return ckpt["model"]

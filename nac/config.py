@@ -20,8 +20,26 @@ PRIORS = ("scale_free", "planted_partition", "ring_of_cliques", "erdos_renyi")
 REGULARIZER_KINDS = ("mse", "kl")
 
 
+class ConfigDict:
+    """``to_dict`` / ``from_dict`` for a config dataclass; unknown keys are rejected by name."""
+
+    section = "config"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]):
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown {cls.section} keys {unknown}; valid keys: {sorted(known)}")
+        return cls(**d)
+
+
 @dataclass
-class ModelConfig:
+class ModelConfig(ConfigDict):
+    section = "model config"
     variant: str = "nac"
     generator: str = "unconditional"
     num_classes: int = 10
@@ -96,16 +114,6 @@ class ModelConfig:
     def uses_kernel(self) -> bool:
         return self.variant in ("frozen_graph", "nac")
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ModelConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown model config keys {unknown}; valid keys: {sorted(known)}")
-        return cls(**d)
 
 
 def _choice(name: str, value: Any, choices: tuple[str, ...]) -> None:

@@ -73,6 +73,8 @@ class NAC(nn.Module):
     # -- the circuit design and its graph -------------------------------------------------
     def design(self, cond=None, cond_mask=None) -> CircuitDesign:
         if self.config.generator == "conditional":
+            if cond is None:
+                raise ValueError("this NAC has a conditional circuit generator: pass cond= (e.g. the sentence tokens)")
             cond = self.cond_tokenizer(cond)
         return self.generator(cond, cond_mask)
 

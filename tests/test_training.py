@@ -92,10 +92,34 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, tiny
     assert ckpt.read_bytes() == good
 
 
-def test_ema_weights_are_returned(tmp_path, tiny_config):
+def test_ema_weights_are_returned_and_loaded_for_evaluation(tmp_path, tiny_config):
+    from nac.checkpoint import load_model
+
     model = build_model(tiny_config(num_classes=4))
-    out = fit(model, Quadrants(32, 0), Quadrants(16, 1), small_train(epochs=2, ema=0.9), progress=False)
+    out = fit(model, Quadrants(32, 0), Quadrants(16, 1), small_train(epochs=2, ema=0.9), checkpoint=tmp_path / "e.pt",
+              progress=False)
     assert "val_acc1" in out["final"]
+    raw = load_checkpoint(tmp_path / "e.pt")["model"]
+    loaded = load_model(tmp_path / "e.pt").state_dict()
+    for k, v in model.state_dict().items():  # the returned model and load_model both carry the EMA weights
+        assert torch.equal(loaded[k], v), k
+    assert any(not torch.equal(raw[k], v) for k, v in loaded.items() if v.is_floating_point())
+    # BatchNorm statistics are averaged too (not left at their initial values)
+    assert not torch.equal(loaded["tokenizer.trunk.1.running_mean"], torch.zeros_like(loaded["tokenizer.trunk.1.running_mean"]))
+
+
+def test_checkpoint_from_other_code_or_data_is_not_resumed(tmp_path, tiny_config):
+    cfg, train = small_train(epochs=1), Quadrants(32, 0)
+    fit(build_model(tiny_config(num_classes=4)), train, None, cfg, checkpoint=tmp_path / "f.pt", progress=False,
+        fingerprint="code-v1")
+    epochs_run = []
+    fit(build_model(tiny_config(num_classes=4)), train, None, cfg, checkpoint=tmp_path / "f.pt", progress=False,
+        fingerprint="code-v1", on_epoch_end=epochs_run.append)
+    assert epochs_run == []  # same fingerprint, finished: nothing to redo
+    fit(build_model(tiny_config(num_classes=4)), train, None, cfg, checkpoint=tmp_path / "f.pt", progress=False,
+        fingerprint="code-v2", on_epoch_end=epochs_run.append)
+    assert epochs_run == [1]  # another fingerprint: trained again from scratch
+    assert load_checkpoint(tmp_path / "f.pt")["fingerprint"] == "code-v2"
 
 
 def _free_port() -> int:

@@ -21,9 +21,10 @@ def link_probabilities(s_recv: torch.Tensor, s_send: torch.Tensor | None = None,
     signatures (defaults to ``s_recv``). Returns ``[..., U, V]`` in (0, 1].
     """
     s_send = s_recv if s_send is None else s_send
-    cos = F.normalize(s_recv.float(), dim=-1) @ F.normalize(s_send.float(), dim=-1).transpose(-1, -2)
-    cos = cos.clamp(-1.0, 1.0)  # rounding can push cos(s, s) past 1, and P past 1
-    return torch.exp(-(1.0 - cos) / bandwidth)
+    with torch.autocast(s_recv.device.type, enabled=False):  # fp32 even under bf16 autocast
+        cos = F.normalize(s_recv.float(), dim=-1) @ F.normalize(s_send.float(), dim=-1).transpose(-1, -2)
+        cos = cos.clamp(-1.0, 1.0)  # rounding can push cos(s, s) past 1, and P past 1
+        return torch.exp(-(1.0 - cos) / bandwidth)
 
 
 def sample_kernel(P: torch.Tensor, tau: float, batch_size: int | None = None, mode: str = "sample") -> torch.Tensor:

@@ -5,6 +5,7 @@ with a seed it names one trained model, ``<run>-<seed>``.
 """
 from __future__ import annotations
 
+import hashlib
 import statistics
 import time
 from pathlib import Path
@@ -41,6 +42,19 @@ def builder(params: dict, name: str):
     return get_builder(name, data.get("root", "data"), data.get(name) or {})
 
 
+def run_fingerprint(params: dict, dataset: str) -> str:
+    """Hash of the training data's cache manifest and of the ``nac`` sources: a checkpoint is
+    resumed only under the same fingerprint, so a rerun after a code or data change retrains."""
+    import nac
+
+    h = hashlib.sha256((builder(params, dataset).cache_dir / "manifest.json").read_bytes())
+    pkg = Path(nac.__file__).parent
+    for f in sorted(pkg.rglob("*.py")):
+        h.update(f.relative_to(pkg).as_posix().encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def image_model_config(params: dict, run: str, seed: int, num_classes: int) -> ModelConfig:
     """The ladder entry's model: ``image.model`` plus the rung's settings. Table 1's NAC rows use
     each prior's published parameters (``nac.graphs.PRIOR_DEFAULTS``), whatever ``prior`` says."""
@@ -71,7 +85,8 @@ def train_image_run(params: dict, run: str, seed: int, live_dir: str | Path | No
     torch.manual_seed(seed)
     model = build_model(image_model_config(params, run, seed, ds.info()["num_classes"]))
     out = fit(model, train_set, val_set if world.is_main else None, image_train_config(params, seed), world=world,
-              checkpoint=checkpoint_path(run, seed), live_dir=live_dir, progress=progress, desc=f"train {run}-{seed}")
+              checkpoint=checkpoint_path(run, seed), live_dir=live_dir, progress=progress, desc=f"train {run}-{seed}",
+              fingerprint=run_fingerprint(params, image["dataset"]))
     if not world.is_main:
         return None
     from nac.model import count_parameters
@@ -155,7 +170,8 @@ def prune_sweep(params: dict, progress: bool = True) -> list[dict[str, Any]]:
             smaller = drop_modules(model, k, connectivity=connectivity)
             out = predict(smaller, val_set, device, image["train"].get("eval_batch_size", 256))
             row = {"run": run, "seed": seed, "dropped_fraction": frac, "dropped": k, "modules": U - k,
-                   "acc1": topk_accuracy(out["logits"], out["label"], 1), "parameters": count_parameters(smaller)}
+                   "acc1": topk_accuracy(out["logits"], out["label"], 1), "parameters": count_parameters(smaller),
+                   "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"}
             if seed == params["seeds"][0]:
                 row["images_per_s"] = throughput(smaller, speed_batch, prune["throughput_repeats"], device)
             rows.append(row)

@@ -103,8 +103,9 @@ def validate(params: dict[str, Any]) -> None:
         if bad:
             raise ParamsError(f"prune.runs {bad} are not trained (not in image.ladder {params['image']['ladder']})")
         fr = prune["dropped_fraction"]
-        if not fr or not all(0 <= f < 1 for f in fr):
-            raise ParamsError(f"prune.dropped_fraction must be fractions in [0, 1), got {fr}")
+        if not fr or not all(0 <= f < 1 for f in fr) or 0.0 not in fr or sorted(fr) != list(fr):
+            raise ParamsError(f"prune.dropped_fraction must be increasing fractions in [0, 1) starting at 0.0 "
+                              f"(the full model), got {fr}")
     _ = TrainConfig  # imported for its validation through image_train_config
 
 

@@ -1,12 +1,14 @@
 """Training hyper-parameters (one dataclass; the ``train`` block of params.yaml)."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from dataclasses import dataclass
+
+from nac.config import ConfigDict
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(ConfigDict):
+    section = "train config"
     epochs: int = 10
     batch_size: int = 128            # global batch (split across processes under torchrun)
     lr: float = 1e-3                 # peak learning rate, after warm-up
@@ -41,14 +43,3 @@ class TrainConfig:
     @property
     def peak_lr(self) -> float:
         return self.lr * (self.batch_size / self.lr_batch_scaling if self.lr_batch_scaling else 1.0)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown train config keys {unknown}; valid keys: {sorted(known)}")
-        return cls(**d)

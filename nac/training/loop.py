@@ -75,12 +75,15 @@ def evaluate_accuracy(model: nn.Module, data: Dataset, device, batch_size: int) 
 
 def fit(model: NAC, train_set: Dataset, val_set: Dataset | None, cfg: TrainConfig, world: World | None = None,
         checkpoint: str | Path | None = None, live_dir: str | Path | None = None, progress: bool = True,
-        desc: str = "train", on_epoch_end: Callable[[int], None] | None = None) -> dict[str, Any]:
+        desc: str = "train", on_epoch_end: Callable[[int], None] | None = None,
+        fingerprint: str | None = None) -> dict[str, Any]:
     """Train ``model`` in place; returns ``{"history": [per-epoch metrics], "final": last entry}``.
 
     ``checkpoint``: written atomically after every epoch and resumed from when it exists and was
-    written with the same model and training configs. ``val_set`` is held-out data: never the
-    training set. ``on_epoch_end(epoch)`` is called after each checkpoint (tests use it).
+    written with the same model and training configs and the same ``fingerprint`` (callers pass
+    a hash of the data and code, so a checkpoint from before a code or data change is never
+    resumed). ``val_set`` is held-out data: never the training set. ``on_epoch_end(epoch)`` is
+    called after each checkpoint (tests use it).
     """
     world = world or World()
     device = world.device
@@ -97,15 +100,19 @@ def fit(model: NAC, train_set: Dataset, val_set: Dataset | None, cfg: TrainConfi
                                    {"params": no_decay, "weight_decay": 0.0}], lr=cfg.peak_lr)
     ema = None
     if cfg.ema:
-        ema = torch.optim.swa_utils.AveragedModel(model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(cfg.ema))
+        ema = torch.optim.swa_utils.AveragedModel(model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(cfg.ema),
+                                                  use_buffers=True)  # BatchNorm statistics averaged too
 
     if cfg.batch_size % world.world_size:
         raise ValueError(f"train.batch_size={cfg.batch_size} must be divisible by the number of processes ({world.world_size})")
     per_rank = cfg.batch_size // world.world_size
     sampler = DistributedSampler(train_set, num_replicas=world.world_size, rank=world.rank, shuffle=True,
                                  seed=cfg.seed, drop_last=True)
+    # Its own generator: worker seeds never draw from the (per-epoch reseeded) global RNG, so a
+    # resumed run sees exactly the random numbers of an uninterrupted one.
     loader = DataLoader(train_set, batch_size=per_rank, sampler=sampler, drop_last=True, num_workers=cfg.num_workers,
-                        pin_memory=device.type == "cuda", persistent_workers=cfg.num_workers > 0)
+                        pin_memory=device.type == "cuda", persistent_workers=cfg.num_workers > 0,
+                        generator=torch.Generator().manual_seed(cfg.seed))
     steps_per_epoch = len(loader)
     if steps_per_epoch == 0:
         raise ValueError(f"training set of {len(train_set)} items is smaller than one global batch ({cfg.batch_size})")
@@ -115,7 +122,9 @@ def fit(model: NAC, train_set: Dataset, val_set: Dataset | None, cfg: TrainConfi
     ckpt_path = Path(checkpoint) if checkpoint else None
     if ckpt_path and ckpt_path.exists():
         ckpt = load_checkpoint(ckpt_path, map_location=device)
-        if ckpt.get("config") == model.config.to_dict() and ckpt.get("train_config") == cfg.to_dict():
+        same = (ckpt.get("config") == model.config.to_dict() and ckpt.get("train_config") == cfg.to_dict()
+                and ckpt.get("fingerprint") == fingerprint)
+        if same:
             model.load_state_dict(ckpt["model"])
             optimizer.load_state_dict(ckpt["optimizer"])
             if ema is not None:
@@ -124,7 +133,7 @@ def fit(model: NAC, train_set: Dataset, val_set: Dataset | None, cfg: TrainConfi
             if world.is_main and progress:
                 tqdm.write(f"{desc}: resuming from {ckpt_path} after epoch {start_epoch}/{cfg.epochs}")
         elif world.is_main:
-            tqdm.write(f"{desc}: {ckpt_path} was written with other settings; starting over")
+            tqdm.write(f"{desc}: {ckpt_path} was written with other settings, data or code; starting over")
 
     live = _open_live(live_dir, history) if world.is_main else None
     bar = tqdm(total=total, initial=start_epoch * steps_per_epoch, desc=desc, unit="step", dynamic_ncols=True,
@@ -173,7 +182,7 @@ def fit(model: NAC, train_set: Dataset, val_set: Dataset | None, cfg: TrainConfi
                 if ckpt_path:
                     extra = {"ema": ema.state_dict()} if ema is not None else {}
                     save_checkpoint(ckpt_path, model, optimizer=optimizer.state_dict(), epoch=epoch + 1, history=history,
-                                    train_config=cfg.to_dict(), **extra)
+                                    train_config=cfg.to_dict(), fingerprint=fingerprint, **extra)
                 _log_live(live, entry)
                 bar.write(f"{desc}: epoch {epoch + 1}/{cfg.epochs} " + " ".join(
                     f"{k}={v:.4g}" for k, v in entry.items() if k != "epoch"))
