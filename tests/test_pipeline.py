@@ -71,8 +71,10 @@ def test_smoke_pipeline_writes_every_table_figure_and_metric(smoke_repo):
     assert not table.isna().any().any(), "Table 1 has empty cells"
     readme = (smoke_repo / "reports/README.md").read_text()
     assert "profile **smoke**" in readme and "Table 1" in readme and "nan" not in readme.lower()
-    summary = json.loads((smoke_repo / "metrics/summary.json").read_text())
+    summary = json.loads((smoke_repo / "reports/tables/summary.json").read_text())
     assert summary["provenance"]["profile"] == "smoke"
+    headline = json.loads((smoke_repo / "metrics/summary.json").read_text())
+    assert set(headline["table1"]) == set(params["image"]["ladder"])
 
 
 def test_dvc_repro_with_nothing_changed_reruns_nothing(smoke_repo):

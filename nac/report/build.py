@@ -73,7 +73,12 @@ def build_image_report(params: dict, out: str | Path = "reports", metrics: str |
                           for r in t1_numeric.itertuples()},
                "prune": _prune_summary(prune, prune_runs)}
     _write_readme(out, summary, md, figs)
-    (metrics / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    (out / "tables" / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    # The DVC metric: the numbers `dvc exp show` / `dvc metrics diff` compare (means only).
+    headline = {"table1": {run: {col: float(t1_numeric[(t1_numeric.run == run) & (t1_numeric.metric == col)]["mean"].iloc[0])
+                                 for col in t1_numeric.metric.unique()} for run in ladder},
+                "prune_max_fraction_within_3pts": {run: v["max_fraction_within_3pts"] for run, v in summary["prune"].items()}}
+    (metrics / "summary.json").write_text(json.dumps(headline, indent=1, sort_keys=True) + "\n")
     return summary
 
 
