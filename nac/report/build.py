@@ -14,7 +14,9 @@ import pandas as pd
 import torch
 
 from nac.pipeline.image import checkpoint_path, parse_run
+from nac.pipeline.params import write_json
 from nac.report import figures, tables
+from nac.report.published import RUN_LABELS
 from nac.report.style import setup
 
 
@@ -73,12 +75,11 @@ def build_image_report(params: dict, out: str | Path = "reports", metrics: str |
                           for r in t1_numeric.itertuples()},
                "prune": _prune_summary(prune, prune_runs)}
     _write_readme(out, summary, md, figs)
-    (out / "tables" / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    write_json(out / "tables" / "summary.json", summary)
     # The DVC metric: the numbers `dvc exp show` / `dvc metrics diff` compare (means only).
-    headline = {"table1": {run: {col: float(t1_numeric[(t1_numeric.run == run) & (t1_numeric.metric == col)]["mean"].iloc[0])
-                                 for col in t1_numeric.metric.unique()} for run in ladder},
+    headline = {"table1": t1_numeric.pivot(index="run", columns="metric", values="mean").to_dict("index"),
                 "prune_max_fraction_within_3pts": {run: v["max_fraction_within_3pts"] for run, v in summary["prune"].items()}}
-    (metrics / "summary.json").write_text(json.dumps(headline, indent=1, sort_keys=True) + "\n")
+    write_json(metrics / "summary.json", headline)
     return summary
 
 
@@ -125,7 +126,6 @@ def _write_readme(out: Path, summary: dict, md: dict[str, str], figs: dict[str, 
               "## Figures 5a, 5b, 15: dropping modules at inference", "",
               f"![Figure 5a]({rel(figs['figure5a'])})", "", f"![Figure 5b]({rel(figs['figure5b'])})", "",
               f"![Figure 15]({rel(figs['figure15'])})", ""]
-    from nac.report.published import RUN_LABELS
     rows = [{"model": RUN_LABELS.get(k, k), "full Acc@1": round(v["full_acc1"], 2), "max fraction dropped within 3 points": v["max_fraction_within_3pts"],
              "speed-up there": round(v["speedup_at_that_fraction"], 2)} for k, v in summary["prune"].items()]
     lines += [pd.DataFrame(rows).to_markdown(index=False), "", "## Learning curves", "",
