@@ -5,7 +5,7 @@ import sys
 
 from nac.data.download import UserDataRequired
 from nac.pipeline.image import builder
-from nac.pipeline.params import load_params
+from nac.tracks.params import load_all_params as load_params
 
 
 def main() -> None:

@@ -1,10 +1,10 @@
-"""DVC stage report: tables, figures and the index README under reports/ from metrics/."""
-from nac.pipeline.params import load_params
-from nac.report.build import build_image_report
+"""DVC stage report: tables, figures, the index README and claims.md under reports/ from metrics/."""
+from nac.report.build import build_report
+from nac.tracks.params import load_all_params
 
 
 def main() -> None:
-    build_image_report(load_params())
+    build_report(load_all_params())
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ def _broken(path: str, value):
     ("seeds", [], "seeds"),
     ("prune.dropped_fraction", [0.0, 1.0], r"\[0, 1\)"),
     ("data.shapes.n_trian", 5, "unknown params"),
-    ("image.ood_dataset", "shapes_novel", "not in data.datasets"),
+    ("image.ood_dataset", "cifar10", "not in data.datasets"),
 ])
 def test_impossible_values_are_rejected_naming_the_key(path, value, match):
     with pytest.raises((ParamsError, ValueError), match=match):

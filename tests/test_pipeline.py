@@ -3,6 +3,7 @@ bookkeeping (nothing changed -> nothing reruns; a prune param -> only prune and 
 training stage killed mid-run that resumes from its checkpoint."""
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -17,7 +18,13 @@ import yaml
 from nac.pipeline.params import write_params
 
 ROOT = Path(__file__).resolve().parents[1]
-COPY = ["nac", "stages", "conf", "dvc.yaml", ".dvcignore", "pyproject.toml"]
+COPY = ["nac", "stages", "conf", "notebooks", "dvc.yaml", ".dvcignore", "pyproject.toml"]
+REPORT_TRACKS = ["points", "listops", "text", "nlvr"]
+REPORT_FIGURES = ["figure3_graph_priors", "figure4_fewshot", "figure5a_prune_accuracy", "figure5b_prune_throughput",
+                  "figure15_prune_relative", "figure6_nlvr_circuits", "learning_curves_image", "learning_curves_tracks"]
+REPORT_TABLES = ["table1", "table1_numeric", "table1_ood_by_style", "figure4_fewshot", "figure4_fewshot_numeric", "table2",
+                 "table3", "nlvr", "nlvr_by_type", "nlvr_analysis"]
+VERDICTS = ("supported", "not supported", "inconclusive")
 
 
 def _env(repo: Path) -> dict:
@@ -62,19 +69,52 @@ def test_smoke_pipeline_writes_every_table_figure_and_metric(smoke_repo):
         assert (smoke_repo / "metrics/image/eval" / f"{run}.json").exists(), run
         assert (smoke_repo / "metrics/image/train" / f"{run}.json").exists(), run
         assert (smoke_repo / "metrics/image/live" / run / "metrics.json").exists(), run
-    for fig in ["figure3_graph_priors", "figure5a_prune_accuracy", "figure5b_prune_throughput",
-                "figure15_prune_relative", "learning_curves_image"]:
+    for track in REPORT_TRACKS:
+        for run in params[track]["runs"]:
+            for seed in params["seeds"]:
+                assert (smoke_repo / "metrics/tracks" / track / f"{run}-{seed}.json").exists(), (track, run, seed)
+    for name in ["fewshot/" + t for t in params["fewshot"]["targets"]] + ["nlvr/analysis"]:
+        assert (smoke_repo / "metrics" / f"{name}.json").exists(), name
+    for fig in REPORT_FIGURES:
         for ext in ("png", "svg"):
             assert (smoke_repo / "reports/figures" / f"{fig}.{ext}").stat().st_size > 1000, fig
+    for name in REPORT_TABLES:
+        assert (smoke_repo / "reports/tables" / f"{name}.md").stat().st_size > 0, name
+        table = pd.read_csv(smoke_repo / "reports/tables" / f"{name}.csv")
+        assert len(table) > 0 and not table.isna().any().any(), f"{name}.csv has empty or NaN cells"
+    for target in params["fewshot"]["targets"]:
+        assert (smoke_repo / "reports/plots/fewshot" / f"{target}.csv").exists(), target
+    for track in REPORT_TRACKS:
+        assert (smoke_repo / "reports/plots/learning_curves" / f"{track}.csv").exists(), track
     table = pd.read_csv(smoke_repo / "reports/tables/table1.csv")
     assert len(table) == len(params["image"]["ladder"])
-    assert not table.isna().any().any(), "Table 1 has empty cells"
     readme = (smoke_repo / "reports/README.md").read_text()
-    assert "profile **smoke**" in readme and "Table 1" in readme and "nan" not in readme.lower()
+    assert "profile **smoke**" in readme and "nan" not in readme.lower()
+    for section in ["Table 1", "Figure 3", "Figure 4", "Figures 5a", "Table 2", "Table 3", "NLVR", "Learning curves",
+                    "Discrepancies"]:
+        assert f"## {section}" in readme, section
+    for fig in REPORT_FIGURES:
+        assert f"figures/{fig}.png" in readme, fig
+    assert "(claims.md)" in readme and "(notebooks/)" in readme
+    _assert_every_claim_has_a_verdict((smoke_repo / "reports/claims.md").read_text(), params)
     summary = json.loads((smoke_repo / "reports/tables/summary.json").read_text())
     assert summary["provenance"]["profile"] == "smoke"
+    assert {"table2", "table3", "nlvr", "fewshot"} <= set(summary)
     headline = json.loads((smoke_repo / "metrics/summary.json").read_text())
     assert set(headline["table1"]) == set(params["image"]["ladder"])
+    assert set(headline["table2_test_acc1"]) == {"perceiver_io", "nac"}
+
+
+def _assert_every_claim_has_a_verdict(claims_md: str, params: dict) -> None:
+    from nac.report.claims import CLAIM_IDS, claim_ids
+
+    ids = claim_ids(params)  # CLAIM_IDS and one few-shot claim per target
+    assert set(CLAIM_IDS) <= set(ids)
+    rows = [line.lower() for line in claims_md.splitlines() if line.lstrip().startswith("|")]
+    for claim in ids:
+        ours = [r for r in rows if re.search(rf"(?<![\w-]){re.escape(claim.lower())}(?![\w-])", r)]
+        assert ours, f"claim {claim!r} has no row in claims.md"
+        assert any(v in r for r in ours for v in VERDICTS), f"claim {claim!r} has no verdict ({', '.join(VERDICTS)})"
 
 
 def test_dvc_repro_with_nothing_changed_reruns_nothing(smoke_repo):
@@ -82,7 +122,7 @@ def test_dvc_repro_with_nothing_changed_reruns_nothing(smoke_repo):
     assert "Running stage" not in proc.stdout, proc.stdout
 
 
-def test_a_prune_param_reruns_only_prune_and_report(smoke_repo):
+def test_a_prune_param_reruns_only_prune_and_what_reads_it(smoke_repo):
     path = smoke_repo / "params.yaml"
     original = path.read_text()
     params = yaml.safe_load(original)
@@ -91,7 +131,7 @@ def test_a_prune_param_reruns_only_prune_and_report(smoke_repo):
     try:  # a real run: report reruns because prune's output (measured throughput) changed
         proc = _run([sys.executable, "-m", "dvc", "repro"], smoke_repo)
         ran = sorted(line.split("'")[1] for line in proc.stdout.splitlines() if line.startswith("Running stage"))
-        assert ran == ["prune", "report"], proc.stdout
+        assert ran == ["notebooks", "prune", "report"], proc.stdout  # the circuit notebook shows the prune curve
     finally:
         path.write_text(original)
 

@@ -54,11 +54,9 @@ def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
 
 def validate(params: dict[str, Any]) -> None:
     """Reject an impossible configuration, naming the key and what would be valid."""
-    from nac.config import ModelConfig
     from nac.data.registry import available, get_builder
     from nac.graphs import PRIORS
-    from nac.pipeline.image import image_model_config, image_train_config, parse_run
-    from nac.training.config import TrainConfig
+    from nac.pipeline.image import image_model_config, image_train_config
 
     _require(params, "profile")
     if params["profile"] not in PROFILES:
@@ -88,9 +86,10 @@ def validate(params: dict[str, Any]) -> None:
         if not image.get("ladder"):
             raise ParamsError("image.ladder is empty; list at least one of perceiver_io, modfc, frozen_graph, nac-<prior>")
         for run in image["ladder"]:
-            parse_run(run)
-            try:
-                ModelConfig.from_dict(image_model_config(params, run, seeds[0], num_classes=2).to_dict())
+            try:  # parse_run raises ParamsError (a ValueError) naming the valid runs
+                image_model_config(params, run, seeds[0], num_classes=2)
+            except ParamsError:
+                raise
             except ValueError as e:
                 raise ParamsError(f"image.model for {run!r}: {e}") from e
         try:
@@ -106,7 +105,6 @@ def validate(params: dict[str, Any]) -> None:
         if not fr or not all(0 <= f < 1 for f in fr) or 0.0 not in fr or sorted(fr) != list(fr):
             raise ParamsError(f"prune.dropped_fraction must be increasing fractions in [0, 1) starting at 0.0 "
                               f"(the full model), got {fr}")
-    _ = TrainConfig  # imported for its validation through image_train_config
 
 
 def _require(params: dict, key: str) -> None:

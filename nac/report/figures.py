@@ -1,7 +1,9 @@
-"""Figures of the image track: Figure 3 (graph priors and learned graphs), Figures 5a, 5b and
-15 (module dropping), and learning curves. Each is saved as PNG and SVG."""
+"""Figures: Figure 3 (graph priors and learned graphs), Figure 4 (few-shot adaptation), Figures
+5a, 5b and 15 (module dropping), Figure 6 (NLVR circuits) and learning curves. Each is saved as
+PNG and SVG."""
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -49,14 +51,15 @@ def figure3(learned: dict[str, np.ndarray], n: int, out_dir: str | Path, seed: i
     return save(fig, out_dir, "figure3_graph_priors")
 
 
-def _ci_lines(ax, df: pd.DataFrame, x: str, y: str, runs: list[str]) -> None:
+def _ci_lines(ax, df: pd.DataFrame, x: str, y: str, runs: list[str], labels: dict[str, str] = RUN_LABELS) -> None:
+    """One line per run: mean of ``y`` per ``x`` with a Student-t 95% CI band."""
     for run in runs:
         sub = df[df["run"] == run]
         stats = [(xv, summarize(g[y].tolist())) for xv, g in sub.groupby(x)]
         xs = np.array([s[0] for s in stats])
         mean = np.array([s[1]["mean"] for s in stats])
         ci = np.array([s[1]["ci95"] for s in stats])
-        line, = ax.plot(xs, mean, marker="o", ms=3.5, label=RUN_LABELS.get(run, run))
+        line, = ax.plot(xs, mean, marker="o", ms=3.5, label=labels.get(run, run))
         ax.fill_between(xs, mean - ci, mean + ci, alpha=0.2, color=line.get_color())
 
 
@@ -112,3 +115,81 @@ def learning_curves(histories: dict[str, list[list[dict]]], out_dir) -> list[Pat
     axes[0].legend(fontsize=7)
     fig.suptitle("Learning curves (mean over seeds)")
     return save(fig, out_dir, "learning_curves_image")
+
+
+def figure4(stats: dict[str, pd.DataFrame], shots: list[int], ways: int, labels: dict[str, str], out_dir) -> list[Path]:
+    """Few-shot adaptation, one panel per target: query Acc@1 against shots per class (log2 axis),
+    NAC and Perceiver IO with 95% CI bands over episodes. ``stats``: target -> the episode rows
+    (``shots, episode, run, acc1``)."""
+    fig, axes = plt.subplots(1, len(stats), figsize=(5 * len(stats), 4), squeeze=False)
+    for ax, (target, df) in zip(axes[0], stats.items()):
+        _ci_lines(ax, df, "shots", "acc1", ["perceiver_io", "nac"], labels)
+        ax.axhline(100.0 / ways, ls="--", lw=0.8, color="grey", label=f"chance ({ways}-way)")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(shots, [str(s) for s in shots])
+        ax.minorticks_off()
+        ax.set_xlabel("labelled examples per class (shots)")
+        ax.set_ylabel("query Acc@1 (%)")
+        ax.set_title(f"{target}: {ways}-way episodes", fontsize=10)
+        ax.legend(fontsize=8)
+    fig.suptitle("Figure 4: few-shot adaptation (mean, 95% CI over episodes)", y=1.02)
+    return save(fig, out_dir, "figure4_fewshot")
+
+
+def circuit_graph(P: np.ndarray, threshold: float, bandwidth: float) -> nx.Graph:
+    """Edges where ``P_ij > threshold``, weighted by the inverse signature distance
+    ``1 / (1 - cos) = 1 / (-bandwidth log P_ij)`` (the spring layout's attraction, as in Figure 6)."""
+    dist = -bandwidth * np.log(np.clip(P, 1e-12, 1.0))
+    g = nx.Graph()
+    g.add_nodes_from(range(len(P)))
+    rows, cols = np.nonzero(np.tril(P > threshold, k=-1))
+    g.add_weighted_edges_from((int(i), int(j), 1.0 / max(float(dist[i, j]), 1e-6)) for i, j in zip(rows, cols))
+    return g
+
+
+def figure6(embedding: pd.DataFrame, examples: dict, out_dir, seed: int = 0) -> list[Path]:
+    """Left: t-SNE of the link-probability matrices of the validation sentences, coloured by
+    reasoning type. Right: the circuits of one typical sentence per type (force-directed; node
+    colour = module index, the same colour map in every drawing)."""
+    shown = [ex["reasoning_type"] for ex in examples["examples"]]
+    types = list(dict.fromkeys(shown + list(embedding["reasoning_type"])))  # the paper's order where given
+    fig = plt.figure(figsize=(15, 7))
+    grid = fig.add_gridspec(2, 3, width_ratios=[1.4, 1, 1])
+    ax = fig.add_subplot(grid[:, 0])
+    sns.scatterplot(embedding.assign(type=embedding["reasoning_type"].str.replace("_", " ")), x="x", y="y", hue="type",
+                    hue_order=[t.replace("_", " ") for t in types], s=18, ax=ax)
+    ax.set(xlabel="t-SNE 1", ylabel="t-SNE 2", title="t-SNE of P (PCA first), by reasoning type")
+    ax.legend(fontsize=8, title=None)
+    threshold, bandwidth = examples["threshold"], examples["bandwidth"]
+    cmap = plt.get_cmap("turbo")
+    for k, ex in enumerate(examples["examples"][:4]):
+        P = np.asarray(ex["P"], dtype=float)
+        g = circuit_graph(P, threshold, bandwidth)
+        axg = fig.add_subplot(grid[k // 2, 1 + k % 2])
+        pos = nx.spring_layout(g, weight="weight", seed=seed)
+        nx.draw_networkx_edges(g, pos, ax=axg, alpha=0.3, width=0.5)
+        nx.draw_networkx_nodes(g, pos, ax=axg, node_size=max(8.0, 600.0 / len(P)),
+                               node_color=[cmap(i / max(len(P) - 1, 1)) for i in g.nodes])
+        axg.set_title(f"{ex['reasoning_type'].replace('_', ' ')}:\n" + textwrap.fill(ex["sentence"], 42), fontsize=8)
+        axg.set_axis_off()
+    U = len(examples["examples"][0]["P"]) if examples["examples"] else 1
+    bar = plt.cm.ScalarMappable(cmap=cmap, norm=plt.Normalize(0, max(U - 1, 1)))
+    fig.colorbar(bar, ax=fig.axes[1:], fraction=0.02, pad=0.01, label="module index")
+    fig.suptitle(f"Figure 6: circuits the conditional NAC designs per sentence (edges where P > {threshold})", y=1.04)
+    return save(fig, out_dir, "figure6_nlvr_circuits")
+
+
+def learning_curves_tracks(histories: dict[str, dict[str, list[list[dict]]]], chance: dict[str, float],
+                           titles: dict[str, str], labels: dict[str, str], out_dir) -> list[Path]:
+    """Validation Acc@1 per epoch of every track (one panel each), one line per run, mean and
+    95% CI band over seeds; dashed: the validation split's majority-class rate."""
+    fig, axes = plt.subplots(1, len(histories), figsize=(4.4 * len(histories), 3.8), squeeze=False)
+    for ax, (track, runs) in zip(axes[0], histories.items()):
+        df = pd.DataFrame([{"run": run, **h} for run, hs in runs.items() for hist in hs for h in hist])
+        _ci_lines(ax, df, "epoch", "val_acc1", list(runs), labels)
+        ax.axhline(chance[track], ls="--", lw=0.8, color="grey", label="majority class")
+        ax.set(xlabel="epoch", ylabel="validation Acc@1 (%)" if ax is axes[0, 0] else "", title=titles.get(track, track))
+        ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
+        ax.legend(fontsize=7)
+    fig.suptitle("Learning curves of the other tracks (mean, 95% CI over seeds)", y=1.03)
+    return save(fig, out_dir, "learning_curves_tracks")

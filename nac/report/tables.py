@@ -59,11 +59,196 @@ def style_table(evals: list[dict[str, Any]], ladder: list[str]) -> pd.DataFrame 
     return pd.DataFrame(rows)
 
 
-def write_table(df: pd.DataFrame, out_dir: str | Path, name: str) -> str:
-    """Write ``<name>.md`` and ``<name>.csv``; returns the Markdown."""
+def write_table(df: pd.DataFrame, out_dir: str | Path, name: str, floatfmt: str = "g") -> str:
+    """Write ``<name>.md`` and ``<name>.csv``; returns the Markdown. ``floatfmt`` formats the
+    Markdown's numeric cells (tabulate also parses cells such as "50.00" as numbers)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    md = df.to_markdown(index=False)
+    md = df.to_markdown(index=False, floatfmt=floatfmt)
     (out_dir / f"{name}.md").write_text(md + "\n")
     df.to_csv(out_dir / f"{name}.csv", index=False)
     return md
+
+
+# ---- the other tracks: Tables 2 and 3, NLVR, few-shot (Figure 4) ----
+
+DASH = "—"  # a cell that does not apply (never left empty, so every CSV cell is filled)
+
+
+def welch(a: list[float], b: list[float]) -> dict[str, float]:
+    """``mean(b) - mean(a)`` with Welch's 95% CI half-width (unequal variances, Welch-Satterthwaite
+    degrees of freedom); 0 when either side has fewer than two values or both have no spread."""
+    from scipy import stats
+
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    diff, n = float(b.mean() - a.mean()), int(min(len(a), len(b)))
+    if n < 2:
+        return {"mean": diff, "ci95": 0.0, "n": n}
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    if va + vb == 0:
+        return {"mean": diff, "ci95": 0.0, "n": n}
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    return {"mean": diff, "ci95": float(stats.t.ppf(0.975, df) * np.sqrt(va + vb)), "n": n}
+
+
+def paired(a: list[float], b: list[float]) -> dict[str, float]:
+    """``b - a`` paired element-wise: mean and Student-t 95% CI of the differences (paired t)."""
+    return summarize((np.asarray(b, dtype=float) - np.asarray(a, dtype=float)).tolist())
+
+
+def read_track(metrics: str | Path, track: str, runs: list[str], seeds: list[int]) -> list[dict[str, Any]]:
+    """``metrics/tracks/<track>/<run>-<seed>.json`` of every configured run and seed."""
+    paths = [Path(metrics) / "tracks" / track / f"{run}-{seed}.json" for run in runs for seed in seeds]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise FileNotFoundError(f"missing metrics of track {track!r}: {', '.join(missing)}; did train_{track} run?")
+    return [json.loads(p.read_text()) for p in paths]
+
+
+def _values(results: list[dict[str, Any]], run: str, key: str) -> list[float]:
+    return [r[key] for r in results if r["run"] == run]
+
+
+def comparison_table(results: dict[str, list[dict[str, Any]]], published: dict[str, dict[str, float]],
+                     track_labels: dict[str, str], nac_label: str) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Tables 2 and 3: the paper's rows with ours (test Acc@1, mean ± 95% CI over seeds) beside
+    Perceiver IO and NAC, then NAC − Perceiver IO (Welch 95% CI over seeds) and the test split's
+    majority-class rate. ``results``: track -> metrics of runs ``perceiver_io`` and ``nac``.
+    Returns (display table, numbers per track for summary.json)."""
+    from nac.report.published import PAPER_ROW
+
+    ours_row = {label: run for run, label in PAPER_ROW.items()}
+    summary: dict[str, Any] = {track: {} for track in results}
+    rows: list[dict[str, Any]] = []
+
+    def cells(row: dict, track: str, paper: float | None, stat: dict | None, signed: bool = False) -> None:
+        label = track_labels[track]
+        row[f"{label}: paper"] = DASH if paper is None else f"{paper:+.2f}" if signed else f"{paper:.2f}"
+        row[f"{label}: ours"] = "not run" if stat is None else fmt(stat["mean"], stat["ci95"], stat["n"])
+        row[f"{label}: ours − paper"] = DASH if paper is None or stat is None else f"{stat['mean'] - paper:+.2f}"
+
+    seeds = "/".join(sorted({str(len(_values(res, "nac", "test_acc1"))) for res in results.values()}))
+    for name, paper in published.items():
+        run = ours_row.get(name)
+        row = {"model": f"{name} ({nac_label})" if run == "nac" else name, "seeds": seeds if run else DASH}
+        for track, res in results.items():
+            stat = summarize(_values(res, run, "test_acc1")) if run else None
+            cells(row, track, paper.get(track), stat)
+            if run:
+                chance = float(np.mean(_values(res, run, "test_chance")))
+                summary[track][run] = {**stat, "paper": paper.get(track), "chance": chance}
+        rows.append(row)
+    row = {"model": "NAC − Perceiver IO (Welch 95% CI)", "seeds": seeds}
+    for track, res in results.items():
+        stat = welch(_values(res, "perceiver_io", "test_acc1"), _values(res, "nac", "test_acc1"))
+        paper = published["NAC"][track] - published["Perceiver IO"][track]
+        cells(row, track, paper, stat, signed=True)
+        summary[track]["nac_minus_perceiver_io"] = {**stat, "paper": paper}
+    rows.append(row)
+    row = {"model": "majority-class rate (test split)", "seeds": DASH}
+    for track, res in results.items():
+        chance = float(np.mean([r["test_chance"] for r in res]))
+        cells(row, track, None, {"mean": chance, "ci95": 0.0, "n": 1})
+        summary[track]["test_chance"] = chance
+    rows.append(row)
+    return pd.DataFrame(rows), summary
+
+
+def _type_label(t: str) -> str:
+    return t.replace("_", " ")
+
+
+def nlvr_tables(results: list[dict[str, Any]], runs: list[str], analysis: dict[str, Any], clip_note: str
+                ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """The NLVR tables: (accuracy of the conditional NAC and its controls, validation Acc@1 per
+    reasoning type, the circuit analysis of ``nlvr/analysis.json``, numbers for summary.json)."""
+    from nac.report.published import NLVR, TRACK_RUN_LABELS
+
+    acc, summary = [], {"runs": {}, "analysis": dict(analysis)}
+    for run in runs:
+        s = {split: summarize(_values(results, run, f"{split}_acc1")) for split in ("val", "test")}
+        chance = {split: float(np.mean(_values(results, run, f"{split}_chance"))) for split in ("val", "test")}
+        paper = NLVR.get(run)
+        acc.append({"model": TRACK_RUN_LABELS.get(run, run), "seeds": str(s["val"]["n"]),
+                    "val Acc@1": fmt(s["val"]["mean"], s["val"]["ci95"], s["val"]["n"]),
+                    "test Acc@1": fmt(s["test"]["mean"], s["test"]["ci95"], s["test"]["n"]),
+                    "val chance": f"{chance['val']:.2f}", "test chance": f"{chance['test']:.2f}",
+                    "paper (NLVR2 val Acc@1)": DASH if paper is None else f"~{paper:.0f}",
+                    "ours − paper (val)": DASH if paper is None else f"{s['val']['mean'] - paper:+.2f}"})
+        summary["runs"][run] = {"val_acc1": s["val"], "test_acc1": s["test"], "val_chance": chance["val"],
+                                "test_chance": chance["test"], "paper_val_acc1": paper}
+    if "conditional" in runs:
+        for control in (r for r in runs if r != "conditional"):
+            d = {split: welch(_values(results, control, f"{split}_acc1"), _values(results, "conditional", f"{split}_acc1"))
+                 for split in ("val", "test")}
+            acc.append({"model": f"Conditional − {TRACK_RUN_LABELS.get(control, control).split(' (')[0]} (Welch 95% CI)",
+                        "seeds": str(d["val"]["n"]), "val Acc@1": fmt(d["val"]["mean"], d["val"]["ci95"], d["val"]["n"]),
+                        "test Acc@1": fmt(d["test"]["mean"], d["test"]["ci95"], d["test"]["n"]),
+                        "val chance": DASH, "test chance": DASH, "paper (NLVR2 val Acc@1)": DASH, "ours − paper (val)": DASH})
+            summary["runs"][f"conditional_minus_{control}"] = {"val_acc1": d["val"], "test_acc1": d["test"]}
+    acc.append({"model": "CLIP zero-shot", "seeds": DASH, "val Acc@1": clip_note, "test Acc@1": DASH, "val chance": DASH,
+                "test chance": DASH, "paper (NLVR2 val Acc@1)": f"{NLVR['clip_zero_shot']:.0f}", "ours − paper (val)": DASH})
+
+    types = list(results[0]["val_acc1_by_type"])
+    counts = analysis.get("count_by_type", {})
+    by_type = []
+    for run in runs:
+        sub = [r for r in results if r["run"] == run]
+        row = {"model": TRACK_RUN_LABELS.get(run, run)}
+        for t in types:
+            s = summarize([r["val_acc1_by_type"][t] for r in sub])
+            row[f"{_type_label(t)} (n={counts[t]})" if t in counts else _type_label(t)] = fmt(s["mean"], s["ci95"], s["n"])
+            summary["runs"][run].setdefault("val_acc1_by_type", {})[t] = s
+        by_type.append(row)
+    return pd.DataFrame(acc), pd.DataFrame(by_type), analysis_table(analysis), summary
+
+
+def analysis_table(a: dict[str, Any]) -> pd.DataFrame:
+    """Does the circuit (``P``) the generator designs for a sentence carry its reasoning type?
+    kNN and silhouette on PCA of ``P`` against shuffled types and the majority-type rate."""
+    label = f"{a['run']} NAC, seed {a['seed']} ({a['split']}, {a['n']} sentences)"
+    if "knn_accuracy" in a:
+        knn = [fmt(a["knn_accuracy"], a["knn_accuracy_ci95"], 2), fmt(a["knn_shuffled"], a["knn_shuffled_ci95"], 2)]
+        sil = [f"{a['silhouette']:.3f}", f"{a['silhouette_shuffled']:.3f}"]
+    else:
+        knn = sil = ["not computed (fewer than 2 sentences per type)", DASH]
+    rows = [
+        {"measure": f"kNN accuracy of the reasoning type from P (k={a['knn_k']}, {a['folds']}-fold CV, ± 95% CI over folds)",
+         label: knn[0], "shuffled types": knn[1], "chance (majority type)": f"{a['chance']:.2f}"},
+        {"measure": f"silhouette of the reasoning types (PCA-{a['pca_dim']} of P)", label: sil[0],
+         "shuffled types": sil[1], "chance (majority type)": "0 (no structure)"},
+        {"measure": "spread of P across sentences (mean over module pairs of the std of P_ij)", label: f"{a['p_spread']:.4f}",
+         "shuffled types": DASH, "chance (majority type)": DASH},
+        {"measure": "mean link probability P_ij", label: f"{a['p_mean']:.3f}", "shuffled types": DASH,
+         "chance (majority type)": DASH},
+        {"measure": f"variance of P kept by PCA-{a['pca_dim']}", label: f"{100 * a['pca_explained']:.1f}%",
+         "shuffled types": DASH, "chance (majority type)": DASH},
+    ]
+    return pd.DataFrame(rows)
+
+
+def fewshot_stats(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Per shot count: query Acc@1 of Perceiver IO and NAC (mean, Student-t 95% CI over episodes)
+    and NAC − Perceiver IO paired by episode (both models see the same episodes). Long table:
+    ``shots, run, mean, ci95, n`` with run in perceiver_io / nac / nac_minus_perceiver_io."""
+    wide = pd.DataFrame(rows).pivot(index=["shots", "episode"], columns="run", values="acc1")
+    out = []
+    for shots, g in wide.groupby(level="shots"):
+        both = g.dropna()
+        for run, vals in (("perceiver_io", g["perceiver_io"].dropna()), ("nac", g["nac"].dropna()),
+                          ("nac_minus_perceiver_io", both["nac"] - both["perceiver_io"])):
+            out.append({"shots": int(shots), "run": run, **summarize(vals.tolist())})
+    return pd.DataFrame(out)
+
+
+def fewshot_table(stats: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Display table of Figure 4: one row per target and shot count."""
+    rows = []
+    for target, df in stats.items():
+        for shots, g in df.groupby("shots"):
+            s = g.set_index("run")
+            cell = lambda run: fmt(s.loc[run, "mean"], s.loc[run, "ci95"], int(s.loc[run, "n"]))  # noqa: E731
+            rows.append({"target": target, "shots": int(shots), "episodes": int(s.loc["nac_minus_perceiver_io", "n"]),
+                         "Perceiver IO": cell("perceiver_io"), "NAC": cell("nac"),
+                         "NAC − Perceiver IO (paired)": cell("nac_minus_perceiver_io")})
+    return pd.DataFrame(rows)

@@ -1,0 +1,217 @@
+"""Train-from-scratch tracks: ``points`` (Table 2), ``listops`` and ``text`` (Table 3) and
+``nlvr`` (the conditional NAC and its controls).
+
+Each track is a params section ``{dataset, runs, model, train}``:
+
+- ``points`` / ``listops`` / ``text`` runs: ``perceiver_io`` and ``nac`` (a NAC with the prior of
+  the ``prior`` config group; scale-free by default, as in the paper's Table 2).
+- ``nlvr`` runs: ``conditional`` (the circuit generator reads the sentence, the executor the
+  image pair; no graph prior, as in the paper), ``text_only`` (a NAC reading only the sentence)
+  and ``image_only`` (a NAC reading only the image pair). The controls show whether the
+  conditional model uses both inputs.
+
+A trained model is ``models/<track>/<run>-<seed>.pt`` (resumed from when interrupted); its
+metrics (validation and test accuracy, the majority-class rate of each split, per-epoch history)
+are ``metrics/tracks/<track>/<run>-<seed>.json``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from nac.config import ModelConfig
+from nac.pipeline.params import ParamsError
+from nac.training.config import TrainConfig
+
+TRACK_RUNS: dict[str, tuple[str, ...]] = {
+    "points": ("perceiver_io", "nac"),
+    "listops": ("perceiver_io", "nac"),
+    "text": ("perceiver_io", "nac"),
+    "nlvr": ("conditional", "text_only", "image_only"),
+}
+TRACK_TITLES = {"points": "Point clouds (Table 2)", "listops": "ListOps (Table 3)", "text": "Byte-level text (Table 3)",
+                "nlvr": "NLVR (conditional NAC)"}
+
+
+def checkpoint_path(track: str, run: str, seed: int) -> Path:
+    return Path("models") / track / f"{run}-{seed}.pt"
+
+
+def metrics_path(track: str, run: str, seed: int) -> Path:
+    return Path("metrics") / "tracks" / track / f"{run}-{seed}.json"
+
+
+def track_builder(params: dict, track: str):
+    from nac.data.registry import get_builder
+
+    data, name = params["data"], params[track]["dataset"]
+    return get_builder(name, data.get("root", "data"), data.get(name) or {})
+
+
+def _prior_settings(params: dict) -> dict[str, Any]:
+    prior = params.get("prior") or {}
+    prior_params = dict(prior.get("params") or {})
+    prior_params.pop("m", None)  # the Barabasi-Albert sample's m (Figure 3) is not a target parameter
+    return {"prior": prior.get("name", "scale_free"), "prior_params": prior_params}
+
+
+def _with_vocab(tokenizer: dict[str, Any], info: dict[str, Any], cond: bool = False) -> dict[str, Any]:
+    """Fill a sequence tokenizer's ``vocab_size`` / ``max_length`` and a feature tokenizer's
+    ``d_feat`` from the dataset's info when the params leave them out."""
+    tok = dict(tokenizer)
+    if tok.get("kind") == "sequence":
+        tok.setdefault("vocab_size", int(info["vocab_size"]))
+        shape = info.get("cond_shape" if cond else "input_shape")
+        if shape:
+            tok.setdefault("max_length", int(shape[-1]))
+    elif tok.get("kind") == "features":
+        shape = info.get("cond_shape" if cond else "input_shape") or [info.get("feature_dim")]
+        tok.setdefault("d_feat", int(shape[-1]))
+    return tok
+
+
+def track_model_config(params: dict, track: str, run: str, info: dict[str, Any]) -> ModelConfig:
+    """The model of one run of a track, from ``<track>.model`` and the dataset's info."""
+    if run not in TRACK_RUNS[track]:
+        raise ParamsError(f"{track}: unknown run {run!r}; valid: {', '.join(TRACK_RUNS[track])}")
+    model = dict(params[track]["model"])
+    cond_tok = model.pop("cond_tokenizer", None)
+    cfg = dict(model, num_classes=int(info["num_classes"]))
+    cfg["tokenizer"] = _with_vocab(model["tokenizer"], info)
+    if run == "perceiver_io":
+        cfg["variant"] = "perceiver_io"
+    elif run == "nac":
+        cfg.update(variant="nac", **_prior_settings(params))
+    elif run == "conditional":
+        if not cond_tok:
+            raise ParamsError(f"{track}.model.cond_tokenizer is required for the conditional NAC")
+        cfg.update(variant="nac", generator="conditional", cond_tokenizer=_with_vocab(cond_tok, info, cond=True))
+    elif run == "text_only":
+        if not cond_tok:
+            raise ParamsError(f"{track}.model.cond_tokenizer is required for the text-only control")
+        cfg.update(variant="nac", tokenizer=_with_vocab(cond_tok, info, cond=True), **_prior_settings(params))
+    else:  # image_only
+        cfg.update(variant="nac", **_prior_settings(params))
+    return ModelConfig.from_dict(cfg)
+
+
+def track_train_config(params: dict, track: str, seed: int) -> TrainConfig:
+    return TrainConfig.from_dict(dict(params[track]["train"], seed=seed, device=params.get("device", "auto")))
+
+
+class RunInputs(Dataset):
+    """A dataset's items as one run reads them: the text-only control reads the sentence as its
+    input (``cond`` -> ``input``), the image-only control drops the sentence, the others read
+    items unchanged. Module-level so DataLoader workers can pickle it."""
+
+    def __init__(self, data: Dataset, run: str):
+        self.data, self.run = data, run
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        item = dict(self.data[i])
+        if self.run == "text_only":
+            item["input"] = item.pop("cond")
+            item.pop("mask", None)
+            if "cond_mask" in item:
+                item["mask"] = item.pop("cond_mask")
+        elif self.run == "image_only":
+            item.pop("cond", None)
+            item.pop("cond_mask", None)
+        return item
+
+
+def majority_rate(labels: np.ndarray) -> float:
+    """Accuracy (percent) of always predicting the most frequent label: the chance level."""
+    _, counts = np.unique(np.asarray(labels), return_counts=True)
+    return float(100.0 * counts.max() / counts.sum())
+
+
+def evaluate_split(model: torch.nn.Module, data: Dataset, device, batch_size: int,
+                   groups: np.ndarray | None = None, group_names: list[str] | None = None) -> dict[str, Any]:
+    """Acc@1, the split's majority-class rate and size, and Acc@1 per group (reasoning type)."""
+    from nac.evaluation import accuracy_by_group, predict, topk_accuracy
+
+    out = predict(model, data, device, batch_size)
+    res = {"acc1": topk_accuracy(out["logits"], out["label"], 1), "chance": majority_rate(out["label"]),
+           "n": int(len(out["label"]))}
+    if groups is not None:
+        res["acc1_by_type"] = accuracy_by_group(out["logits"], out["label"], np.asarray(groups), group_names)
+    return res
+
+
+def train_track_run(params: dict, track: str, run: str, seed: int, live_dir: str | Path | None = None,
+                    progress: bool = True) -> dict[str, Any] | None:
+    """Train one run of a track with one seed, then evaluate it on the validation and test
+    splits. Returns the metrics (``None`` on non-main processes under torchrun)."""
+    from nac.model import build_model, count_parameters
+    from nac.pipeline.image import run_fingerprint
+    from nac.training.distributed import init_distributed
+    from nac.training.loop import fit
+
+    sec = params[track]
+    ds = track_builder(params, track)
+    info = ds.info()
+    world = init_distributed(params.get("device", "auto"))
+    torch.manual_seed(seed)
+    model = build_model(track_model_config(params, track, run, info))
+    cfg = track_train_config(params, track, seed)
+    val = RunInputs(ds.load(sec.get("val_split", "val")), run)
+    out = fit(model, RunInputs(ds.load("train"), run), val if world.is_main else None, cfg, world=world,
+              checkpoint=checkpoint_path(track, run, seed), live_dir=live_dir, progress=progress,
+              desc=f"{track} {run}-{seed}", fingerprint=run_fingerprint(params, sec["dataset"]))
+    if not world.is_main:
+        return None
+    res: dict[str, Any] = {"track": track, "dataset": sec["dataset"], "run": run, "seed": seed,
+                           "parameters": count_parameters(model), "history": out["history"]}
+    device = world.device
+    for split in (sec.get("val_split", "val"), sec.get("test_split", "test")):
+        groups, names = reasoning_types(ds, split) if track == "nlvr" else (None, None)
+        ev = evaluate_split(model, RunInputs(ds.load(split), run), device, cfg.eval_batch_size, groups, names)
+        key = "val" if split == sec.get("val_split", "val") else "test"
+        res.update({f"{key}_{k}": v for k, v in ev.items()})
+    return res
+
+
+# ---------------------------------------------------------------------------- NLVR reasoning types
+REASONING_TYPES = ("hard cardinality", "soft cardinality", "existential", "spatial")
+_NUMBER_WORDS = {"one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "single", "pair"}
+_SOFT_WORDS = {"many", "few", "more", "less", "fewer", "most", "several", "multiple", "least", "some", "majority",
+               "only"}
+_SPATIAL_WORDS = {"left", "right", "above", "below", "behind", "front", "next", "beside", "near", "top", "bottom",
+                  "under", "over", "between", "on", "inside", "around"}
+
+
+def sentence_reasoning_type(sentence: str) -> int:
+    """A keyword rule for NLVR2 sentences, which carry no reasoning-type label (the paper's
+    Appendix G annotation is not public): spatial words first, then exact numbers, then vague
+    quantities, else existential. Returns an index into ``REASONING_TYPES``."""
+    words = {w.strip(".,;:!?\"'").lower() for w in sentence.split()}
+    if words & _SPATIAL_WORDS:
+        return 3
+    if words & _NUMBER_WORDS or any(w.isdigit() for w in words):
+        return 0
+    if words & _SOFT_WORDS:
+        return 1
+    return 2
+
+
+def reasoning_types(builder, split: str) -> tuple[np.ndarray, list[str]]:
+    """Reasoning type per item of ``split``: stored for ``nlvr_shapes``, by keyword rule for NLVR2."""
+    if hasattr(builder, "sentences"):  # nlvr_shapes stores the type it generated
+        info = builder.info()
+        return np.asarray(builder.arrays(split)["reasoning_type"]), list(info["reasoning_types"])
+    records = builder.records(split)
+    return np.array([sentence_reasoning_type(r["sentence"]) for r in records]), list(REASONING_TYPES)
+
+
+def sentences(builder, split: str) -> list[str]:
+    if hasattr(builder, "sentences"):
+        return builder.sentences(split)
+    return [r["sentence"] for r in builder.records(split)]

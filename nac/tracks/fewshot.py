@@ -1,0 +1,302 @@
+"""Few-shot adaptation (Figure 4): fine-tune a pre-trained NAC and Perceiver IO on ``ways``-way
+episodes with 1, 2, 4, 8, 16 labelled examples per class and measure accuracy on held-out
+queries of the same classes.
+
+Protocol (all in the ``fewshot`` params section):
+
+- pre-trained models: the image track's checkpoints (``source: image``; ``perceiver_io`` and
+  ``nac-<prior>``, episode ``e`` uses the checkpoint of seed ``seeds[e % len(seeds)]``), or models
+  pre-trained by this stage (``source: pretrain``, the paper profile's ImageNet settings).
+- episode ``e`` of a target: ``ways`` classes drawn without replacement; per class a fixed random
+  order of its support-split examples, of which a ``k``-shot episode takes the first ``k``
+  (support sets are nested across shot counts); ``queries_per_class`` query examples per class
+  from the query split (the same queries for every shot count and both models).
+- adaptation: the classifier layer is replaced by a new ``ways``-way one; the parameters named in
+  ``freeze`` (prefixes, default the tokenizer) stay fixed and in eval mode; everything else is
+  trained with AdamW for ``steps`` steps on the support set (full batch up to ``batch_size``,
+  else random mini-batches), cross-entropy plus the pre-training's graph regularizer.
+- NAC and Perceiver IO see identical episodes, so their difference is paired per episode.
+
+Optimisation (tested equal to the plain form): with a frozen tokenizer the tokens of the support
+and query images are computed once per episode instead of at every step.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from nac.config import ConfigDict
+
+
+@dataclass
+class FewShotConfig(ConfigDict):
+    section = "fewshot protocol"
+    ways: int = 8
+    shots: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
+    episodes: int = 5
+    queries_per_class: int = 40
+    steps: int = 30
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    batch_size: int = 128
+    reg_weight: float = 0.1
+    freeze: list[str] = field(default_factory=lambda: ["tokenizer"])
+    precompute_tokens: bool = True
+    support_split: str = "train"
+    query_split: str = "test"
+
+    def __post_init__(self) -> None:
+        if self.ways < 2:
+            raise ValueError(f"fewshot.ways must be >= 2, got {self.ways}")
+        if not self.shots or any(int(s) < 1 for s in self.shots):
+            raise ValueError(f"fewshot.shots must be positive counts, got {self.shots}")
+        for name in ("episodes", "queries_per_class", "steps", "batch_size"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"fewshot.{name} must be >= 1, got {getattr(self, name)}")
+        if self.lr <= 0:
+            raise ValueError(f"fewshot.lr must be > 0, got {self.lr}")
+
+
+@dataclass
+class Episode:
+    classes: np.ndarray              # [ways] original class ids
+    support: dict[int, np.ndarray]   # shots -> indices into the support split ([ways * shots], class-major)
+    query: np.ndarray                # indices into the query split
+
+
+def sample_episode(support_labels: np.ndarray, query_labels: np.ndarray, cfg: FewShotConfig,
+                   seed: int) -> Episode:
+    """One episode (see the module docstring), deterministic in ``seed``."""
+    rng = np.random.default_rng(seed)
+    classes_all = np.intersect1d(np.unique(support_labels), np.unique(query_labels))
+    need = max(cfg.shots)
+    usable = [c for c in classes_all if (support_labels == c).sum() >= need]
+    if len(usable) < cfg.ways:
+        raise ValueError(f"few-shot: only {len(usable)} classes have >= {need} support examples; "
+                         f"{cfg.ways}-way episodes need {cfg.ways}. Lower fewshot.ways or max(fewshot.shots)")
+    classes = np.sort(rng.choice(np.asarray(usable), size=cfg.ways, replace=False))
+    order = {c: rng.permutation(np.flatnonzero(support_labels == c)) for c in classes}
+    support = {k: np.concatenate([order[c][:k] for c in classes]) for k in cfg.shots}
+    query = np.concatenate([rng.permutation(np.flatnonzero(query_labels == c))[:cfg.queries_per_class]
+                            for c in classes])
+    return Episode(classes, support, query)
+
+
+def _stack(data, idx: np.ndarray, image_size: int | None = None) -> torch.Tensor:
+    """The inputs at ``idx``; images resized (bilinear, antialiased; floats in [0, 1]) when the
+    pre-trained tokenizer reads another size (CIFAR's 32 px for a 224 px ImageNet model)."""
+    x = torch.stack([data[int(i)]["input"] for i in idx])
+    if image_size and x.dim() == 4 and x.shape[-1] != image_size:
+        x = x.float() / 255.0 if x.dtype == torch.uint8 else x.float()
+        x = F.interpolate(x, size=(image_size, image_size), mode="bilinear", antialias=True, align_corners=False)
+    return x
+
+
+def _relabel(labels: np.ndarray, classes: np.ndarray) -> torch.Tensor:
+    lookup = {int(c): i for i, c in enumerate(classes)}
+    return torch.tensor([lookup[int(y)] for y in labels], dtype=torch.long)
+
+
+def prepare_model(pretrained: nn.Module, ways: int, freeze: list[str], seed: int) -> nn.Module:
+    """A copy of ``pretrained`` with a new ``ways``-way classifier and the ``freeze`` prefixes
+    fixed (``requires_grad=False``)."""
+    model = copy.deepcopy(pretrained)
+    torch.manual_seed(seed)
+    old = model.read_out.head
+    model.read_out.head = nn.Linear(old.in_features, ways)
+    model.config = copy.deepcopy(model.config)
+    model.config.num_classes = ways
+    for name, p in model.named_parameters():
+        p.requires_grad = not any(name == f or name.startswith(f + ".") for f in freeze)
+    return model
+
+
+def _set_mode(model: nn.Module, freeze: list[str]) -> None:
+    """Train mode, except frozen sub-modules, which stay in eval mode (BatchNorm statistics fixed)."""
+    model.train()
+    for name, module in model.named_modules():
+        if name and any(name == f or name.startswith(f + ".") for f in freeze):
+            module.eval()
+
+
+def adapt(pretrained: nn.Module, support_x: torch.Tensor, support_y: torch.Tensor, cfg: FewShotConfig, seed: int,
+          device: torch.device | str = "cpu", precompute_tokens: bool | None = None) -> nn.Module:
+    """Fine-tune a copy of ``pretrained`` on the support set (see the module docstring).
+
+    With ``precompute_tokens`` (default ``cfg.precompute_tokens``) and a frozen tokenizer, the
+    support tokens are computed once and the returned model's tokenizer is ``nn.Identity`` (it
+    reads tokens: pass ``pretrained.tokenizer`` outputs); otherwise it reads images.
+    """
+    device = torch.device(device)
+    precompute = cfg.precompute_tokens if precompute_tokens is None else precompute_tokens
+    model = prepare_model(pretrained, cfg.ways, cfg.freeze, seed).to(device)
+    support_x, support_y = support_x.to(device), support_y.to(device)
+    if precompute and "tokenizer" in cfg.freeze:  # frozen + eval mode: the same tokens at every step
+        model.tokenizer.eval()
+        with torch.no_grad():
+            support_x = model.tokenizer(support_x)
+        model.tokenizer = nn.Identity()
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    n = len(support_y)
+    for _ in range(cfg.steps):
+        _set_mode(model, cfg.freeze)
+        idx = (torch.randperm(n, generator=gen)[:cfg.batch_size] if n > cfg.batch_size else torch.arange(n)).to(device)
+        design = model.design()
+        loss = F.cross_entropy(model(support_x[idx], design=design), support_y[idx])
+        if cfg.reg_weight:
+            loss = loss + cfg.reg_weight * model.graph_regularizer(design).to(device)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    return model.eval()
+
+
+@torch.no_grad()
+def query_accuracy(model: nn.Module, query_x: torch.Tensor, query_y: torch.Tensor, tokenizer: nn.Module | None = None,
+                   batch_size: int = 256) -> float:
+    """Acc@1 (percent) on the queries; ``tokenizer`` first maps them to tokens (for a model
+    adapted with precomputed tokens)."""
+    model.eval()
+    device = next(model.parameters()).device
+    preds = []
+    for i in range(0, len(query_x), batch_size):
+        x = query_x[i:i + batch_size].to(device)
+        if tokenizer is not None:
+            x = tokenizer.eval()(x)
+        preds.append(model(x).argmax(-1).cpu())
+    return float(100.0 * (torch.cat(preds) == query_y.cpu()).float().mean().item())
+
+
+def adapt_and_evaluate(pretrained: nn.Module, support_x: torch.Tensor, support_y: torch.Tensor,
+                       query_x: torch.Tensor, query_y: torch.Tensor, cfg: FewShotConfig, seed: int,
+                       device: torch.device | str = "cpu") -> float:
+    """Fine-tune a copy of ``pretrained`` on the support set; query Acc@1 in percent."""
+    model = adapt(pretrained, support_x, support_y, cfg, seed, device)
+    tokenizer = pretrained.tokenizer.to(device) if isinstance(model.tokenizer, nn.Identity) else None
+    return query_accuracy(model, query_x, query_y, tokenizer)
+
+
+def run_fewshot(pretrained: dict[str, list[nn.Module]], targets: dict[str, Any], cfg: FewShotConfig,
+                device: torch.device | str = "cpu", progress: bool = True, seed: int = 0) -> list[dict[str, Any]]:
+    """All episodes: ``pretrained`` maps a run name to its pre-trained models (one per seed;
+    episode ``e`` uses model ``e % len``), ``targets`` maps a target name to its dataset builder.
+    Returns one row per (target, run, shots, episode)."""
+    from tqdm.auto import tqdm
+
+    rows = []
+    jobs = [(t, e) for t in targets for e in range(cfg.episodes)]
+    bar = tqdm(total=len(jobs) * len(pretrained) * len(cfg.shots), desc="few-shot", unit="fit", disable=not progress)
+    for t_idx, (target, e) in enumerate(jobs):
+        b = targets[target]
+        sup, qry = b.load(cfg.support_split), b.load(cfg.query_split)
+        sup_labels, qry_labels = _labels(sup), _labels(qry)
+        ep_seed = seed * 1_000_003 + sorted(targets).index(target) * 10_007 + e
+        ep = sample_episode(sup_labels, qry_labels, cfg, ep_seed)
+        for run, models in pretrained.items():
+            size = models[0].config.tokenizer.get("image_size")
+            qx, qy = _stack(qry, ep.query, size), _relabel(qry_labels[ep.query], ep.classes)
+            model_index = e % len(models)
+            for k in cfg.shots:
+                idx = ep.support[k]
+                acc = adapt_and_evaluate(models[model_index], _stack(sup, idx, size), _relabel(sup_labels[idx], ep.classes),
+                                         qx, qy, cfg, seed=ep_seed * 31 + k, device=device)
+                rows.append({"target": target, "run": run, "shots": int(k), "episode": e, "model_index": model_index,
+                             "acc1": acc, "n_query": int(len(qy)), "classes": [int(c) for c in ep.classes]})
+                bar.update(1)
+                bar.set_postfix(target=target, run=run, shots=k)
+    bar.close()
+    return rows
+
+
+def _labels(data) -> np.ndarray:
+    arrays, rename = getattr(data, "arrays", None), getattr(data, "rename", {})
+    if isinstance(arrays, dict):  # a cached ArrayDataset: read the label column without decoding items
+        for key, values in arrays.items():
+            if rename.get(key, key) == "label":
+                return np.asarray(values)
+    return np.asarray([int(data[i]["label"]) for i in range(len(data))])
+
+
+def load_pretrained(params: dict, run: str, device, progress: bool = True) -> list[nn.Module]:
+    """The pre-trained models of one few-shot run, one per seed (see the module docstring)."""
+    from nac.checkpoint import load_model
+    from nac.pipeline.image import checkpoint_path as image_checkpoint
+    from nac.tracks.params import fewshot_image_run
+
+    fs = params["fewshot"]
+    if fs["source"] == "image":
+        return [load_model(image_checkpoint(fewshot_image_run(params, run), s), map_location=device)
+                for s in params["seeds"]]
+    return [pretrain(params, run, s, progress) for s in params["seeds"]]
+
+
+def pretrain(params: dict, run: str, seed: int, progress: bool = True) -> nn.Module:
+    """Pre-train (or resume / reload) the source model of a few-shot run on ``fewshot.pretrain``
+    (the paper profile: ImageNet). Checkpoints in ``models/fewshot_pretrain/``; a finished one is
+    reloaded at no cost, so the stages of several targets share it."""
+    from pathlib import Path
+
+    from nac.config import ModelConfig
+    from nac.data.registry import get_builder
+    from nac.model import build_model
+    from nac.pipeline.image import run_fingerprint
+    from nac.tracks.common import _prior_settings
+    from nac.training.config import TrainConfig
+    from nac.training.distributed import init_distributed
+    from nac.training.loop import fit
+
+    pre = params["fewshot"]["pretrain"]
+    data = params["data"]
+    ds = get_builder(pre["dataset"], data.get("root", "data"), data.get(pre["dataset"]) or {})
+    cfg = dict(pre["model"], num_classes=int(ds.info()["num_classes"]))
+    if run == "perceiver_io":
+        cfg.update(variant="perceiver_io", **(pre.get("perceiver_io") or {}))
+    else:
+        cfg.update(variant="nac", **_prior_settings(params))
+    torch.manual_seed(seed)
+    model = build_model(ModelConfig.from_dict(cfg))
+    train_cfg = TrainConfig.from_dict(dict(pre["train"], seed=seed, device=params.get("device", "auto")))
+    world = init_distributed(params.get("device", "auto"))
+    fit(model, ds.load("train"), ds.load(pre.get("val_split", "val")) if world.is_main else None, train_cfg, world=world,
+        checkpoint=Path("models") / "fewshot_pretrain" / f"{run}-{seed}.pt", progress=progress,
+        desc=f"pretrain {run}-{seed}", fingerprint=run_fingerprint(params, pre["dataset"]))
+    return model
+
+
+def run_target(params: dict, target: str, out_dir: str = "metrics/fewshot", progress: bool = True) -> list[dict]:
+    """The stage for one target: every episode, shot count and run; writes ``<target>.json``
+    (protocol + rows) and ``<target>.csv`` (rows)."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from nac.data.registry import get_builder
+    from nac.pipeline.params import write_json
+    from nac.training.distributed import resolve_device
+
+    fs = params["fewshot"]
+    cfg = FewShotConfig.from_dict(dict(fs.get("protocol") or {}))
+    device = resolve_device(params.get("device", "auto"))
+    data = params["data"]
+    b = get_builder(target, data.get("root", "data"), data.get(target) or {})
+    pretrained = {run: [m.to(device).eval() for m in load_pretrained(params, run, device, progress)] for run in fs["runs"]}
+    rows = run_fewshot(pretrained, {target: b}, cfg, device=device, progress=progress,
+                       seed=int(fs.get("seed", 0)))
+    from nac.tracks.params import fewshot_image_run
+    for r in rows:
+        r["model"] = fewshot_image_run(params, r["run"]) if fs["source"] == "image" else r["run"]
+    out = Path(out_dir)
+    write_json(out / f"{target}.json", {"target": target, "source": fs["source"], "protocol": cfg.to_dict(),
+                                        "rows": rows})
+    pd.DataFrame([{k: v for k, v in r.items() if k != "classes"} for r in rows]).to_csv(out / f"{target}.csv", index=False)
+    return rows
+

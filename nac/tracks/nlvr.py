@@ -1,0 +1,173 @@
+"""The NLVR analysis (Figure 6): what the conditional circuit generator does with the sentence.
+
+For every validation sentence the generator's link-probability matrix ``P`` (eq. 2) is computed;
+its strict lower triangle is flattened, reduced by PCA to (at most) 64 dimensions and embedded in
+2-D by t-SNE, coloured by reasoning type (the paper's left panel). The right panel draws ``P`` of
+one typical sentence per type as a graph (an edge where ``P > 0.5``, force-directed layout with
+attraction inversely proportional to the signature distance ``-bandwidth * log P``).
+
+Beyond the paper's picture, two numbers say how much the reasoning type is encoded in ``P``:
+the k-NN accuracy of predicting the type from the PCA features (stratified cross-validation; set
+beside the majority-class rate and the same classifier on shuffled types) and the silhouette
+score of the types in that space (0 = no structure). The spread of ``P`` across sentences (the
+paper's "diversity" observation) is the mean over matrix entries of the standard deviation over
+sentences.
+
+Control: the same measures for a freshly initialised model of the same configuration. ``P`` is a
+function of the sentence, so some type structure is there before any training; only the excess
+over this control is learned.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+
+@torch.no_grad()
+def link_matrices(model: torch.nn.Module, data, device: torch.device | str = "cpu",
+                  batch_size: int = 256) -> np.ndarray:
+    """``P`` ``[N, U, U]`` (float32) of the conditional circuit generator for every item of ``data``."""
+    device = torch.device(device)
+    model.eval().to(device)
+    out = []
+    for batch in DataLoader(data, batch_size=batch_size, shuffle=False):
+        cond = batch["cond"].to(device)
+        mask = batch["cond_mask"].to(device).bool() if "cond_mask" in batch else None
+        out.append(model.link_probabilities(model.design(cond, mask)).float().cpu())
+    return torch.cat(out).numpy()
+
+
+def lower_triangle(P: np.ndarray) -> np.ndarray:
+    """Strict lower triangle of each ``[U, U]`` matrix, flattened: ``[N, U (U - 1) / 2]``."""
+    rows, cols = np.tril_indices(P.shape[-1], k=-1)
+    return P[:, rows, cols]
+
+
+def _ci95(values: np.ndarray) -> float:
+    from scipy import stats
+
+    if len(values) < 2:
+        return 0.0
+    return float(stats.t.ppf(0.975, len(values) - 1) * np.std(values, ddof=1) / np.sqrt(len(values)))
+
+
+def analyse(P: np.ndarray, types: np.ndarray, seed: int = 0, pca_dim: int = 64, knn_k: int = 5, folds: int = 5,
+            shuffles: int = 5, perplexity: float = 30.0, embed: bool = True) -> dict[str, Any]:
+    """PCA -> t-SNE embedding of the flattened ``P`` and the structure measures (module docstring).
+
+    Returns ``{"embedding": [N, 2] (None without ``embed``), "pca": [N, d], **measures}``.
+    """
+    from sklearn.decomposition import PCA
+    from sklearn.manifold import TSNE
+    from sklearn.metrics import silhouette_score
+    from sklearn.model_selection import StratifiedKFold, cross_val_score
+    from sklearn.neighbors import KNeighborsClassifier
+
+    types = np.asarray(types)
+    X = lower_triangle(P).astype(np.float64)
+    n = len(X)
+    dim = int(min(pca_dim, n - 1, X.shape[1]))
+    pca = PCA(n_components=dim, random_state=seed)
+    Z = pca.fit_transform(X)
+    emb = (TSNE(n_components=2, perplexity=float(min(perplexity, (n - 1) / 3)), init="pca", random_state=seed).fit_transform(Z)
+           if embed else None)
+    n_folds = int(min(folds, np.bincount(types).min())) if len(np.unique(types)) > 1 else 0
+    res: dict[str, Any] = {"n": int(n), "pca_dim": dim, "pca_explained": float(pca.explained_variance_ratio_.sum()),
+                           "knn_k": knn_k, "folds": n_folds,
+                           "chance": float(100.0 * np.bincount(types).max() / n),
+                           "p_spread": float(P.std(axis=0).mean()), "p_mean": float(P.mean())}
+    if n_folds >= 2:
+        cv = StratifiedKFold(n_splits=n_folds, shuffle=True, random_state=seed)
+        knn = KNeighborsClassifier(n_neighbors=knn_k)
+        scores = 100.0 * cross_val_score(knn, Z, types, cv=cv)
+        rng = np.random.default_rng(seed)
+        shuffled = [100.0 * cross_val_score(knn, Z, rng.permutation(types), cv=cv).mean() for _ in range(shuffles)]
+        res.update(knn_accuracy=float(scores.mean()), knn_accuracy_ci95=_ci95(scores),
+                   knn_shuffled=float(np.mean(shuffled)), knn_shuffled_ci95=_ci95(np.asarray(shuffled)),
+                   silhouette=float(silhouette_score(Z, types)),
+                   silhouette_shuffled=float(np.mean([silhouette_score(Z, rng.permutation(types))
+                                                      for _ in range(shuffles)])))
+    res["embedding"], res["pca"] = emb, Z
+    return res
+
+
+def typical_examples(Z: np.ndarray, types: np.ndarray) -> dict[int, int]:
+    """Per reasoning type, the index of its medoid-like item (closest to the type's mean in ``Z``)."""
+    out = {}
+    for t in np.unique(types):
+        idx = np.flatnonzero(types == t)
+        centre = Z[idx].mean(axis=0)
+        out[int(t)] = int(idx[np.argmin(((Z[idx] - centre) ** 2).sum(axis=1))])
+    return out
+
+
+def graph_of(P: np.ndarray, threshold: float = 0.5):
+    """networkx graph of one ``P``: an edge ``i - j`` where ``P_ij > threshold`` (``i != j``),
+    weighted by ``1 / (1 - cos)`` (inverse signature distance) for the force-directed layout."""
+    import networkx as nx
+
+    U = P.shape[0]
+    G = nx.Graph()
+    G.add_nodes_from(range(U))
+    dist = -np.log(np.clip(P, 1e-12, 1.0))
+    for i in range(U):
+        for j in range(i):
+            if P[i, j] > threshold:
+                G.add_edge(i, j, weight=float(1.0 / max(dist[i, j], 1e-3)))
+    return G
+
+
+def run_analysis(params: dict, out_dir: str = "metrics/nlvr", progress: bool = True) -> dict[str, Any]:
+    """The stage: load the analysed model, compute ``P`` on the validation split, analyse, write
+    ``analysis.json`` (measures), ``embedding.csv`` (t-SNE points with type and sentence) and
+    ``examples.json`` (``P`` of one typical sentence per type)."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from nac.checkpoint import load_model
+    from nac.pipeline.params import write_json
+    from nac.tracks.common import checkpoint_path, reasoning_types, sentences, track_builder
+    from nac.training.distributed import resolve_device
+
+    sec = params["nlvr"]
+    cfg = dict(sec.get("analysis") or {})
+    run, seed = cfg.pop("run", "conditional"), int(cfg.pop("seed", params["seeds"][0]))
+    split = sec.get("val_split", "val")
+    device = resolve_device(params.get("device", "auto"))
+    model = load_model(checkpoint_path("nlvr", run, seed), map_location=device)
+    if model.config.generator != "conditional":
+        raise ValueError(f"nlvr.analysis.run={run!r} has no conditional circuit generator; analyse 'conditional'")
+    ds = track_builder(params, "nlvr")
+    data = ds.load(split)
+    types, names = reasoning_types(ds, split)
+    texts = sentences(ds, split)
+    bs = sec["train"].get("eval_batch_size", 256)
+    P = link_matrices(model, data, device, bs)
+    res = analyse(P, types, seed=seed, **cfg)
+    emb, Z = res.pop("embedding"), res.pop("pca")
+    from nac.model import build_model
+    torch.manual_seed(seed + 10_000)
+    fresh = build_model(model.config)
+    control = analyse(link_matrices(fresh, data, device, bs), types, seed=seed, embed=False, **cfg)
+    res["untrained"] = {k: control[k] for k in ("knn_accuracy", "knn_accuracy_ci95", "knn_shuffled", "silhouette",
+                                                "silhouette_shuffled", "p_spread", "p_mean") if k in control}
+    res.update(run=run, seed=seed, split=split, reasoning_types=names, modules=int(P.shape[-1]),
+               bandwidth=float(model.config.bandwidth),
+               count_by_type={names[int(t)]: int((types == t).sum()) for t in np.unique(types)})
+    out = Path(out_dir)
+    write_json(out / "analysis.json", res)
+    labels = np.asarray(data.arrays["labels"]) if isinstance(getattr(data, "arrays", None), dict) and "labels" in data.arrays else None
+    frame = pd.DataFrame({"x": emb[:, 0], "y": emb[:, 1], "reasoning_type": [names[int(t)] for t in types],
+                          "sentence": texts})
+    if labels is not None:
+        frame["label"] = labels
+    out.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(out / "embedding.csv", index=False)
+    examples = [{"reasoning_type": names[t], "index": i, "sentence": texts[i], "P": np.round(P[i], 5).tolist()}
+                for t, i in typical_examples(Z, types).items()]
+    write_json(out / "examples.json", {"threshold": 0.5, "bandwidth": float(model.config.bandwidth), "examples": examples})
+    return res

@@ -1,0 +1,240 @@
+"""The report builders of Tables 2 and 3, the NLVR tables, Figure 4 (few-shot), Figure 6 and the
+tracks' learning curves, on small synthetic metrics: every cell filled, the confidence intervals
+equal scipy's, and the whole build (image part stubbed) writes every file the README links."""
+import json
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from nac.pipeline.image import summarize
+from nac.report import build, figures, tables
+from nac.report.published import TABLE2, TABLE3, TRACK_LABELS
+
+SEEDS = [0, 1, 2]
+RUNS = {"points": ["perceiver_io", "nac"], "listops": ["perceiver_io", "nac"], "text": ["perceiver_io", "nac"],
+        "nlvr": ["conditional", "text_only", "image_only"]}
+TYPES = ["hard_cardinality", "soft_cardinality", "existential", "spatial"]
+TARGETS, SHOTS, EPISODES, U = ["digits", "shapes_novel"], [1, 2, 4, 8, 16], 4, 8
+
+
+def _params() -> dict:
+    return {"profile": "smoke", "seeds": SEEDS, "prior": {"name": "scale_free"},
+            **{t: {"dataset": f"{t}_data", "runs": runs} for t, runs in RUNS.items()},
+            "fewshot": {"source": "image", "targets": TARGETS,
+                        "protocol": {"ways": 8, "shots": SHOTS, "episodes": EPISODES, "queries_per_class": 4,
+                                     "steps": 3, "lr": 1e-3, "freeze": ["tokenizer"]}}}
+
+
+def _track_result(track: str, run: str, seed: int, rng: np.random.Generator) -> dict:
+    acc = lambda: float(rng.uniform(30, 90))  # noqa: E731
+    res = {"track": track, "dataset": f"{track}_data", "run": run, "seed": seed, "parameters": 1000,
+           "history": [{"epoch": e, "train_loss": 1.0 / e, "train_reg": 0.0, "train_acc": acc(), "lr": 1e-3,
+                        "val_acc1": acc(), "val_acc5": 100.0} for e in (1, 2, 3)],
+           "val_acc1": acc(), "val_chance": 25.0, "val_n": 100, "test_acc1": acc(), "test_chance": 20.0, "test_n": 100}
+    if track == "nlvr":
+        res["val_acc1_by_type"] = {t: acc() for t in TYPES}
+        res["test_acc1_by_type"] = {t: acc() for t in TYPES}
+    return res
+
+
+def write_metrics(root: Path, seed: int = 0) -> Path:
+    """A synthetic ``metrics/`` of the tracks, few-shot and NLVR analysis (the files the stages write)."""
+    rng = np.random.default_rng(seed)
+    metrics = root / "metrics"
+    for track, runs in RUNS.items():
+        (metrics / "tracks" / track).mkdir(parents=True)
+        for run in runs:
+            for s in SEEDS:
+                (metrics / "tracks" / track / f"{run}-{s}.json").write_text(json.dumps(_track_result(track, run, s, rng)))
+    (metrics / "fewshot").mkdir()
+    for target in TARGETS:
+        rows = [{"target": target, "run": run, "model": model, "shots": k, "episode": e, "model_index": e % 3,
+                 "acc1": float(np.clip(20 + 8 * np.log2(k) + (5 if run == "nac" else 0) + rng.normal(0, 4), 0, 100)),
+                 "n_query": 32, "classes": list(range(8))}
+                for run, model in (("perceiver_io", "perceiver_io"), ("nac", "nac-scale_free"))
+                for k in SHOTS for e in range(EPISODES)]
+        rng.shuffle(rows)  # pairing must go by (shots, episode), not by row order
+        (metrics / "fewshot" / f"{target}.json").write_text(json.dumps(
+            {"target": target, "source": "image", "protocol": _params()["fewshot"]["protocol"], "rows": rows}))
+    (metrics / "nlvr").mkdir()
+    analysis = {"n": 40, "pca_dim": 16, "pca_explained": 0.93, "knn_k": 5, "folds": 3, "chance": 25.0,
+                "p_spread": 0.02, "p_mean": 0.8, "knn_accuracy": 70.0, "knn_accuracy_ci95": 8.0, "knn_shuffled": 26.0,
+                "knn_shuffled_ci95": 5.0, "silhouette": 0.12, "silhouette_shuffled": -0.01, "run": "conditional",
+                "seed": 0, "split": "val", "reasoning_types": TYPES, "modules": U, "bandwidth": 1.0,
+                "count_by_type": {t: 10 for t in TYPES}}
+    (metrics / "nlvr" / "analysis.json").write_text(json.dumps(analysis))
+    embedding = pd.DataFrame({"x": rng.normal(size=40), "y": rng.normal(size=40), "reasoning_type": TYPES * 10,
+                              "sentence": ["there is a red square"] * 40, "label": [1, 0] * 20})
+    embedding.to_csv(metrics / "nlvr" / "embedding.csv", index=False)
+    examples = []
+    for i, t in enumerate(TYPES):
+        P = np.exp(-(1 - np.clip(rng.uniform(-1, 1, (U, U)), -1, 1)))
+        P = (P + P.T) / 2
+        np.fill_diagonal(P, 1.0)
+        examples.append({"reasoning_type": t, "index": i, "sentence": f"a long sentence of type {t} " * 3, "P": P.tolist()})
+    (metrics / "nlvr" / "examples.json").write_text(json.dumps({"threshold": 0.5, "bandwidth": 1.0, "examples": examples}))
+    return metrics
+
+
+def _no_empty_cells(df: pd.DataFrame) -> None:
+    assert not df.isna().any().any(), df
+    assert not (df.astype(str).apply(lambda c: c.str.strip()) == "").any().any(), df
+
+
+def _csv_is_full(path: Path) -> pd.DataFrame:
+    df = pd.read_csv(path)
+    _no_empty_cells(df)
+    return df
+
+
+@pytest.mark.parametrize("a, b", [([70.1, 72.5, 69.8], [74.0, 73.2, 77.9]), ([1.0, 2.0, 4.0, 8.0], [3.0, 3.5, 9.0])])
+def test_welch_ci_equals_scipy(a, b):
+    ci = stats.ttest_ind(b, a, equal_var=False).confidence_interval(0.95)
+    res = tables.welch(a, b)
+    assert res["mean"] == pytest.approx(np.mean(b) - np.mean(a))
+    assert res["ci95"] == pytest.approx((ci.high - ci.low) / 2)
+
+
+def test_paired_ci_equals_scipy_and_single_values_have_no_ci():
+    a, b = [10.0, 20.0, 30.0, 45.0], [14.0, 21.0, 37.0, 46.0]
+    ci = stats.ttest_rel(b, a).confidence_interval(0.95)
+    assert tables.paired(a, b)["ci95"] == pytest.approx((ci.high - ci.low) / 2)
+    assert summarize([1.0, 2.0, 6.0])["ci95"] == pytest.approx(stats.t.ppf(0.975, 2) * np.std([1, 2, 6], ddof=1) / np.sqrt(3))
+    assert tables.welch([50.0], [60.0]) == {"mean": 10.0, "ci95": 0.0, "n": 1}
+    assert tables.welch([50.0, 50.0], [60.0, 60.0])["ci95"] == 0.0
+
+
+def test_tables_2_and_3_have_every_cell_and_the_right_numbers(tmp_path):
+    metrics = write_metrics(tmp_path)
+    results = {t: tables.read_track(metrics, t, RUNS[t], SEEDS) for t in ("listops", "text")}
+    display, summary = tables.comparison_table(results, TABLE3, TRACK_LABELS, "ours: scale-free prior")
+    tables.write_table(display, tmp_path / "tables", "table3", ".2f")
+    df = _csv_is_full(tmp_path / "tables" / "table3.csv")
+    assert len(df) == len(TABLE3) + 2 and "Linformer" in set(df["model"])
+    nac = [r["test_acc1"] for r in results["listops"] if r["run"] == "nac"]
+    pio = [r["test_acc1"] for r in results["listops"] if r["run"] == "perceiver_io"]
+    s, d = summarize(nac), tables.welch(pio, nac)
+    row = df.set_index("model").loc["NAC (ours: scale-free prior)"]
+    assert row["ListOps: ours"] == f"{s['mean']:.2f} ± {s['ci95']:.2f}"
+    assert row["ListOps: ours − paper"] == f"{s['mean'] - TABLE3['NAC']['listops']:+.2f}"
+    diff_row = df.set_index("model").loc["NAC − Perceiver IO (Welch 95% CI)"]
+    assert diff_row["ListOps: ours"] == f"{d['mean']:.2f} ± {d['ci95']:.2f}"
+    assert summary["listops"]["nac_minus_perceiver_io"]["paper"] == pytest.approx(41.40 - 39.70)
+    assert summary["text"]["test_chance"] == 20.0
+    points = {"points": tables.read_track(metrics, "points", RUNS["points"], SEEDS)}
+    display2, _ = tables.comparison_table(points, TABLE2, TRACK_LABELS, "ours: scale-free prior")
+    _no_empty_cells(display2)
+    assert list(display2["model"][:4]) == ["Hierarchical Perceiver (no MAE)", "Perceiver IO",
+                                           "Hierarchical Perceiver (with MAE)", "NAC (ours: scale-free prior)"]
+
+
+def test_missing_track_metrics_are_named(tmp_path):
+    metrics = write_metrics(tmp_path)
+    (metrics / "tracks" / "points" / "nac-1.json").unlink()
+    with pytest.raises(FileNotFoundError, match="nac-1.json"):
+        tables.read_track(metrics, "points", RUNS["points"], SEEDS)
+
+
+def test_nlvr_tables_are_full(tmp_path):
+    metrics = write_metrics(tmp_path)
+    results = tables.read_track(metrics, "nlvr", RUNS["nlvr"], SEEDS)
+    analysis = json.loads((metrics / "nlvr" / "analysis.json").read_text())
+    acc, by_type, measures, summary = tables.nlvr_tables(results, RUNS["nlvr"], analysis, "not computed")
+    for name, df in (("nlvr", acc), ("nlvr_by_type", by_type), ("nlvr_analysis", measures)):
+        tables.write_table(df, tmp_path / "tables", name, ".2f")
+        _csv_is_full(tmp_path / "tables" / f"{name}.csv")
+    assert len(acc) == 3 + 2 + 1 and acc.iloc[-1]["val Acc@1"] == "not computed"
+    cond = [r["val_acc1"] for r in results if r["run"] == "conditional"]
+    assert summary["runs"]["conditional"]["val_acc1"]["mean"] == pytest.approx(np.mean(cond))
+    assert list(by_type.columns[1:]) == [f"{t.replace('_', ' ')} (n=10)" for t in TYPES]
+    assert measures.iloc[0, 1] == "70.00 ± 8.00"
+
+
+def test_fewshot_differences_are_paired_by_episode(tmp_path):
+    metrics = write_metrics(tmp_path)
+    rows = json.loads((metrics / "fewshot" / "digits.json").read_text())["rows"]
+    st = tables.fewshot_stats(rows)
+    assert set(st["shots"]) == set(SHOTS) and (st["n"] == EPISODES).all()
+    df = pd.DataFrame(rows)
+    for k in SHOTS:
+        acc = {run: df[(df["run"] == run) & (df["shots"] == k)].sort_values("episode")["acc1"].to_numpy()
+               for run in ("perceiver_io", "nac")}
+        ci = stats.ttest_rel(acc["nac"], acc["perceiver_io"]).confidence_interval(0.95)
+        got = st[(st["shots"] == k) & (st["run"] == "nac_minus_perceiver_io")].iloc[0]
+        assert got["mean"] == pytest.approx((acc["nac"] - acc["perceiver_io"]).mean())
+        assert got["ci95"] == pytest.approx((ci.high - ci.low) / 2)
+    table = tables.fewshot_table({"digits": st})
+    _no_empty_cells(table)
+    assert list(table["shots"]) == SHOTS and (table["episodes"] == EPISODES).all()
+
+
+def test_figures_4_6_and_track_curves_are_written(tmp_path):
+    metrics = write_metrics(tmp_path)
+    rows = {t: pd.DataFrame(json.loads((metrics / "fewshot" / f"{t}.json").read_text())["rows"]) for t in TARGETS}
+    paths = figures.figure4(rows, SHOTS, 8, {"nac": "NAC"}, tmp_path / "figures")
+    paths += figures.figure6(pd.read_csv(metrics / "nlvr" / "embedding.csv"),
+                             json.loads((metrics / "nlvr" / "examples.json").read_text()), tmp_path / "figures")
+    results = {t: tables.read_track(metrics, t, RUNS[t], SEEDS) for t in RUNS}
+    histories = {t: {run: [r["history"] for r in res if r["run"] == run] for run in RUNS[t]} for t, res in results.items()}
+    paths += figures.learning_curves_tracks(histories, {t: 25.0 for t in RUNS}, {}, {}, tmp_path / "figures")
+    assert [p.suffix for p in paths] == [".png", ".svg"] * 3
+    assert all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_circuit_graph_edges_and_weights():
+    P = np.array([[1.0, 0.9, 0.2], [0.9, 1.0, 0.6], [0.2, 0.6, 1.0]])
+    g = figures.circuit_graph(P, threshold=0.5, bandwidth=2.0)
+    assert sorted(g.edges) == [(0, 1), (1, 2)] and g.number_of_nodes() == 3
+    assert g.edges[0, 1]["weight"] == pytest.approx(1.0 / (-2.0 * np.log(0.9)))
+
+
+def test_build_report_writes_every_table_figure_and_section(tmp_path, monkeypatch):
+    metrics = write_metrics(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    calls = []
+
+    def fake_image(params, out, metrics, md, figs):  # the image track is covered by the smoke pipeline test
+        for key in ("table1", "table1_styles"):
+            md[key] = f"| {key} |"
+        for key in ("figure3", "figure5a", "figure5b", "figure15", "learning_curves"):
+            figs[key] = [out / "figures" / f"{key}.png"]
+        return {"table1": {"perceiver_io/iid_acc1": {"mean": 1.0, "ci95": 0.0, "paper": 58.89}},
+                "prune": {"perceiver_io": {"full_acc1": 1.0, "max_fraction_within_3pts": 0.5, "speedup_at_that_fraction": 1.5}}}
+
+    claims = types.ModuleType("nac.report.claims")
+    claims.write_claims = lambda params, metrics, out: calls.append((metrics, out)) or out / "claims.md"
+    monkeypatch.setitem(sys.modules, "nac.report.claims", claims)
+    monkeypatch.setattr(build, "_image", fake_image)
+    summary = build.build_report(_params(), out=tmp_path / "reports", metrics=metrics)
+
+    reports = tmp_path / "reports"
+    assert calls == [(metrics, reports)]
+    for name in ("table2", "table3", "nlvr", "nlvr_by_type", "nlvr_analysis", "figure4_fewshot", "figure4_fewshot_numeric"):
+        assert (reports / "tables" / f"{name}.md").exists(), name
+        _csv_is_full(reports / "tables" / f"{name}.csv")
+    for name in ("figure4_fewshot", "figure6_nlvr_circuits", "learning_curves_tracks"):
+        for ext in ("png", "svg"):
+            assert (reports / "figures" / f"{name}.{ext}").stat().st_size > 1000, name
+    for target in TARGETS:
+        assert list(pd.read_csv(reports / "plots" / "fewshot" / f"{target}.csv")["shots"]) == SHOTS
+    readme = (reports / "README.md").read_text()
+    order = ["## Table 1", "## Figure 3", "## Figure 4", "## Figures 5a", "## Table 2", "## Table 3", "## NLVR",
+             "## Learning curves", "## Discrepancies"]
+    assert [readme.index(h) for h in order] == sorted(readme.index(h) for h in order)
+    for link in ("claims.md", "(notebooks/)", "figures/figure4_fewshot.png", "figures/figure6_nlvr_circuits.png",
+                 "figures/learning_curves_tracks.png", "Hierarchical Perceiver (with MAE)", "36.37", "Tiny-ImageNet-R",
+                 "not computed: no CLIP weights offline / embedded profile"):
+        assert link in readme, link
+    assert "nan" not in readme.lower()
+    headline = json.loads((metrics / "summary.json").read_text())
+    assert set(headline["table2_test_acc1"]) == {"perceiver_io", "nac"}
+    assert set(headline["table3_test_acc1"]) == {"listops", "text"}
+    fs = summary["fewshot"]["targets"]
+    expected = np.mean([fs[t][str(k)]["nac_minus_perceiver_io"]["mean"] for t in TARGETS for k in (1, 2, 4)])
+    assert headline["fewshot_nac_minus_perceiver_io_shots_1_4"] == pytest.approx(expected)
+    assert json.loads((reports / "tables" / "summary.json").read_text())["nlvr"]["analysis"]["knn_accuracy"] == 70.0

@@ -1,0 +1,252 @@
+"""The tracks beyond Table 1: few-shot episodes and adaptation, track model configs and inputs,
+params validation, and the NLVR analysis measures."""
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from nac.model import build_model
+from nac.tracks import fewshot as fs
+from nac.tracks.common import RunInputs, majority_rate, sentence_reasoning_type, track_model_config
+from nac.tracks.nlvr import analyse, graph_of, lower_triangle, typical_examples
+
+
+# ------------------------------------------------------------------------------------ few-shot
+def test_episode_classes_nested_supports_and_queries():
+    rng = np.random.default_rng(0)
+    sup = rng.integers(0, 10, 600)
+    qry = rng.integers(0, 10, 400)
+    cfg = fs.FewShotConfig(ways=8, shots=[1, 2, 4, 8, 16], queries_per_class=5)
+    ep = fs.sample_episode(sup, qry, cfg, seed=3)
+    assert len(ep.classes) == 8 and len(set(ep.classes.tolist())) == 8
+    for k in cfg.shots:
+        idx = ep.support[k]
+        assert len(idx) == 8 * k
+        counts = np.bincount(sup[idx], minlength=10)
+        assert set(counts[ep.classes].tolist()) == {k} and counts.sum() == 8 * k
+    for a, b in zip(cfg.shots, cfg.shots[1:]):  # nested: the k-shot support is part of the 2k-shot one
+        assert set(ep.support[a].tolist()) <= set(ep.support[b].tolist())
+    assert set(qry[ep.query].tolist()) == set(ep.classes.tolist()) and len(ep.query) == 8 * 5
+    again = fs.sample_episode(sup, qry, cfg, seed=3)
+    assert np.array_equal(again.query, ep.query) and np.array_equal(again.support[16], ep.support[16])
+    other = fs.sample_episode(sup, qry, cfg, seed=4)
+    assert not np.array_equal(other.support[16], ep.support[16])
+
+
+def test_episode_rejects_too_few_classes():
+    sup = np.repeat(np.arange(5), 20)
+    with pytest.raises(ValueError, match="8-way episodes need 8"):
+        fs.sample_episode(sup, sup, fs.FewShotConfig(ways=8), seed=0)
+
+
+@pytest.mark.parametrize("variant", ["nac", "perceiver_io"])
+def test_precomputed_tokens_equal_plain_adaptation(tiny_config, variant):
+    """The optimisation (frozen tokenizer's tokens computed once) gives the same fine-tuned model
+    and the same query accuracy as running the frozen tokenizer at every step."""
+    torch.manual_seed(0)
+    pre = build_model(tiny_config(variant=variant, num_classes=10)).eval()
+    x = torch.randint(0, 256, (24, 3, 32, 32), dtype=torch.uint8)
+    y = torch.arange(24) % 4
+    qx = torch.randint(0, 256, (12, 3, 32, 32), dtype=torch.uint8)
+    qy = torch.arange(12) % 4
+    cfg = fs.FewShotConfig(ways=4, shots=[6], steps=4, lr=1e-2, batch_size=16)
+    fast = fs.adapt(pre, x, y, cfg, seed=5, precompute_tokens=True)
+    plain = fs.adapt(pre, x, y, cfg, seed=5, precompute_tokens=False)
+    assert isinstance(fast.tokenizer, torch.nn.Identity) and not isinstance(plain.tokenizer, torch.nn.Identity)
+    fast_sd, plain_sd = fast.state_dict(), plain.state_dict()
+    pre_sd = pre.state_dict()
+    moved = [k for k in fast_sd if k in pre_sd and fast_sd[k].shape == pre_sd[k].shape
+             and not torch.allclose(fast_sd[k].float(), pre_sd[k].float())]
+    assert moved, "fine-tuning changed nothing"
+    for k, v in fast_sd.items():
+        torch.testing.assert_close(v, plain_sd[k], rtol=1e-5, atol=1e-6)
+    with torch.no_grad():
+        torch.testing.assert_close(fast(pre.tokenizer.eval()(qx)), plain(qx), rtol=1e-5, atol=1e-5)
+    assert fs.query_accuracy(fast, qx, qy, pre.tokenizer) == fs.query_accuracy(plain, qx, qy)
+
+
+def test_adaptation_freezes_the_tokenizer_and_replaces_the_head(tiny_config):
+    pre = build_model(tiny_config(num_classes=10)).eval()
+    before = copy.deepcopy(pre.state_dict())
+    cfg = fs.FewShotConfig(ways=3, shots=[2], steps=3, lr=1e-2, precompute_tokens=False)
+    model = fs.adapt(pre, torch.randint(0, 256, (6, 3, 32, 32), dtype=torch.uint8), torch.tensor([0, 0, 1, 1, 2, 2]), cfg, 0)
+    assert model.read_out.head.out_features == 3
+    for k, v in model.tokenizer.state_dict().items():  # frozen: weights and BatchNorm statistics unchanged
+        torch.testing.assert_close(v, before[f"tokenizer.{k}"])
+    for k, v in pre.state_dict().items():  # the pre-trained model itself is untouched
+        torch.testing.assert_close(v, before[k])
+
+
+def test_fewshot_learns_a_separable_task(tiny_config):
+    """Adaptation can fail: on an easy task (class = colour) accuracy must rise well above chance."""
+    torch.manual_seed(0)
+    pre = build_model(tiny_config(num_classes=10)).eval()
+    colours = torch.tensor([[255, 0, 0], [0, 255, 0], [0, 0, 255], [255, 255, 0]], dtype=torch.uint8)
+
+    def images(labels):
+        x = colours[labels][:, :, None, None].expand(-1, -1, 32, 32).clone()
+        return (x.int() + torch.randint(-30, 30, x.shape)).clamp(0, 255).to(torch.uint8)
+
+    y, qy = torch.arange(16) % 4, torch.arange(40) % 4
+    cfg = fs.FewShotConfig(ways=4, shots=[4], steps=100, lr=1e-3)
+    acc = fs.adapt_and_evaluate(pre, images(y), y, images(qy), qy, cfg, seed=0)
+    assert acc >= 60.0  # chance: 25
+
+
+def test_fewshot_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="ways"):
+        fs.FewShotConfig(ways=1)
+    with pytest.raises(ValueError, match="shots"):
+        fs.FewShotConfig(shots=[0, 2])
+    with pytest.raises(ValueError, match="unknown fewshot protocol keys"):
+        fs.FewShotConfig.from_dict({"wayz": 8})
+
+
+# ------------------------------------------------------------------------- track models and inputs
+NLVR_INFO = {"num_classes": 2, "vocab_size": 30, "cond_shape": [16], "input_shape": [2, 3, 32, 32]}
+NLVR_PARAMS = {
+    "prior": {"name": "ring_of_cliques", "params": {"n_blocks": 4, "p_in": 0.9, "p_out": 0.05}},
+    "nlvr": {"model": {"tokenizer": {"kind": "image_pair", "image": {"kind": "conv32", "dim": 16, "pos_dim": 4}},
+                       "cond_tokenizer": {"kind": "sequence", "dim": 16}, "d_model": 16, "d_sig": 8,
+                       "n_processor": 8, "n_readout": 2, "depth": 1, "heads": 2}}}
+
+
+def test_nlvr_runs_build_and_read_their_inputs():
+    item = {"input": torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8), "cond": torch.randint(1, 30, (16,)),
+            "cond_mask": torch.ones(16, dtype=torch.bool), "label": torch.tensor(1)}
+    cfgs = {run: track_model_config(NLVR_PARAMS, "nlvr", run, NLVR_INFO) for run in ("conditional", "text_only", "image_only")}
+    assert cfgs["conditional"].generator == "conditional" and cfgs["conditional"].cond_tokenizer["vocab_size"] == 30
+    assert cfgs["text_only"].tokenizer["kind"] == "sequence" and cfgs["text_only"].prior == "ring_of_cliques"
+    assert cfgs["image_only"].tokenizer["kind"] == "image_pair" and cfgs["image_only"].generator == "unconditional"
+    from torch.utils.data import default_collate
+
+    from nac.evaluation import model_kwargs
+    for run, cfg in cfgs.items():
+        seen = RunInputs([item, item], run)[0]
+        if run == "text_only":
+            assert torch.equal(seen["input"], item["cond"]) and "cond" not in seen and seen["mask"].all()
+        if run == "image_only":
+            assert "cond" not in seen and "cond_mask" not in seen
+        model = build_model(cfg)
+        out = model(**model_kwargs(default_collate([seen, seen]), torch.device("cpu")))
+        assert out.shape == (2, 2) and torch.isfinite(out).all()
+
+
+def test_track_model_rejects_unknown_run():
+    from nac.pipeline.params import ParamsError
+
+    with pytest.raises(ParamsError, match="valid: conditional, text_only, image_only"):
+        track_model_config(NLVR_PARAMS, "nlvr", "nac", NLVR_INFO)
+
+
+def test_majority_rate_and_reasoning_type_rule():
+    assert majority_rate(np.array([0, 0, 0, 1])) == 75.0
+    assert sentence_reasoning_type("There are exactly two dogs.") == 0
+    assert sentence_reasoning_type("Many birds are visible.") == 1
+    assert sentence_reasoning_type("A cat is sleeping.") == 2
+    assert sentence_reasoning_type("The dog is left of the cat.") == 3
+
+
+# ------------------------------------------------------------------------------- params validation
+def _params(**changes):
+    from nac.pipeline.params import compose
+
+    p = compose(["profile=smoke"])
+    for key, value in changes.items():
+        node = p
+        *path, last = key.split(".")
+        for k in path:
+            node = node[k]
+        node[last] = value
+    return p
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("points.runs", ["nac", "transformer"], "points.runs"),
+    ("listops.dataset", "lra_listops", "not in data.datasets"),
+    ("nlvr.analysis", {"run": "conditional", "seed": 7}, "nlvr.analysis.seed"),
+    ("fewshot.targets", ["cifar10"], "fewshot.targets"),
+    ("fewshot.source", "hub", "fewshot.source"),
+    ("fewshot.protocol", {"ways": 0}, "fewshot.protocol"),
+    ("text.train", {"epochs": 0}, "text.train"),
+    ("points.model", {"tokenizer": {"kind": "points", "dim": 8}, "d_model": 30, "heads": 4}, "points.model"),
+])
+def test_bad_track_params_are_rejected(key, value, message):
+    from nac.pipeline.params import ParamsError
+    from nac.tracks.params import validate_tracks
+
+    validate_tracks(_params())  # the composed smoke params are valid
+    with pytest.raises(ParamsError, match=message):
+        validate_tracks(_params(**{key: value}))
+
+
+def test_fewshot_prior_must_be_in_the_ladder():
+    from nac.pipeline.params import ParamsError
+    from nac.tracks.params import validate_tracks
+
+    p = _params()
+    p["image"]["ladder"] = ["perceiver_io", "nac-scale_free"]
+    p["prior"]["name"] = "ring_of_cliques"
+    with pytest.raises(ParamsError, match="nac-ring_of_cliques"):
+        validate_tracks(p)
+
+
+def test_a_bad_track_param_stops_the_first_stage_before_work(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    p = _params(**{"points.runs": ["nac", "transformer"]})
+    p["data"]["root"] = str(tmp_path / "data")
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(p))
+    proc = subprocess.run([sys.executable, str(root / "stages" / "download.py"), "shapes"], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert proc.returncode != 0 and "points.runs" in proc.stderr
+    assert not (tmp_path / "data").exists()
+
+
+# ---------------------------------------------------------------------------------- NLVR analysis
+def test_lower_triangle_matches_a_loop():
+    P = np.random.default_rng(0).random((3, 5, 5))
+    expect = np.array([[P[n, i, j] for i in range(5) for j in range(i)] for n in range(3)])
+    assert np.array_equal(np.sort(lower_triangle(P), axis=1), np.sort(expect, axis=1))
+    assert lower_triangle(P).shape == (3, 10)
+
+
+def _structured(n_per_type: int, structured: bool, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    U, types = 12, np.repeat(np.arange(4), n_per_type)
+    protos = rng.random((4, U, U))
+    P = np.empty((len(types), U, U))
+    for i, t in enumerate(types):
+        base = protos[t] if structured else protos[rng.integers(4)]
+        P[i] = np.clip(base + 0.05 * rng.standard_normal((U, U)), 0, 1)
+    return P, types
+
+
+def test_analysis_finds_structure_when_present():
+    P, types = _structured(30, structured=True)
+    res = analyse(P, types, seed=0, pca_dim=16, perplexity=10)
+    assert res["knn_accuracy"] > 95 and res["silhouette"] > 0.3
+    assert abs(res["knn_shuffled"] - 25) < 15 and abs(res["silhouette_shuffled"]) < 0.1
+    assert res["embedding"].shape == (120, 2) and res["chance"] == 25.0
+
+
+def test_analysis_finds_none_when_absent():
+    P, types = _structured(30, structured=False)
+    res = analyse(P, types, seed=0, pca_dim=16, perplexity=10, embed=False)
+    assert res["knn_accuracy"] < 50 and res["silhouette"] < 0.1
+    assert res["embedding"] is None and res["pca"].shape == (120, 16)
+
+
+def test_typical_examples_and_graph():
+    Z = np.array([[0.0], [1.0], [2.0], [10.0], [11.0], [30.0]])
+    assert typical_examples(Z, np.array([0, 0, 0, 1, 1, 1])) == {0: 1, 1: 4}
+    P = np.array([[1.0, 0.9, 0.2], [0.9, 1.0, 0.6], [0.2, 0.6, 1.0]])
+    G = graph_of(P)
+    assert sorted(G.edges()) == [(0, 1), (1, 2)] and G.number_of_nodes() == 3
+    assert G[0][1]["weight"] > G[1][2]["weight"]  # closer signatures attract more
