@@ -96,6 +96,10 @@ def test_smoke_pipeline_writes_every_table_figure_and_metric(smoke_repo):
     for fig in REPORT_FIGURES:
         assert f"figures/{fig}.png" in readme, fig
     assert "(claims.md)" in readme and "(notebooks/)" in readme
+    for nb in sorted((ROOT / "notebooks").glob("*.py")):  # executed by the notebooks stage, with outputs
+        executed = json.loads((smoke_repo / "reports/notebooks" / f"{nb.stem}.ipynb").read_text())
+        assert any(cell.get("outputs") for cell in executed["cells"] if cell["cell_type"] == "code"), nb.stem
+        assert (smoke_repo / "reports/notebooks" / f"{nb.stem}.html").stat().st_size > 10_000, nb.stem
     _assert_every_claim_has_a_verdict((smoke_repo / "reports/claims.md").read_text(), params)
     summary = json.loads((smoke_repo / "reports/tables/summary.json").read_text())
     assert summary["provenance"]["profile"] == "smoke"

@@ -140,6 +140,21 @@ def test_track_model_rejects_unknown_run():
         track_model_config(NLVR_PARAMS, "nlvr", "nac", NLVR_INFO)
 
 
+def test_hashed_ngrams_embed_local_context():
+    from nac.tracks.common import hashed_ngrams
+
+    ids = torch.tensor([[5, 6, 7, 5, 6, 7, 0, 0], [9, 5, 6, 7, 1, 0, 0, 0]])
+    h = hashed_ngrams(ids, 3, 50)
+    assert h.shape == ids.shape and torch.equal(h == 0, ids == 0)       # padding stays 0
+    assert ((h >= 1) & (h <= 50) | (ids == 0)).all()
+    assert h[0, 2] == h[0, 5] == h[1, 3]                                # the same trigram (5, 6, 7) anywhere
+    assert h[0, 1] != h[1, 2] or h[0, 0] != h[1, 1]                     # different left context, (almost) surely
+    assert torch.equal(hashed_ngrams(ids[1], 3, 50), h[1])              # one item == a batch row
+    assert torch.equal(hashed_ngrams(ids, 1, 50), torch.where(ids > 0, 1 + ids % 50, 0))
+    item = RunInputs([{"input": ids[0], "mask": ids[0] > 0, "label": torch.tensor(0)}], "nac", {"n": 3, "buckets": 50})[0]
+    assert torch.equal(item["input"], h[0])
+
+
 def test_majority_rate_and_reasoning_type_rule():
     assert majority_rate(np.array([0, 0, 0, 1])) == 75.0
     assert sentence_reasoning_type("There are exactly two dogs.") == 0

@@ -80,6 +80,13 @@ def track_model_config(params: dict, track: str, run: str, info: dict[str, Any])
         raise ParamsError(f"{track}: unknown run {run!r}; valid: {', '.join(TRACK_RUNS[track])}")
     model = dict(params[track]["model"])
     cond_tok = model.pop("cond_tokenizer", None)
+    ngram = params[track].get("ngram")
+    if ngram:  # the input tokens are hashed n-gram ids (see hashed_ngrams)
+        if model["tokenizer"].get("kind") != "sequence":
+            raise ParamsError(f"{track}.ngram needs a sequence tokenizer, got {model['tokenizer'].get('kind')!r}")
+        if int(ngram.get("n", 0)) < 1 or int(ngram.get("buckets", 0)) < 2:
+            raise ParamsError(f"{track}.ngram must be {{n: >= 1, buckets: >= 2}}, got {ngram}")
+        info = dict(info, vocab_size=int(ngram["buckets"]) + 1)
     cfg = dict(model, num_classes=int(info["num_classes"]))
     cfg["tokenizer"] = _with_vocab(model["tokenizer"], info)
     if run == "perceiver_io":
@@ -103,19 +110,34 @@ def track_train_config(params: dict, track: str, seed: int) -> TrainConfig:
     return TrainConfig.from_dict(dict(params[track]["train"], seed=seed, device=params.get("device", "auto")))
 
 
+def hashed_ngrams(ids: torch.Tensor, n: int, buckets: int) -> torch.Tensor:
+    """Token ids ``[..., L]`` (pad 0 at the end) -> the id of each position's n-gram (the token and
+    the ``n - 1`` before it; positions before the start count as 0), hashed into ``1..buckets``;
+    padding stays 0. A byte-level tokenizer with local context: the embedding of a byte trigram."""
+    x = ids.long()
+    h = torch.zeros_like(x)
+    for k in range(n):
+        shifted = torch.cat([x.new_zeros(*x.shape[:-1], k), x[..., :x.shape[-1] - k]], dim=-1) if k else x
+        h = (h * 1_000_003 + shifted) % 2_147_483_647
+    return torch.where(x > 0, 1 + h % buckets, torch.zeros_like(h))
+
+
 class RunInputs(Dataset):
     """A dataset's items as one run reads them: the text-only control reads the sentence as its
     input (``cond`` -> ``input``), the image-only control drops the sentence, the others read
-    items unchanged. Module-level so DataLoader workers can pickle it."""
+    items unchanged; with ``ngram`` ({n, buckets}) token inputs become hashed n-gram ids.
+    Module-level so DataLoader workers can pickle it."""
 
-    def __init__(self, data: Dataset, run: str):
-        self.data, self.run = data, run
+    def __init__(self, data: Dataset, run: str, ngram: dict[str, int] | None = None):
+        self.data, self.run, self.ngram = data, run, ngram
 
     def __len__(self) -> int:
         return len(self.data)
 
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
         item = dict(self.data[i])
+        if self.ngram:
+            item["input"] = hashed_ngrams(item["input"], int(self.ngram["n"]), int(self.ngram["buckets"]))
         if self.run == "text_only":
             item["input"] = item.pop("cond")
             item.pop("mask", None)
@@ -162,8 +184,9 @@ def train_track_run(params: dict, track: str, run: str, seed: int, live_dir: str
     torch.manual_seed(seed)
     model = build_model(track_model_config(params, track, run, info))
     cfg = track_train_config(params, track, seed)
-    val = RunInputs(ds.load(sec.get("val_split", "val")), run)
-    out = fit(model, RunInputs(ds.load("train"), run), val if world.is_main else None, cfg, world=world,
+    ngram = sec.get("ngram")
+    val = RunInputs(ds.load(sec.get("val_split", "val")), run, ngram)
+    out = fit(model, RunInputs(ds.load("train"), run, ngram), val if world.is_main else None, cfg, world=world,
               checkpoint=checkpoint_path(track, run, seed), live_dir=live_dir, progress=progress,
               desc=f"{track} {run}-{seed}", fingerprint=run_fingerprint(params, sec["dataset"]))
     if not world.is_main:
@@ -173,7 +196,7 @@ def train_track_run(params: dict, track: str, run: str, seed: int, live_dir: str
     device = world.device
     for split in (sec.get("val_split", "val"), sec.get("test_split", "test")):
         groups, names = reasoning_types(ds, split) if track == "nlvr" else (None, None)
-        ev = evaluate_split(model, RunInputs(ds.load(split), run), device, cfg.eval_batch_size, groups, names)
+        ev = evaluate_split(model, RunInputs(ds.load(split), run, ngram), device, cfg.eval_batch_size, groups, names)
         key = "val" if split == sec.get("val_split", "val") else "test"
         res.update({f"{key}_{k}": v for k, v in ev.items()})
     return res
