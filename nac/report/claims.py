@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from nac.report.published import TABLE1
+from nac.report.stats import Interval, mean_ci, paired_ci, welch_ci
 
 SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE = "supported", "not supported", "inconclusive"
 DELTA = 1.0                 # default smallest effect of interest, percentage points
@@ -80,54 +80,6 @@ RULE = f"""\
 
 
 # ---------------------------------------------------------------------------- the rule
-@dataclass(frozen=True)
-class Interval:
-    """An estimate with its 95% CI (``lo``/``hi`` None where there is none) and sample size."""
-    estimate: float
-    lo: float | None
-    hi: float | None
-    n: int
-
-    @property
-    def has_ci(self) -> bool:
-        return self.n >= 2 and self.lo is not None and self.hi is not None
-
-
-def mean_ci(values: Sequence[float]) -> Interval:
-    """Mean with a one-sample Student t CI; fewer than 2 values: no CI (lo = hi = None)."""
-    x = np.asarray(values, dtype=float)
-    if len(x) == 0:
-        raise ValueError("mean_ci of no values")
-    mean = float(x.mean())
-    if len(x) < 2:
-        return Interval(mean, None, None, len(x))
-    half = float(stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
-    return Interval(mean, mean - half, mean + half, len(x))
-
-
-def welch_ci(a: Sequence[float], b: Sequence[float]) -> Interval:
-    """mean(a) − mean(b) with a Welch (unequal variances, Satterthwaite df) CI; n = min(|a|, |b|)."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    d, n = float(a.mean() - b.mean()), min(len(a), len(b))
-    if n < 2:
-        return Interval(d, None, None, n)
-    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
-    se = math.sqrt(va + vb)
-    if se == 0.0:  # no spread at all: the interval is the point
-        return Interval(d, d, d, n)
-    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
-    half = float(stats.t.ppf(0.975, df) * se)
-    return Interval(d, d - half, d + half, n)
-
-
-def paired_ci(a: Sequence[float], b: Sequence[float]) -> Interval:
-    """Mean of the paired differences a − b with a paired t CI."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if a.shape != b.shape:
-        raise ValueError(f"paired_ci needs equally long samples, got {len(a)} and {len(b)}")
-    return mean_ci(a - b)
-
-
 def _iv(iv: Interval) -> str:
     return f"[{iv.lo:+.2f}, {iv.hi:+.2f}]"
 

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from nac.pipeline.image import summarize
+from nac.report.stats import welch_ci
 from nac.report.published import RUN_LABELS, TABLE1, TABLE1_COLUMNS
 
 COLUMN_LABELS = {"iid_acc1": "IID Acc@1", "iid_acc5": "IID Acc@5", "ood_acc1": "OOD Acc@1", "ood_acc5": "OOD Acc@5"}
@@ -76,19 +77,10 @@ DASH = "—"  # a cell that does not apply (never left empty, so every CSV cell 
 
 
 def welch(a: list[float], b: list[float]) -> dict[str, float]:
-    """``mean(b) - mean(a)`` with Welch's 95% CI half-width (unequal variances, Welch-Satterthwaite
-    degrees of freedom); 0 when either side has fewer than two values or both have no spread."""
-    from scipy import stats
-
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    diff, n = float(b.mean() - a.mean()), int(min(len(a), len(b)))
-    if n < 2:
-        return {"mean": diff, "ci95": 0.0, "n": n}
-    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
-    if va + vb == 0:
-        return {"mean": diff, "ci95": 0.0, "n": n}
-    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
-    return {"mean": diff, "ci95": float(stats.t.ppf(0.975, df) * np.sqrt(va + vb)), "n": n}
+    """``mean(b) - mean(a)`` with Welch's 95% CI half-width (``nac.report.stats.welch_ci``); 0 when
+    either side has fewer than two values or both have no spread."""
+    iv = welch_ci(b, a)
+    return {"mean": iv.estimate, "ci95": 0.0 if iv.hi is None else float(iv.hi - iv.estimate), "n": int(iv.n)}
 
 
 def paired(a: list[float], b: list[float]) -> dict[str, float]:
