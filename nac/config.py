@@ -13,11 +13,13 @@ from nac.circuits.tokenizers import TOKENIZERS
 #   perceiver_io: plain linear layers, dense all-to-all attention, learned latents
 #   modfc:        ModFC layers conditioned on codes, dense graph
 #   frozen_graph: ModFC, signatures fixed so the kernel reproduces a Barabasi-Albert graph
-#   nac:          ModFC, learnable signatures, graph-structure regularizer towards a prior
+#   nac:          ModFC, learnable signatures fitted at initialisation to a graph sampled from
+#                 the prior, graph-structure regularizer towards the prior's target
 VARIANTS = ("perceiver_io", "modfc", "frozen_graph", "nac")
 GENERATORS = ("unconditional", "conditional")
 PRIORS = ("scale_free", "planted_partition", "ring_of_cliques", "erdos_renyi")
-REGULARIZER_KINDS = ("mse", "kl")
+REGULARIZER_KINDS = ("mse", "kl", "none")   # none: the regularizer-off control
+SIGNATURE_INITS = ("prior", "random")
 
 
 class ConfigDict:
@@ -61,16 +63,20 @@ class ModelConfig(ConfigDict):
     layer_scale: float | None = None
     alpha_init: float = 0.1
     tau: float = 0.5                                  # Concrete temperature (eq. 2)
-    bandwidth: float = 1.0                            # eps of eq. 2
+    bandwidth: float = 1.0                            # eps of eq. 2 (its initial value when learnable)
+    learn_bandwidth: bool = True                      # authors: a learnable scalar, no weight decay
+    truncation: float | None = 0.9                    # authors' Tiny-ImageNet templates: P = 0 where 1 - cos > 0.9
+    straight_through: bool = True                     # truncated pairs get the untruncated gradient
     delta: float = 1e-6                               # eq. 3
     eval_kernel: str = "expectation"
     readin_impl: str = "fast"
     prior: str = "scale_free"                         # nac: the graph prior of the regularizer
     prior_params: dict[str, Any] = field(default_factory=dict)
     regularizer: str = "mse"
+    signature_init: str = "prior"                     # nac: fitted to a graph sampled from `prior`, or random
     frozen_graph_m: int = 2                           # frozen_graph: Barabasi-Albert attachment m
-    frozen_graph_seed: int = 0
-    frozen_graph_fit_steps: int = 1000
+    graph_seed: int = 0                               # the sampled graph of a preset initialisation
+    signature_fit_steps: int = 1000                   # authors' preset fit: Adam steps at lr 1e-3
 
     def __post_init__(self) -> None:
         if self.d_code is None:
@@ -84,6 +90,7 @@ class ModelConfig(ConfigDict):
         _choice("readin_impl", self.readin_impl, READIN_IMPLS)
         _choice("prior", self.prior, PRIORS)
         _choice("regularizer", self.regularizer, REGULARIZER_KINDS)
+        _choice("signature_init", self.signature_init, SIGNATURE_INITS)
         _choice("tokenizer.kind", self.tokenizer.get("kind"), TOKENIZERS)
         for name in ("num_classes", "d_model", "d_code", "d_sig", "n_processor", "n_readout", "depth", "heads",
                      "readin_heads", "readout_heads", "generator_heads"):
@@ -96,6 +103,9 @@ class ModelConfig(ConfigDict):
         if not (self.tau > 0 and self.bandwidth > 0 and self.delta >= 0):
             raise ValueError(f"need tau > 0, bandwidth > 0, delta >= 0; got tau={self.tau}, bandwidth={self.bandwidth}, "
                              f"delta={self.delta}")
+        if self.truncation is not None and not 0 < self.truncation < 2:
+            raise ValueError(f"model.truncation is a cosine distance and must lie in (0, 2) (or null: no truncation), "
+                             f"got {self.truncation}")
         if not 0 <= self.drop_path < 1:
             raise ValueError(f"model.drop_path must be in [0, 1), got {self.drop_path}")
         if self.generator == "conditional":

@@ -2,13 +2,14 @@
 
 Paper section 2, "Regularization via Graph Priors", and Figure 3 (samples from the planted
 partition, scale-free, ring-of-cliques and Erdos-Renyi priors). The target matrices follow the
-authors' code as recorded in ``REFERENCE.md`` ("Target matrices"); the Erdos-Renyi target has no
+authors' code as recorded in ``docs/reference.md`` ("Target matrices"); the Erdos-Renyi target has no
 counterpart there and is defined by this project (see ``prior_target``).
 
 Conventions shared by every prior:
 
-* Node ``k`` (0-based) is the paper's ``i = k + 1``; blocks / cliques are contiguous node ranges,
-  and the first ``n % n_blocks`` blocks get one extra node when ``n`` is not divisible.
+* Node ``k`` (0-based) is the paper's ``i = k + 1``; blocks / cliques are contiguous node ranges
+  of equal size: as in the authors' code, ``n`` must be divisible by ``n_blocks`` (else a
+  ValueError names both and the sizes that would divide).
 * Diagonal: every target has ``G_ii = 1``. The kernel always gives ``P_ii = 1`` (``cos(s, s) = 1``,
   ``nac.circuits.kernel.link_probabilities``), so with any other diagonal the regularizer would
   carry a constant that no signature can remove (it changes neither the gradient nor the best
@@ -25,7 +26,7 @@ import networkx as nx
 import numpy as np
 import torch
 
-from nac.circuits.kernel import link_probabilities
+from nac.circuits.kernel import cosine_distance
 
 PRIORS = ("scale_free", "planted_partition", "ring_of_cliques", "erdos_renyi")
 
@@ -34,8 +35,10 @@ PRIORS = ("scale_free", "planted_partition", "ring_of_cliques", "erdos_renyi")
 # erdos_renyi: ``seed`` picks the sampled target (``sample_prior_graph`` takes its own seed).
 PRIOR_DEFAULTS: dict[str, dict] = {
     "scale_free": {"c": 16.0, "m": 2},
-    "planted_partition": {"n_blocks": 10, "p_in": 0.9, "p_out": 0.05},
-    "ring_of_cliques": {"n_blocks": 10, "p_in": 0.9, "p_out": 0.05},
+    # Authors: 10 blocks at 320 mediators (32 per block). Our processor counts (16 smoke, 32 mini,
+    # 256 paper) are not multiples of 10, so 8 blocks (2, 4 and 32 modules per block).
+    "planted_partition": {"n_blocks": 8, "p_in": 0.9, "p_out": 0.05},
+    "ring_of_cliques": {"n_blocks": 8, "p_in": 0.9, "p_out": 0.05},
     "erdos_renyi": {"p": 0.1, "seed": 0},
 }
 
@@ -75,31 +78,27 @@ def _resolve(name: str, n: int, params: dict) -> dict:
             raise ValueError(
                 f"n_blocks must satisfy {lo} <= n_blocks <= n = {n} for {name!r}{why}, got {p['n_blocks']!r}"
             )
+        if n % p["n_blocks"]:
+            divisors = [b for b in range(lo, min(n, 16) + 1) if n % b == 0]
+            raise ValueError(
+                f"{name!r} needs n divisible by n_blocks (equal blocks, as in the authors' code): n = {n} "
+                f"modules do not split into {p['n_blocks']} blocks; choose n_blocks in {divisors} or an n "
+                f"that is a multiple of {p['n_blocks']}"
+            )
     return p
 
 
 def block_sizes(n: int, n_blocks: int) -> list[int]:
-    """Sizes of ``n_blocks`` contiguous blocks covering ``n`` nodes, as equal as possible
-    (the first ``n % n_blocks`` blocks are one node larger)."""
-    base, extra = divmod(n, n_blocks)
-    return [base + (1 if b < extra else 0) for b in range(n_blocks)]
+    """Sizes of ``n_blocks`` equal contiguous blocks covering ``n`` nodes (``n % n_blocks == 0``)."""
+    return [n // n_blocks] * n_blocks
 
 
-def _ring_links(sizes: list[int]) -> list[tuple[int, int]]:
-    """The links joining each clique to the next around the ring.
-
-    Equal sizes >= 2: taken from ``networkx.ring_of_cliques`` (its inter-clique edges, which join
-    the second node of clique b to the first node of clique b + 1). Unequal sizes (n not divisible
-    by n_blocks) or single-node cliques: the same rule applied to the contiguous blocks, with a
-    single-node clique using its only node.
-    """
-    k = len(sizes)
-    if len(set(sizes)) == 1 and sizes[0] >= 2:
-        s = sizes[0]
-        ring = nx.ring_of_cliques(k, s)
-        return [(u, v) for u, v in ring.edges() if u // s != v // s]
-    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(int)
-    return [(int(offsets[b] + min(1, sizes[b] - 1)), int(offsets[(b + 1) % k])) for b in range(k)]
+def ring_links(n: int, n_blocks: int) -> list[tuple[int, int]]:
+    """The authors' ring-of-cliques links (``RingOfCliquesRegularization``): for each block ``c``
+    of size ``s``, its first node ``c * s`` is linked to every node of blocks ``c`` and ``c + 1``
+    (the slice ``c*s : (c+2)*s``, cut at ``n``: the last block has no link back to the first)."""
+    s = n // n_blocks
+    return [(c * s, j) for c in range(n_blocks) for j in range(c * s, min(n, (c + 2) * s)) if j != c * s]
 
 
 def _sbm_matrix(sizes: list[int], p_in: float, p_out: float) -> np.ndarray:
@@ -111,7 +110,7 @@ def _sbm_matrix(sizes: list[int], p_in: float, p_out: float) -> np.ndarray:
 def prior_target(name: str, n: int, **params) -> np.ndarray:
     """Target link-probability matrix ``G`` ``[n, n]`` (float32) of a graph prior.
 
-    Section 2 "Regularization via Graph Priors"; authors' code per REFERENCE.md. Parameters
+    Section 2 "Regularization via Graph Priors"; authors' code per docs/reference.md. Parameters
     default to ``PRIOR_DEFAULTS[name]``; the diagonal is 1 for every prior (module docstring).
 
     * ``scale_free`` (``c=16``): ``G_ij = clip(sqrt(N) / (c sqrt(i j)), 0, 1)``, ``i, j = 1..N``
@@ -119,9 +118,9 @@ def prior_target(name: str, n: int, **params) -> np.ndarray:
     * ``planted_partition`` (``n_blocks=10, p_in=0.9, p_out=0.05``): the expected adjacency of
       ``networkx.stochastic_block_model`` (``planted_partition_graph`` when sizes are equal):
       ``p_in`` within a block, ``p_out`` between blocks, blocks as equal as possible.
-    * ``ring_of_cliques`` (same parameters): that SBM plus links of 1.0 joining each clique to
-      the next one around a closed ring, one link per consecutive pair as in
-      ``networkx.ring_of_cliques`` (see ``_ring_links`` for how unequal sizes are handled).
+    * ``ring_of_cliques`` (same parameters): that SBM plus links of 1.0 from the first node of
+      each clique to every node of its own clique and the next one, with no wrap-around from the
+      last clique to the first (the authors' construction, ``ring_links``).
     * ``erdos_renyi`` (``p=0.1, seed=0``): not in the authors' code; defined here as the
       adjacency of one ``networkx.gnp_random_graph(n, p, seed)`` sample (binary, diagonal 1).
       ``p=0.1`` keeps the density close to the planted partition's (0.135 when n divides
@@ -138,7 +137,7 @@ def prior_target(name: str, n: int, **params) -> np.ndarray:
         sizes = block_sizes(n, int(p["n_blocks"]))
         G = _sbm_matrix(sizes, float(p["p_in"]), float(p["p_out"]))
         if name == "ring_of_cliques":
-            for u, v in _ring_links(sizes):
+            for u, v in ring_links(n, int(p["n_blocks"])):
                 G[u, v] = G[v, u] = 1.0
     else:  # erdos_renyi
         graph = nx.gnp_random_graph(n, float(p["p"]), seed=int(p["seed"]))
@@ -151,10 +150,9 @@ def sample_prior_graph(name: str, n: int, seed: int, **params) -> nx.Graph:
     """One graph drawn from a prior (Figure 3), deterministic per ``seed``; nodes ``0..n-1``.
 
     * ``scale_free``: ``networkx.barabasi_albert_graph(n, m, seed)`` (``m=2``).
-    * ``planted_partition``: ``networkx.planted_partition_graph`` when the blocks are equal,
-      else ``networkx.stochastic_block_model`` with the same ``p_in`` / ``p_out``.
-    * ``ring_of_cliques``: that SBM sample plus the ring links of ``prior_target`` (with
-      ``p_in=1, p_out=0`` and equal sizes this is exactly ``networkx.ring_of_cliques``).
+    * ``planted_partition``: ``networkx.planted_partition_graph`` (``p_in`` / ``p_out``).
+    * ``ring_of_cliques``: that sample plus the ring links of ``prior_target`` (links of
+      probability 1), so every prior's sample is a Bernoulli draw of its target.
     * ``erdos_renyi``: ``networkx.gnp_random_graph(n, p, seed)``; the ``seed`` argument wins
       over a ``seed`` parameter, so ``prior_target(..., seed=s)`` is this sample plus the diagonal.
     """
@@ -165,47 +163,60 @@ def sample_prior_graph(name: str, n: int, seed: int, **params) -> nx.Graph:
     elif name == "erdos_renyi":
         graph = nx.gnp_random_graph(n, float(p["p"]), seed=seed)
     else:
-        sizes = block_sizes(n, int(p["n_blocks"]))
-        p_in, p_out = float(p["p_in"]), float(p["p_out"])
-        if len(set(sizes)) == 1:
-            graph = nx.planted_partition_graph(len(sizes), sizes[0], p_in, p_out, seed=seed)
-        else:
-            probs = _sbm_matrix([1] * len(sizes), p_in, p_out).tolist()
-            graph = nx.stochastic_block_model(sizes, probs, seed=seed)
-        graph = nx.Graph(graph)  # plain mutable copy; graph.graph['partition'] is kept
+        k = int(p["n_blocks"])
+        graph = nx.Graph(nx.planted_partition_graph(k, n // k, float(p["p_in"]), float(p["p_out"]), seed=seed))
         if name == "ring_of_cliques":
-            graph.add_edges_from(_ring_links(sizes))
+            graph.add_edges_from(ring_links(n, k))
     graph.graph["prior"] = name
     return graph
 
 
-# ----------------------------------------------------------------------------- frozen graphs
+# ----------------------------------------------------------------------------- preset signatures
+def link_threshold(truncation: float | None, bandwidth: float) -> float:
+    """The cosine distance that separates linked from unlinked pairs: the truncation distance
+    when the kernel is truncated (``P = 0`` beyond it), else ``bandwidth * ln 2`` (``P > 0.5``)."""
+    return float(truncation) if truncation is not None else float(bandwidth) * math.log(2.0)
+
+
+def graph_agreement(signatures: torch.Tensor, adjacency: np.ndarray, threshold: float) -> float:
+    """Fraction of off-diagonal pairs on the right side of ``threshold``: linked pairs closer
+    (cosine distance ``<= threshold``), unlinked pairs farther."""
+    d = cosine_distance(signatures.detach()).numpy()
+    A = np.asarray(adjacency) != 0
+    A = A | A.T
+    off = ~np.eye(len(A), dtype=bool)
+    return float(((d <= threshold) == A)[off].mean())
+
+
 def fit_signatures_to_graph(
     adjacency: np.ndarray,
     d_sig: int,
+    truncation: float | None = None,
     bandwidth: float = 1.0,
     steps: int = 1000,
     lr: float = 1e-3,
     seed: int = 0,
     margin: float = 0.1,
 ) -> torch.Tensor:
-    """Fit signatures ``[n, d_sig]`` whose kernel reproduces a graph (frozen-graph init).
+    """Fit signatures ``[n, d_sig]`` whose kernel reproduces a graph (the authors' preset fit).
 
-    REFERENCE.md "Frozen-graph initialisation" (Adam, lr 1e-3, 1000 steps, hinge loss on
-    thresholded cosine distances); used for the paper's frozen Barabasi-Albert ablation (Table 1).
-    ``P_ij > 0.5`` (eq. 2) iff the cosine distance ``d_ij < bandwidth * ln 2``; with that
-    threshold ``t``, linked pairs pay ``relu(d_ij - (t - margin))`` and unlinked pairs
+    ``docs/reference.md`` ("Signatures"): ``nn.init.orthogonal_`` signatures, then ``steps``
+    Adam steps at ``lr`` on a hinge loss so that linked pairs end closer than the link threshold
+    ``t`` (``link_threshold``: the truncation distance, or ``bandwidth * ln 2`` untruncated) and
+    unlinked pairs farther: linked pairs pay ``relu(d_ij - (t - margin))``, unlinked pairs
     ``relu((t + margin) - d_ij)``. The two hinge means are added (linked and unlinked pairs weigh
     equally, since prior graphs are sparse); the diagonal is ignored (``P_ii = 1`` always).
-    Initial signatures are Gaussian with unit expected norm (cosine is scale-free, so the init
-    scale sets the effective step size). CPU, seeded generator: deterministic per ``seed``. Stops
-    early once every pair clears its margin. Runs with ``torch.set_num_threads(1)`` (restored on
-    exit): the loop is thousands of tiny ops, and on a busy 2-core machine two intra-op threads
-    made it 10-20x slower (0.4 s -> 10 s at n=64).
+    Stops early once every pair clears its margin.
 
-    adjacency: ``[n, n]``, nonzero off-diagonal entries are links (symmetrised by ``max``).
-    Returns a detached float32 tensor ``[n, d_sig]``; check with
-    ``link_probabilities(s, bandwidth=bandwidth) > 0.5``.
+    Our choice (not in the authors' code): the fitted rows are rescaled to unit norm. The kernel
+    depends only on directions, but Adam's steps are absolute, so the norm sets how fast a
+    signature can turn during training; unit norm gives every initialisation (prior-fitted or
+    random, ``random_signatures``) the same angular learning rate.
+
+    CPU, seeded generator: deterministic per ``seed``. Runs with ``torch.set_num_threads(1)``
+    (restored on exit): the loop is thousands of tiny ops, and on a busy 2-core machine two
+    intra-op threads made it 10-20x slower. adjacency: ``[n, n]``, nonzero off-diagonal entries
+    are links (symmetrised). Returns a detached float32 tensor; check with ``graph_agreement``.
     """
     A = np.asarray(adjacency)
     if A.ndim != 2 or A.shape[0] != A.shape[1] or A.shape[0] < 2:
@@ -215,11 +226,12 @@ def fit_signatures_to_graph(
             f"need d_sig >= 1, steps >= 0, lr > 0, margin >= 0; got d_sig={d_sig}, steps={steps}, "
             f"lr={lr}, margin={margin}"
         )
-    threshold = bandwidth * math.log(2.0)
+    threshold = link_threshold(truncation, bandwidth)
     if not 0 < threshold < 2.0:
         raise ValueError(
-            f"bandwidth {bandwidth} admits no unlinked pair (P > 0.5 for every cosine distance "
-            f"in [0, 2]); use 0 < bandwidth < {2 / math.log(2):.3f}"
+            f"link threshold {threshold:.3f} (truncation={truncation}, bandwidth={bandwidth}) admits no "
+            f"unlinked pair: cosine distances lie in [0, 2]; use a truncation in (0, 2), or without "
+            f"truncation 0 < bandwidth < {2 / math.log(2):.3f}"
         )
     if margin >= min(threshold, 2.0 - threshold):
         raise ValueError(
@@ -235,14 +247,13 @@ def fit_signatures_to_graph(
     w_pos, w_neg = (linked & off).float(), (~linked & off).float()
     weight = w_pos / w_pos.sum().clamp_min(1.0) + w_neg / w_neg.sum().clamp_min(1.0)
     gen = torch.Generator().manual_seed(int(seed))
-    sig = (torch.randn(n, int(d_sig), generator=gen) / math.sqrt(d_sig)).requires_grad_(True)
+    sig = torch.nn.init.orthogonal_(torch.empty(n, int(d_sig)), generator=gen).requires_grad_(True)
     opt = torch.optim.Adam([sig], lr=lr)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny ops: extra intra-op threads only add barriers (see docstring)
     try:
         for _ in range(int(steps)):
-            dist = -bandwidth * torch.log(link_probabilities(sig, bandwidth=bandwidth))  # 1 - cos
-            loss = (torch.relu(sign * (dist - threshold) + margin) * weight).sum()
+            loss = (torch.relu(sign * (cosine_distance(sig) - threshold) + margin) * weight).sum()
             if loss.item() == 0.0:  # every pair beyond its margin: nothing left to fit
                 break
             opt.zero_grad(set_to_none=True)
@@ -250,4 +261,24 @@ def fit_signatures_to_graph(
             opt.step()
     finally:
         torch.set_num_threads(threads)
-    return sig.detach().float()
+    return torch.nn.functional.normalize(sig.detach().float(), dim=-1)
+
+
+def random_signatures(n: int, d_sig: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Gaussian signatures ``[n, d_sig]`` rescaled to unit norm (the ``random`` initialisation;
+    the authors' ``torch.randn`` has norm ~``sqrt(d_sig)``, see ``fit_signatures_to_graph``)."""
+    return torch.nn.functional.normalize(torch.randn(n, d_sig, generator=generator), dim=-1)
+
+
+def prior_signatures(prior: str, n: int, d_sig: int, seed: int, prior_params: dict | None = None,
+                     truncation: float | None = None, bandwidth: float = 1.0, steps: int = 1000,
+                     lr: float = 1e-3) -> tuple[torch.Tensor, nx.Graph]:
+    """Signatures fitted to one graph sampled from ``prior`` (``sample_prior_graph``, ``seed``):
+    the authors' preset initialisation. Returns ``(signatures [n, d_sig], graph)``."""
+    # erdos_renyi's own `seed` picks its target; the initial graph is drawn with the run's seed
+    params = {k: v for k, v in (prior_params or {}).items() if k != "seed"}
+    graph = sample_prior_graph(prior, n, seed=seed, **params)
+    adjacency = nx.to_numpy_array(graph, nodelist=range(n))
+    sig = fit_signatures_to_graph(adjacency, d_sig, truncation=truncation, bandwidth=bandwidth, steps=steps,
+                                  lr=lr, seed=seed)
+    return sig, graph

@@ -6,13 +6,16 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from nac.baselines import ModularNetwork, ModularNetworkConfig, NeuralInterpreter, NeuralInterpreterConfig
 from nac.circuits.generators import (CircuitDesign, ConditionalCircuitGenerator, PerceiverLatents,
                                      UnconditionalCircuitGenerator)
 from nac.circuits.kernel import link_probabilities, sample_kernel
+from nac.graphs import prior_signatures, prior_target
 from nac.circuits.layers import Propagator, ReadOut
 from nac.circuits.readin import ReadIn
 from nac.circuits.tokenizers import build_tokenizer
 from nac.config import ModelConfig
+from nac.regularizer import graph_structure_loss
 
 
 class NAC(nn.Module):
@@ -23,7 +26,7 @@ class NAC(nn.Module):
     conditional circuit generator reads.
     """
 
-    def __init__(self, config: ModelConfig, fit_frozen_graph: bool = True):
+    def __init__(self, config: ModelConfig, fit_signatures: bool = True):
         super().__init__()
         self.config = c = config
         self.tokenizer = build_tokenizer(c.tokenizer)
@@ -45,28 +48,37 @@ class NAC(nn.Module):
                        layer_scale=c.layer_scale, delta=c.delta, **common)
             for i in range(c.depth))
         self.read_out = ReadOut(c.d_model, c.d_code, c.readout_heads, c.num_classes, c.ffn_mult, delta=c.delta, **common)
+        if c.uses_kernel or c.generator == "conditional":
+            bw = torch.tensor(float(c.bandwidth))
+            # A scalar: the loop's 1-d rule keeps it out of weight decay, as the authors do.
+            if c.learn_bandwidth:
+                self.bandwidth = nn.Parameter(bw)
+            else:
+                self.register_buffer("bandwidth", bw)
         G = None
-        if c.variant == "nac" and c.generator == "unconditional":
-            from nac.graphs import prior_target
+        if c.variant == "nac" and c.generator == "unconditional" and c.regularizer != "none":
             G = torch.as_tensor(prior_target(c.prior, c.n_processor, **c.prior_params), dtype=torch.float32)
         self.register_buffer("prior_target", G, persistent=False)  # rebuilt from the config, not stored
-        if c.variant == "frozen_graph" and fit_frozen_graph:
-            self._fit_frozen_graph()
+        if fit_signatures:
+            self._preset_signatures()
 
-    def _fit_frozen_graph(self) -> None:
-        """Fix processor signatures so the kernel reproduces a Barabasi-Albert graph (authors'
-        frozen-graph initialisation)."""
-        import networkx as nx
-
-        from nac.graphs import fit_signatures_to_graph, sample_prior_graph
+    def _preset_signatures(self) -> None:
+        """Processor signatures fitted to a sampled graph (the authors' preset initialisation,
+        ``nac.graphs.prior_signatures``): a Barabasi-Albert graph for the frozen-graph rung, a
+        graph from the NAC's own prior when ``signature_init == "prior"``. A checkpoint load
+        skips this (the signatures come from the state dict)."""
         c = self.config
-        if c.frozen_graph_m >= c.n_processor:
-            raise ValueError(f"frozen_graph_m={c.frozen_graph_m} must be below n_processor={c.n_processor} "
-                             "(a Barabasi-Albert graph attaches m links per new node)")
-        graph = sample_prior_graph("scale_free", c.n_processor, seed=c.frozen_graph_seed, m=c.frozen_graph_m)
-        adjacency = nx.to_numpy_array(graph, nodelist=range(c.n_processor))
-        sig = fit_signatures_to_graph(adjacency, c.d_sig, bandwidth=c.bandwidth, steps=c.frozen_graph_fit_steps,
-                                      seed=c.frozen_graph_seed)
+        if c.variant == "frozen_graph":
+            if c.frozen_graph_m >= c.n_processor:
+                raise ValueError(f"frozen_graph_m={c.frozen_graph_m} must be below n_processor={c.n_processor} "
+                                 "(a Barabasi-Albert graph attaches m links per new node)")
+            prior, params = "scale_free", {"m": c.frozen_graph_m}
+        elif c.variant == "nac" and c.generator == "unconditional" and c.signature_init == "prior":
+            prior, params = c.prior, c.prior_params
+        else:
+            return
+        sig, _ = prior_signatures(prior, c.n_processor, c.d_sig, seed=c.graph_seed, prior_params=params,
+                                  truncation=c.truncation, bandwidth=c.bandwidth, steps=c.signature_fit_steps)
         with torch.no_grad():
             self.generator.signatures.copy_(sig)
 
@@ -84,16 +96,22 @@ class NAC(nn.Module):
         design = design or self.design()
         if design.signatures is None:
             raise ValueError(f"variant {self.config.variant!r} has no signatures, so no link probabilities")
-        return link_probabilities(design.signatures, bandwidth=self.config.bandwidth)
+        return self._P(design.signatures)
+
+    def _P(self, s_recv: torch.Tensor, s_send: torch.Tensor | None = None) -> torch.Tensor:
+        """Eq. 2 with this model's (learnable) bandwidth and the config's truncation. The
+        bandwidth is floored at 1e-3: a step that drove it through 0 would flip the kernel."""
+        c = self.config
+        return link_probabilities(s_recv, s_send, bandwidth=self.bandwidth.clamp_min(1e-3), truncation=c.truncation,
+                                  straight_through=c.straight_through)
 
     def graph_regularizer(self, design: CircuitDesign | None = None) -> torch.Tensor:
         """Graph-structure regularizer between ``P`` and the prior's target (0 for other rungs)."""
         if self.prior_target is None:
             return torch.zeros(())
-        from nac.regularizer import graph_structure_loss
         return graph_structure_loss(self.link_probabilities(design), self.prior_target, kind=self.config.regularizer)
 
-    def _kernel(self, P: torch.Tensor, batch_size: int) -> torch.Tensor:
+    def _kernel(self, P: torch.Tensor, batch_size: int) -> torch.Tensor | None:
         mode = "sample" if self.training else self.config.eval_kernel
         return sample_kernel(P, self.config.tau, batch_size=batch_size, mode=mode)
 
@@ -105,9 +123,8 @@ class NAC(nn.Module):
         states = self.read_in(tokens, design.states, design.codes, mask)
         P_pp = P_op = None
         if design.signatures is not None:
-            bw = self.config.bandwidth
-            P_pp = link_probabilities(design.signatures, bandwidth=bw)
-            P_op = link_probabilities(design.readout_signatures, design.signatures, bandwidth=bw)
+            P_pp = self._P(design.signatures)
+            P_op = self._P(design.readout_signatures, design.signatures)
         for layer in self.propagators:
             K = None if P_pp is None else self._kernel(P_pp, B)    # a fresh sample per layer
             states = layer(states, design.codes, K)
@@ -115,11 +132,21 @@ class NAC(nn.Module):
         return self.read_out(design.readout_states, states, design.readout_codes, design.codes, K_out)
 
 
-def build_model(config: ModelConfig | dict, fit_frozen_graph: bool = True) -> NAC:
-    """Build a NAC (any rung of the ladder) from a ``ModelConfig`` or its dict form."""
+BASELINES = {"neural_interpreter": (NeuralInterpreterConfig, NeuralInterpreter),
+             "modular_network": (ModularNetworkConfig, ModularNetwork)}
+
+
+def build_model(config: ModelConfig | NeuralInterpreterConfig | ModularNetworkConfig | dict,
+                fit_signatures: bool = True) -> nn.Module:
+    """Build a NAC (any rung of the ladder) or a baseline (``BASELINES``, by ``variant``) from its
+    config or the config's dict form (what a checkpoint stores); ``fit_signatures=False`` skips
+    the NAC's preset fit (the weights are loaded next)."""
     if isinstance(config, dict):
-        config = ModelConfig.from_dict(config)
-    return NAC(config, fit_frozen_graph=fit_frozen_graph)
+        cls = BASELINES[config["variant"]][0] if config.get("variant") in BASELINES else ModelConfig
+        config = cls.from_dict(config)
+    if isinstance(config, ModelConfig):
+        return NAC(config, fit_signatures=fit_signatures)
+    return BASELINES[config.variant][1](config)
 
 
 def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:

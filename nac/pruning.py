@@ -7,6 +7,8 @@ latents) are removed, so attention and ModFFN run over fewer modules; nothing is
 Connectivity:
 - models with signatures (``frozen_graph``, ``nac``): the expected degree of each module in the
   learned graph, ``deg_i = sum_{j != i} P_ij`` (eq. 2); no data needed.
+- the control: a random order (``random_connectivity``), which any ranking must beat for the
+  ranking to be credited.
 - dense models (``perceiver_io``, ``modfc``) have no graph; the analogous ranking is by the
   attention a module *receives*: ``W_{i<-j}`` averaged over a calibration batch, heads and
   receivers, summed over the propagator layers and the read-out (the expected in-degree of the
@@ -60,6 +62,12 @@ def module_connectivity(model: NAC, inputs=None, mask=None) -> torch.Tensor:
         raise ValueError(f"variant {model.config.variant!r} has a dense graph: ranking its modules by the attention "
                          "they receive needs a calibration batch; pass inputs=")
     return attention_received(model, inputs, mask)
+
+
+def random_connectivity(n: int, seed: int) -> torch.Tensor:
+    """A random ranking ``[n]`` (a seeded permutation of ``0..n-1``) for the random-order control:
+    passed as ``connectivity`` to ``drop_modules`` it drops modules in a random order."""
+    return torch.randperm(n, generator=torch.Generator().manual_seed(int(seed))).float()
 
 
 def drop_modules(model: NAC, k: int, connectivity: torch.Tensor | None = None, inputs=None, mask=None) -> NAC:

@@ -64,6 +64,39 @@ def test_link_probabilities_formula():
     assert torch.allclose(P.diagonal(), torch.ones(5))
 
 
+def test_truncation_gives_exact_zeros_and_straight_through_gradients():
+    from nac.circuits.kernel import cosine_distance
+
+    torch.manual_seed(0)
+    s = torch.randn(10, 6, requires_grad=True)
+    d = cosine_distance(s).detach()
+    cut = d > 0.9
+    assert cut.any() and (~cut).any()
+    P = link_probabilities(s, bandwidth=0.8, truncation=0.9)
+    assert torch.all(P[cut] == 0) and torch.all(P[~cut] > 0)
+    assert torch.allclose(P[~cut], torch.exp(-d / 0.8)[~cut])
+    # straight-through: a loss on truncated pairs only still reaches their signatures
+    P[cut].sum().backward()
+    i, j = cut.nonzero()[0].tolist()
+    assert s.grad[i].abs().sum() > 0 and s.grad[j].abs().sum() > 0
+    s.grad = None
+    hard = link_probabilities(s, bandwidth=0.8, truncation=0.9, straight_through=False)
+    hard[cut].sum().backward()
+    assert s.grad is None or s.grad.abs().sum() == 0  # without it, a cut pair gets no gradient
+    # the bandwidth is differentiable
+    bw = torch.tensor(1.0, requires_grad=True)
+    link_probabilities(s.detach(), bandwidth=bw, truncation=0.9).sum().backward()
+    assert bw.grad.abs() > 0
+
+
+def test_truncated_links_stay_exactly_zero_in_kernel_samples():
+    torch.manual_seed(0)
+    P = link_probabilities(torch.randn(12, 6), truncation=0.9)
+    K = sample_kernel(P, tau=0.5, batch_size=64)
+    assert torch.all(K[:, P == 0] == 0) and torch.all(K[:, P > 0] > 0)
+    assert sample_kernel(P, 0.5, mode="dense") is None
+
+
 def test_kernel_samples_become_binary_as_tau_goes_to_zero():
     P = torch.rand(6, 6) * 0.8 + 0.1
     torch.manual_seed(0)

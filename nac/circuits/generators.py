@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 
 @dataclass
@@ -59,12 +60,16 @@ class UnconditionalCircuitGenerator(nn.Module):
         _unit_scale_(self.readout_state_mlp, self.readout_codes)
         self.use_signatures, self.learn_signatures = use_signatures, learn_signatures
         if use_signatures:
-            sig = torch.randn(n_processor, d_sig)
+            # Unit norm (the authors' randn has norm ~sqrt(d_sig)): Adam's absolute steps then turn
+            # every signature at the same angular rate, whatever its initialisation (see
+            # nac.graphs.fit_signatures_to_graph); NAC and the frozen graph overwrite these with
+            # a preset fit unless signature_init is random.
+            sig = F.normalize(torch.randn(n_processor, d_sig), dim=-1)
             if learn_signatures:
                 self.signatures = nn.Parameter(sig)
             else:
                 self.register_buffer("signatures", sig)
-            self.readout_signatures = nn.Parameter(torch.randn(n_readout, d_sig))
+            self.readout_signatures = nn.Parameter(F.normalize(torch.randn(n_readout, d_sig), dim=-1))
 
     def forward(self, cond=None, cond_mask=None) -> CircuitDesign:
         return CircuitDesign(

@@ -1,9 +1,25 @@
-"""The link-probability kernel of SKMDPA (paper eq. 2).
+"""The link-probability kernel of SKMDPA (paper eq. 2), as in the authors' code.
 
 ``P_ij = exp(-d(s_i, s_j) / eps)`` with ``d = 1 - cos``: modules whose signatures point the same
-way are likely to communicate. ``sample_kernel`` draws ``K ~ Concrete(P, tau)`` (the relaxed
-Bernoulli, reparameterised) independently per example in training; at evaluation the kernel is
-``P`` itself (``expectation``, the authors' default), ``P > 0.5`` (``threshold``) or a sample.
+way are likely to communicate. Two details come from the authors' code (``docs/reference.md``,
+"Kernel"), which the paper does not state:
+
+* **Truncation**: where ``d > truncation`` the link is cut, ``P = 0`` exactly (every Tiny-ImageNet
+  template uses ``truncation = 0.9``). With ``straight_through`` (their default) the forward
+  pass uses the truncated value and the backward pass the untruncated one, so a cut pair still
+  receives gradient (from the graph regularizer) and can reconnect.
+* **Learnable bandwidth**: ``eps`` is a scalar parameter (``nac.model.NAC.bandwidth``),
+  initialised from the config, without weight decay.
+
+Without truncation ``P >= exp(-2 / eps)`` for every pair, and for unit signatures the mean
+off-diagonal ``P`` is at least ``exp(-(1 + 1/(n-1)) / eps)`` (Jensen): 0.36 at ``eps = 1``, so the
+graph cannot be sparse. With truncation at 0.9 a link is either absent or has
+``P >= exp(-0.9 / eps)``.
+
+``sample_kernel`` draws ``K ~ Concrete(P, tau)`` (the relaxed Bernoulli, reparameterised)
+independently per example in training, with ``K = 0`` exactly where ``P = 0``; at evaluation the
+kernel is ``P`` itself (``expectation``, the authors' default), ``P > 0.5`` (``threshold``), a
+sample, or no kernel at all (``dense``: all-to-all attention, the kernel ablation).
 """
 from __future__ import annotations
 
@@ -11,36 +27,54 @@ import torch
 import torch.nn.functional as F
 from torch.distributions import RelaxedBernoulli
 
-KERNEL_MODES = ("expectation", "threshold", "sample")
+KERNEL_MODES = ("expectation", "threshold", "sample", "dense")
 
 
-def link_probabilities(s_recv: torch.Tensor, s_send: torch.Tensor | None = None, bandwidth: float | torch.Tensor = 1.0) -> torch.Tensor:
-    """Eq. 2: ``P_ij = exp(-(1 - cos(s_i, s_j)) / eps)``.
+def cosine_distance(s_recv: torch.Tensor, s_send: torch.Tensor | None = None) -> torch.Tensor:
+    """``d_ij = 1 - cos(s_i, s_j)`` in ``[0, 2]``, fp32 even under bf16 autocast; ``[..., U, V]``."""
+    s_send = s_recv if s_send is None else s_send
+    with torch.autocast(s_recv.device.type, enabled=False):
+        cos = F.normalize(s_recv.float(), dim=-1) @ F.normalize(s_send.float(), dim=-1).transpose(-1, -2)
+        return 1.0 - cos.clamp(-1.0, 1.0)  # rounding can push cos(s, s) past 1, and P past 1
+
+
+def link_probabilities(s_recv: torch.Tensor, s_send: torch.Tensor | None = None,
+                       bandwidth: float | torch.Tensor = 1.0, truncation: float | None = None,
+                       straight_through: bool = True) -> torch.Tensor:
+    """Eq. 2: ``P_ij = exp(-(1 - cos(s_i, s_j)) / eps)``, cut to 0 where ``1 - cos > truncation``.
 
     s_recv: ``[..., U, d_sig]`` receiver signatures; s_send: ``[..., V, d_sig]`` sender
-    signatures (defaults to ``s_recv``). Returns ``[..., U, V]`` in (0, 1].
+    signatures (defaults to ``s_recv``); bandwidth: a float or a scalar tensor (learnable).
+    Returns ``[..., U, V]`` in [0, 1]. ``straight_through``: gradients as if untruncated.
     """
-    s_send = s_recv if s_send is None else s_send
-    with torch.autocast(s_recv.device.type, enabled=False):  # fp32 even under bf16 autocast
-        cos = F.normalize(s_recv.float(), dim=-1) @ F.normalize(s_send.float(), dim=-1).transpose(-1, -2)
-        cos = cos.clamp(-1.0, 1.0)  # rounding can push cos(s, s) past 1, and P past 1
-        return torch.exp(-(1.0 - cos) / bandwidth)
+    d = cosine_distance(s_recv, s_send)
+    with torch.autocast(d.device.type, enabled=False):
+        P = torch.exp(-d / bandwidth)
+        if truncation is None:
+            return P
+        cut = P.masked_fill(d > truncation, 0.0)
+        return P + (cut - P).detach() if straight_through else cut
 
 
-def sample_kernel(P: torch.Tensor, tau: float, batch_size: int | None = None, mode: str = "sample") -> torch.Tensor:
+def sample_kernel(P: torch.Tensor, tau: float, batch_size: int | None = None, mode: str = "sample") -> torch.Tensor | None:
     """Draw the kernel ``K`` from link probabilities ``P`` (eq. 2).
 
     P: ``[U, V]`` (shared design) or ``[B, U, V]`` (per-sample design). With ``mode="sample"``
-    and a shared ``P``, ``batch_size`` independent samples are drawn, giving ``[B, U, V]``.
-    ``expectation`` returns ``P``; ``threshold`` returns ``(P > 0.5)`` as floats.
+    and a shared ``P``, ``batch_size`` independent samples are drawn, giving ``[B, U, V]``;
+    truncated links (``P = 0``) stay exactly 0. ``expectation`` returns ``P``; ``threshold``
+    returns ``(P > 0.5)`` as floats; ``dense`` returns ``None`` (no kernel: all-to-all attention).
     """
     if mode == "expectation":
         return P
     if mode == "threshold":
         return (P > 0.5).to(P.dtype)
+    if mode == "dense":
+        return None
     if mode != "sample":
         raise ValueError(f"unknown kernel mode {mode!r}; valid choices: {', '.join(KERNEL_MODES)}")
     if P.dim() == 2 and batch_size is not None:
         P = P.expand(batch_size, *P.shape)
-    # RelaxedBernoulli clamps probabilities away from {0, 1}, so P_ii = 1 stays finite.
-    return RelaxedBernoulli(torch.as_tensor(tau, dtype=P.dtype, device=P.device), probs=P).rsample()
+    # RelaxedBernoulli clamps probabilities away from {0, 1}, so P_ii = 1 stays finite; the clamp
+    # would also give cut links a tiny positive sample, so they are zeroed again.
+    K = RelaxedBernoulli(torch.as_tensor(tau, dtype=P.dtype, device=P.device), probs=P).rsample()
+    return torch.where(P > 0, K, torch.zeros((), dtype=K.dtype, device=K.device))
