@@ -22,7 +22,7 @@ def test_checkpoint_round_trip_rebuilds_the_same_model(variant, tmp_path, tiny_c
 def test_pruned_model_checkpoint_round_trip(tmp_path, tiny_config):
     model = drop_modules(build_model(tiny_config()), 4).eval()
     loaded = load_model(save_checkpoint(tmp_path / "p.pt", model)).eval()
-    assert loaded.config.n_processor == 8
+    assert loaded.config.n_processor == 12
     x = torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8)
     assert torch.equal(model(x), loaded(x))
 

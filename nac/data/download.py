@@ -1,14 +1,19 @@
 """Downloads for the ``paper`` profile: one table of sources, checksummed fetches, safe extraction.
 
-- ``SOURCES``: every real dataset's URL(s), file name and checksum (facts from REFERENCE.md).
+- ``SOURCES``: every real dataset's URL(s), file name and checksum (facts from docs/reference.md).
   Builders copy these into their ``defaults`` (params ``url`` / ``urls`` / ``md5`` / ``sha256``),
   so a mirror is one param override away.
-- ``fetch(url, dest, md5=, sha256=)``: streams to ``<dest>.part`` with a progress bar, checks the
-  hash, then renames into place. A verified ``dest`` is never fetched again; a leftover ``.part``
-  (interrupted download) is never taken for a complete file.
+- ``fetch(url, dest, md5=, sha256=)``: streams to ``<dest>.part`` with a progress bar, checks that
+  every byte the server announced (``Content-Length``) arrived and the hash, then renames into
+  place. A verified ``dest`` is never fetched again; a leftover ``.part`` (interrupted download) is
+  never taken for a complete file. Sources without a published checksum get one on their first
+  complete download (``<dest>.sha256``, ``sha256sum`` format) and are verified against it later.
 - ``extract(archive, dest)``: zip, tar, tar.gz / tgz (by content, whatever the suffix) and plain
   .gz. Every member is checked *before* anything is written: absolute paths, ``..`` components,
-  links leaving the target folder and device files are refused, naming the member.
+  device files, zip symlinks and any tar member whose final location -- resolved through the
+  links extracted before it, as the OS would -- leaves the target folder are refused, naming the
+  archive and the member. This check is sufficient on its own (tarfile's ``data`` filter, where
+  the Python has one, is a second line of defence only).
 - ``UserDataRequired``: raised where the user must supply files (ImageNet, NLVR2 images); its
   message says which files go where. Uncaught, it makes the stage exit non-zero.
 """
@@ -19,13 +24,15 @@ import hashlib
 import http.client
 import json
 import os
-import posixpath
 import shutil
+import stat
 import sys
 import tarfile
+import unicodedata
 import urllib.error
 import urllib.request
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable, Iterable, Sequence
@@ -84,6 +91,10 @@ SOURCES: dict[str, Source] = {
 # ---------------------------------------------------------------------------------------- errors
 class DownloadError(RuntimeError):
     """No URL could be fetched; the message lists each URL with its error."""
+
+
+class IncompleteDownloadError(DownloadError):
+    """The server closed the connection before sending the ``Content-Length`` it announced."""
 
 
 class ChecksumError(RuntimeError):
@@ -168,21 +179,127 @@ def verify(path: str | Path, md5: str | None = None, sha256: str | None = None) 
 
 
 # -------------------------------------------------------------------------------------- fetching
+def _record(path: Path) -> Path:
+    """``<path>.sha256``: the sha256 of a file without a published checksum, recorded at its first
+    complete download (``sha256sum`` format, so ``sha256sum -c`` reads it too)."""
+    return path.with_name(path.name + ".sha256")
+
+
+def _read_record(path: Path) -> str | None:
+    try:
+        digest = _record(path).read_text().split()[0].lower()
+    except (OSError, IndexError, UnicodeDecodeError):
+        return None
+    return digest if len(digest) == 64 and all(c in "0123456789abcdef" for c in digest) else None
+
+
+def _write_record(path: Path, digest: str) -> None:
+    record = _record(path)
+    tmp = record.with_name(record.name + ".tmp")
+    tmp.write_text(f"{digest}  {path.name}\n")
+    os.replace(tmp, record)
+
+
+def _write_stamp(path: Path, algo: str, digest: str) -> None:
+    st = path.stat()
+    _stamp(path).write_text(json.dumps({"size": st.st_size, "mtime_ns": st.st_mtime_ns, "algo": algo,
+                                        "digest": digest}))
+
+
+def _forget(path: Path) -> None:
+    """Remove ``path`` and its stamp and record."""
+    path.unlink(missing_ok=True)
+    _stamp(path).unlink(missing_ok=True)
+    _record(path).unlink(missing_ok=True)
+
+
+def _content_length(headers) -> int | None:
+    value = (headers.get("Content-Length") or "").strip()
+    return int(value) if value.isdigit() else None
+
+
 def _stream(url: str, part: Path, algo: str, desc: str) -> str:
-    """Copy ``url`` to ``part`` (truncating any leftover), returning the hex digest of the bytes."""
+    """Copy ``url`` to ``part`` (truncating any leftover), returning the hex digest of the bytes.
+
+    Raises ``IncompleteDownloadError`` unless exactly the ``Content-Length`` the server announced
+    arrived (a connection cut short otherwise just ends the read, without an error).
+    """
     h = hashlib.new(algo)
     req = urllib.request.Request(url, headers={"User-Agent": "nac-repro"})
+    received = 0
     with urllib.request.urlopen(req, timeout=60) as resp, open(part, "wb") as out:
-        total = resp.headers.get("Content-Length")
-        with tqdm(total=int(total) if total else None, unit="B", unit_scale=True, unit_divisor=1024,
+        total = _content_length(resp.headers)
+        with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024,
                   desc=desc, mininterval=1.0) as bar:
             while chunk := resp.read(CHUNK):
                 out.write(chunk)
                 h.update(chunk)
+                received += len(chunk)
                 bar.update(len(chunk))
         out.flush()
         os.fsync(out.fileno())
+    if total is not None and received != total:
+        raise IncompleteDownloadError(
+            f"received {received} of the {total} bytes the server announced (Content-Length): the "
+            f"transfer was cut short; the partial file was discarded")
     return h.hexdigest()
+
+
+def _remote_size(urls: Sequence[str]) -> int | None:
+    """The ``Content-Length`` of the first URL that answers a HEAD request (None if none does)."""
+    for u in urls:
+        req = urllib.request.Request(str(u), headers={"User-Agent": "nac-repro"}, method="HEAD")
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                size = _content_length(resp.headers)
+        except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError):
+            continue
+        if size is not None:
+            return size
+    return None
+
+
+def _usable(dest: Path, want: tuple[str, str] | None, urls: Sequence[str]) -> bool:
+    """Whether the existing ``dest`` can be used as is. If not, it has been removed (saying why)."""
+    if want is None:
+        recorded = _read_record(dest)
+        if recorded is None:
+            return _adopt(dest, urls)
+        try:
+            verify(dest, sha256=recorded)
+            return True
+        except ChecksumError as e:
+            print(f"{e} (the sha256 recorded in {_record(dest)} at its first complete download): the file "
+                  f"was truncated or modified since; removing it and downloading again", file=sys.stderr)
+    else:
+        try:
+            verify(dest, **{want[0]: want[1]})
+            return True
+        except ChecksumError as e:
+            print(f"{e}; removing it and downloading again", file=sys.stderr)
+    _forget(dest)
+    return False
+
+
+def _adopt(dest: Path, urls: Sequence[str]) -> bool:
+    """``dest`` has no published checksum and no record: it was put there by hand, or downloaded by a
+    version that did not check completeness. Compare its size with the server's ``Content-Length``
+    (when a server answers) and record its sha256; a size mismatch removes it."""
+    size = dest.stat().st_size
+    remote = _remote_size(urls)
+    if remote is not None and remote != size:
+        print(f"{dest} has {size} bytes but the server announces {remote}: an incomplete earlier download; "
+              f"removing it and downloading again", file=sys.stderr)
+        _forget(dest)
+        return False
+    digest = file_digest(dest, "sha256")
+    _write_record(dest, digest)
+    _write_stamp(dest, "sha256", digest)
+    checked = ("its size matches the server's" if remote is not None
+               else "no server answered, so its size could not be checked")
+    print(f"{dest.name}: existing file without a published checksum ({checked}); recorded its sha256 {digest} "
+          f"in {_record(dest)}. If it is incomplete, delete it and rerun the download.", file=sys.stderr)
+    return True
 
 
 def fetch(url: str | Sequence[str], dest: str | Path, md5: str | None = None, sha256: str | None = None) -> Path:
@@ -190,22 +307,21 @@ def fetch(url: str | Sequence[str], dest: str | Path, md5: str | None = None, sh
 
     Returns ``dest``. Skips the download if ``dest`` exists and verifies (a ``dest`` that fails
     verification is removed and fetched again). The bytes go to ``<dest>.part`` first and are
-    renamed only once the hash matches, so ``dest`` existing always means complete. Works with
-    ``file://`` URLs. Without a hash the file is accepted and its sha256 is printed.
+    renamed only once the ``Content-Length`` the server announced has arrived in full and the hash
+    matches, so ``dest`` existing always means complete. Works with ``file://`` URLs.
+
+    Without a hash, the sha256 of the first complete download is recorded in ``<dest>.sha256`` and
+    later runs verify ``dest`` against it (a mismatch removes ``dest`` and fetches it again). An
+    existing ``dest`` without that record (placed by hand, or by an older version) is compared
+    with the server's size, then recorded.
     """
     dest = Path(dest)
     urls = [url] if isinstance(url, (str, os.PathLike)) else list(url)
     if not urls:
         raise DownloadError(f"no URL given for {dest.name}; pass the `url` param")
     want = _expected(md5, sha256)
-    if dest.exists():
-        try:
-            verify(dest, md5, sha256)
-            return dest
-        except ChecksumError as e:
-            print(f"{e}; removing it and downloading again", file=sys.stderr)
-            dest.unlink()
-            _stamp(dest).unlink(missing_ok=True)
+    if dest.exists() and _usable(dest, want, urls):
+        return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
     algo = want[0] if want else "sha256"
@@ -214,7 +330,7 @@ def fetch(url: str | Sequence[str], dest: str | Path, md5: str | None = None, sh
         try:
             actual = _stream(str(u), part, algo, desc=dest.name)
             break
-        except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as e:
+        except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError, IncompleteDownloadError) as e:
             errors.append(f"  {u}: {e}")
             part.unlink(missing_ok=True)
         except BaseException:  # interrupted: never leave bytes that could pass for the file
@@ -233,13 +349,12 @@ def fetch(url: str | Sequence[str], dest: str | Path, md5: str | None = None, sh
             f"The file was removed; rerun the download to fetch it again, or, if this mirror serves a "
             f"different archive on purpose, pass its checksum in the `{algo}` param."
         )
-    if not want:
-        print(f"{dest.name}: no published checksum; sha256 {actual}", file=sys.stderr)
+    if not want:  # recorded before the rename: a downloaded ``dest`` always has its record
+        _write_record(dest, actual)
+        print(f"{dest.name}: no published checksum; recorded its sha256 {actual} in {_record(dest)}",
+              file=sys.stderr)
     os.replace(part, dest)
-    if want:
-        st = dest.stat()
-        _stamp(dest).write_text(json.dumps({"size": st.st_size, "mtime_ns": st.st_mtime_ns, "algo": algo,
-                                            "digest": actual}))
+    _write_stamp(dest, algo, actual)
     return dest
 
 
@@ -254,28 +369,132 @@ def _check_name(archive: Path, name: str) -> str:
     return norm
 
 
-def _inside(rel: str) -> bool:
-    """True if the relative posix path ``rel`` (after normalisation) stays inside the root."""
-    n = posixpath.normpath(rel)
-    return not (n == ".." or n.startswith("../") or n.startswith("/"))
+#: as Linux's ELOOP limit: more links than this while resolving one path is refused.
+_MAX_LINK_HOPS = 40
 
 
-def _check_tar_member(archive: Path, m: tarfile.TarInfo) -> None:
-    name = _check_name(archive, m.name)
-    if m.issym():
-        target = m.linkname.replace("\\", "/")
-        if target.startswith("/") or not _inside(posixpath.join(posixpath.dirname(name), target)):
-            raise UnsafeArchiveError(
-                f"{archive}: member {m.name!r} is a symlink to {m.linkname!r}, outside the target folder; "
-                f"refusing to extract")
-    elif m.islnk():
-        target = m.linkname.replace("\\", "/")
-        if target.startswith("/") or not _inside(target):
-            raise UnsafeArchiveError(
-                f"{archive}: member {m.name!r} is a hard link to {m.linkname!r}, outside the target folder; "
-                f"refusing to extract")
-    elif not (m.isfile() or m.isdir()):
-        raise UnsafeArchiveError(f"{archive}: member {m.name!r} is a device or fifo; refusing to extract")
+class _Tree:
+    """The symlinks a tar extraction will have created, to resolve where each member lands.
+
+    Paths are tuples of components relative to the target folder, keyed by their *physical*
+    location (parent folders resolved), the way the OS follows links. ``fold`` compares names
+    case- and normalisation-insensitively (macOS, Windows); ``windows`` also splits at
+    backslashes and takes drive letters for absolute paths.
+    """
+
+    def __init__(self, archive: Path, fold: bool, windows: bool):
+        self.archive = archive
+        self.fold = fold
+        self.windows = windows
+        self.links: dict[tuple[str, ...], tuple[str, str]] = {}  # location -> (link target, member name)
+
+    def key(self, part: str) -> str:
+        return unicodedata.normalize("NFC", part).casefold() if self.fold else part
+
+    def split(self, path: str) -> list[str] | None:
+        """The components of the relative ``path``; None if it is absolute."""
+        if self.windows:
+            path = path.replace("\\", "/")
+            if path[1:2] == ":":
+                return None
+        if path.startswith("/"):
+            return None
+        return [p for p in path.split("/") if p not in ("", ".")]
+
+    def resolve(self, parts: list[str] | None, member: str, base: tuple[str, ...] = ()) -> tuple[str, ...] | None:
+        """Where ``parts`` (relative to the folder ``base``) end up once every link is followed, or
+        None if that is outside the target folder."""
+        if parts is None:
+            return None
+        todo = parts[::-1]
+        here = list(base)
+        hops = 0
+        while todo:
+            part = todo.pop()
+            if part == "..":
+                if not here:
+                    return None
+                here.pop()
+                continue
+            link = self.links.get((*here, self.key(part)))
+            if link is None:
+                here.append(self.key(part))
+                continue
+            hops += 1
+            if hops > _MAX_LINK_HOPS:
+                raise UnsafeArchiveError(f"{self.archive}: member {member!r} goes through a loop of symlinks; "
+                                         f"refusing to extract")
+            target = self.split(link[0])
+            if target is None:
+                return None
+            todo.extend(target[::-1])  # a relative target starts from the link's own folder, ``here``
+        return tuple(here)
+
+    def add(self, m: tarfile.TarInfo) -> None:
+        """Check the member ``m`` against the links before it, then record it if it is a symlink."""
+        where = "outside the target folder"
+        parts = self.split(m.name)
+        if m.issym():
+            parent = self.resolve(parts[:-1], m.name) if parts else None
+            if parent is None:
+                raise UnsafeArchiveError(f"{self.archive}: member {m.name!r} is a symlink placed {where} "
+                                         f"(through the links before it); refusing to extract")
+            if self.resolve(self.split(m.linkname), m.name, base=parent) is None:
+                raise UnsafeArchiveError(f"{self.archive}: member {m.name!r} is a symlink to {m.linkname!r}, "
+                                         f"{where}; refusing to extract")
+            self.links[(*parent, self.key(parts[-1]))] = (m.linkname, m.name)
+            return
+        # Files, folders and hard links are written *through* a link already at their path.
+        if self.resolve(parts, m.name) is None:
+            raise UnsafeArchiveError(f"{self.archive}: member {m.name!r} would be written {where} "
+                                     f"(through the links before it); refusing to extract")
+        if m.islnk() and self.resolve(self.split(m.linkname), m.name) is None:
+            raise UnsafeArchiveError(f"{self.archive}: member {m.name!r} is a hard link to {m.linkname!r}, "
+                                     f"{where}; refusing to extract")
+
+    def check_final(self) -> None:
+        """Every link must still point inside once all members are in place (a later link can
+        redirect an earlier one)."""
+        for location, (linkname, member) in self.links.items():
+            if self.resolve(list(location), member) is None:
+                raise UnsafeArchiveError(
+                    f"{self.archive}: member {member!r} is a symlink to {linkname!r}, which leads outside the "
+                    f"target folder through the links extracted with it; refusing to extract")
+
+
+def _check_tar_members(archive: Path, members: Sequence[tarfile.TarInfo]) -> None:
+    """Refuse (``UnsafeArchiveError``, naming the archive and the member) unless every member lands
+    inside the target folder when extracted in order -- following, as the OS does, the links the
+    archive creates -- and every link ends up pointing inside it. Resolved as Linux, macOS and
+    Windows file systems would, so the answer holds on any of them."""
+    for m in members:
+        _check_name(archive, m.name)
+        if not (m.isfile() or m.isdir() or m.issym() or m.islnk()):
+            raise UnsafeArchiveError(f"{archive}: member {m.name!r} is a device or fifo; refusing to extract")
+        if m.issym() and m.linkname.replace("\\", "/").startswith("/"):
+            raise UnsafeArchiveError(f"{archive}: member {m.name!r} is a symlink to {m.linkname!r}, outside "
+                                     f"the target folder; refusing to extract")
+    for fold, windows in ((False, False), (True, False), (True, True)):
+        tree = _Tree(archive, fold, windows)
+        for m in members:
+            tree.add(m)
+        tree.check_final()
+
+
+def _check_zip_member(archive: Path, info: zipfile.ZipInfo) -> None:
+    _check_name(archive, info.filename)
+    mode = info.external_attr >> 16  # the Unix mode, for archives made on Unix
+    if stat.S_ISLNK(mode):
+        raise UnsafeArchiveError(f"{archive}: member {info.filename!r} is a symlink; refusing to extract "
+                                 f"(zip links are not supported)")
+    if stat.S_IFMT(mode) and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise UnsafeArchiveError(f"{archive}: member {info.filename!r} is a device or fifo; refusing to extract")
+
+
+def _tar_filter() -> dict[str, str]:
+    """tarfile's own ``data`` filter (Python >= 3.12, backported to 3.10.12 / 3.11.4) as a second line
+    of defence, where this Python has it; ``_check_tar_members`` alone suffices without it."""
+    return {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
 
 
 def archive_kind(path: str | Path) -> str:
@@ -296,7 +515,8 @@ def extract(archive: str | Path, dest: str | Path, members: Callable[[str], bool
 
     ``members`` (optional) selects member names to extract (e.g. one task of LRA's 7 GB tar).
     All selected members are checked before anything is written (``UnsafeArchiveError`` names the
-    first bad one). Extraction goes to ``<dest>.partial`` and is renamed into place, replacing an
+    archive and the first bad one); a corrupt or truncated archive raises ``CorruptFileError``
+    naming it. Extraction goes to ``<dest>.partial`` and is renamed into place, replacing an
     older ``dest``, so an interrupted extraction never looks complete. A plain .gz becomes
     ``dest/<name without .gz>``.
     """
@@ -311,22 +531,34 @@ def extract(archive: str | Path, dest: str | Path, members: Callable[[str], bool
             with zipfile.ZipFile(archive) as zf:
                 infos = [i for i in zf.infolist() if members is None or members(i.filename)]
                 for i in infos:
-                    _check_name(archive, i.filename)
+                    _check_zip_member(archive, i)
                 for i in tqdm(infos, desc=f"extract {archive.name}", unit="file", mininterval=1.0):
                     zf.extract(i, tmp)
         elif kind == "tar":
             with tarfile.open(archive, "r:*") as tf:
                 chosen = [m for m in tf.getmembers() if members is None or members(m.name)]
-                for m in chosen:
-                    _check_tar_member(archive, m)
-                # tarfile's own "data" filter (Python >= 3.11.4 / 3.10.12) as a second line of defence.
-                kw = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+                # tarfile takes a header cut short for the end of the archive; reading the little that
+                # follows the last header checks a compressed stream's end marker (EOFError if truncated).
+                tf.fileobj.seek(tf.offset)
+                while tf.fileobj.read(CHUNK):
+                    pass
+                _check_tar_members(archive, chosen)
+                kw = _tar_filter()
                 for m in tqdm(chosen, desc=f"extract {archive.name}", unit="file", mininterval=1.0):
-                    tf.extract(m, tmp, **kw)
+                    try:
+                        tf.extract(m, tmp, **kw)
+                    except getattr(tarfile, "FilterError", ()) as e:
+                        raise UnsafeArchiveError(f"{archive}: member {m.name!r}: {e}; refusing to extract") from e
         else:
             out = tmp / (archive.name[:-3] if archive.name.endswith(".gz") else archive.name + ".out")
             with gzip.open(archive, "rb") as src, open(out, "wb") as dst:
                 shutil.copyfileobj(src, dst, CHUNK)
+    except (tarfile.ReadError, tarfile.CompressionError, zipfile.BadZipFile, EOFError, zlib.error,
+            gzip.BadGzipFile) as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CorruptFileError(
+            f"cannot extract {archive}: {e}. The archive is corrupt or truncated; delete it (and any "
+            f"{archive.name}.sha256 / .verified beside it) and rerun the download stage") from e
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -5,10 +5,19 @@ per epoch, a tqdm bar with ETA, and an atomic checkpoint per epoch that a rerun 
 Reproducibility: every epoch reseeds torch from ``(seed, epoch, rank)`` and the sampler
 shuffles with ``(seed, epoch)``, so a run resumed from the checkpoint of epoch ``e`` continues
 exactly as the uninterrupted run would (same batches, same kernel samples, same metrics).
+
+Reliability: every step checks the loss, the total gradient norm and the weights; a non-finite
+one stops training (``NonFiniteTrainingError``) before anything is saved, so a checkpoint only
+ever holds finite tensors (``save_checkpoint`` enforces it too). One training at a time holds a
+checkpoint (an OS lock on ``<checkpoint>.lock``); a checkpoint written with other settings is
+moved aside, never overwritten in place. Ctrl-C and a full disk end with one line saying which
+checkpoint is intact (``TrainingStopped``, a ``SystemExit``: a stage exits non-zero without a
+traceback).
 """
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -19,15 +28,42 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 from tqdm.auto import tqdm
 
-from nac.checkpoint import load_checkpoint, save_checkpoint
+from nac.checkpoint import (CheckpointLock, DiskFullError, PoisonedCheckpointError, aside_path, dict_diff, human_bytes,
+                            load_checkpoint, move_aside, save_checkpoint)
 from nac.evaluation import model_kwargs, predict, topk_accuracy
 from nac.model import NAC
 from nac.training.config import TrainConfig
 from nac.training.distributed import World, all_reduce_, barrier
 
 
-class NonFiniteLossError(FloatingPointError):
+class NonFiniteTrainingError(FloatingPointError):
+    """Training produced a NaN or infinite value; it stops and the last good checkpoint is kept."""
+
+
+class NonFiniteLossError(NonFiniteTrainingError):
     """The loss became NaN or infinite; the last good checkpoint is kept."""
+
+
+class NonFiniteGradientError(NonFiniteTrainingError):
+    """The total gradient norm became NaN or infinite (the step is not applied)."""
+
+
+class NonFiniteWeightsError(NonFiniteTrainingError):
+    """The weights (or the state to checkpoint) became NaN or infinite after an optimizer step."""
+
+
+class TrainingStopped(SystemExit):
+    """Training ended early for a reason outside the training itself. The message is one line
+    saying what is kept and how to continue; as a ``SystemExit`` it makes a stage exit non-zero
+    printing just that line (``code`` is the message)."""
+
+
+class TrainingInterrupted(TrainingStopped):
+    """Ctrl-C (``KeyboardInterrupt``) during training; the last checkpoint is intact."""
+
+
+class CheckpointWriteFailed(TrainingStopped):
+    """The checkpoint could not be written (full disk); the previous one is intact."""
 
 
 class Objective(nn.Module):
@@ -38,7 +74,11 @@ class Objective(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, inputs, mask=None, cond=None, cond_mask=None):
+    def forward(self, inputs, mask=None, cond=None, cond_mask=None, **own):
+        if own:  # a model with its own training objective: ``training_loss`` -> (logits, loss)
+            kw = {k: v for k, v in (("inputs", inputs), ("mask", mask), ("cond", cond), ("cond_mask", cond_mask))
+                  if v is not None}
+            return self.model.training_loss(kw, **own)
         design = self.model.design(cond, cond_mask)
         return self.model(inputs, mask=mask, design=design), self.model.graph_regularizer(design).to(inputs.device)
 
@@ -64,6 +104,20 @@ def augment_images(x: torch.Tensor, pad: int = 4) -> torch.Tensor:
     return torch.stack([padded[i, :, dy[i]:dy[i] + H, dx[i]:dx[i] + W] for i in range(B)])
 
 
+class WithIndex(Dataset):
+    """A dataset whose dict items gain ``"index"``: the item's position in the dataset (for a
+    model that keeps per-example state, ``needs_example_index``)."""
+
+    def __init__(self, data: Dataset):
+        self.data = data
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i):
+        return {**self.data[i], "index": i}
+
+
 def _epoch_seed(seed: int, epoch: int, rank: int) -> int:
     return (seed * 1_000_003 + epoch * 7919 + rank * 104_729) % (2**31)
 
@@ -82,14 +136,31 @@ def fit(model: NAC, train_set: Dataset, val_set: Dataset | None, cfg: TrainConfi
     ``checkpoint``: written atomically after every epoch and resumed from when it exists and was
     written with the same model and training configs and the same ``fingerprint`` (callers pass
     a hash of the data and code, so a checkpoint from before a code or data change is never
-    resumed). ``val_set`` is held-out data: never the training set. ``on_epoch_end(epoch)`` is
-    called after each checkpoint (tests use it).
+    resumed). A checkpoint written with other settings (or holding non-finite values) is moved
+    aside to ``<name>.stale-<time>`` when this run writes its first checkpoint (one line says
+    where, and which of config / train_config / fingerprint differ), never overwritten in place.
+    The training holds an OS lock on ``<checkpoint>.lock``: a second one on the same checkpoint is
+    refused (``CheckpointBusyError``). ``val_set`` is held-out data: never the training set.
+    ``on_epoch_end(epoch)`` is called after each checkpoint (tests use it).
+
+    A model with its own training objective (a baseline trained by EM, say) defines
+    ``training_loss(batch_kwargs, labels, indices, step, label_smoothing=...) -> (logits, loss)``;
+    the step then minimises that loss (through the DDP wrapper, with the same gradient clipping,
+    checks and schedule) instead of cross-entropy + regularizer, and ``train_loss`` logs it
+    (``train_reg`` is 0). ``step`` is the global step; ``indices`` is each item's position in
+    ``train_set`` when the model sets ``needs_example_index`` (the items gain ``"index"``), else
+    None. Models without ``training_loss`` (the NAC) train exactly as before.
+
+    Stops with ``NonFiniteTrainingError`` (a non-finite loss, gradient norm or weight) or
+    ``TrainingStopped`` (Ctrl-C, a full disk), naming ``desc``, the epoch and the checkpoint kept.
     """
     world = world or World()
     device = world.device
     if world.distributed and device.type == "cuda":  # batch statistics over the global batch
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     model.to(device)
+    if getattr(model, "needs_example_index", False):
+        train_set = WithIndex(train_set)
     objective = Objective(model)
     wrapped = DistributedDataParallel(objective) if world.distributed else objective
     decay, no_decay = [], []
@@ -120,92 +191,230 @@ def fit(model: NAC, train_set: Dataset, val_set: Dataset | None, cfg: TrainConfi
 
     start_epoch, history = 0, []
     ckpt_path = Path(checkpoint) if checkpoint else None
-    if ckpt_path and ckpt_path.exists():
-        ckpt = load_checkpoint(ckpt_path, map_location=device)
-        same = (ckpt.get("config") == model.config.to_dict() and ckpt.get("train_config") == cfg.to_dict()
-                and ckpt.get("fingerprint") == fingerprint)
-        if same:
-            model.load_state_dict(ckpt["model"])
-            optimizer.load_state_dict(ckpt["optimizer"])
-            if ema is not None:
-                ema.load_state_dict(ckpt["ema"])
-            start_epoch, history = int(ckpt["epoch"]), list(ckpt["history"])
-            if world.is_main and progress:
-                tqdm.write(f"{desc}: resuming from {ckpt_path} after epoch {start_epoch}/{cfg.epochs}")
-        elif world.is_main:
-            tqdm.write(f"{desc}: {ckpt_path} was written with other settings, data or code; starting over")
-
-    live = _open_live(live_dir, history) if world.is_main else None
-    bar = tqdm(total=total, initial=start_epoch * steps_per_epoch, desc=desc, unit="step", dynamic_ncols=True,
-               disable=not (progress and world.is_main))
-    use_amp = cfg.amp and device.type == "cuda"
+    lock = CheckpointLock(ckpt_path, owner=desc).acquire() if ckpt_path and world.is_main else None
+    live = bar = None
+    state = _State(ckpt_path, desc)
     try:
-        for epoch in range(start_epoch, cfg.epochs):
-            torch.manual_seed(_epoch_seed(cfg.seed, epoch, world.rank))
-            sampler.set_epoch(epoch)
-            wrapped.train()
-            sums = torch.zeros(4, dtype=torch.float64, device=device)  # loss, reg, correct, count
-            for i, batch in enumerate(loader):
-                step = epoch * steps_per_epoch + i
-                for group in optimizer.param_groups:
-                    group["lr"] = lr_at(step, total, warmup, cfg.peak_lr, cfg.min_lr)
-                kw = model_kwargs(batch, device)
-                if cfg.augment:
-                    kw["inputs"] = augment_images(kw["inputs"])
-                labels = batch["label"].to(device).long()
-                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp):
-                    logits, reg = wrapped(**kw)
-                    ce = F.cross_entropy(logits.float(), labels, label_smoothing=cfg.label_smoothing)
-                    loss = ce + cfg.reg_weight * reg.float()
-                _check_finite(loss, epoch, i, ckpt_path, world)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if cfg.grad_clip:
-                    nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-                optimizer.step()
-                if ema is not None:
-                    ema.update_parameters(model)
-                with torch.no_grad():
-                    sums += torch.stack([ce.detach().double() * len(labels), reg.detach().double() * len(labels),
-                                         (logits.argmax(-1) == labels).sum().double(),
-                                         torch.tensor(float(len(labels)), dtype=torch.float64, device=device)])
-                bar.update(1)
-                bar.set_postfix(loss=f"{ce.item():.3f}", epoch=epoch + 1)
-            all_reduce_(sums)
-            entry = {"epoch": epoch + 1, "train_loss": (sums[0] / sums[3]).item(), "train_reg": (sums[1] / sums[3]).item(),
-                     "train_acc": (100 * sums[2] / sums[3]).item(), "lr": optimizer.param_groups[0]["lr"]}
-            if world.is_main:
-                if val_set is not None:
-                    eval_model = ema.module if ema is not None else model
-                    entry.update({f"val_{k}": v for k, v in evaluate_accuracy(eval_model, val_set, device, cfg.eval_batch_size).items()})
-                history.append(entry)
-                if ckpt_path:
-                    extra = {"ema": ema.state_dict()} if ema is not None else {}
-                    save_checkpoint(ckpt_path, model, optimizer=optimizer.state_dict(), epoch=epoch + 1, history=history,
-                                    train_config=cfg.to_dict(), fingerprint=fingerprint, **extra)
-                _log_live(live, entry)
-                bar.write(f"{desc}: epoch {epoch + 1}/{cfg.epochs} " + " ".join(
-                    f"{k}={v:.4g}" for k, v in entry.items() if k != "epoch"))
-            barrier()
-            if on_epoch_end:
-                on_epoch_end(epoch + 1)
+        if ckpt_path and ckpt_path.exists():
+            start_epoch, history = _resume(ckpt_path, model, optimizer, ema, cfg, fingerprint, world, desc, progress,
+                                           state)
+        state.saved_epoch = start_epoch
+        live = _open_live(live_dir, history) if world.is_main else None
+        bar = tqdm(total=total, initial=start_epoch * steps_per_epoch, desc=desc, unit="step", dynamic_ncols=True,
+                   disable=not (progress and world.is_main))
+        _train_epochs(model, wrapped, optimizer, ema, loader, sampler, val_set, cfg, world, start_epoch,
+                      steps_per_epoch, total, warmup, history, live, bar, on_epoch_end, fingerprint, state)
+    except KeyboardInterrupt:
+        where = (f"at epoch {state.epoch} after {state.step}/{steps_per_epoch} steps" if state.epoch
+                 else "before the first step")
+        raise TrainingInterrupted(f"{desc}: interrupted {where}; {state.intact()}") from None
     finally:
-        bar.close()
+        if bar is not None:
+            bar.close()
         if live is not None:
             live.end()
+        if lock is not None:
+            lock.release()
     if ema is not None:  # hand back the averaged weights: they are what was evaluated
         model.load_state_dict(ema.module.state_dict())
     return {"history": history, "final": history[-1] if history else {}}
 
 
-def _check_finite(loss: torch.Tensor, epoch: int, i: int, ckpt: Path | None, world: World) -> None:
-    bad = torch.tensor(0.0 if torch.isfinite(loss) else 1.0, device=loss.device)
-    if world.distributed:
+class _State:
+    """Where training stands, for the messages that say what is kept: the 1-based epoch and
+    step in progress, the epoch of this run's last checkpoint, a foreign checkpoint still in
+    place (written with other settings, to be moved aside on the first save)."""
+
+    def __init__(self, ckpt_path: Path | None, desc: str):
+        self.ckpt_path, self.desc = ckpt_path, desc
+        self.epoch, self.step, self.saved_epoch = 0, 0, 0   # step: steps completed in the epoch
+        self.stale_dest: Path | None = None   # where the foreign checkpoint goes on the first save
+        self.stale_reason = ""
+
+    def kept(self) -> str:
+        """For errors of the training itself (``NonFiniteTrainingError``)."""
+        if self.ckpt_path is None:
+            return "no checkpoint is kept (fit was called without one)"
+        if self.saved_epoch:
+            return f"the last good checkpoint is kept at {self.ckpt_path} (epoch {self.saved_epoch})"
+        if self.stale_dest is not None:
+            return (f"the last good checkpoint is kept at {self.ckpt_path} (written with other settings, not resumed; "
+                    "this run had not saved one yet)")
+        return "no checkpoint was written yet"
+
+    def intact(self) -> str:
+        """For ``TrainingStopped``: what is on disk and what a rerun does."""
+        if self.ckpt_path is None:
+            return "no checkpoint is kept (fit was called without one)"
+        if self.saved_epoch:
+            return f"the checkpoint of epoch {self.saved_epoch} at {self.ckpt_path} is intact; rerun to resume"
+        if self.stale_dest is not None:
+            return (f"no checkpoint of this run was written yet ({self.ckpt_path}, written with other settings, is "
+                    "untouched); rerun to start over")
+        return "no checkpoint was written yet; rerun to start over"
+
+
+def _resume(ckpt_path: Path, model: NAC, optimizer, ema, cfg: TrainConfig, fingerprint: str | None, world: World,
+            desc: str, progress: bool, state: _State) -> tuple[int, list]:
+    """Load the checkpoint when it was written with the same settings; returns ``(epoch, history)``.
+    Otherwise plan to move it aside (``state.stale_dest``) and start over: it stays in place until
+    this run writes its own first checkpoint, so a run that fails before that loses nothing."""
+    try:
+        ckpt = load_checkpoint(ckpt_path, map_location=world.device)
+    except PoisonedCheckpointError:  # written before checkpoints were checked: worthless, never resumed
+        barrier()  # every process has read it before the main one moves it
+        if world.is_main:
+            moved = move_aside(ckpt_path, tag="nonfinite")
+            tqdm.write(f"{desc}: {ckpt_path} holds NaN or infinite values (a diverged run); moved it to {moved}; "
+                       "starting over")
+        return 0, []
+    differ = []
+    if ckpt.get("config") != model.config.to_dict():
+        differ.append("config (" + ", ".join(dict_diff(ckpt.get("config") or {}, model.config.to_dict())) + ")")
+    if ckpt.get("train_config") != cfg.to_dict():
+        differ.append("train_config (" + ", ".join(dict_diff(ckpt.get("train_config") or {}, cfg.to_dict())) + ")")
+    if ckpt.get("fingerprint") != fingerprint:
+        differ.append(f"fingerprint (checkpoint {ckpt.get('fingerprint')}, now {fingerprint}: the data or the code "
+                      "that determines the result changed)")
+    if not differ:
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        if ema is not None:
+            ema.load_state_dict(ckpt["ema"])
+        if world.is_main and progress:
+            tqdm.write(f"{desc}: resuming from {ckpt_path} after epoch {int(ckpt['epoch'])}/{cfg.epochs}")
+        return int(ckpt["epoch"]), list(ckpt["history"])
+    state.stale_dest, state.stale_reason = aside_path(ckpt_path), "; ".join(differ)
+    if world.is_main:
+        tqdm.write(f"{desc}: {ckpt_path} was written with other settings: {state.stale_reason}; starting over, and "
+                   f"moving it to {state.stale_dest} when this run saves its first checkpoint")
+    return 0, []
+
+
+def _train_epochs(model: NAC, wrapped: nn.Module, optimizer, ema, loader, sampler, val_set, cfg: TrainConfig,
+                  world: World, start_epoch: int, steps_per_epoch: int, total: int, warmup: int, history: list,
+                  live, bar, on_epoch_end, fingerprint: str | None, state: _State) -> None:
+    device = world.device
+    ckpt_path, desc = state.ckpt_path, state.desc
+    use_amp = cfg.amp and device.type == "cuda"
+    own_objective = hasattr(model, "training_loss")
+    for epoch in range(start_epoch, cfg.epochs):
+        state.epoch, state.step = epoch + 1, 0
+        torch.manual_seed(_epoch_seed(cfg.seed, epoch, world.rank))
+        sampler.set_epoch(epoch)
+        wrapped.train()
+        sums = torch.zeros(4, dtype=torch.float64, device=device)  # loss, reg, correct, count
+        for i, batch in enumerate(loader):
+            step = epoch * steps_per_epoch + i
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, total, warmup, cfg.peak_lr, cfg.min_lr)
+            kw = model_kwargs(batch, device)
+            if cfg.augment:
+                kw["inputs"] = augment_images(kw["inputs"])
+            labels = batch["label"].to(device).long()
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp):
+                if own_objective:
+                    indices = batch["index"].to(device).long() if "index" in batch else None
+                    logits, loss = wrapped(**kw, labels=labels, indices=indices, step=step,
+                                           label_smoothing=cfg.label_smoothing)
+                    ce = loss = loss.float()
+                    reg = torch.zeros((), device=device)
+                else:
+                    logits, reg = wrapped(**kw)
+                    ce = F.cross_entropy(logits.float(), labels, label_smoothing=cfg.label_smoothing)
+                    loss = ce + cfg.reg_weight * reg.float()
+            _check_finite(loss, "loss", NonFiniteLossError, state, world)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.grad_clip:
+                grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            else:  # the same norm, nothing rescaled
+                grad_norm = nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+            _check_finite(grad_norm, "gradient norm", NonFiniteGradientError, state)  # same on every process
+            optimizer.step()
+            _check_weights(model, state)
+            if ema is not None:
+                ema.update_parameters(model)
+            with torch.no_grad():
+                sums += torch.stack([ce.detach().double() * len(labels), reg.detach().double() * len(labels),
+                                     (logits.argmax(-1) == labels).sum().double(),
+                                     torch.tensor(float(len(labels)), dtype=torch.float64, device=device)])
+            bar.update(1)
+            bar.set_postfix(loss=f"{ce.item():.3f}", epoch=epoch + 1)
+            state.step = i + 1
+        all_reduce_(sums)
+        entry = {"epoch": epoch + 1, "train_loss": (sums[0] / sums[3]).item(), "train_reg": (sums[1] / sums[3]).item(),
+                 "train_acc": (100 * sums[2] / sums[3]).item(), "lr": optimizer.param_groups[0]["lr"]}
+        if world.is_main:
+            if val_set is not None:
+                eval_model = ema.module if ema is not None else model
+                entry.update({f"val_{k}": v for k, v in evaluate_accuracy(eval_model, val_set, device, cfg.eval_batch_size).items()})
+            history.append(entry)
+            if ckpt_path:
+                extra = {"ema": ema.state_dict()} if ema is not None else {}
+                _save(state, model, optimizer=optimizer.state_dict(), epoch=epoch + 1, history=history,
+                      train_config=cfg.to_dict(), fingerprint=fingerprint, **extra)
+            _log_live(live, entry)
+            bar.write(f"{desc}: epoch {epoch + 1}/{cfg.epochs} " + " ".join(
+                f"{k}={v:.4g}" for k, v in entry.items() if k != "epoch"))
+        barrier()
+        if on_epoch_end:
+            on_epoch_end(epoch + 1)
+
+
+_ADVICE = "Lower train.lr, enable train.grad_clip, or check the data for NaNs"
+
+
+def _check_finite(value: torch.Tensor, what: str, error: type[NonFiniteTrainingError], state: _State,
+                  world: World | None = None) -> None:
+    """Raise ``error`` when ``value`` is NaN or infinite on any process (all stop together;
+    ``world=None``: a value already identical on every process, no collective needed)."""
+    bad = torch.tensor(0.0 if torch.isfinite(value) else 1.0, device=value.device)
+    if world is not None and world.distributed:
         all_reduce_(bad)
     if bad.item():
-        kept = f"the last good checkpoint is kept at {ckpt}" if ckpt and ckpt.exists() else "no checkpoint was written yet"
-        raise NonFiniteLossError(f"non-finite loss at epoch {epoch + 1}, step {i + 1}; {kept}. "
-                                 "Lower train.lr, enable train.grad_clip, or check the data for NaNs")
+        raise error(f"{state.desc}: non-finite {what} at epoch {state.epoch}, step {state.step + 1}; {state.kept()}. "
+                    f"{_ADVICE}")
+
+
+def _check_weights(model: NAC, state: _State) -> None:
+    """After the optimizer step: one fused norm over the parameters (identical on every process
+    under DDP); only when it is not finite are the tensors inspected one by one, so a finite but
+    overflowing norm is not mistaken for a NaN."""
+    params = [p.detach() for p in model.parameters()]
+    if bool(torch.isfinite(nn.utils.get_total_norm(params))):
+        return
+    bad = [name for name, p in model.named_parameters() if not bool(torch.isfinite(p).all())]
+    if bad:
+        raise NonFiniteWeightsError(f"{state.desc}: non-finite weights after the optimizer step at epoch {state.epoch}, "
+                                    f"step {state.step + 1} ({', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''}); "
+                                    f"{state.kept()}. {_ADVICE}")
+
+
+def _save(state: _State, model: NAC, **extra) -> None:
+    """Write this run's checkpoint (moving a foreign one aside first); converts a refused or
+    failed write into the error that says what is kept."""
+    path = state.ckpt_path
+    moved = None
+    if state.stale_dest is not None and path.exists():
+        moved = move_aside(path, state.stale_dest)
+        if moved != state.stale_dest:
+            tqdm.write(f"{state.desc}: moved {path} (written with other settings) to {moved}")
+    try:
+        save_checkpoint(path, model, **extra)
+    except BaseException as e:
+        if moved is not None and not path.exists():  # this run wrote nothing: put the old one back
+            os.replace(moved, path)
+        if isinstance(e, PoisonedCheckpointError):
+            raise NonFiniteWeightsError(f"{state.desc}: {e} (end of epoch {state.epoch}); {state.kept()}. {_ADVICE}") from e
+        if isinstance(e, DiskFullError):
+            free = f"{human_bytes(e.free)} free" if e.free is not None else "free space unknown"
+            raise CheckpointWriteFailed(
+                f"{state.desc}: disk full writing {path} at the end of epoch {state.epoch}: it needs about "
+                f"{human_bytes(e.needed)}, {free} in {path.parent}; {state.intact()} once space is freed") from None
+        raise
+    state.stale_dest = None
+    state.saved_epoch = state.epoch
 
 
 def _open_live(live_dir, history):
