@@ -34,15 +34,17 @@ def _dataset_info(params: dict, name: str) -> dict[str, Any] | None:
 
 
 def validate_tracks(params: dict[str, Any]) -> None:
+    """Reject an impossible track or few-shot section (on top of ``validate``): keys, types and
+    ranges (``nac.pipeline.schema``), then runs, datasets, models and the prior's fit to them."""
+    from nac.pipeline import schema
+
     datasets = params.get("data", {}).get("datasets", [])
     seeds = params["seeds"]
     for track in TRACKS:
         if track not in params:
             continue
+        schema.check_track(params, track)
         sec = params[track]
-        for key in ("dataset", "runs", "model", "train"):
-            if key not in sec:
-                raise ParamsError(f"{track}.{key} is missing; see conf/profile/mini.yaml for a complete {track} section")
         if sec["dataset"] not in datasets:
             raise ParamsError(f"{track}.dataset={sec['dataset']!r} is not in data.datasets {datasets}")
         bad = [r for r in sec["runs"] if r not in TRACK_RUNS[track]]
@@ -55,6 +57,7 @@ def validate_tracks(params: dict[str, Any]) -> None:
                     track_model_config(params, track, run, info)
                 except (ValueError, KeyError) as e:
                     raise ParamsError(f"{track}.model for run {run!r}: {e}") from e
+        _check_prior_fits(params, track)
         try:
             track_train_config(params, track, seeds[0])
         except ValueError as e:
@@ -66,7 +69,29 @@ def validate_tracks(params: dict[str, Any]) -> None:
         if analysis.get("seed", seeds[0]) not in seeds:
             raise ParamsError(f"nlvr.analysis.seed={analysis.get('seed')!r} is not in seeds {seeds}")
     if "fewshot" in params:
+        schema.check_fewshot(params)
         _validate_fewshot(params)
+
+
+def _check_prior_fits(params: dict[str, Any], track: str) -> None:
+    """The ``prior`` group's params must suit the track's module count (e.g. n_blocks divides
+    n_processor) for the runs that use that prior."""
+    from nac.tracks.common import _prior_settings
+
+    try:
+        from nac.graphs import _resolve
+    except ImportError:  # the graph module validates its params under another name: left to it
+        return
+    if not any(r in ("nac", "text_only", "image_only") for r in params[track]["runs"]):
+        return
+    n = params[track]["model"].get("n_processor")
+    if not isinstance(n, int):
+        return
+    settings = _prior_settings(params)
+    try:
+        _resolve(settings["prior"], n, settings["prior_params"])
+    except ValueError as e:
+        raise ParamsError(f"prior.params {settings['prior_params']} with {track}.model.n_processor={n}: {e}") from e
 
 
 def _validate_fewshot(params: dict[str, Any]) -> None:
@@ -95,9 +120,16 @@ def _validate_fewshot(params: dict[str, Any]) -> None:
     elif not fs.get("pretrain"):
         raise ParamsError("fewshot.source=pretrain needs a fewshot.pretrain section {dataset, model, train}")
     try:
-        FewShotConfig.from_dict(dict(fs.get("protocol") or {}))
+        cfg = FewShotConfig.from_dict(dict(fs.get("protocol") or {}))
     except ValueError as e:
         raise ParamsError(f"fewshot.protocol: {e}") from e
+    for t in fs["targets"]:
+        info = _dataset_info(params, t)
+        if info is not None and isinstance(info.get("num_classes"), int) and cfg.ways > info["num_classes"]:
+            raise ParamsError(f"fewshot.protocol.ways={cfg.ways} exceeds the {info['num_classes']} classes of target "
+                              f"{t!r}; lower fewshot.protocol.ways to <= {info['num_classes']}")
+    if fs["source"] == "pretrain" and fs["pretrain"]["dataset"] not in datasets:
+        raise ParamsError(f"fewshot.pretrain.dataset={fs['pretrain']['dataset']!r} is not in data.datasets {datasets}")
 
 
 def fewshot_image_run(params: dict, run: str) -> str:

@@ -1,0 +1,540 @@
+"""The shape of params.yaml: known keys, types and ranges of every section, checked before any
+semantic rule (``nac.pipeline.params.validate``, ``nac.tracks.params.validate_tracks``).
+
+Types come from the code wherever a section maps to it, so a field added there is checked here
+without a change: the dataclass annotations of ``ModelConfig`` (``<section>.model``),
+``TrainConfig`` (``<section>.train``) and ``FewShotConfig`` (``fewshot.protocol``), the
+signatures of the tokenizers (``model.tokenizer``), the ``defaults`` of the dataset builders
+(``data.<dataset>``) and ``nac.graphs.PRIOR_DEFAULTS`` (``prior.params``). The remaining
+sections (``image``, ``prune``, ``fewshot``, the tracks) are described by the tables below.
+
+Every message names the key (``image.train.lr``), the problem and the fix; YAML's traps are
+named explicitly: PyYAML (YAML 1.1) reads ``1e-3`` and ``1.0e3`` as *strings* (a float needs a
+dot and a signed exponent: ``1.0e-3``), and a quoted ``"5"`` is a string too.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+import re
+import types
+import typing
+from functools import lru_cache
+from typing import Any
+
+from nac.pipeline.params import ParamsError
+
+# Top-level sections of params.yaml (the keys of conf/config.yaml's composition).
+TOP_LEVEL = ("profile", "device", "seeds", "data", "image", "prune", "fewshot", "points", "listops", "text",
+             "nlvr", "prior")
+TRACKS = ("points", "listops", "text", "nlvr")
+DEVICES = ("auto", "cpu", "cuda")
+SPLITS = ("train", "val", "test")
+
+# ModelConfig / TrainConfig fields the pipeline sets itself (from the run, the dataset, ``seeds``,
+# ``device`` and ``prior``): a value in params.yaml would be silently overwritten, so it is rejected.
+# (Names that are not ModelConfig fields are ignored, so both old and new field names may be listed.)
+IMAGE_MODEL_SET = {"variant": "the ladder run", "num_classes": "the dataset", "frozen_graph_seed": "the seed",
+                   "graph_seed": "the seed", "prior": "the ladder run (nac-<prior>)",
+                   "prior_params": "nac.graphs.PRIOR_DEFAULTS"}
+TRACK_MODEL_SET = {"variant": "the run", "num_classes": "the dataset", "generator": "the run",
+                   "prior": "the `prior` group (prior.name)", "prior_params": "the `prior` group (prior.params)"}
+TRAIN_SET = {"seed": "`seeds`", "device": "the top-level `device`"}
+
+# Ranges the dataclasses do not check themselves: key -> (lower, lower_inclusive, upper, upper_inclusive).
+TRAIN_RANGES = {"num_workers": (0, True, None, False), "weight_decay": (0, True, None, False),
+                "label_smoothing": (0, True, 1, False), "grad_clip": (0, True, None, False),
+                "reg_weight": (0, True, None, False), "lr_batch_scaling": (1, True, None, False),
+                "min_lr": (0, True, None, False)}
+MODEL_RANGES = {"ffn_mult": (0, False, None, False), "layer_scale": (0, False, None, False),
+                "alpha_init": (0, True, None, False), "frozen_graph_m": (1, True, None, False),
+                "frozen_graph_seed": (0, True, None, False), "frozen_graph_fit_steps": (0, True, None, False),
+                "graph_seed": (0, True, None, False), "signature_fit_steps": (0, True, None, False)}
+PROTOCOL_RANGES = {"weight_decay": (0, True, None, False), "reg_weight": (0, True, None, False)}
+
+# Hand-written sections: key -> (type, range or None, required).
+POS = (1, True, None, False)
+NONNEG = (0, True, None, False)
+PRUNE_KEYS = {"runs": (list[str], None, True), "dropped_fraction": (list[float], None, True),
+              "calibration_size": (int, POS, True), "throughput_batch": (int, POS, True),
+              "throughput_repeats": (int, POS, True), "random_orders": (int, NONNEG, False)}
+NLVR_ANALYSIS_KEYS = {"run": (str, None, False), "seed": (int, NONNEG, False), "pca_dim": (int, POS, False),
+                      "knn_k": (int, POS, False), "folds": (int, (2, True, None, False), False),
+                      "shuffles": (int, POS, False), "perplexity": (float, (0, False, None, False), False)}
+NGRAM_KEYS = {"n": (int, POS, True), "buckets": (int, (2, True, None, False), True)}
+
+
+# ------------------------------------------------------------------------------------- types
+def _accepts(value: Any, tp: Any) -> bool:
+    """Whether a YAML value has the annotated type (an int is a float; a bool is never a number)."""
+    if tp is Any or tp is object or isinstance(tp, (str, typing.TypeVar)):
+        return True
+    if tp is None or tp is type(None):
+        return value is None
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Union or origin is types.UnionType:
+        return any(_accepts(value, a) for a in args)
+    if origin is typing.Literal:
+        return value in args
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp is str:
+        return isinstance(value, str)
+    if tp in (list, tuple) or origin in (list, tuple, typing.Sequence):
+        if not isinstance(value, (list, tuple)):
+            return False
+        if args and origin is list:
+            return all(_accepts(v, args[0]) for v in value)
+        return True
+    if tp is dict or origin is dict:
+        return isinstance(value, dict)
+    return True  # a type YAML cannot express: leave it to the code
+
+
+def _numeric(tp: Any) -> str | None:
+    """``"int"`` / ``"float"`` when the annotation admits that number (first found), else None."""
+    if tp is int or tp is float:
+        return tp.__name__
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        for a in typing.get_args(tp):
+            if _numeric(a):
+                return _numeric(a)
+    return None
+
+
+def _describe(tp: Any) -> str:
+    if tp is type(None) or tp is None:
+        return "null"
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in typing.get_args(tp))
+    if typing.get_origin(tp) is list:
+        return f"a list of {_describe(typing.get_args(tp)[0])}" if typing.get_args(tp) else "a list"
+    if typing.get_origin(tp) is dict or tp is dict:
+        return "a mapping"
+    return getattr(tp, "__name__", str(tp))
+
+
+_YAML11_FLOAT = re.compile(r"^[-+]?(\.[0-9_]+|[0-9][0-9_]*(\.[0-9_]*)?)([eE][-+]?[0-9]+)?$")
+
+
+def yaml_float_fix(text: str) -> str:
+    """How to write ``text`` so PyYAML reads a float: ``1e-3`` -> ``1.0e-3``, ``2.5E4`` -> ``2.5e+4``."""
+    mant, _, exp = text.strip().lower().partition("e")
+    if "." not in mant:
+        mant += ".0"
+    elif mant.endswith("."):
+        mant += "0"
+    if exp and exp[0] not in "+-":
+        exp = "+" + exp
+    return f"{mant}e{exp}" if exp else mant
+
+
+def _yaml_scalar(text: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def check_type(where: str, value: Any, tp: Any) -> None:
+    """Raise ParamsError unless ``value`` has type ``tp``; strings that look like numbers get the
+    YAML explanation (unquoted ``1e-3`` is text to PyYAML; a quoted ``"5"`` is text)."""
+    if _accepts(value, tp):
+        return
+    num = _numeric(tp)
+    if isinstance(value, str) and num and _YAML11_FLOAT.match(value.strip()):
+        text = value.strip()
+        if "e" in text.lower() and not isinstance(_yaml_scalar(text), (int, float)):
+            fix = yaml_float_fix(text)
+            if num == "int" and float(text).is_integer():
+                fix = str(int(float(text)))  # an int field: write the whole number
+            raise ParamsError(f"{where}={value!r} is a string: YAML reads {text} as text (a float needs a dot and a "
+                              f"signed exponent); write {fix}")
+        raise ParamsError(f"{where}={value!r} is a string, not a number: remove the quotes (write {text})")
+    if isinstance(value, float) and num == "int":
+        fix = f"write {int(value)}" if math.isfinite(value) and value.is_integer() else "use a whole number"
+        raise ParamsError(f"{where}={value!r} must be an int; {fix}")
+    if isinstance(value, list) and typing.get_origin(tp) is list and typing.get_args(tp):
+        for i, v in enumerate(value):
+            check_type(f"{where}[{i}]", v, typing.get_args(tp)[0])
+    raise ParamsError(f"{where}={value!r} is {_article(value)}; expected {_describe(tp)}")
+
+
+def _article(value: Any) -> str:
+    return "null" if value is None else f"a {'bool' if isinstance(value, bool) else type(value).__name__}"
+
+
+def check_range(where: str, value: Any, rng: tuple | None) -> None:
+    """``rng`` = (lower, lower_inclusive, upper, upper_inclusive); None ends are open. Skips null."""
+    if rng is None or value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    lo, lo_in, hi, hi_in = rng
+    bad = (lo is not None and (value < lo if lo_in else value <= lo)) or \
+          (hi is not None and (value > hi if hi_in else value >= hi))
+    if bad or (isinstance(value, float) and math.isnan(value)):
+        left = "" if lo is None else f"{'[' if lo_in else '('}{lo}"
+        right = "" if hi is None else f"{hi}{']' if hi_in else ')'}"
+        if lo is not None and hi is None:
+            want = f">= {lo}" if lo_in else f"> {lo}"
+        elif lo is None:
+            want = f"<= {hi}" if hi_in else f"< {hi}"
+        else:
+            want = f"in {left}, {right}"
+        raise ParamsError(f"{where}={value!r} is out of range: must be {want}")
+
+
+def check_keys(where: str, section: Any, valid, required=(), what: str = "key") -> dict:
+    """``section`` must be a mapping whose keys are all in ``valid``; returns it."""
+    if not isinstance(section, dict):
+        raise ParamsError(f"{where} must be a mapping of {what}s ({', '.join(sorted(valid))}), got {section!r}")
+    unknown = [k for k in section if k not in valid]
+    if unknown:
+        raise ParamsError(f"{where}.{unknown[0]} is not a known {what} (unknown {what}s {unknown}); "
+                          f"valid {what}s at {where}: {', '.join(sorted(valid))}")
+    missing = [k for k in required if k not in section]
+    if missing:
+        raise ParamsError(f"{where}.{missing[0]} is missing; required keys at {where}: {', '.join(required)}")
+    return section
+
+
+def check_table(where: str, section: Any, table: dict[str, tuple]) -> dict:
+    """A hand-written section: ``table`` maps key -> (type, range, required)."""
+    check_keys(where, section, table, [k for k, (_, _, req) in table.items() if req])
+    for key, value in section.items():
+        tp, rng, _ = table[key]
+        check_type(f"{where}.{key}", value, tp)
+        check_range(f"{where}.{key}", value, rng)
+    return section
+
+
+@lru_cache(maxsize=None)
+def _hints(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(cls)}
+
+
+def check_dataclass(where: str, section: Any, cls: type, set_by: dict[str, str] | None = None,
+                    ranges: dict[str, tuple] | None = None) -> dict:
+    """A section read into dataclass ``cls``: keys are its fields (less those the pipeline sets,
+    ``set_by``: field -> what sets it), types its annotations, plus ``ranges``."""
+    fields = _hints(cls)
+    set_by = {k: v for k, v in (set_by or {}).items() if k in fields}
+    if isinstance(section, dict):
+        for key in section:
+            if key in set_by:
+                raise ParamsError(f"{where}.{key} is set by {set_by[key]}, not by params.yaml; remove it")
+    check_keys(where, section, [f for f in fields if f not in set_by])
+    for key, value in section.items():
+        check_type(f"{where}.{key}", value, fields[key])
+        check_range(f"{where}.{key}", value, (ranges or {}).get(key))
+    return section
+
+
+# ------------------------------------------------------------------------------- tokenizers
+@lru_cache(maxsize=None)
+def _tokenizer_args() -> dict[str, dict[str, Any]]:
+    """kind -> {argument: annotation} of the tokenizer's constructor (``image_pair``: {image})."""
+    from nac.circuits import tokenizers as T
+
+    out: dict[str, dict[str, Any]] = {"image_pair": {"image": dict}}
+    for kind, fn in (("conv32", getattr(T, "conv32", None)), ("convnext", getattr(T, "convnext", None)),
+                     ("points", getattr(T, "PointTokenizer", None)), ("sequence", getattr(T, "SequenceTokenizer", None)),
+                     ("features", getattr(T, "FeatureTokenizer", None))):
+        if fn is None:
+            continue
+        target = fn.__init__ if inspect.isclass(fn) else fn
+        try:
+            hints = typing.get_type_hints(target)
+        except Exception:
+            hints = {}
+        out[kind] = {n: hints.get(n, Any) for n, p in inspect.signature(target).parameters.items()
+                     if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    return out
+
+
+def check_tokenizer(where: str, tok: Any) -> None:
+    from nac.circuits.tokenizers import TOKENIZERS
+
+    if not isinstance(tok, dict):
+        raise ParamsError(f"{where} must be a mapping {{kind: ..., ...}}, got {tok!r}")
+    kind = tok.get("kind")
+    if kind not in TOKENIZERS:
+        raise ParamsError(f"{where}.kind={kind!r}; valid choices: {', '.join(TOKENIZERS)}")
+    args = _tokenizer_args().get(kind)
+    if args is None:
+        return
+    check_keys(where, tok, ["kind", *args])
+    for key, value in tok.items():
+        if key == "kind":
+            continue
+        check_type(f"{where}.{key}", value, args[key])
+        if key in ("dim", "pos_dim", "image_size", "width", "vocab_size", "max_length", "d_feat"):
+            check_range(f"{where}.{key}", value, POS)
+        if key == "n_freqs":
+            check_range(f"{where}.{key}", value, NONNEG)
+    if kind == "image_pair":
+        check_tokenizer(f"{where}.image", tok.get("image"))
+    size = tok.get("image_size")
+    if kind == "conv32" and isinstance(size, int) and size % 4:
+        raise ParamsError(f"{where}.image_size={size} must be divisible by 4 (conv32 has two stride-2 convs)")
+    if kind == "convnext" and isinstance(size, int) and isinstance(tok.get("depths"), list):
+        stride = 4 * 2 ** (len(tok["depths"]) - 1)
+        if size % stride:
+            raise ParamsError(f"{where}.image_size={size} must be divisible by {stride} (the convnext stride with "
+                              f"{len(tok['depths'])} stages)")
+
+
+def check_model(where: str, model: Any, set_by: dict[str, str]) -> None:
+    from nac.config import ModelConfig
+
+    check_dataclass(where, model, ModelConfig, set_by, MODEL_RANGES)
+    for key in ("tokenizer", "cond_tokenizer"):
+        if model.get(key) is not None:
+            check_tokenizer(f"{where}.{key}", model[key])
+
+
+def check_train(where: str, train: Any) -> None:
+    from nac.training.config import TrainConfig
+
+    check_dataclass(where, train, TrainConfig, TRAIN_SET, TRAIN_RANGES)
+
+
+# ------------------------------------------------------------------------------------- data
+def _data_range(key: str) -> tuple | None:
+    if key in ("seed", "workers", "n_val", "n_test"):
+        return NONNEG
+    if key.endswith("fraction"):
+        return (0, True, 1, False)
+    return POS
+
+
+def check_data(params: dict) -> None:
+    """``data``: root, datasets (known names) and one section per dataset, typed and ranged by
+    the builder's ``defaults`` (ints stay ints; sizes >= 1, ``n_val`` / ``n_test`` / seeds >= 0,
+    fractions in [0, 1))."""
+    from nac.data.registry import _REGISTRY, available
+
+    names = available()
+    data = params.get("data")
+    if not isinstance(data, dict):
+        raise ParamsError(f"data must be a mapping {{root, datasets, <dataset>: {{...}}}}, got {data!r}")
+    check_keys("data", data, ["root", "datasets", *names], ["datasets"])
+    if "root" in data:
+        check_type("data.root", data["root"], str)
+    datasets = data["datasets"]
+    check_type("data.datasets", datasets, list[str])
+    for ds in datasets:
+        if ds not in names:
+            raise ParamsError(f"data.datasets lists unknown dataset {ds!r}; valid choices: {', '.join(names)}")
+    if len(set(datasets)) != len(datasets):
+        raise ParamsError(f"data.datasets contains duplicates: {datasets}")
+    for ds in names:
+        if ds not in data or data[ds] is None:
+            continue
+        where = f"data.{ds}"
+        sec, defaults = data[ds], _REGISTRY[ds].defaults
+        if not isinstance(sec, dict):
+            raise ParamsError(f"{where} must be a mapping of dataset params ({', '.join(sorted(defaults))}), got {sec!r}")
+        unknown = sorted(set(sec) - set(defaults))
+        if unknown:
+            raise ParamsError(f"{where}.{unknown[0]}: unknown params {unknown} of dataset {ds!r}; "
+                              f"valid params: {sorted(defaults)}")
+        for key, value in sec.items():
+            default = defaults[key]
+            if isinstance(default, bool):
+                check_type(f"{where}.{key}", value, bool)
+            elif isinstance(default, (int, float)):
+                check_type(f"{where}.{key}", value, type(default))
+                check_range(f"{where}.{key}", value, _data_range(key))
+            elif isinstance(default, str):
+                check_type(f"{where}.{key}", value, str | list[str])
+        merged = {**defaults, **sec}
+        fr = [merged[k] for k in merged if k.endswith("_fraction")]
+        if len(fr) > 1 and sum(fr) >= 1:
+            raise ParamsError(f"{where}: the split fractions {', '.join(k for k in merged if k.endswith('_fraction'))} "
+                              f"sum to {sum(fr)}; they must leave a training split (sum < 1)")
+        if isinstance(merged.get("min_length"), int) and isinstance(merged.get("max_length"), int) \
+                and merged["min_length"] > merged["max_length"]:
+            raise ParamsError(f"{where}.min_length={merged['min_length']} exceeds {where}.max_length="
+                              f"{merged['max_length']}")
+
+
+def check_batch_fits(params: dict, where: str, dataset: Any, train: Any) -> None:
+    """Training drops the last incomplete batch: a batch larger than the training split (when its
+    size is a param) would train on nothing."""
+    from nac.data.registry import _REGISTRY
+
+    if dataset not in _REGISTRY or not isinstance(train, dict):
+        return
+    n = {**_REGISTRY[dataset].defaults, **(params.get("data", {}).get(dataset) or {})}.get("n_train")
+    bs = train.get("batch_size")
+    if isinstance(n, int) and isinstance(bs, int) and bs > n:
+        raise ParamsError(f"{where}.batch_size={bs} exceeds data.{dataset}.n_train={n}: the last incomplete batch is "
+                          f"dropped, so no step would be taken; make batch_size <= {n}")
+
+
+def check_split_read(params: dict, where: str, dataset: Any, split: Any) -> None:
+    """A split a stage reads must be one of train/val/test and, where the dataset's size is a param
+    (``n_<split>``), non-empty."""
+    if split not in SPLITS:
+        raise ParamsError(f"{where}={split!r}; valid choices: {', '.join(SPLITS)}")
+    from nac.data.registry import _REGISTRY
+
+    if dataset not in _REGISTRY:
+        return
+    merged = {**_REGISTRY[dataset].defaults, **(params.get("data", {}).get(dataset) or {})}
+    n = merged.get(f"n_{split}")
+    if isinstance(n, int) and n < 1:
+        raise ParamsError(f"{where}={split!r} reads the {split} split of {dataset!r}, but data.{dataset}.n_{split}={n}; "
+                          f"make it >= 1 or read another split")
+
+
+# ----------------------------------------------------------------------------------- sections
+def check_schema(params: Any) -> None:
+    """Every section of params.yaml: known keys at every level, types, ranges (see the module doc)."""
+    if not isinstance(params, dict):
+        raise ParamsError(f"params.yaml must be a mapping of sections ({', '.join(TOP_LEVEL)}), got {_article(params)}; "
+                          "recreate it with `python -m nac.pipeline.params`")
+    unknown = [k for k in params if k not in TOP_LEVEL]
+    if unknown:
+        raise ParamsError(f"params.yaml has an unknown top-level key {unknown[0]!r} (unknown: {unknown}); valid keys: "
+                          f"{', '.join(TOP_LEVEL)}")
+    if "device" in params and params["device"] not in DEVICES:
+        raise ParamsError(f"device={params['device']!r}; valid choices: {', '.join(DEVICES)}")
+    check_prior(params)
+    check_data(params)
+    if "image" in params:
+        check_image(params)
+    if "prune" in params:
+        check_table("prune", params["prune"], PRUNE_KEYS)
+    if "fewshot" in params:
+        check_fewshot(params)
+    for track in TRACKS:
+        if track in params:
+            check_track(params, track)
+
+
+def check_prior(params: dict) -> None:
+    from nac.graphs import PRIOR_DEFAULTS, PRIORS
+
+    prior = params.get("prior")
+    if not isinstance(prior, dict):
+        raise ParamsError(f"prior must be a mapping {{name, params}}, got {prior!r}; pick one with `prior=<name>` "
+                          f"({', '.join(PRIORS)})")
+    check_keys("prior", prior, ["name", "params"], ["name"])
+    if prior["name"] not in PRIORS:
+        raise ParamsError(f"prior.name={prior['name']!r}; valid choices: {', '.join(PRIORS)}")
+    pp = prior.get("params") or {}
+    defaults = PRIOR_DEFAULTS[prior["name"]]
+    check_keys("prior.params", pp, defaults, what="param")
+    for key, value in pp.items():
+        default = defaults[key]
+        if isinstance(default, (int, float)) and not isinstance(default, bool):
+            check_type(f"prior.params.{key}", value, type(default))
+
+
+def check_image(params: dict) -> None:
+    image = check_keys("image", params["image"], ["dataset", "val_split", "ood_dataset", "ood_split", "ladder",
+                                                   "model", "train", "baselines"], ["dataset", "ood_dataset", "ladder",
+                                                                                    "model", "train"])
+    for key in ("dataset", "ood_dataset"):
+        check_type(f"image.{key}", image[key], str)
+    check_type("image.ladder", image["ladder"], list[str])
+    check_model("image.model", image["model"], IMAGE_MODEL_SET)
+    check_train("image.train", image["train"])
+    check_split_read(params, "image.dataset (train)", image["dataset"], "train")
+    check_batch_fits(params, "image.train", image["dataset"], image["train"])
+    check_split_read(params, "image.val_split", image["dataset"], image.get("val_split", "val"))
+    check_split_read(params, "image.ood_split", image["ood_dataset"], image.get("ood_split", "test"))
+    _check_image_size(params, "image.model.tokenizer", image["model"].get("tokenizer"), image["dataset"])
+    check_baselines(params)
+
+
+def check_baselines(params: dict) -> None:
+    """``image.baselines.<name>``: the baseline's config dataclass, less what the pipeline sets."""
+    from nac.model import BASELINES
+
+    baselines = params["image"].get("baselines") or {}
+    check_keys("image.baselines", baselines, list(BASELINES))
+    set_by = {"variant": "the ladder run", "num_classes": "the dataset", "selection_seed": "the seed"}
+    for name, section in baselines.items():
+        check_dataclass(f"image.baselines.{name}", section or {}, BASELINES[name][0], set_by)
+        if name == "neural_interpreter" and "tokenizer" in (section or {}):
+            check_tokenizer(f"image.baselines.{name}.tokenizer", section["tokenizer"])
+
+
+def _check_image_size(params: dict, where: str, tok: Any, dataset: str) -> None:
+    """The tokenizer's ``image_size`` must be the dataset's, when both are params."""
+    from nac.data.registry import _REGISTRY
+
+    if not isinstance(tok, dict) or "image_size" not in tok or dataset not in _REGISTRY:
+        return
+    size = {**_REGISTRY[dataset].defaults, **(params["data"].get(dataset) or {})}.get("image_size")
+    if isinstance(size, int) and size != tok["image_size"]:
+        raise ParamsError(f"{where}.image_size={tok['image_size']} but data.{dataset}.image_size={size}; "
+                          "the tokenizer must read the dataset's image size")
+
+
+def check_fewshot(params: dict) -> None:
+    from nac.tracks.fewshot import FewShotConfig
+
+    fs = check_keys("fewshot", params["fewshot"], ["source", "runs", "targets", "seed", "protocol", "pretrain"])
+    if "runs" in fs:
+        check_type("fewshot.runs", fs["runs"], list[str])
+    if "targets" in fs:
+        check_type("fewshot.targets", fs["targets"], list[str])
+    if "seed" in fs:
+        check_type("fewshot.seed", fs["seed"], int)
+        check_range("fewshot.seed", fs["seed"], NONNEG)
+    if fs.get("protocol") is not None:
+        check_dataclass("fewshot.protocol", fs["protocol"], FewShotConfig, ranges=PROTOCOL_RANGES)
+    pre = fs.get("pretrain")
+    if pre is not None:
+        check_keys("fewshot.pretrain", pre, ["dataset", "val_split", "model", "perceiver_io", "train"],
+                   ["dataset", "model", "train"])
+        check_type("fewshot.pretrain.dataset", pre["dataset"], str)
+        check_model("fewshot.pretrain.model", pre["model"], TRACK_MODEL_SET)
+        if pre.get("perceiver_io") is not None:
+            check_dataclass("fewshot.pretrain.perceiver_io", pre["perceiver_io"], _model_cls(), TRACK_MODEL_SET,
+                            MODEL_RANGES)
+        check_train("fewshot.pretrain.train", pre["train"])
+
+
+def _model_cls() -> type:
+    from nac.config import ModelConfig
+
+    return ModelConfig
+
+
+def check_track(params: dict, track: str) -> None:
+    """A track section ``{dataset, runs, val_split, test_split, model, train[, ngram][, analysis]}``."""
+    valid = ["dataset", "runs", "val_split", "test_split", "model", "train", "ngram"]
+    if track == "nlvr":
+        valid.append("analysis")
+    sec = params[track]
+    if not isinstance(sec, dict):
+        raise ParamsError(f"{track} must be a mapping {{{', '.join(valid)}}}; see conf/profile/mini.yaml for a complete "
+                          f"{track} section")
+    for key in ("dataset", "runs", "model", "train"):
+        if key not in sec:
+            raise ParamsError(f"{track}.{key} is missing; see conf/profile/mini.yaml for a complete {track} section")
+    check_keys(track, sec, valid)
+    check_type(f"{track}.dataset", sec["dataset"], str)
+    check_type(f"{track}.runs", sec["runs"], list[str])
+    check_model(f"{track}.model", sec["model"], TRACK_MODEL_SET)
+    check_train(f"{track}.train", sec["train"])
+    if sec.get("ngram") is not None:
+        check_table(f"{track}.ngram", sec["ngram"], NGRAM_KEYS)
+    if sec.get("analysis") is not None:
+        check_table(f"{track}.analysis", sec["analysis"], NLVR_ANALYSIS_KEYS)
+    check_split_read(params, f"{track}.dataset (train)", sec["dataset"], "train")
+    check_batch_fits(params, f"{track}.train", sec["dataset"], sec["train"])
+    for key in ("val_split", "test_split"):
+        check_split_read(params, f"{track}.{key}", sec["dataset"], sec.get(key, key.split("_")[0]))
