@@ -21,7 +21,10 @@ class TrainConfig(ConfigDict):
     reg_weight: float = 0.1          # weight of the graph-structure regularizer
     ema: float | None = None         # EMA decay of the weights (e.g. 0.99996); evaluated with EMA if set
     amp: bool = True                 # bf16 autocast, on CUDA only
-    augment: bool = True             # images: random flip and 4 px translation
+    # images: true = random flip and 4 px translation; false = none; "authors_tinyimagenet" = the
+    # authors' recipe (RandAugment, random erasing, repeated augmentation x3, mixup/cutmix with
+    # label_smoothing; nac/training/augment.py)
+    augment: bool | str = True
     num_workers: int = 0
     seed: int = 0
     device: str = "auto"             # auto | cpu | cuda
@@ -37,6 +40,9 @@ class TrainConfig(ConfigDict):
             raise ValueError(f"train.warmup_epochs must be in [0, epochs={self.epochs}], got {self.warmup_epochs}")
         if self.ema is not None and not 0 < self.ema < 1:
             raise ValueError(f"train.ema must be a decay in (0, 1) or null, got {self.ema}")
+        from nac.training.augment import check_augment
+
+        check_augment(self.augment)
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"train.device={self.device!r}; valid choices: auto, cpu, cuda")
 

@@ -32,6 +32,7 @@ from nac.checkpoint import (CheckpointLock, DiskFullError, PoisonedCheckpointErr
                             load_checkpoint, move_aside, save_checkpoint)
 from nac.evaluation import model_kwargs, predict, topk_accuracy
 from nac.model import NAC
+from nac.training.augment import AugmentedDataset, BatchMixer, RepeatedAugSampler, recipe_of, soft_cross_entropy
 from nac.training.config import TrainConfig
 from nac.training.distributed import World, all_reduce_, barrier
 
@@ -177,8 +178,21 @@ def fit(model: NAC, train_set: Dataset, val_set: Dataset | None, cfg: TrainConfi
     if cfg.batch_size % world.world_size:
         raise ValueError(f"train.batch_size={cfg.batch_size} must be divisible by the number of processes ({world.world_size})")
     per_rank = cfg.batch_size // world.world_size
-    sampler = DistributedSampler(train_set, num_replicas=world.world_size, rank=world.rank, shuffle=True,
-                                 seed=cfg.seed, drop_last=True)
+    recipe, mixer = recipe_of(cfg.augment), None
+    if recipe is not None:  # e.g. the authors' Tiny-ImageNet recipe (nac/training/augment.py)
+        # per-sample transforms in the data pipeline, repeated augmentation by the sampler, and
+        # mixup/cutmix on the batch; a model with its own objective (hard labels) is not mixed
+        train_set = AugmentedDataset(train_set, recipe, seed=cfg.seed)
+        sampler = RepeatedAugSampler(train_set, num_replicas=world.world_size, rank=world.rank,
+                                     repeats=recipe.repeats, shuffle=True, seed=cfg.seed)
+        if not hasattr(model, "training_loss"):
+            if per_rank % 2:
+                raise ValueError(f"train.augment={cfg.augment!r} mixes pairs: the batch per process must be even, "
+                                 f"got {per_rank}")
+            mixer = BatchMixer(recipe, model.config.num_classes, cfg.label_smoothing, seed=cfg.seed)
+    else:
+        sampler = DistributedSampler(train_set, num_replicas=world.world_size, rank=world.rank, shuffle=True,
+                                     seed=cfg.seed, drop_last=True)
     # Its own generator: worker seeds never draw from the (per-epoch reseeded) global RNG, so a
     # resumed run sees exactly the random numbers of an uninterrupted one.
     loader = DataLoader(train_set, batch_size=per_rank, sampler=sampler, drop_last=True, num_workers=cfg.num_workers,
@@ -203,7 +217,8 @@ def fit(model: NAC, train_set: Dataset, val_set: Dataset | None, cfg: TrainConfi
         bar = tqdm(total=total, initial=start_epoch * steps_per_epoch, desc=desc, unit="step", dynamic_ncols=True,
                    disable=not (progress and world.is_main))
         _train_epochs(model, wrapped, optimizer, ema, loader, sampler, val_set, cfg, world, start_epoch,
-                      steps_per_epoch, total, warmup, history, live, bar, on_epoch_end, fingerprint, state)
+                      steps_per_epoch, total, warmup, history, live, bar, on_epoch_end, fingerprint, state,
+                      mixer=mixer)
     except KeyboardInterrupt:
         where = (f"at epoch {state.epoch} after {state.step}/{steps_per_epoch} steps" if state.epoch
                  else "before the first step")
@@ -293,7 +308,8 @@ def _resume(ckpt_path: Path, model: NAC, optimizer, ema, cfg: TrainConfig, finge
 
 def _train_epochs(model: NAC, wrapped: nn.Module, optimizer, ema, loader, sampler, val_set, cfg: TrainConfig,
                   world: World, start_epoch: int, steps_per_epoch: int, total: int, warmup: int, history: list,
-                  live, bar, on_epoch_end, fingerprint: str | None, state: _State) -> None:
+                  live, bar, on_epoch_end, fingerprint: str | None, state: _State,
+                  mixer: BatchMixer | None = None) -> None:
     device = world.device
     ckpt_path, desc = state.ckpt_path, state.desc
     use_amp = cfg.amp and device.type == "cuda"
@@ -309,9 +325,12 @@ def _train_epochs(model: NAC, wrapped: nn.Module, optimizer, ema, loader, sample
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, total, warmup, cfg.peak_lr, cfg.min_lr)
             kw = model_kwargs(batch, device)
-            if cfg.augment:
+            if cfg.augment is True:
                 kw["inputs"] = augment_images(kw["inputs"])
             labels = batch["label"].to(device).long()
+            targets = None
+            if mixer is not None:  # soft targets (label smoothing included); accuracy against `labels`
+                kw["inputs"], targets = mixer(kw["inputs"], labels, epoch, world.rank, step)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp):
                 if own_objective:
                     indices = batch["index"].to(device).long() if "index" in batch else None
@@ -321,7 +340,10 @@ def _train_epochs(model: NAC, wrapped: nn.Module, optimizer, ema, loader, sample
                     reg = torch.zeros((), device=device)
                 else:
                     logits, reg = wrapped(**kw)
-                    ce = F.cross_entropy(logits.float(), labels, label_smoothing=cfg.label_smoothing)
+                    if targets is not None:
+                        ce = soft_cross_entropy(logits.float(), targets)
+                    else:
+                        ce = F.cross_entropy(logits.float(), labels, label_smoothing=cfg.label_smoothing)
                     loss = ce + cfg.reg_weight * reg.float()
             _check_finite(loss, "loss", NonFiniteLossError, state, world)
             optimizer.zero_grad(set_to_none=True)

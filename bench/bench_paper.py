@@ -1,0 +1,202 @@
+"""Benchmark (not a test) of what users feel, in one run:
+
+(a) NAC / Perceiver IO training-step time at bench/bench_circuits.py's sizes (batch 8, 256
+    modules, width 384, depth 8, 32 px conv32 tokenizer), interleaved repeats, a 95% t CI of the
+    per-repeat ratio;
+(b) the read-in's fast vs direct implementation (``nac.circuits.readin.READIN_IMPLS``) at the
+    same sizes (64 tokens), forward + backward, a 95% t CI of the per-repeat ratio;
+(c) Figure 5b at the paper's size: inference throughput of the paper-profile Tiny-ImageNet NAC
+    (256 processor modules, ConvNeXt 3/3/9 tokenizer, 64 px, batch 32, one thread) with 0% and
+    87.5% of the processor modules dropped (``drop_modules`` ranked by ``random_connectivity``;
+    untrained weights), for the executor alone (tokens and circuit design precomputed) and the
+    whole model; images/s per timed repeat, mean and 95% t CI (``nac.report.stats.mean_ci``).
+
+    python bench/bench_paper.py [--repeats 10] [--threads 1] [--out bench/results/paper.json]
+
+Prints a Markdown table and writes JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from nac import ModelConfig, build_model  # noqa: E402
+from nac.circuits.readin import READIN_IMPLS, ReadIn  # noqa: E402
+from nac.report.stats import mean_ci  # noqa: E402
+
+# bench/bench_circuits.py's defaults
+SIZES = {"batch": 8, "modules": 256, "tokens": 64, "width": 384, "depth": 8}
+
+
+def _ci(values) -> dict:
+    iv = mean_ci(values)
+    return {"mean": iv.estimate, "lo": iv.lo, "hi": iv.hi, "n": iv.n, "values": list(values)}
+
+
+def _time(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def bench_train_step(repeats: int) -> dict:
+    s, steps = SIZES, {}
+    for variant in ("perceiver_io", "nac"):  # bench_circuits.bench_train_step's models
+        torch.manual_seed(0)
+        d = s["width"]
+        cfg = ModelConfig(variant=variant, num_classes=100, tokenizer={"kind": "conv32", "dim": 128, "pos_dim": 32},
+                          d_model=d, d_code=d, d_sig=64, n_processor=s["modules"], n_readout=8, depth=s["depth"],
+                          heads=6 if d % 6 == 0 else 4, ffn_mult=1.333, layer_scale=0.1)
+        model = build_model(cfg)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        x = torch.randint(0, 256, (s["batch"], 3, 32, 32), dtype=torch.uint8)
+        y = torch.randint(0, 100, (s["batch"],))
+
+        def step(model=model, opt=opt, x=x, y=y):
+            loss = F.cross_entropy(model(x), y) + 0.1 * model.graph_regularizer()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        steps[variant] = step
+    for fn in steps.values():  # warm-up
+        fn(), fn()
+    t = {v: [] for v in steps}
+    for _ in range(repeats):  # interleaved, so load changes hit both alike
+        for v, fn in steps.items():
+            t[v].append(_time(fn))
+    return {**SIZES, "perceiver_io_s": _ci(t["perceiver_io"]), "nac_s": _ci(t["nac"]),
+            "nac_over_pio": _ci([a / b for a, b in zip(t["nac"], t["perceiver_io"])])}
+
+
+def bench_readin(repeats: int) -> dict:
+    s = SIZES
+    torch.manual_seed(0)
+    d = s["width"]
+    readin = ReadIn(d, d, d, heads=1)
+    tokens = torch.randn(s["batch"], s["tokens"], d)
+    states, codes = torch.randn(s["modules"], d), torch.randn(s["modules"], d)
+    fns = {}
+    for impl in READIN_IMPLS:
+        def whole(impl=impl):
+            readin.zero_grad(set_to_none=True)
+            readin(tokens, states, codes, impl=impl).sum().backward()
+        fns[impl] = whole
+    for fn in fns.values():
+        fn(), fn()
+    t = {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, fn in fns.items():
+            t[k].append(_time(fn))
+    out = {**{k: v for k, v in SIZES.items() if k != "depth"}, "heads": 1,
+           **{f"{k}_s": _ci(v) for k, v in t.items()}}
+    if "fast" in t and "direct" in t:
+        out["direct_over_fast"] = _ci([a / b for a, b in zip(t["direct"], t["fast"])])
+    return out
+
+
+def paper_nac():
+    from nac.pipeline.image import image_model_config
+    from nac.pipeline.params import compose
+
+    params = compose(["profile=paper"])
+    torch.manual_seed(0)
+    return build_model(image_model_config(params, "nac-scale_free", seed=0, num_classes=200)), params
+
+
+def bench_throughput(repeats: int, batch: int, fractions=(0.0, 0.875)) -> dict:
+    model, params = paper_nac()  # outside no_grad: the signature fit trains
+    with torch.no_grad():
+        return _throughput(model, params, repeats, batch, fractions)
+
+
+def _throughput(model, params, repeats: int, batch: int, fractions) -> dict:
+    from nac.pruning import drop_modules, random_connectivity
+
+    model.eval()
+    m = params["image"]["model"]
+    U = model.config.n_processor
+    size = int(m["tokenizer"]["image_size"])
+    x = torch.randint(0, 256, (batch, 3, size, size), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    ranking = random_connectivity(U, seed=0)
+    out = {"model": "paper profile image.model, nac-scale_free (untrained)", "tokenizer": m["tokenizer"],
+           "n_processor": U, "batch": batch, "image_size": size, "rows": []}
+    for frac in fractions:
+        k = int(round(frac * U))
+        smaller = drop_modules(model, k, connectivity=ranking).eval() if k else model
+        tokens = smaller.tokenizer(x)
+        design = smaller.design()
+        tok = smaller.tokenizer
+
+        def whole():
+            smaller(x)
+
+        def executor():  # the same forward with the tokenizer's output (and the design) given
+            smaller.tokenizer = nn.Identity()
+            try:
+                smaller(tokens, design=design)
+            finally:
+                smaller.tokenizer = tok
+        row = {"dropped_fraction": frac, "kept_modules": U - k}
+        for name, fn in (("executor", executor), ("whole", whole)):
+            fn()  # warm-up
+            row[f"{name}_images_per_s"] = _ci([batch / _time(fn) for _ in range(repeats)])
+        out["rows"].append(row)
+    full, pruned = out["rows"][0], out["rows"][-1]
+    for name in ("executor", "whole"):
+        out[f"{name}_speedup"] = pruned[f"{name}_images_per_s"]["mean"] / full[f"{name}_images_per_s"]["mean"]
+    return out
+
+
+def fmt(iv: dict, scale: float = 1.0, digits: int = 1) -> str:
+    if iv["lo"] is None:
+        return f"{iv['mean'] * scale:.{digits}f}"
+    return f"{iv['mean'] * scale:.{digits}f} [{iv['lo'] * scale:.{digits}f}, {iv['hi'] * scale:.{digits}f}]"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--batch", type=int, default=32, help="(c)'s inference batch")
+    ap.add_argument("--out", default="bench/results/paper.json")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    t0 = time.perf_counter()
+    res = {"machine": {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
+                       "torch": torch.__version__, "repeats": a.repeats}}
+    res["train_step"] = bench_train_step(a.repeats)
+    res["readin"] = bench_readin(a.repeats)
+    res["figure5b"] = bench_throughput(a.repeats, a.batch)
+    res["machine"]["wall_s"] = time.perf_counter() - t0
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(res, indent=1))
+    ts, ri, f5 = res["train_step"], res["readin"], res["figure5b"]
+    lines = [f"| measurement | value (mean [95% CI], n={a.repeats}) |", "|---|---|",
+             f"| (a) train step B=8 U=256 d=384 depth 8: Perceiver IO ms | {fmt(ts['perceiver_io_s'], 1e3)} |",
+             f"| (a) train step: NAC ms | {fmt(ts['nac_s'], 1e3)} |",
+             f"| (a) NAC / PIO step-time ratio | {fmt(ts['nac_over_pio'], digits=2)} |",
+             f"| (b) read-in U=256 T=64 d=384 B=8 fwd+bwd: fast ms | {fmt(ri['fast_s'], 1e3)} |",
+             f"| (b) read-in: direct ms | {fmt(ri['direct_s'], 1e3)} |",
+             f"| (b) direct / fast ratio | {fmt(ri['direct_over_fast'], digits=2)} |"]
+    for row in f5["rows"]:
+        for name in ("executor", "whole"):
+            lines.append(f"| (c) Fig. 5b, {row['dropped_fraction']:.1%} dropped ({row['kept_modules']} modules), "
+                         f"{name}, images/s | {fmt(row[f'{name}_images_per_s'])} |")
+    lines += [f"| (c) speed-up at 87.5% dropped, executor | x{f5['executor_speedup']:.2f} |",
+              f"| (c) speed-up at 87.5% dropped, whole model | x{f5['whole_speedup']:.2f} |"]
+    print(f"threads={torch.get_num_threads()} repeats={a.repeats} wall={res['machine']['wall_s']:.0f}s")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
