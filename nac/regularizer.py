@@ -2,7 +2,7 @@
 
 The generated link-probability matrix ``P`` (eq. 2, ``nac.circuits.kernel.link_probabilities``,
 no sampling, no normalisation) is compared with a prior's target ``G`` (``nac.graphs``) after
-permuting P's rows and columns by the closest permutation. Authors' code (REFERENCE.md,
+permuting P's rows and columns by the closest permutation. Authors' code (docs/reference.md,
 "Graph-structure regularizer"): Hungarian matching of P's rows to G's rows, computed without
 gradient, the same permutation applied to rows and columns, loss ``mse(P_perm, G)`` (a KL
 variant exists), weight 0.1, processor modules only (weight and module choice are the caller's).

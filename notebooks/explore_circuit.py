@@ -162,8 +162,8 @@ live = pd.DataFrame(rows)
 
 sweep_file = Path("metrics/image/prune.json")
 sweep = pd.DataFrame(json.loads(sweep_file.read_text())) if sweep_file.exists() else pd.DataFrame()
-if len(sweep):
-    sweep = sweep[(sweep["run"] == run) & (sweep["seed"] == seed)]
+if len(sweep):  # the stage's connectivity order (its random orders are the report's control)
+    sweep = sweep[(sweep["run"] == run) & (sweep["seed"] == seed) & (sweep.get("order", "connectivity") == "connectivity")]
 
 fig, ax = plt.subplots(figsize=(6.5, 4))
 for ranking, sub in live.groupby("ranking", sort=False):
@@ -187,7 +187,8 @@ if len(sweep):
           f"over {len(both)} shared fractions")
     stage = sweep.set_index("dropped_fraction").sort_index()
     stage = stage[[c for c in ("modules", "acc1", "images_per_s") if c in stage]]
-    if "images_per_s" in stage:
+    if "images_per_s" in stage:  # one value per timed repeat: the mean here, the CI in the report
+        stage["images_per_s"] = [float(np.mean(v)) for v in stage["images_per_s"]]
         stage["speed-up"] = stage["images_per_s"] / stage["images_per_s"].iloc[0]
     display(stage.round(2))
 else:

@@ -225,7 +225,7 @@ def type_structure(P: np.ndarray) -> dict:
 
 if analysis.get("folds", 0) >= 2:
     torch.manual_seed(seed)
-    untrained = build_model(model.config, fit_frozen_graph=False)
+    untrained = build_model(model.config, fit_signatures=False)
     control = pd.DataFrame({"analysis.json": {k: analysis.get(k) for k in ("knn_accuracy", "silhouette", "p_spread")},
                             "trained (live)": type_structure(link_matrices(model, data, device)),
                             "untrained": type_structure(link_matrices(untrained, data, device))})

@@ -3,7 +3,6 @@ import math
 
 import pytest
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 from nac.circuits.attention import SKMDPA, log_normalized_kernel

@@ -137,7 +137,7 @@ def test_every_numeric_dataclass_field_is_type_checked(section, cls):
     ("device", "gpu", r"device='gpu'; valid choices: auto, cpu, cuda"),
     ("nlvr.analysis.folds", 1, r"nlvr\.analysis\.folds=1 is out of range: must be >= 2"),
     ("text.ngram.n", "3", r"text\.ngram\.n='3' is a string, not a number"),
-    ("image.train.augment", "yes", r"image\.train\.augment='yes' is a str; expected bool"),
+    ("image.train.augment", "yes", r"train\.augment='yes'; valid choices: true"),
     ("image.train.epochs", "1e1", r"image\.train\.epochs='1e1' is a string: .*; write 10$"),
     ("points.train.batch_size", 5000, r"points\.train\.batch_size=5000 exceeds data\.pointclouds\.n_train=2400"),
 ])

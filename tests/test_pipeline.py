@@ -21,9 +21,11 @@ ROOT = Path(__file__).resolve().parents[1]
 COPY = ["nac", "stages", "conf", "notebooks", "dvc.yaml", ".dvcignore", "pyproject.toml"]
 REPORT_TRACKS = ["points", "listops", "text", "nlvr"]
 REPORT_FIGURES = ["figure3_graph_priors", "figure4_fewshot", "figure5a_prune_accuracy", "figure5b_prune_throughput",
-                  "figure15_prune_relative", "figure6_nlvr_circuits", "learning_curves_image", "learning_curves_tracks"]
+                  "figure15_prune_relative", "figure6_nlvr_circuits", "learning_curves_image", "learning_curves_tracks",
+                  "figure_baselines_routing"]
 REPORT_TABLES = ["table1", "table1_numeric", "table1_ood_by_style", "figure4_fewshot", "figure4_fewshot_numeric", "table2",
-                 "table3", "nlvr", "nlvr_by_type", "nlvr_analysis"]
+                 "table3", "nlvr", "nlvr_by_type", "nlvr_analysis", "mechanism", "mechanism_distance_init",
+                 "mechanism_distance_final", "prune_connectivity_vs_random"]
 VERDICTS = ("supported", "not supported", "inconclusive")
 
 
@@ -88,6 +90,18 @@ def test_smoke_pipeline_writes_every_table_figure_and_metric(smoke_repo):
         assert (smoke_repo / "reports/plots/learning_curves" / f"{track}.csv").exists(), track
     table = pd.read_csv(smoke_repo / "reports/tables/table1.csv")
     assert len(table) == len(params["image"]["ladder"])
+    # the mechanism numbers of every model with a graph, and the controls of the prune sweep
+    for run in params["image"]["ladder"]:
+        train = json.loads((smoke_repo / "metrics/image/train" / f"{run}-0.json").read_text())
+        evaluation = json.loads((smoke_repo / "metrics/image/eval" / f"{run}-0.json").read_text())
+        graph = run.startswith("nac-") or run == "frozen_graph"
+        assert ("mechanism" in train) == graph and ("iid_acc1_dense" in evaluation) == graph, run
+        if graph:
+            assert set(train["mechanism"]["final"]["distance"]) == {"scale_free", "planted_partition", "ring_of_cliques",
+                                                                    "erdos_renyi"}
+    assert "modular_usage" in json.loads((smoke_repo / "metrics/image/eval/modular_network-0.json").read_text())
+    prune = json.loads((smoke_repo / "metrics/image/prune.json").read_text())
+    assert {r["order"] for r in prune} == {"connectivity"} | {f"random-{i}" for i in range(params["prune"]["random_orders"])}
     readme = (smoke_repo / "reports/README.md").read_text()
     assert "profile **smoke**" in readme and "nan" not in readme.lower()
     for section in ["Table 1", "Figure 3", "Figure 4", "Figures 5a", "Table 2", "Table 3", "NLVR", "Learning curves",

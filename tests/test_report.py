@@ -118,12 +118,13 @@ def test_tables_2_and_3_have_every_cell_and_the_right_numbers(tmp_path):
     assert len(df) == len(TABLE3) + 2 and "Linformer" in set(df["model"])
     nac = [r["test_acc1"] for r in results["listops"] if r["run"] == "nac"]
     pio = [r["test_acc1"] for r in results["listops"] if r["run"] == "perceiver_io"]
-    s, d = summarize(nac), tables.welch(pio, nac)
+    s, d = summarize(nac), tables.paired(pio, nac)
     row = df.set_index("model").loc["NAC (ours: scale-free prior)"]
     assert row["ListOps: ours"] == f"{s['mean']:.2f} ± {s['ci95']:.2f}"
-    assert row["ListOps: ours − paper"] == f"{s['mean'] - TABLE3['NAC']['listops']:+.2f}"
-    diff_row = df.set_index("model").loc["NAC − Perceiver IO (Welch 95% CI)"]
+    assert not any("ours − paper" in c for c in df.columns)  # absolute accuracies of other datasets: never subtracted
+    diff_row = df.set_index("model").loc["NAC − Perceiver IO (95% CI, paired by seed)"]
     assert diff_row["ListOps: ours"] == f"{d['mean']:.2f} ± {d['ci95']:.2f}"
+    assert diff_row["ListOps: paper"] == f"{41.40 - 39.70:+.2f}"
     assert summary["listops"]["nac_minus_perceiver_io"]["paper"] == pytest.approx(41.40 - 39.70)
     assert summary["text"]["test_chance"] == 20.0
     points = {"points": tables.read_track(metrics, "points", RUNS["points"], SEEDS)}
@@ -199,12 +200,13 @@ def test_build_report_writes_every_table_figure_and_section(tmp_path, monkeypatc
     calls = []
 
     def fake_image(params, out, metrics, md, figs):  # the image track is covered by the smoke pipeline test
-        for key in ("table1", "table1_styles"):
+        for key in ("table1", "table1_styles", "mechanism", "distance_init", "distance_final", "prune_random"):
             md[key] = f"| {key} |"
         for key in ("figure3", "figure5a", "figure5b", "figure15", "learning_curves"):
             figs[key] = [out / "figures" / f"{key}.png"]
         return {"table1": {"perceiver_io/iid_acc1": {"mean": 1.0, "ci95": 0.0, "paper": 58.89}},
-                "prune": {"perceiver_io": {"full_acc1": 1.0, "max_fraction_within_3pts": 0.5, "speedup_at_that_fraction": 1.5}}}
+                "prune": {"perceiver_io": {"full_acc1": 1.0, "max_fraction_within_3pts": 0.5, "speedup_at_that_fraction": 1.5,
+                                           "speedup_ci95": 0.1}}}
 
     claims = types.ModuleType("nac.report.claims")
     claims.write_claims = lambda params, metrics, out: calls.append((metrics, out)) or out / "claims.md"

@@ -202,7 +202,7 @@ def test_fewshot_prior_must_be_in_the_ladder():
 
     p = _params()
     p["image"]["ladder"] = ["perceiver_io", "nac-scale_free"]
-    p["prior"]["name"] = "ring_of_cliques"
+    p["prior"] = {"name": "ring_of_cliques", "params": {"n_blocks": 8, "p_in": 0.9, "p_out": 0.05}}
     with pytest.raises(ParamsError, match="nac-ring_of_cliques"):
         validate_tracks(p)
 

@@ -34,7 +34,7 @@ def modular_usage(model: ModularNetwork, data, device, batch_size: int, seed: in
     label shuffles, exp(entropy) of the batch-averaged selection, and the usage counts
     ``[layer][class][module]``."""
     model.eval()
-    usage, labels, ent = [], [], []
+    usage, labels = [], []
     for batch in _batches(data, batch_size):
         kw = model_kwargs(batch, device)
         usage.append(model.module_usage(kw["inputs"])[:, :, 0].cpu())

@@ -18,7 +18,6 @@ import math
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 TOKENIZERS = ("conv32", "convnext", "points", "sequence", "features", "image_pair")
 

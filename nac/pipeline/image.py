@@ -1,13 +1,16 @@
 """The image track: the Table 1 ladder trained over seeds, IID/OOD evaluation, module dropping.
 
-A *run* is a ladder entry: ``perceiver_io``, ``modfc``, ``frozen_graph`` or ``nac-<prior>``;
-with a seed it names one trained model, ``<run>-<seed>``.
+A *run* is a ladder entry: ``perceiver_io``, ``modfc``, ``frozen_graph``, ``nac-<prior>``, or a
+control of a NAC, ``nac-<prior>-noreg`` (the graph regularizer off) or ``nac-<prior>-randinit``
+(random instead of prior-fitted initial signatures); with a seed it names one trained model,
+``<run>-<seed>``. Runs with the same seed share the initialisation of every other parameter and
+the data order, so differences between them are paired by seed.
 """
 from __future__ import annotations
 
 import hashlib
-import statistics
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,22 +18,30 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from nac.baselines.analysis import baseline_analysis
 from nac.config import VARIANTS, ModelConfig
+from nac.model import BASELINES
 from nac.data.registry import get_builder
 from nac.graphs import PRIOR_DEFAULTS, PRIORS
+from nac.mechanism import has_graph, mechanism_numbers, processor_graph
 from nac.training.config import TrainConfig
 
-PLAIN_RUNS = tuple(v for v in VARIANTS if v != "nac")
+PLAIN_RUNS = tuple(v for v in VARIANTS if v != "nac") + tuple(BASELINES)
+CONTROLS = {"noreg": "the NAC with the graph regularizer off",
+            "randinit": "the NAC from random instead of prior-fitted signatures"}
 
 
-def parse_run(run: str) -> tuple[str, str | None]:
-    """``"nac-ring_of_cliques"`` -> ``("nac", "ring_of_cliques")``; ``"modfc"`` -> ``("modfc", None)``."""
+def parse_run(run: str) -> tuple[str, str | None, str | None]:
+    """``"nac-ring_of_cliques"`` -> ``("nac", "ring_of_cliques", None)``;
+    ``"nac-scale_free-noreg"`` -> ``("nac", "scale_free", "noreg")``; ``"modfc"`` -> ``("modfc", None, None)``."""
     if run in PLAIN_RUNS:
-        return run, None
-    if run.startswith("nac-") and run[4:] in PRIORS:
-        return "nac", run[4:]
+        return run, None, None
+    parts = run.split("-")
+    if len(parts) in (2, 3) and parts[0] == "nac" and parts[1] in PRIORS and (len(parts) == 2 or parts[2] in CONTROLS):
+        return "nac", parts[1], (parts[2] if len(parts) == 3 else None)
     from nac.pipeline.params import ParamsError
-    raise ParamsError(f"unknown run {run!r}; valid: {', '.join(PLAIN_RUNS)}, " + ", ".join(f"nac-{p}" for p in PRIORS))
+    raise ParamsError(f"unknown run {run!r}; valid: {', '.join(PLAIN_RUNS)}, nac-<prior> or nac-<prior>-<control> "
+                      f"with prior in {', '.join(PRIORS)} and control in {', '.join(CONTROLS)}")
 
 
 def checkpoint_path(run: str, seed: int) -> Path:
@@ -43,26 +54,52 @@ def builder(params: dict, name: str):
 
 
 def run_fingerprint(params: dict, dataset: str) -> str:
-    """Hash of the training data's cache manifest and of the ``nac`` sources: a checkpoint is
-    resumed only under the same fingerprint, so a rerun after a code or data change retrains."""
-    import nac
+    """Hash of the training data's cache manifest and of the sources the training runs: a
+    checkpoint is resumed only under the same fingerprint, so a rerun after a change of the data
+    or of code that determines the result retrains, and any other edit (reports, stages, this
+    module's evaluation code) resumes.
+
+    The sources (``nac.checkpoint.source_closure``): the modules reached by following the import
+    statements of the training loop (``nac.training.loop``: model, circuits, graphs, regularizer,
+    checkpointing, evaluation), of the data pipeline (``nac.data.registry``: every builder) and of
+    the calling module (a track's input wrappers), restricted to ``nac.checkpoint.RESULT_SOURCES``
+    (``nac/circuits/``, ``model.py``, ``config.py``, ``graphs.py``, ``regularizer.py``,
+    ``training/``, ``checkpoint.py``, ``evaluation.py``, ``data/``, ``tracks/common.py``). The
+    import graph is read from the files, not from ``sys.modules``, so it does not depend on what
+    the process happened to import before. Configs are not hashed: ``fit`` compares them itself."""
+    import sys
+
+    from nac.checkpoint import source_fingerprint
 
     h = hashlib.sha256((builder(params, dataset).cache_dir / "manifest.json").read_bytes())
-    pkg = Path(nac.__file__).parent
-    for f in sorted(pkg.rglob("*.py")):
-        h.update(f.relative_to(pkg).as_posix().encode())
-        h.update(f.read_bytes())
+    caller = sys._getframe(1).f_globals.get("__name__", "")
+    h.update(source_fingerprint(("nac.training.loop", "nac.data.registry", caller)).encode())
     return h.hexdigest()[:16]
 
 
-def image_model_config(params: dict, run: str, seed: int, num_classes: int) -> ModelConfig:
-    """The ladder entry's model: ``image.model`` plus the rung's settings. Table 1's NAC rows use
-    each prior's published parameters (``nac.graphs.PRIOR_DEFAULTS``), whatever ``prior`` says."""
-    variant, prior = parse_run(run)
-    cfg = dict(params["image"]["model"], variant=variant, num_classes=num_classes, frozen_graph_seed=seed)
+def image_model_config(params: dict, run: str, seed: int, num_classes: int):
+    """The ladder entry's model config: ``image.model`` plus the rung's settings. Table 1's NAC rows
+    use each prior's published parameters (``nac.graphs.PRIOR_DEFAULTS``), whatever ``prior`` says.
+    The baselines (``neural_interpreter``, ``modular_network``) read ``image.baselines.<run>`` and
+    share NAC's tokenizer where they have one; a Modular Network's persistent selection needs the
+    training-set size (``dataset_size``, default ``data.<dataset>.n_train``)."""
+    variant, prior, control = parse_run(run)
+    if variant in BASELINES:
+        cfg = dict((params["image"].get("baselines") or {}).get(variant) or {}, num_classes=num_classes)
+        if variant == "neural_interpreter":
+            cfg.setdefault("tokenizer", params["image"]["model"]["tokenizer"])
+        else:
+            cfg.setdefault("selection_seed", seed)
+            if not cfg.get("dataset_size"):
+                cfg["dataset_size"] = int((params["data"].get(params["image"]["dataset"]) or {}).get("n_train", 0))
+        return BASELINES[variant][0].from_dict(cfg)
+    cfg = dict(params["image"]["model"], variant=variant, num_classes=num_classes, graph_seed=seed)
     if prior is not None:
         cfg.update(prior=prior, prior_params=dict(PRIOR_DEFAULTS[prior]))
-        cfg["prior_params"].pop("m", None)  # the Barabasi-Albert sample's m is not a target parameter
+    if control == "noreg":
+        cfg["regularizer"] = "none"
+    elif control == "randinit":
+        cfg["signature_init"] = "random"
     return ModelConfig.from_dict(cfg)
 
 
@@ -84,13 +121,19 @@ def train_image_run(params: dict, run: str, seed: int, live_dir: str | Path | No
     world = init_distributed(params.get("device", "auto"))
     torch.manual_seed(seed)
     model = build_model(image_model_config(params, run, seed, ds.info()["num_classes"]))
+    graph = has_graph(model)
+    if graph:
+        P_init, init = processor_graph(model), mechanism_numbers(model)
     out = fit(model, train_set, val_set if world.is_main else None, image_train_config(params, seed), world=world,
               checkpoint=checkpoint_path(run, seed), live_dir=live_dir, progress=progress, desc=f"train {run}-{seed}",
               fingerprint=run_fingerprint(params, image["dataset"]))
     if not world.is_main:
         return None
     from nac.model import count_parameters
-    return {"run": run, "seed": seed, "parameters": count_parameters(model), **out["final"], "history": out["history"]}
+    res = {"run": run, "seed": seed, "parameters": count_parameters(model), **out["final"], "history": out["history"]}
+    if graph:
+        res["mechanism"] = {"init": init, "final": mechanism_numbers(model, P_init)}
+    return res
 
 
 def _ood_classes(params: dict) -> list[int] | None:
@@ -106,19 +149,30 @@ def evaluate_image_run(params: dict, run: str, seed: int) -> dict[str, Any]:
 
     image = params["image"]
     device = resolve_device(params.get("device", "auto"))
-    model = load_model(checkpoint_path(run, seed), map_location=device).to(device)
+    model = load_model(checkpoint_path(run, seed), map_location=device, expect_config=image_model_config(
+        params, run, seed, builder(params, image["dataset"]).info()["num_classes"]).to_dict()).to(device)
     bs = image["train"].get("eval_batch_size", 256)
-    iid = predict(model, builder(params, image["dataset"]).load(image["val_split"]), device, bs)
+    val_set = builder(params, image["dataset"]).load(image["val_split"])
+    iid = predict(model, val_set, device, bs)
+    analysis = baseline_analysis(model, val_set, device, bs, seed)
     ood_builder = builder(params, image["ood_dataset"])
     ood_set = ood_builder.load(image["ood_split"])
     has_style = "style" in ood_set[0]
     ood = predict(model, ood_set, device, bs, keep=("style",) if has_style else ())
+    dense = None
+    if getattr(model.config, "uses_kernel", False):  # the kernel ablation: the same weights with all-to-all attention
+        model.config = replace(model.config, eval_kernel="dense")
+        dense = predict(model, val_set, device, bs)
     classes = _ood_classes(params)
     res = {"run": run, "seed": seed,
            "iid_acc1": topk_accuracy(iid["logits"], iid["label"], 1), "iid_acc5": topk_accuracy(iid["logits"], iid["label"], 5),
            "ood_acc1": topk_accuracy(ood["logits"], ood["label"], 1, classes),
            "ood_acc5": topk_accuracy(ood["logits"], ood["label"], 5, classes),
            "iid_n": int(len(iid["label"])), "ood_n": int(len(ood["label"]))}
+    if dense is not None:
+        res["iid_acc1_dense"] = topk_accuracy(dense["logits"], dense["label"], 1)
+    if analysis is not None:
+        res.update(analysis)
     if has_style:
         styles = ood_builder.info().get("styles")
         res["ood_acc1_by_style"] = accuracy_by_group(ood["logits"], ood["label"], ood["style"], styles, classes)
@@ -126,31 +180,35 @@ def evaluate_image_run(params: dict, run: str, seed: int) -> dict[str, Any]:
 
 
 @torch.no_grad()
-def throughput(model: torch.nn.Module, example: torch.Tensor, repeats: int, device: torch.device) -> float:
-    """Inference images per second at the batch size of ``example`` (median over repeats)."""
+def throughput(model: torch.nn.Module, example: torch.Tensor, repeats: int, device: torch.device) -> list[float]:
+    """Inference images per second at the batch size of ``example``, one value per timed repeat
+    (after one warm-up pass): the spread is what the report's CI is computed from."""
     model.eval().to(device)
     x = example.to(device)
     model(x)  # warm-up
-    times = []
-    for _ in range(max(1, repeats)):
+    rates = []
+    for _ in range(max(2, repeats)):
         if device.type == "cuda":
             torch.cuda.synchronize()
         t = time.perf_counter()
         model(x)
         if device.type == "cuda":
             torch.cuda.synchronize()
-        times.append(time.perf_counter() - t)
-    return len(x) / statistics.median(times)
+        rates.append(len(x) / (time.perf_counter() - t))
+    return rates
 
 
 def prune_sweep(params: dict, progress: bool = True) -> list[dict[str, Any]]:
-    """Drop processor modules by connectivity, least connected first, at every fraction of
-    ``prune.dropped_fraction``; accuracy on IID validation for every run and seed, inference
-    throughput for the first seed. Returns one row per (run, seed, fraction)."""
+    """Drop processor modules at every fraction of ``prune.dropped_fraction``, least connected
+    first (``order: "connectivity"``) and, as the control any ranking must beat, in
+    ``prune.random_orders`` seeded random orders (``order: "random-<i>"``). Accuracy on IID
+    validation for every run and seed; inference throughput (one value per timed repeat, so the
+    report can give a CI) for the connectivity order of the first seed. One row per (run, seed,
+    order, fraction)."""
     from nac.checkpoint import load_model
     from nac.evaluation import predict, topk_accuracy
     from nac.model import count_parameters
-    from nac.pruning import drop_modules, module_connectivity
+    from nac.pruning import drop_modules, module_connectivity, random_connectivity
     from nac.training.distributed import resolve_device
 
     image, prune = params["image"], params["prune"]
@@ -162,19 +220,24 @@ def prune_sweep(params: dict, progress: bool = True) -> list[dict[str, Any]]:
     rows = []
     jobs = [(run, seed) for run in prune["runs"] for seed in params["seeds"]]
     for run, seed in tqdm(jobs, desc="prune", disable=not progress):
-        model = load_model(checkpoint_path(run, seed), map_location=device).to(device).eval()
+        model = load_model(checkpoint_path(run, seed), map_location=device, expect_config=image_model_config(
+            params, run, seed, ds.info()["num_classes"]).to_dict()).to(device).eval()
         U = model.config.n_processor
-        connectivity = module_connectivity(model, calib.to(device))
-        for frac in prune["dropped_fraction"]:
-            k = min(U - 1, int(round(frac * U)))
-            smaller = drop_modules(model, k, connectivity=connectivity)
-            out = predict(smaller, val_set, device, image["train"].get("eval_batch_size", 256))
-            row = {"run": run, "seed": seed, "dropped_fraction": frac, "dropped": k, "modules": U - k,
-                   "acc1": topk_accuracy(out["logits"], out["label"], 1), "parameters": count_parameters(smaller),
-                   "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"}
-            if seed == params["seeds"][0]:
-                row["images_per_s"] = throughput(smaller, speed_batch, prune["throughput_repeats"], device)
-            rows.append(row)
+        orders = {"connectivity": module_connectivity(model, calib.to(device))}
+        for i in range(int(prune.get("random_orders", 0))):
+            orders[f"random-{i}"] = random_connectivity(U, seed=1000 * seed + i)
+        for order, connectivity in orders.items():
+            for frac in prune["dropped_fraction"]:
+                k = min(U - 1, int(round(frac * U)))
+                smaller = drop_modules(model, k, connectivity=connectivity)
+                out = predict(smaller, val_set, device, image["train"].get("eval_batch_size", 256))
+                row = {"run": run, "seed": seed, "order": order, "dropped_fraction": frac, "dropped": k,
+                       "modules": U - k, "acc1": topk_accuracy(out["logits"], out["label"], 1),
+                       "parameters": count_parameters(smaller),
+                       "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"}
+                if seed == params["seeds"][0] and order == "connectivity":
+                    row["images_per_s"] = throughput(smaller, speed_batch, prune["throughput_repeats"], device)
+                rows.append(row)
     return rows
 
 

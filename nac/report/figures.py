@@ -29,8 +29,9 @@ def draw_graph(ax, graph: nx.Graph, title: str, seed: int = 0) -> None:
     ax.set_axis_off()
 
 
-def learned_graph(P: np.ndarray, threshold: float = 0.5) -> nx.Graph:
-    """The graph with an edge wherever the link probability exceeds ``threshold``."""
+def learned_graph(P: np.ndarray, threshold: float = 0.0) -> nx.Graph:
+    """The graph with an edge wherever the link probability exceeds ``threshold`` (default: every
+    link the truncated kernel keeps, ``P > 0``)."""
     A = (P > threshold) & ~np.eye(len(P), dtype=bool)
     g = nx.from_numpy_array(A.astype(int))
     return g
@@ -38,13 +39,15 @@ def learned_graph(P: np.ndarray, threshold: float = 0.5) -> nx.Graph:
 
 def figure3(learned: dict[str, np.ndarray], n: int, out_dir: str | Path, seed: int = 0) -> list[Path]:
     """Top: samples of the four priors (networkx); bottom: the graphs the trained NACs learned
-    (edges where P > 0.5). ``learned`` maps prior name -> P ``[U, U]``."""
+    (edges where P > 0: the links the truncated kernel keeps). ``learned`` maps prior name -> P ``[U, U]``."""
     fig, axes = plt.subplots(2, len(PRIORS), figsize=(4.2 * len(PRIORS), 7.6))
     for j, prior in enumerate(PRIORS):
         draw_graph(axes[0, j], sample_prior_graph(prior, n, seed=seed), f"{PRIOR_LABELS[prior]}: prior sample", seed)
         if prior in learned:
             P = learned[prior]
-            draw_graph(axes[1, j], learned_graph(P), f"learned by NAC ({PRIOR_LABELS[prior]}), P > 0.5", seed)
+            off = ~np.eye(len(P), dtype=bool)
+            draw_graph(axes[1, j], learned_graph(P), f"learned by NAC ({PRIOR_LABELS[prior]}): P > 0\n"
+                       f"{100 * (P[off] == 0).mean():.0f}% of links cut, mean P {P[off].mean():.3f}", seed)
         else:
             axes[1, j].set_axis_off()
     fig.suptitle(f"Figure 3: graph priors (top) and learned module graphs (bottom), {n} modules")
@@ -63,42 +66,76 @@ def _ci_lines(ax, df: pd.DataFrame, x: str, y: str, runs: list[str], labels: dic
         ax.fill_between(xs, mean - ci, mean + ci, alpha=0.2, color=line.get_color())
 
 
+def _with_random_control(prune: pd.DataFrame, runs: list[str]) -> tuple[pd.DataFrame, list[str], dict[str, str]]:
+    """The connectivity-order rows plus, per run, the random-order control (orders averaged within
+    a seed) as the run ``<run>|random``; returns (rows, runs to draw, labels)."""
+    from nac.report.tables import random_order_mean
+
+    if "order" not in prune:
+        return prune, runs, dict(RUN_LABELS)
+    conn = prune[prune["order"] == "connectivity"]
+    rnd = random_order_mean(prune)
+    rnd = rnd.assign(run=rnd["run"] + "|random")
+    labels = dict(RUN_LABELS) | {f"{r}|random": f"{RUN_LABELS.get(r, r)}, random order" for r in runs}
+    drawn = runs + [f"{r}|random" for r in runs if f"{r}|random" in set(rnd["run"])]
+    return pd.concat([conn, rnd], ignore_index=True), drawn, labels
+
+
+def _dash_controls(ax) -> None:
+    for line in ax.get_lines():
+        if line.get_label().endswith("random order"):
+            line.set_linestyle("--")
+
+
 def figure5a(prune: pd.DataFrame, out_dir, runs: list[str]) -> list[Path]:
-    fig, ax = plt.subplots(figsize=(5.6, 4))
-    _ci_lines(ax, prune, "dropped", "acc1", runs)
-    ax.set_xlabel("processor modules dropped (least connected first)")
+    fig, ax = plt.subplots(figsize=(5.8, 4.2))
+    df, drawn, labels = _with_random_control(prune, runs)
+    _ci_lines(ax, df, "dropped", "acc1", drawn, labels)
+    _dash_controls(ax)
+    ax.set_xlabel("processor modules dropped (least connected first; dashed: random order)")
     ax.set_ylabel("validation Acc@1 (%)")
     ax.set_title("Figure 5a: accuracy as modules are dropped (mean, 95% CI over seeds)", fontsize=10)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     return save(fig, out_dir, "figure5a_prune_accuracy")
 
 
 def figure5b(prune: pd.DataFrame, out_dir, runs: list[str], device_label: str) -> list[Path]:
+    """Throughput of the trained mini models as modules are dropped: mean and 95% CI over the timed
+    repeats (first seed, connectivity order)."""
     fig, ax = plt.subplots(figsize=(5.6, 4))
     speed = prune.dropna(subset=["images_per_s"])
     for run in runs:
         sub = speed[speed["run"] == run].sort_values("dropped")
-        ax.plot(sub["dropped"], sub["images_per_s"], marker="o", ms=3.5, label=RUN_LABELS.get(run, run))
+        stats = [summarize(list(v) if isinstance(v, (list, tuple, np.ndarray)) else [v]) for v in sub["images_per_s"]]
+        mean = np.array([st["mean"] for st in stats])
+        ci = np.array([st["ci95"] for st in stats])
+        line, = ax.plot(sub["dropped"], mean, marker="o", ms=3.5, label=RUN_LABELS.get(run, run))
+        ax.fill_between(sub["dropped"], mean - ci, mean + ci, alpha=0.2, color=line.get_color())
     ax.set_xlabel("processor modules dropped")
     ax.set_ylabel(f"inference throughput (images/s, {device_label})")
-    ax.set_title("Figure 5b: inference speed as modules are dropped", fontsize=10)
+    ax.set_title("Figure 5b (mini models): inference speed as modules are dropped\n(mean, 95% CI over timed repeats)",
+                 fontsize=10)
     ax.legend(fontsize=8)
     return save(fig, out_dir, "figure5b_prune_throughput")
 
 
 def figure15(prune: pd.DataFrame, out_dir, runs: list[str]) -> list[Path]:
-    """Accuracy relative to the unpruned model, for every prior and Perceiver IO."""
-    df = prune.copy()
-    base = df[df["dropped"] == 0].set_index(["run", "seed"])["acc1"]
-    df["relative_acc1"] = [100.0 * a / max(base[(r, s)], 1e-9) for r, s, a in zip(df["run"], df["seed"], df["acc1"])]
-    fig, ax = plt.subplots(figsize=(5.6, 4))
-    _ci_lines(ax, df, "dropped_fraction", "relative_acc1", runs)
+    """Accuracy relative to the unpruned model, for every prior and Perceiver IO, with the
+    random-order controls dashed."""
+    df, drawn, labels = _with_random_control(prune, runs)
+    df = df.copy()
+    base = df[(df["dropped"] == 0) & ~df["run"].str.endswith("|random")].set_index(["run", "seed"])["acc1"]
+    df["relative_acc1"] = [100.0 * a / max(base[(r.split("|")[0], s)], 1e-9)
+                           for r, s, a in zip(df["run"], df["seed"], df["acc1"])]
+    fig, ax = plt.subplots(figsize=(6.4, 4.6))
+    _ci_lines(ax, df, "dropped_fraction", "relative_acc1", drawn, labels)
+    _dash_controls(ax)
     ax.axhline(97, ls="--", lw=0.8, color="grey")
     ax.text(0.01, 97.5, "-3%", color="grey", fontsize=8)
-    ax.set_xlabel("fraction of processor modules dropped")
+    ax.set_xlabel("fraction of processor modules dropped (dashed: random order)")
     ax.set_ylabel("Acc@1 relative to the full model (%)")
     ax.set_title("Figure 15: sparsification, NAC priors vs Perceiver IO", fontsize=10)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=6, ncol=2)
     return save(fig, out_dir, "figure15_prune_relative")
 
 
@@ -193,3 +230,30 @@ def learning_curves_tracks(histories: dict[str, dict[str, list[list[dict]]]], ch
         ax.legend(fontsize=7)
     fig.suptitle("Learning curves of the other tracks (mean, 95% CI over seeds)", y=1.03)
     return save(fig, out_dir, "learning_curves_tracks")
+
+
+def figure_baselines(usage: dict | None, routing: dict | None, class_names: list[str], out_dir) -> list[Path] | None:
+    """Left panels: the Modular Network's module usage per class (share of each class's validation
+    examples routed to each module, one panel per modular layer). Right: the Neural Interpreter's
+    type-to-function routing (mean compatibility C of each class's tokens with each function)."""
+    panels = (len(usage["counts"]) if usage else 0) + (1 if routing else 0)
+    if not panels:
+        return None
+    fig, axes = plt.subplots(1, panels, figsize=(3.2 * panels + 1, 3.6), squeeze=False)
+    axes = list(axes[0])
+    names = [textwrap.shorten(n, 10, placeholder=".") for n in class_names]
+    for layer, counts in enumerate(usage["counts"] if usage else []):
+        c = np.asarray(counts, dtype=float)
+        share = c / np.maximum(c.sum(axis=1, keepdims=True), 1)
+        ax = axes.pop(0)
+        sns.heatmap(share, ax=ax, vmin=0, vmax=1, cmap="viridis", cbar=layer == len(usage["counts"]) - 1,
+                    yticklabels=names[:len(share)] if layer == 0 else False)
+        ax.set(title=f"Modular Network layer {layer + 1}\nI(module; class) = {usage['mi'][layer]:.2f} nats", xlabel="module")
+        ax.title.set_fontsize(8)
+    if routing:
+        ax = axes.pop(0)
+        sns.heatmap(np.asarray(routing["by_class"]), ax=ax, cmap="magma", yticklabels=names)
+        ax.set(title="Neural Interpreter: mean C\n(type-to-function routing)", xlabel="function")
+        ax.title.set_fontsize(8)
+    fig.suptitle("Baselines: what routes where, per class (validation data, first seed)", y=1.04)
+    return save(fig, out_dir, "figure_baselines_routing")

@@ -1,5 +1,5 @@
 """Tables as pandas DataFrames, written as Markdown and CSV: ours (mean +- 95% CI over seeds)
-beside the paper's numbers and the difference."""
+and differences between models beside the paper's differences."""
 from __future__ import annotations
 
 import json
@@ -13,6 +13,7 @@ from nac.pipeline.image import summarize
 from nac.report.stats import welch_ci
 from nac.report.published import RUN_LABELS, TABLE1, TABLE1_COLUMNS
 
+DASH = "—"  # a cell that does not apply (never left empty, so every CSV cell is filled)
 COLUMN_LABELS = {"iid_acc1": "IID Acc@1", "iid_acc5": "IID Acc@5", "ood_acc1": "OOD Acc@1", "ood_acc5": "OOD Acc@5"}
 
 
@@ -24,22 +25,36 @@ def fmt(mean: float, ci: float, n: int) -> str:
     return f"{mean:.2f}" if n < 2 else f"{mean:.2f} ± {ci:.2f}"
 
 
-def table1(evals: list[dict[str, Any]], ladder: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Returns (display table, long numeric table). Display: one row per ladder entry; each
-    metric cell reads ``ours mean ± 95% CI [paper; ours - paper]``."""
+def table1(evals: list[dict[str, Any]], ladder: list[str], parameters: dict[str, int] | None = None
+           ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Returns (display table, long numeric table). Display: one row per ladder entry, each metric
+    ``mean ± 95% CI`` over seeds, then Acc@1 minus Perceiver IO's, paired by seed (runs that share
+    a seed share the data order), beside the paper's difference. Absolute accuracies are never
+    set against the paper's: the stand-in datasets differ from Tiny-ImageNet (10 vs 200 classes)."""
     df = pd.DataFrame(evals)
     display, numeric = [], []
+    base = df[df["run"] == "perceiver_io"].sort_values("seed")
     for run in ladder:
-        sub = df[df["run"] == run]
+        sub = df[df["run"] == run].sort_values("seed")
         if sub.empty:
             raise ValueError(f"no evaluation metrics for run {run!r}; did eval_ood@{run}-<seed> run?")
         row = {"model": RUN_LABELS.get(run, run), "seeds": int(len(sub))}
+        if parameters:
+            row["parameters"] = f"{parameters.get(run, 0):,}"
         for i, col in enumerate(TABLE1_COLUMNS):
             s = summarize(sub[col].tolist())
-            paper = TABLE1.get(run, (np.nan,) * 4)[i]
-            row[COLUMN_LABELS[col]] = f"{fmt(s['mean'], s['ci95'], s['n'])} [{paper:.2f}; {s['mean'] - paper:+.2f}]"
-            numeric.append({"run": run, "metric": col, "mean": s["mean"], "ci95": s["ci95"], "n": s["n"], "paper": paper,
-                            "diff": s["mean"] - paper})
+            row[COLUMN_LABELS[col]] = fmt(s["mean"], s["ci95"], s["n"])
+            numeric.append({"run": run, "metric": col, "mean": s["mean"], "ci95": s["ci95"], "n": s["n"],
+                            "paper": TABLE1[run][i] if run in TABLE1 else DASH})  # controls, baselines: not in the paper
+        for col in ("iid_acc1", "ood_acc1"):
+            paper = TABLE1.get(run, (np.nan,) * 4)[TABLE1_COLUMNS.index(col)] - TABLE1["perceiver_io"][TABLE1_COLUMNS.index(col)]
+            label = f"{COLUMN_LABELS[col]} − PIO: ours [paper]"
+            if run == "perceiver_io" or list(base["seed"]) != list(sub["seed"]):
+                row[label] = DASH
+                continue
+            d = paired(base[col].tolist(), sub[col].tolist())
+            ours = f"{d['mean']:+.2f}" + (f" ± {d['ci95']:.2f}" if d["n"] > 1 else "")
+            row[label] = f"{ours} [{paper:+.2f}]" if np.isfinite(paper) else f"{ours} [{DASH}]"
         display.append(row)
     return pd.DataFrame(display), pd.DataFrame(numeric)
 
@@ -73,7 +88,6 @@ def write_table(df: pd.DataFrame, out_dir: str | Path, name: str, floatfmt: str 
 
 # ---- the other tracks: Tables 2 and 3, NLVR, few-shot (Figure 4) ----
 
-DASH = "—"  # a cell that does not apply (never left empty, so every CSV cell is filled)
 
 
 def welch(a: list[float], b: list[float]) -> dict[str, float]:
@@ -104,8 +118,9 @@ def _values(results: list[dict[str, Any]], run: str, key: str) -> list[float]:
 def comparison_table(results: dict[str, list[dict[str, Any]]], published: dict[str, dict[str, float]],
                      track_labels: dict[str, str], nac_label: str) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Tables 2 and 3: the paper's rows with ours (test Acc@1, mean ± 95% CI over seeds) beside
-    Perceiver IO and NAC, then NAC − Perceiver IO (Welch 95% CI over seeds) and the test split's
-    majority-class rate. ``results``: track -> metrics of runs ``perceiver_io`` and ``nac``.
+    Perceiver IO and NAC, then NAC − Perceiver IO (95% CI, paired by seed) beside the paper's
+    difference, and the test split's majority-class rate. Absolute accuracies are never subtracted
+    from the paper's (the embedded stand-ins are other datasets). ``results``: track -> metrics of runs ``perceiver_io`` and ``nac``.
     Returns (display table, numbers per track for summary.json)."""
     from nac.report.published import PAPER_ROW
 
@@ -117,7 +132,6 @@ def comparison_table(results: dict[str, list[dict[str, Any]]], published: dict[s
         label = track_labels[track]
         row[f"{label}: paper"] = DASH if paper is None else f"{paper:+.2f}" if signed else f"{paper:.2f}"
         row[f"{label}: ours"] = "not run" if stat is None else fmt(stat["mean"], stat["ci95"], stat["n"])
-        row[f"{label}: ours − paper"] = DASH if paper is None or stat is None else f"{stat['mean'] - paper:+.2f}"
 
     seeds = "/".join(sorted({str(len(_values(res, "nac", "test_acc1"))) for res in results.values()}))
     for name, paper in published.items():
@@ -130,9 +144,9 @@ def comparison_table(results: dict[str, list[dict[str, Any]]], published: dict[s
                 chance = float(np.mean(_values(res, run, "test_chance")))
                 summary[track][run] = {**stat, "paper": paper.get(track), "chance": chance}
         rows.append(row)
-    row = {"model": "NAC − Perceiver IO (Welch 95% CI)", "seeds": seeds}
+    row = {"model": "NAC − Perceiver IO (95% CI, paired by seed)", "seeds": seeds}
     for track, res in results.items():
-        stat = welch(_values(res, "perceiver_io", "test_acc1"), _values(res, "nac", "test_acc1"))
+        stat = paired(_values(res, "perceiver_io", "test_acc1"), _values(res, "nac", "test_acc1"))
         paper = published["NAC"][track] - published["Perceiver IO"][track]
         cells(row, track, paper, stat, signed=True)
         summary[track]["nac_minus_perceiver_io"] = {**stat, "paper": paper}
@@ -171,9 +185,9 @@ def nlvr_tables(results: list[dict[str, Any]], runs: list[str], analysis: dict[s
                                 "test_chance": chance["test"], "paper_val_acc1": paper}
     if "conditional" in runs:
         for control in (r for r in runs if r != "conditional"):
-            d = {split: welch(_values(results, control, f"{split}_acc1"), _values(results, "conditional", f"{split}_acc1"))
+            d = {split: paired(_values(results, control, f"{split}_acc1"), _values(results, "conditional", f"{split}_acc1"))
                  for split in ("val", "test")}
-            acc.append({"model": f"Conditional − {TRACK_RUN_LABELS.get(control, control).split(' (')[0]} (Welch 95% CI)",
+            acc.append({"model": f"Conditional − {TRACK_RUN_LABELS.get(control, control).split(' (')[0]} (95% CI, paired by seed)",
                         "seeds": str(d["val"]["n"]), "val Acc@1": fmt(d["val"]["mean"], d["val"]["ci95"], d["val"]["n"]),
                         "test Acc@1": fmt(d["test"]["mean"], d["test"]["ci95"], d["test"]["n"]),
                         "val chance": DASH, "test chance": DASH, "paper (NLVR2 val Acc@1)": DASH, "ours − paper (val)": DASH})
@@ -243,4 +257,37 @@ def fewshot_table(stats: dict[str, pd.DataFrame]) -> pd.DataFrame:
             rows.append({"target": target, "shots": int(shots), "episodes": int(s.loc["nac_minus_perceiver_io", "n"]),
                          "Perceiver IO": cell("perceiver_io"), "NAC": cell("nac"),
                          "NAC − Perceiver IO (paired)": cell("nac_minus_perceiver_io")})
+    return pd.DataFrame(rows)
+
+
+PRUNE_CONTROL_FRACTIONS = (0.5, 0.75, 0.875)
+
+
+def random_order_mean(prune: pd.DataFrame) -> pd.DataFrame:
+    """The random-order control per (run, seed, dropped_fraction): Acc@1 averaged over the orders."""
+    rnd = prune[prune["order"].str.startswith("random")]
+    return rnd.groupby(["run", "seed", "dropped_fraction", "dropped"], as_index=False)["acc1"].mean()
+
+
+def prune_control_table(prune: pd.DataFrame, runs: list[str]) -> pd.DataFrame:
+    """Dropping the least connected modules first against dropping them in random orders: Acc@1 of
+    each (mean ± 95% CI over seeds; random orders averaged within a seed first) and the difference,
+    paired by seed, at the fractions of ``PRUNE_CONTROL_FRACTIONS`` that were measured."""
+    if "order" not in prune or not prune["order"].str.startswith("random").any():
+        return pd.DataFrame([{"model": DASH, "note": "no random-order control in prune.json (prune.random_orders: 0)"}])
+    conn = prune[prune["order"] == "connectivity"]
+    rnd = random_order_mean(prune)
+    rows = []
+    for run in runs:
+        for f in PRUNE_CONTROL_FRACTIONS:
+            a = conn[(conn["run"] == run) & (conn["dropped_fraction"] == f)].sort_values("seed")
+            b = rnd[(rnd["run"] == run) & (rnd["dropped_fraction"] == f)].sort_values("seed")
+            if a.empty or list(a["seed"]) != list(b["seed"]):
+                continue
+            sa, sb = summarize(a["acc1"].tolist()), summarize(b["acc1"].tolist())
+            d = paired(b["acc1"].tolist(), a["acc1"].tolist())
+            rows.append({"model": RUN_LABELS.get(run, run), "dropped fraction": f,
+                         "Acc@1, ranked": fmt(sa["mean"], sa["ci95"], sa["n"]),
+                         "Acc@1, random orders": fmt(sb["mean"], sb["ci95"], sb["n"]),
+                         "ranked − random (paired by seed)": f"{d['mean']:+.2f}" + (f" ± {d['ci95']:.2f}" if d["n"] > 1 else "")})
     return pd.DataFrame(rows)

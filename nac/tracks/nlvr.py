@@ -78,7 +78,8 @@ def analyse(P: np.ndarray, types: np.ndarray, seed: int = 0, pca_dim: int = 64, 
     res: dict[str, Any] = {"n": int(n), "pca_dim": dim, "pca_explained": float(pca.explained_variance_ratio_.sum()),
                            "knn_k": knn_k, "folds": n_folds,
                            "chance": float(100.0 * np.bincount(types).max() / n),
-                           "p_spread": float(P.std(axis=0).mean()), "p_mean": float(P.mean())}
+                           "p_spread": float(P.std(axis=0).mean()), "p_mean": float(P.mean()),
+                           **cut_graph_measures(P)}
     if n_folds >= 2:
         cv = StratifiedKFold(n_splits=n_folds, shuffle=True, random_state=seed)
         knn = KNeighborsClassifier(n_neighbors=knn_k)
@@ -92,6 +93,18 @@ def analyse(P: np.ndarray, types: np.ndarray, seed: int = 0, pca_dim: int = 64, 
                                                       for _ in range(shuffles)])))
     res["embedding"], res["pca"] = emb, Z
     return res
+
+
+def cut_graph_measures(P: np.ndarray, cut: float = 0.5) -> dict[str, float]:
+    """The sentence graphs at the paper's 0.5 cut (``P > cut`` off the diagonal), ``P`` ``[N, U, U]``:
+    the mean link density, the fraction of sentences whose graph is complete, and the fraction of
+    sentences whose graph differs from the most common one."""
+    U = P.shape[-1]
+    off = ~np.eye(U, dtype=bool)
+    A = P[:, off] > cut                                   # [N, U(U-1)]
+    _, counts = np.unique(A, axis=0, return_counts=True)
+    return {"cut_density": float(A.mean()), "cut_complete_fraction": float(A.all(axis=1).mean()),
+            "cut_distinct_fraction": float(1.0 - counts.max() / len(A))}
 
 
 def typical_examples(Z: np.ndarray, types: np.ndarray) -> dict[int, int]:
@@ -154,9 +167,10 @@ def run_analysis(params: dict, out_dir: str = "metrics/nlvr", progress: bool = T
     fresh = build_model(model.config)
     control = analyse(link_matrices(fresh, data, device, bs), types, seed=seed, embed=False, **cfg)
     res["untrained"] = {k: control[k] for k in ("knn_accuracy", "knn_accuracy_ci95", "knn_shuffled", "silhouette",
-                                                "silhouette_shuffled", "p_spread", "p_mean") if k in control}
+                                                "silhouette_shuffled", "p_spread", "p_mean", "cut_density",
+                                                "cut_complete_fraction", "cut_distinct_fraction") if k in control}
     res.update(run=run, seed=seed, split=split, reasoning_types=names, modules=int(P.shape[-1]),
-               bandwidth=float(model.config.bandwidth),
+               bandwidth=float(model.bandwidth.detach()),
                count_by_type={names[int(t)]: int((types == t).sum()) for t in np.unique(types)})
     out = Path(out_dir)
     write_json(out / "analysis.json", res)
@@ -169,5 +183,5 @@ def run_analysis(params: dict, out_dir: str = "metrics/nlvr", progress: bool = T
     frame.to_csv(out / "embedding.csv", index=False)
     examples = [{"reasoning_type": names[t], "index": i, "sentence": texts[i], "P": np.round(P[i], 5).tolist()}
                 for t, i in typical_examples(Z, types).items()]
-    write_json(out / "examples.json", {"threshold": 0.5, "bandwidth": float(model.config.bandwidth), "examples": examples})
+    write_json(out / "examples.json", {"threshold": 0.5, "bandwidth": float(model.bandwidth.detach()), "examples": examples})
     return res

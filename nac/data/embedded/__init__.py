@@ -1,4 +1,4 @@
-"""Embedded datasets: generated offline, deterministic from a seed (see DESIGN.md).
+"""Embedded datasets: generated offline, deterministic from a seed (see docs/design.md).
 
 Importing this package registers ``shapes``, ``shapes_r``, ``shapes_novel``, ``digits``,
 ``pointclouds``, ``listops``, ``bytes`` and ``nlvr_shapes``. Reusable pieces for the real-data

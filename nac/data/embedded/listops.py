@@ -1,6 +1,6 @@
 """``listops``: LRA ListOps with the published generator's semantics, shorter by default.
 
-Generator (REFERENCE.md, "LRA ListOps generator, as published"): a node at depth ``d`` (root at
+Generator (docs/reference.md, "LRA ListOps generator, as published"): a node at depth ``d`` (root at
 depth 1) becomes an operator with probability 0.25 while ``d < max_depth`` (else it is a digit
 leaf 0-9, drawn uniformly); an operator is one of MIN, MAX, MED, SM (uniform) and takes
 ``randint(2, max_args)`` (inclusive) arguments. MED = ``int(numpy.median(args))`` (an even count

@@ -16,7 +16,7 @@ from nac.data.real._common import RealBuilder, decode_images, read_lines, source
 from nac.data.registry import get_builder, register
 
 #: The ImageNet-R wnids shared with Tiny-ImageNet: the authors' code's 62 (the paper says 64).
-#: REFERENCE.md's list also names n02480855, which the authors' set does not contain; it is left
+#: docs/reference.md's list also names n02480855, which the authors' set does not contain; it is left
 #: out here, following the code.
 SHARED_WNIDS: tuple[str, ...] = tuple("""
 n01443537 n01770393 n01774750 n01784675 n01855672 n01882714 n01910747 n01944390 n01983481 n02056570
