@@ -697,7 +697,7 @@ def test_real_metrics_get_a_verdict(tmp_path):
 
 
 @pytest.mark.parametrize("mutate, cid, says", [
-    (lambda spec: spec["iid"].update({NI: [45.0, 45.2, 45.1]}), "ni_matches_pio", "excludes 0"),
+    (lambda spec: spec["iid"].update({NI: [45.0, 45.2, 45.1]}), "ni_matches_pio", "upper bound"),
     (lambda spec: spec["parameters"].update({NI: 90_000}), "ni_matches_pio", "fewer parameters"),
     (lambda spec: [u.update(mi_shuffled=list(u["mi"])) for u in spec["modular_usage"]], "mn_specialise", "CI"),
     (lambda spec: [u.update(exp_entropy=[1.0, 3.0]) for u in spec["modular_usage"]], "mn_no_collapse", "upper bound"),
@@ -713,3 +713,15 @@ def test_baseline_claims_not_measured_without_the_baselines(tmp_path):
     rows = _verdicts(tmp_path, lambda spec: None, params=params)
     for cid in ("ni_matches_pio", "mn_specialise", "mn_no_collapse", "ni_fewshot"):
         assert rows[cid]["verdict"] == INCONCLUSIVE and rows[cid]["reason"].startswith("not measured"), cid
+
+
+def test_ni_matching_counts_being_better_as_matching(tmp_path):
+    row = _verdicts(tmp_path, lambda spec: spec["iid"].update({NI: [55.0, 55.3, 55.1]}))["ni_matches_pio"]
+    assert row["verdict"] == SUPPORTED and row["lo"] > 0
+
+
+@pytest.mark.parametrize("iv, verdict", [
+    (Interval(0.5, -0.5, 1.5, 3), SUPPORTED), (Interval(-3.0, -4.0, -2.0, 3), NOT_SUPPORTED),
+    (Interval(-1.0, -2.0, 0.0, 3), INCONCLUSIVE), (Interval(1.0, None, None, 1), INCONCLUSIVE)])
+def test_noninferiority_verdict(iv, verdict):
+    assert C.noninferiority_verdict(iv)[0] == verdict
