@@ -252,7 +252,8 @@ def figure_baselines(usage: dict | None, routing: dict | None, class_names: list
         ax.title.set_fontsize(8)
     if routing:
         ax = axes.pop(0)
-        sns.heatmap(np.asarray(routing["by_class"]), ax=ax, cmap="magma", yticklabels=names)
+        # the classes are labelled on the leftmost panel already; repeating them here overlaps its colour bar
+        sns.heatmap(np.asarray(routing["by_class"]), ax=ax, cmap="magma", yticklabels=False if usage else names)
         ax.set(title="Neural Interpreter: mean C\n(type-to-function routing)", xlabel="function")
         ax.title.set_fontsize(8)
     fig.suptitle("Baselines: what routes where, per class (validation data, first seed)", y=1.04)
