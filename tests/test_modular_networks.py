@@ -9,7 +9,6 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.utils.data import Dataset
 
 from nac.baselines import ModularNetwork, ModularNetworkConfig
 from nac.baselines.modular_networks import ConvModules, DenseModules
@@ -19,7 +18,7 @@ from nac.training.config import TrainConfig
 from nac.training.loop import WithIndex, fit
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_overfit import quadrant_batch  # noqa: E402
+from test_overfit import Quadrants, quadrant_batch  # noqa: E402
 
 
 def tiny_config(**kw):
@@ -27,17 +26,6 @@ def tiny_config(**kw):
                 modules_per_layer=3, k=2, e_step_every=2, samples=4, dataset_size=32)
     base.update(kw)
     return ModularNetworkConfig(**base)
-
-
-class Quadrants(Dataset):
-    def __init__(self, n, seed):
-        self.x, self.y = quadrant_batch(n, seed)
-
-    def __len__(self):
-        return len(self.y)
-
-    def __getitem__(self, i):
-        return {"input": self.x[i], "label": self.y[i]}
 
 
 def train_cfg(**kw):

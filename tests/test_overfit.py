@@ -1,6 +1,7 @@
 """A tiny NAC learns: it overfits a small fixed batch of a synthetic task on CPU."""
 import torch
 import torch.nn.functional as F
+from torch.utils.data import Dataset
 
 from nac import build_model
 
@@ -16,6 +17,18 @@ def quadrant_batch(n: int = 32, seed: int = 0):
         x[i, :, 16 * r + oy: 16 * r + oy + 8, 16 * c + ox: 16 * c + ox + 8] = 255
     return x, y
 
+
+class Quadrants(Dataset):
+    """``quadrant_batch`` as a dataset of item dicts (``input``, ``label``), as the loop reads them."""
+
+    def __init__(self, n, seed):
+        self.x, self.y = quadrant_batch(n, seed)
+
+    def __len__(self):
+        return len(self.y)
+
+    def __getitem__(self, i):
+        return {"input": self.x[i], "label": self.y[i]}
 
 def test_tiny_nac_overfits_a_fixed_batch(tiny_config):
     torch.manual_seed(0)

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch.utils.data import Dataset
 
 from nac import build_model
 from nac.checkpoint import load_checkpoint
@@ -16,18 +15,7 @@ from nac.training.config import TrainConfig
 from nac.training.loop import NonFiniteLossError, fit, lr_at
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_overfit import quadrant_batch  # noqa: E402
-
-
-class Quadrants(Dataset):
-    def __init__(self, n, seed):
-        self.x, self.y = quadrant_batch(n, seed)
-
-    def __len__(self):
-        return len(self.y)
-
-    def __getitem__(self, i):
-        return {"input": self.x[i], "label": self.y[i]}
+from test_overfit import Quadrants  # noqa: E402
 
 
 def small_train(**kw):
