@@ -1,0 +1,120 @@
+"""Reading the metrics a claim needs. Only the runs, seeds and targets named in ``params`` are read.
+A missing file (or the missing part of one) raises ``Missing`` (the claim is "not measured"); a
+malformed one (bad JSON, a missing key, a non-numeric value) raises ``ValueError``."""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+PIO, NAC = "perceiver_io", "nac"
+NLVR_CONTROLS = ("text_only", "image_only")   # the NLVR single-modality controls
+
+
+class Missing(Exception):
+    """A metrics file (or the part of one a claim needs) does not exist: 'not measured'."""
+
+
+def number(obj: dict, key: str, where: str) -> float:
+    """``obj[key]`` as a finite float, else ``ValueError`` naming ``where``."""
+    if not isinstance(obj, dict) or key not in obj:
+        raise ValueError(f"malformed metrics {where}: no key {key!r}")
+    v = obj[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ValueError(f"malformed metrics {where}: {key}={v!r} is not a finite number")
+    return float(v)
+
+
+class Metrics:
+    """The ``metrics/`` tree of one profile: cached JSON files and per-seed readers."""
+
+    def __init__(self, root: Path, params: dict):
+        self.root, self.params, self.seeds = Path(root), params, [int(s) for s in params["seeds"]]
+        self._cache: dict[str, Any] = {}
+
+    def label(self, rel: str) -> str:
+        return f"{self.root.name}/{rel}"
+
+    def json(self, rel: str) -> Any:
+        if rel not in self._cache:
+            path = self.root / rel
+            if not path.is_file():
+                raise Missing(self.label(rel))
+            try:
+                self._cache[rel] = json.loads(path.read_text())
+            except json.JSONDecodeError as e:
+                raise ValueError(f"malformed metrics file {path}: {e}") from e
+        return self._cache[rel]
+
+    def per_seed(self, folder: str, runs: Sequence[str], key: str, configured: Sequence[str]) -> dict[str, list[float]]:
+        """``{run: [value of key per seed]}`` from ``<folder>/<run>-<seed>.json``; every missing
+        file (or unconfigured run) is named in one ``Missing``."""
+        out, missing = {}, []
+        for run in runs:
+            if run not in configured:
+                missing.append(f"run {run} (not configured for {folder})")
+                continue
+            absent = [s for s in self.seeds if not (self.root / f"{folder}/{run}-{s}.json").is_file()]
+            if absent:
+                missing.append(self.label(f"{folder}/{run}-<seed>.json") + f" (seeds {', '.join(map(str, absent))})")
+                continue
+            out[run] = [number(self.json(f"{folder}/{run}-{s}.json"), key, self.label(f"{folder}/{run}-{s}.json"))
+                        for s in self.seeds]
+        if missing:
+            raise Missing("; ".join(missing))
+        return out
+
+    def image(self, runs: Sequence[str], key: str) -> dict[str, list[float]]:
+        return self.per_seed("image/eval", runs, key, self.params["image"]["ladder"])
+
+    def track(self, track: str, runs: Sequence[str], key: str) -> dict[str, list[float]]:
+        if track not in self.params:
+            raise Missing(f"params has no {track!r} section")
+        return self.per_seed(f"tracks/{track}", runs, key, self.params[track]["runs"])
+
+    def prune_curve(self, run: str, seed: int, order: str = "connectivity") -> list[dict]:
+        """The prune rows of one (run, seed, order), sorted by dropped fraction, starting at 0."""
+        if run not in self.params.get("prune", {}).get("runs", []):
+            raise Missing(f"run {run} (not in prune.runs)")
+        rows = self.json("image/prune.json")
+        if not isinstance(rows, list):
+            raise ValueError(f"malformed metrics {self.label('image/prune.json')}: expected a list of rows")
+        where = self.label("image/prune.json")
+        for r in rows:
+            for key in ("run", "seed"):
+                if not isinstance(r, dict) or key not in r:
+                    raise ValueError(f"malformed metrics {where}: a row without {key!r}")
+        curve = sorted((r for r in rows if r["run"] == run and r["seed"] == seed
+                        and r.get("order", "connectivity") == order),
+                       key=lambda r: number(r, "dropped_fraction", where))
+        for r in curve:
+            number(r, "acc1", where)
+        if not curve or curve[0]["dropped_fraction"] != 0.0:
+            raise Missing(f"{where}: no dropped_fraction 0 row for {run} seed {seed} ({order} order)")
+        return curve
+
+    def mechanism(self, run: str, phase: str) -> list[dict]:
+        """The ``mechanism`` block (``nac.mechanism``) of a run's training metrics, per seed."""
+        out = []
+        for s in self.seeds:
+            rel = f"image/train/{run}-{s}.json"
+            t = self.json(rel)
+            if not isinstance(t, dict) or "mechanism" not in t or phase not in t["mechanism"]:
+                raise Missing(f"mechanism numbers ({phase}) in {self.label(rel)}")
+            out.append(t["mechanism"][phase])
+        return out
+
+    def image_eval(self, run: str, key: str) -> list[Any]:
+        """``key`` of a ladder run's evaluation metrics per seed, any type (a baseline's analysis block)."""
+        if run not in self.params["image"]["ladder"]:
+            raise Missing(f"run {run} (not in image.ladder)")
+        out = []
+        for s in self.seeds:
+            rel = f"image/eval/{run}-{s}.json"
+            e = self.json(rel)
+            if not isinstance(e, dict) or key not in e:
+                raise Missing(f"{key} in {self.label(rel)}")
+            out.append(e[key])
+        return out

@@ -1,0 +1,146 @@
+"""The verdict rule (``RULE``, written at the top of ``reports/claims.md``) and its pieces: the
+difference, equivalence, non-inferiority and threshold verdicts, ``combine`` for claims made of
+several comparisons, and the helpers that turn an interval and a verdict into a claim's result."""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from nac.report.stats import Interval, paired_ci, welch_ci
+
+SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE = "supported", "not supported", "inconclusive"
+VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE)
+DELTA = 1.0                 # default smallest effect of interest, percentage points
+
+# "nac/report/claims.py" below names the former one-file module: kept so that reports/claims.md comes out
+# byte-identical from this refactor; say `nac/report/claims/` when the report is next regenerated anyway.
+RULE = f"""\
+**Verdict rule** (applied by `nac/report/claims.py`; the checks run in the order written).
+
+- *95% CIs*: Student t over seeds. A difference of two models trained with the same seeds is
+  **paired by seed** (paired t over the per-seed differences): runs that share a seed share the data
+  order, the kernel samples' seeds and, between a NAC and its controls, every initial parameter but
+  the one the control changes. Welch (unequal variances) only for unpaired designs (unequal seed
+  lists). Paired t over episodes for few-shot (NAC and Perceiver IO see the same
+  (shots, episode) pairs; the low-shot differences are averaged within each episode first); over CV
+  folds for the NLVR kNN accuracy (its half-width combined with the shuffled-label one as the root of
+  the sum of squares). n = the smallest sample entering the CI.
+- *Difference* ("A beats B", d = mean(A) − mean(B)): **supported** if the CI lower bound > 0;
+  else **not supported** if the CI upper bound < 0, or if the whole CI lies below the smallest effect
+  of interest δ (an effect as large as δ is excluded; δ = {DELTA:g} percentage point unless the claim
+  says otherwise); else **inconclusive**. n < 2 (no CI): inconclusive.
+- *Equivalence* ("no effect", "similar"): **supported** if the CI of d lies within ±δ; else **not
+  supported** if the CI excludes 0; else **inconclusive**. n < 2: inconclusive.
+- *Non-inferiority* ("A matches B" where being better also counts, e.g. a baseline matching Perceiver IO):
+  **supported** if the CI lower bound > −δ; **not supported** if the upper bound < −δ; else **inconclusive**.
+- *Threshold* ("at least x"): **supported** if the CI lower bound ≥ x; **not supported** if the upper
+  bound < x; else **inconclusive**. A single measurement (n = 1) compares its value: supported if
+  ≥ x, else not supported. *Above chance* is the strict variant (x = chance): supported if the lower
+  bound > chance, not supported if the upper bound ≤ chance (n = 1: the value > chance).
+- *Several comparisons in one claim* (all pairs of priors, every model above chance, beats each
+  control): each gets a verdict by the rules above; the claim is supported if all are, not supported
+  if any is, else inconclusive.
+- *Missing metrics*: inconclusive, reason "not measured: <what is missing>".
+"""
+
+
+# ---------------------------------------------------------------------------- the rule
+def _iv(iv: Interval) -> str:
+    return f"[{iv.lo:+.2f}, {iv.hi:+.2f}]"
+
+
+def difference_verdict(iv: Interval, delta: float = DELTA) -> tuple[str, str]:
+    if not iv.has_ci:
+        return INCONCLUSIVE, f"n < 2: no CI (d = {iv.estimate:+.2f} from n = {iv.n})"
+    if iv.lo > 0:
+        return SUPPORTED, f"CI lower bound {iv.lo:+.2f} > 0"
+    if iv.hi < 0:
+        return NOT_SUPPORTED, f"CI upper bound {iv.hi:+.2f} < 0"
+    if iv.hi < delta:
+        return NOT_SUPPORTED, f"whole CI {_iv(iv)} below δ = {delta:g}: an effect as large as δ is excluded"
+    return INCONCLUSIVE, f"CI {_iv(iv)} contains 0 and reaches δ = {delta:g}"
+
+
+def equivalence_verdict(iv: Interval, delta: float = DELTA) -> tuple[str, str]:
+    if not iv.has_ci:
+        return INCONCLUSIVE, f"n < 2: no CI (d = {iv.estimate:+.2f} from n = {iv.n})"
+    if -delta <= iv.lo and iv.hi <= delta:
+        return SUPPORTED, f"CI {_iv(iv)} within ±{delta:g}"
+    if iv.lo > 0 or iv.hi < 0:
+        return NOT_SUPPORTED, f"CI {_iv(iv)} excludes 0"
+    return INCONCLUSIVE, f"CI {_iv(iv)} contains 0 but reaches beyond ±{delta:g}"
+
+
+def noninferiority_verdict(iv: Interval, delta: float = DELTA) -> tuple[str, str]:
+    """"A matches B" read as *not worse by more than δ* (a model that is better also matches):
+    supported if the CI lower bound > −δ, not supported if the upper bound < −δ."""
+    if not iv.has_ci:
+        return INCONCLUSIVE, f"n < 2: no CI (d = {iv.estimate:+.2f} from n = {iv.n})"
+    if iv.lo > -delta:
+        return SUPPORTED, f"CI lower bound {iv.lo:+.2f} > −{delta:g}"
+    if iv.hi < -delta:
+        return NOT_SUPPORTED, f"CI upper bound {iv.hi:+.2f} < −{delta:g}"
+    return INCONCLUSIVE, f"CI {_iv(iv)} contains −{delta:g}"
+
+
+def threshold_verdict(iv: Interval, x: float, strict: bool = False,
+                      fmt: Callable[[float], str] = "{:.2f}".format) -> tuple[str, str]:
+    """``strict``: the claim is "> x" (above chance) instead of "≥ x"."""
+    ge, lt = (">", "≤") if strict else ("≥", "<")
+    if not iv.has_ci:
+        ok = iv.estimate > x if strict else iv.estimate >= x
+        return (SUPPORTED if ok else NOT_SUPPORTED), f"single measurement: {fmt(iv.estimate)} {ge if ok else lt} {fmt(x)}"
+    if (iv.lo > x) if strict else (iv.lo >= x):
+        return SUPPORTED, f"CI lower bound {fmt(iv.lo)} {ge} {fmt(x)}"
+    if (iv.hi <= x) if strict else (iv.hi < x):
+        return NOT_SUPPORTED, f"CI upper bound {fmt(iv.hi)} {lt} {fmt(x)}"
+    return INCONCLUSIVE, f"CI [{fmt(iv.lo)}, {fmt(iv.hi)}] contains {fmt(x)}"
+
+
+def combine(parts: Sequence[tuple[str, str, str]], what: str = "comparisons") -> tuple[str, str]:
+    """Verdict of a claim made of several (name, verdict, reason) parts: supported if all are,
+    not supported if any is, else inconclusive; the reason names the parts that decide."""
+    verdicts = [v for _, v, _ in parts]
+    if all(v == SUPPORTED for v in verdicts):
+        return SUPPORTED, f"all {len(parts)} {what} supported"
+    key = NOT_SUPPORTED if NOT_SUPPORTED in verdicts else INCONCLUSIVE
+    picked = [(n, r) for n, v, r in parts if v == key]
+    if len(picked) > 1 and len({r for _, r in picked}) == 1:
+        share = f"all {len(parts)}" if len(picked) == len(parts) else f"{len(picked)} of {len(parts)}"
+        return key, f"{key} for {share} {what}: {picked[0][1]}"
+    if len(picked) == len(parts) > 2:
+        return key, f"{key} for all {len(parts)} {what} (e.g. {picked[0][0]}: {picked[0][1]})"
+    if len(picked) > 2:
+        return key, (f"{key} for {len(picked)} of {len(parts)} {what}: {', '.join(n for n, _ in picked)} "
+                     f"(e.g. {picked[0][0]}: {picked[0][1]})")
+    return key, f"{key}: " + "; ".join(f"{n} ({r})" for n, r in picked)
+
+
+# ---------------------------------------------------------------------------- a claim's result
+def _result(iv: Interval, verdict: tuple[str, str], ours: str, threshold: bool = False) -> dict:
+    lo, hi = (iv.lo, iv.hi) if iv.has_ci else ((iv.estimate, iv.estimate) if threshold else (None, None))
+    return {"ours": ours, "estimate": iv.estimate, "lo": lo, "hi": hi, "n": iv.n,
+            "verdict": verdict[0], "reason": verdict[1]}
+
+
+def _ci_text(iv: Interval, fmt: Callable[[float], str] = "{:+.2f}".format) -> str:
+    return f"{fmt(iv.estimate)} [{fmt(iv.lo)}, {fmt(iv.hi)}]" if iv.has_ci else f"{fmt(iv.estimate)} (no CI)"
+
+
+def seed_ci(a: Sequence[float], b: Sequence[float]) -> Interval:
+    """a − b over seeds: paired by seed when both lists cover the same seeds (in order), else Welch."""
+    return paired_ci(a, b) if len(a) == len(b) else welch_ci(a, b)
+
+
+def _diff(vals: dict[str, list[float]], a: str, b: str, delta: float = DELTA, equivalence: bool = False,
+          what: str = "") -> dict:
+    """vals[a] − vals[b] over seeds (``seed_ci``), judged by the difference (or equivalence) rule."""
+    iv = seed_ci(vals[a], vals[b])
+    ours = f"d = {_ci_text(iv)}; {what}{a} {np.mean(vals[a]):.2f} vs {b} {np.mean(vals[b]):.2f}; n = {iv.n} seed(s)"
+    return _result(iv, (equivalence_verdict if equivalence else difference_verdict)(iv, delta), ours)
+
+
+# ---------------------------------------------------------------------------- words the claims' measures share
+PAIRED = "paired-by-seed 95% CI"
+D1 = f"δ = {DELTA:g}"
