@@ -1,6 +1,7 @@
 """nac.report.claims: the CI math (against scipy), every branch of the verdict rule, the claims on
-synthetic metrics (supported / not supported / inconclusive, n < 2, missing and malformed files)
-and one pass over the repository's real metrics."""
+synthetic metrics (supported / not supported / inconclusive, n < 2, missing and malformed files),
+one pass over the repository's real metrics, and the registry (order, unique names, and every
+registered claim well-formed, able to be supported and to fail, and "not measured" without metrics)."""
 from __future__ import annotations
 
 import json
@@ -725,3 +726,160 @@ def test_ni_matching_counts_being_better_as_matching(tmp_path):
     (Interval(-1.0, -2.0, 0.0, 3), INCONCLUSIVE), (Interval(1.0, None, None, 1), INCONCLUSIVE)])
 def test_noninferiority_verdict(iv, verdict):
     assert C.noninferiority_verdict(iv)[0] == verdict
+
+
+# ---------------------------------------------------------------------------- the registry
+from nac.report.claims import registry as R  # noqa: E402
+
+REPORT_ORDER = (   # the report order of reports/claims.md before the registry (the target-independent claims)
+    "ood_gain", "iid_gain", "modfc_alone", "learned_graph", "priors_similar", "prior_tradeoff_ood",
+    "graph_follows_prior", "regularizer_sparse", "prior_beyond_init", "kernel_matters",
+    "prune_fraction", "prune_speedup", "prune_vs_pio", "prune_vs_random",
+    "points_gap", "listops_gap", "text_gap", "above_chance",
+    "nlvr_vs_zeroshot", "nlvr_uses_both", "nlvr_type_structure", "nlvr_diversity",
+    "nlvr_two_cliques", "ni_matches_pio", "ni_fewshot", "mn_specialise", "mn_no_collapse",
+)
+NEVER_MEASURED = {"nlvr_two_cliques", "ni_fewshot"}   # registered, but the suite has no metrics for them yet
+
+
+def full_params() -> dict:
+    """make_params plus the zero-shot NLVR row, so that every measurable claim is measured."""
+    params = make_params()
+    params["nlvr"]["runs"].append(C.ZERO_SHOT_RUN)
+    return params
+
+
+def full_spec() -> dict:
+    spec = good_spec()
+    spec["nlvr"][C.ZERO_SHOT_RUN] = [60.0, 60.5, 61.5]
+    return spec
+
+
+REGISTERED_IDS = C.claim_ids(full_params())
+
+
+# One mutation of full_spec per claim under which the claim is measured but not supported (or
+# inconclusive). Every registered claim needs an entry (test_every_claim_has_a_failing_fixture), so a
+# new claim cannot be added without a fixture that shows it can fail.
+FAILS = {
+    "ood_gain": lambda s: s["ood"].update({HEAD: [18.0, 18.3, 18.4]}),
+    "iid_gain": lambda s: s["iid"].update({HEAD: [45.0, 45.3, 45.4]}),
+    "modfc_alone": lambda s: s["iid"].update(modfc=[53.0, 53.3, 53.4]),
+    "learned_graph": lambda s: s["iid"].update(frozen_graph=[55.0, 55.1, 55.5]),
+    "priors_similar": lambda s: s["iid"].update({"nac-erdos_renyi": [58.0, 58.3, 58.4]}),
+    "prior_tradeoff_ood": lambda s: s["ood"].update({"nac-ring_of_cliques": [20.0, 20.3, 20.1]}),
+    "graph_follows_prior": lambda s: s["mechanism"][HEAD]["final"]["distance"].update(
+        ring_of_cliques=[0.005, 0.006, 0.004]),
+    "regularizer_sparse": lambda s: s["mechanism"][NOREG]["final"].update(sparsity=[0.61, 0.63, 0.585]),
+    "prior_beyond_init": lambda s: s["mechanism"][RANDINIT]["final"]["distance"].update(
+        scale_free=[0.21, 0.23, 0.205]),
+    "kernel_matters": lambda s: s.update(dense={r: list(s["iid"][r]) for r in s["dense"]}),
+    "prune_fraction": lambda s: s["prune"].update({HEAD: [[50, 40, 39, 38] for _ in range(3)]}),
+    "prune_speedup": lambda s: s.update(speed=[[100.0, 101.0, 99.0], [110.0] * 3, [120.0] * 3, [150.0] * 3]),
+    "prune_vs_pio": lambda s: s["prune"].update(perceiver_io=[[50, 50, 49.9 + 0.05 * i, 49] for i in range(3)]),
+    "prune_vs_random": lambda s: s["prune_random"].update(
+        {HEAD: [[list(s["prune"][HEAD][i]) for _ in range(RANDOM_ORDERS)] for i in range(3)]}),
+    "fewshot_digits": lambda s: s.update(fewshot={(e, k): (30.0 + 0.1 * e, 30.0) for e in range(3) for k in (1, 2, 4)}),
+    "points_gap": lambda s: s["tracks"]["points"].update(nac=[69.0, 70.5, 71.0]),
+    "listops_gap": lambda s: s["tracks"]["listops"].update(nac=[60.0, 70.5, 80.0]),
+    "text_gap": lambda s: s["tracks"]["text"].update(nac=[65.0, 66.0, 67.5]),
+    "above_chance": lambda s: s["tracks"]["points"].update(nac=[10.0, 10.0, 10.0]),
+    "nlvr_vs_zeroshot": lambda s: s["nlvr"].update({C.ZERO_SHOT_RUN: [75.0, 76.0, 77.5]}),
+    "nlvr_uses_both": lambda s: s["nlvr"].update(text_only=[71.0, 72.5, 73.0]),
+    "nlvr_type_structure": lambda s: s["analysis"].update(
+        untrained={"knn_accuracy": 95.0, "knn_accuracy_ci95": 2.0, "silhouette": 0.1}),
+    "nlvr_diversity": lambda s: s["analysis"].update(cut_complete_fraction=0.9),
+    "ni_matches_pio": lambda s: s["iid"].update({NI: [45.0, 45.2, 45.1]}),
+    "mn_specialise": lambda s: [u.update(mi_shuffled=list(u["mi"])) for u in s["modular_usage"]],
+    "mn_no_collapse": lambda s: [u.update(exp_entropy=[1.0, 3.0]) for u in s["modular_usage"]],
+}
+
+
+@pytest.fixture(scope="module")
+def full_rows(tmp_path_factory) -> dict[str, dict]:
+    return by_id(C.evaluate_claims(full_params(), write_metrics(tmp_path_factory.mktemp("full"), full_spec())))
+
+
+def test_registry_order_is_the_report_order():
+    assert C.CLAIM_IDS == REPORT_ORDER
+    assert [c.name for c in R.registered() if c.per is None] == list(REPORT_ORDER)
+    assert [c.name for c in R.registered() if c.per is not None] == ["fewshot"]
+
+
+def test_registry_has_no_duplicate_names():
+    names = [c.name for c in R.registered()]
+    assert len(names) == len(set(names))
+    ids = C.claim_ids(make_params(targets=("digits", "shapes_novel", "cub")))
+    assert len(ids) == len(set(ids)) == len(REPORT_ORDER) + 3
+    # registering a taken name (or a claim outside a topic module) is refused, and leaves the registry as it was
+    before = R.registered()
+
+    def again(c):
+        return {}
+    again.__module__ = "nac.report.claims.image"
+    with pytest.raises(ValueError, match="registered twice"):
+        R.claim("ood_gain", source="s", statement="s", paper="p", measure="m")(again)
+    again.__module__ = "somewhere.else"
+    with pytest.raises(ValueError, match="not in a topic module"):
+        R.claim("a_new_claim", source="s", statement="s", paper="p", measure="m")(again)
+    assert R.registered() == before
+
+
+def _report_ids(md: str) -> list[str]:
+    lines = md[md.index("## Claims"):].splitlines()
+    return [line.strip("|").split("|")[0].strip() for line in lines if line.startswith("| ")][1:]
+
+
+def test_every_claim_in_the_report_is_registered(tmp_path):
+    params = make_params(targets=("digits", "cub"))
+    md = C.write_claims(params, tmp_path / "nothing", tmp_path / "reports").read_text()
+    assert _report_ids(md) == list(C.claim_ids(params))
+
+
+@pytest.mark.skipif(not (ROOT / "reports/claims.md").is_file() or not (ROOT / "params.yaml").is_file(),
+                    reason="no committed report in this checkout")
+def test_the_committed_report_lists_the_registered_claims():
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    assert _report_ids((ROOT / "reports/claims.md").read_text()) == list(C.claim_ids(params))
+
+
+@pytest.mark.parametrize("cid", REGISTERED_IDS)
+def test_every_claim_gives_a_well_formed_result(full_rows, cid):
+    r = full_rows[cid]
+    assert tuple(r) == C.FIELDS and r["id"] == cid
+    assert r["verdict"] in C.VERDICTS
+    for key in ("source", "claim", "paper", "measure", "ours", "reason"):
+        assert isinstance(r[key], str) and r[key].strip(), key
+    assert isinstance(r["n"], int) and r["n"] >= 0
+    if r["estimate"] is not None:
+        assert math.isfinite(r["estimate"])
+    if r["lo"] is not None:
+        assert r["lo"] <= r["estimate"] <= r["hi"]
+
+
+@pytest.mark.parametrize("cid", REGISTERED_IDS)
+def test_every_claim_can_be_supported(full_rows, cid):
+    r = full_rows[cid]
+    if cid in NEVER_MEASURED:
+        assert r["verdict"] == INCONCLUSIVE and r["reason"].startswith("not measured: ")
+    else:
+        assert r["verdict"] == SUPPORTED, (r["reason"], r["ours"])
+
+
+def test_every_claim_has_a_failing_fixture():
+    assert set(FAILS) == set(REGISTERED_IDS) - NEVER_MEASURED
+
+
+@pytest.mark.parametrize("cid", sorted(FAILS))
+def test_every_claim_can_fail(tmp_path, cid):
+    spec = full_spec()
+    FAILS[cid](spec)
+    r = by_id(C.evaluate_claims(full_params(), write_metrics(tmp_path / "metrics", spec)))[cid]
+    assert r["verdict"] in (NOT_SUPPORTED, INCONCLUSIVE) and not r["reason"].startswith("not measured"), r["reason"]
+
+
+@pytest.mark.parametrize("cid", REGISTERED_IDS)
+def test_every_claim_without_its_metrics_is_not_measured(tmp_path, cid):
+    r = by_id(C.evaluate_claims(full_params(), tmp_path / "nothing"))[cid]
+    assert r["verdict"] == INCONCLUSIVE and r["reason"].startswith("not measured: ") and len(r["reason"]) > 15
+    assert (r["ours"], r["estimate"], r["lo"], r["hi"], r["n"]) == ("—", None, None, None, 0)
