@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nac.pipeline.params import ParamsError, compose, validate
+from nac.pipeline.params import PROFILES, ParamsError, compose, validate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,6 +22,29 @@ def test_every_group_choice_composes_and_validates(overrides):
     validate(params)
     if overrides and overrides[-1].startswith("prior="):
         assert params["prior"]["name"] == overrides[-1].split("=")[1]
+
+
+def _leaves(node, prefix=""):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _leaves(v, f"{prefix}{k}.")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _leaves(v, f"{prefix}{i}.")
+    else:
+        yield prefix[:-1], node
+
+
+def test_every_profile_file_is_a_choice_and_fills_the_base():
+    """conf/base.yaml writes every key once and marks the per-profile nodes `???`; each file in
+    conf/profile/ must be a valid profile and set every one of them."""
+    files = sorted(p.stem for p in (ROOT / "conf" / "profile").glob("*.yaml"))
+    assert files == sorted(PROFILES)
+    for profile in files:
+        params = compose([f"profile={profile}"])
+        assert params["profile"] == profile
+        unset = [key for key, value in _leaves(params) if value == "???"]
+        assert not unset, f"conf/profile/{profile}.yaml leaves {unset} of conf/base.yaml unset"
 
 
 @pytest.mark.parametrize("override,choices", [("prior=small_world", "scale_free"), ("profile=huge", "mini")])

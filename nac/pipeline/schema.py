@@ -520,11 +520,11 @@ def check_track(params: dict, track: str) -> None:
         valid.append("analysis")
     sec = params[track]
     if not isinstance(sec, dict):
-        raise ParamsError(f"{track} must be a mapping {{{', '.join(valid)}}}; see conf/profile/mini.yaml for a complete "
+        raise ParamsError(f"{track} must be a mapping {{{', '.join(valid)}}}; see conf/base.yaml for a complete "
                           f"{track} section")
     for key in ("dataset", "runs", "model", "train"):
         if key not in sec:
-            raise ParamsError(f"{track}.{key} is missing; see conf/profile/mini.yaml for a complete {track} section")
+            raise ParamsError(f"{track}.{key} is missing; see conf/base.yaml for a complete {track} section")
     check_keys(track, sec, valid)
     check_type(f"{track}.dataset", sec["dataset"], str)
     check_type(f"{track}.runs", sec["runs"], list[str])
