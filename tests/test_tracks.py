@@ -188,23 +188,23 @@ def _params(**changes):
     ("points.model", {"tokenizer": {"kind": "points", "dim": 8}, "d_model": 30, "heads": 4}, "points.model"),
 ])
 def test_bad_track_params_are_rejected(key, value, message):
+    from nac.compose import validate_all
     from nac.pipeline.params import ParamsError
-    from nac.tracks.params import validate_tracks
 
-    validate_tracks(_params())  # the composed smoke params are valid
+    validate_all(_params())  # the composed smoke params are valid
     with pytest.raises(ParamsError, match=message):
-        validate_tracks(_params(**{key: value}))
+        validate_all(_params(**{key: value}))
 
 
 def test_fewshot_prior_must_be_in_the_ladder():
     from nac.pipeline.params import ParamsError
-    from nac.tracks.params import validate_tracks
+    from nac.tracks.fewshot_params import validate
 
     p = _params()
     p["image"]["ladder"] = ["perceiver_io", "nac-scale_free"]
     p["prior"] = {"name": "ring_of_cliques", "params": {"n_blocks": 8, "p_in": 0.9, "p_out": 0.05}}
     with pytest.raises(ParamsError, match="nac-ring_of_cliques"):
-        validate_tracks(p)
+        validate(p)
 
 
 def test_a_bad_track_param_stops_the_first_stage_before_work(tmp_path):
@@ -218,10 +218,10 @@ def test_a_bad_track_param_stops_the_first_stage_before_work(tmp_path):
     p = _params(**{"points.runs": ["nac", "transformer"]})
     p["data"]["root"] = str(tmp_path / "data")
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(p))
-    proc = subprocess.run([sys.executable, str(root / "stages" / "download.py"), "shapes"], cwd=tmp_path,
-                          capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, str(root / "stages" / "train_track.py"), "points", "--run", "nac",
+                           "--seed", "0"], cwd=tmp_path, capture_output=True, text=True)
     assert proc.returncode != 0 and "points.runs" in proc.stderr
-    assert not (tmp_path / "data").exists()
+    assert not (tmp_path / "data").exists() and not (tmp_path / "models").exists()
 
 
 # ---------------------------------------------------------------------------------- NLVR analysis

@@ -32,7 +32,7 @@ import pandas as pd
 
 from nac.graphs import PRIORS
 from nac.report.published import TABLE1
-from nac.report.stats import Interval, mean_ci, paired_ci, welch_ci
+from nac.stats import Interval, mean_ci, paired_ci, welch_ci
 
 SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE = "supported", "not supported", "inconclusive"
 DELTA = 1.0                 # default smallest effect of interest, percentage points
