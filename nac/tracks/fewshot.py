@@ -6,7 +6,7 @@ Protocol (all in the ``fewshot`` params section):
 
 - pre-trained models: the image track's checkpoints (``source: image``; ``perceiver_io`` and
   ``nac-<prior>``, episode ``e`` uses the checkpoint of seed ``seeds[e % len(seeds)]``), or models
-  pre-trained by this stage (``source: pretrain``, the paper profile's ImageNet settings).
+  pre-trained by the ``pretrain`` stage (``source: pretrain``, the paper profile's ImageNet settings).
 - episode ``e`` of a target: ``ways`` classes drawn without replacement; per class a fixed random
   order of its support-split examples, of which a ``k``-shot episode takes the first ``k``
   (support sets are nested across shot counts); ``queries_per_class`` query examples per class
@@ -35,8 +35,7 @@ from nac.checkpoint import load_model
 from nac.config import ConfigDict
 from nac.data.registry import get_builder
 from nac.pipeline.io import write_json
-from nac.pipeline.paths import fewshot_image_run, image_checkpoint
-from nac.tracks.pretrain import pretrain
+from nac.pipeline.paths import fewshot_image_run, image_checkpoint, pretrain_checkpoint
 from nac.training.distributed import resolve_device
 
 
@@ -238,7 +237,7 @@ def load_pretrained(params: dict, run: str, device, progress: bool = True) -> li
     if fs["source"] == "image":
         return [load_model(image_checkpoint(fewshot_image_run(params, run), s), map_location=device)
                 for s in params["seeds"]]
-    return [pretrain(params, run, s, progress) for s in params["seeds"]]
+    return [load_model(pretrain_checkpoint(run, s), map_location=device) for s in params["seeds"]]  # the pretrain stage's
 
 
 def run_target(params: dict, target: str, out_dir: str = "metrics/fewshot", progress: bool = True) -> list[dict]:
