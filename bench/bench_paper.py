@@ -9,7 +9,7 @@
     (256 processor modules, ConvNeXt 3/3/9 tokenizer, 64 px, batch 32, one thread) with 0% and
     87.5% of the processor modules dropped (``drop_modules`` ranked by ``random_connectivity``;
     untrained weights), for the executor alone (tokens and circuit design precomputed) and the
-    whole model; images/s per timed repeat, mean and 95% t CI (``nac.report.stats.mean_ci``).
+    whole model; images/s per timed repeat, mean and 95% t CI (``nac.stats.mean_ci``).
 
     python bench/bench_paper.py [--repeats 10] [--threads 1] [--out bench/results/paper.json]
 
@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from nac import ModelConfig, build_model  # noqa: E402
 from nac.circuits.readin import READIN_IMPLS, ReadIn  # noqa: E402
-from nac.report.stats import mean_ci  # noqa: E402
+from nac.stats import mean_ci  # noqa: E402
 
 # bench/bench_circuits.py's defaults
 SIZES = {"batch": 8, "modules": 256, "tokens": 64, "width": 384, "depth": 8}
@@ -105,7 +105,7 @@ def bench_readin(repeats: int) -> dict:
 
 
 def paper_nac():
-    from nac.pipeline.image import image_model_config
+    from nac.tracks.image import image_model_config
     from nac.pipeline.params import compose
 
     params = compose(["profile=paper"])

@@ -28,6 +28,7 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
+from nac.config import ModelConfig
 from nac.model import NAC, build_model
 
 FORMAT = 1
@@ -164,8 +165,6 @@ def model_weights(ckpt: dict[str, Any]) -> dict[str, torch.Tensor]:
 def _normalized_config(d: dict) -> dict:
     """``d`` with the current defaults filled in (a key added to ``ModelConfig`` since the
     checkpoint was written reads as its default, exactly as ``load_model`` rebuilds it)."""
-    from nac.config import ModelConfig
-
     try:
         return ModelConfig.from_dict(dict(d)).to_dict()
     except (ValueError, TypeError, KeyError):  # keys this code does not know: compare as stored
@@ -287,9 +286,10 @@ def _read_text(fd: int) -> str:
 
 
 # What a training's result depends on, besides its configs and data: the model, the training
-# loop, checkpointing, evaluation and the data pipeline, and the tracks' input wrappers.
+# loop, checkpointing, evaluation and the data pipeline, the one build-then-fit (``train_run``)
+# and the tracks' input wrappers.
 RESULT_SOURCES = ("circuits/", "baselines/", "model.py", "config.py", "graphs.py", "regularizer.py", "training/", "checkpoint.py",
-                  "evaluation.py", "data/", "tracks/common.py")
+                  "evaluation.py", "data/", "pipeline/runs.py", "pipeline/datasets.py", "tracks/common.py")
 
 
 def source_closure(entries: Iterable[str], root: str | Path | None = None,

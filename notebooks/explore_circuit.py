@@ -53,7 +53,8 @@ warnings.filterwarnings("ignore", message="IProgress not found")  # nac imports 
 
 from nac.checkpoint import load_model
 from nac.evaluation import predict, topk_accuracy
-from nac.pipeline.image import builder, checkpoint_path
+from nac.pipeline.datasets import builder
+from nac.pipeline.paths import image_checkpoint
 from nac.pruning import drop_modules, module_connectivity
 from nac.regularizer import closest_permutation
 from nac.training.distributed import resolve_device
@@ -66,7 +67,7 @@ params = yaml.safe_load(Path("params.yaml").read_text())
 prior, seed = params["prior"]["name"], params["seeds"][0]
 run = f"nac-{prior}"
 device = resolve_device(params.get("device", "auto"))
-model = load_model(checkpoint_path(run, seed), map_location=device).to(device).eval()
+model = load_model(image_checkpoint(run, seed), map_location=device).to(device).eval()
 U = model.config.n_processor
 print(f"profile {params.get('profile')!r}: {run}-{seed}, {U} processor modules, evaluated on {device}")
 

@@ -49,7 +49,9 @@ warnings.filterwarnings("ignore", message="IProgress not found")  # nac imports 
 
 from nac.checkpoint import load_model
 from nac.model import build_model
-from nac.tracks.common import checkpoint_path, metrics_path, reasoning_types, sentences, track_builder
+from nac.pipeline.datasets import track_builder
+from nac.pipeline.paths import track_checkpoint, track_metrics
+from nac.tracks.common import reasoning_types, sentences
 from nac.tracks.nlvr import graph_of, link_matrices, lower_triangle
 from nac.training.distributed import resolve_device
 
@@ -78,8 +80,8 @@ print(f"profile {params.get('profile')!r}, data set {nlvr['dataset']!r}, seed {s
 # image pairs and false of others.
 
 # %%
-results = {run: json.loads(metrics_path("nlvr", run, seed).read_text())
-           for run in nlvr["runs"] if metrics_path("nlvr", run, seed).exists()}
+results = {run: json.loads(track_metrics("nlvr", run, seed).read_text())
+           for run in nlvr["runs"] if track_metrics("nlvr", run, seed).exists()}
 table = pd.DataFrame({run: {k: r.get(k) for k in ("val_acc1", "val_chance", "test_acc1", "test_chance", "parameters")}
                       for run, r in results.items()}).T
 by_type = pd.DataFrame({run: r["val_acc1_by_type"] for run, r in results.items()}).T[type_names]
@@ -144,7 +146,7 @@ pd.Series({k: v for k, v in analysis.items() if not isinstance(v, (list, dict))}
 N_PER_TYPE = 8
 run = analysis_cfg.get("run", "conditional")
 device = resolve_device(params.get("device", "auto"))
-model = load_model(checkpoint_path("nlvr", run, seed), map_location=device).eval()
+model = load_model(track_checkpoint("nlvr", run, seed), map_location=device).eval()
 ds = track_builder(params, "nlvr")
 split = nlvr.get("val_split", "val")
 data = ds.load(split)

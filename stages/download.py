@@ -4,8 +4,8 @@ import argparse
 import sys
 
 from nac.data.download import UserDataRequired
-from nac.pipeline.image import builder
-from nac.tracks.params import load_all_params as load_params
+from nac.pipeline.datasets import builder
+from nac.pipeline.params import load_params
 
 
 def main() -> None:

@@ -2,8 +2,8 @@
 (arrays + a manifest of the parameters that produced them)."""
 import argparse
 
-from nac.pipeline.image import builder
-from nac.tracks.params import load_all_params as load_params
+from nac.pipeline.datasets import builder
+from nac.pipeline.params import load_params
 
 
 def main() -> None:

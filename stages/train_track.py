@@ -6,9 +6,10 @@ Resumes from models/<track>/<run>-<seed>.pt when interrupted; under
 """
 import argparse
 
-from nac.pipeline.params import write_json
-from nac.tracks.common import TRACK_RUNS, metrics_path, train_track_run
-from nac.tracks.params import load_all_params
+from nac.pipeline.io import write_json
+from nac.pipeline.params import load_params
+from nac.pipeline.paths import track_metrics
+from nac.tracks.common import TRACK_RUNS, train_track_run, validator
 
 
 def main() -> None:
@@ -17,11 +18,11 @@ def main() -> None:
     ap.add_argument("--run", required=True)
     ap.add_argument("--seed", type=int, required=True)
     args = ap.parse_args()
-    params = load_all_params()
+    params = load_params(check=[validator(args.track)])
     live = f"metrics/tracks/live/{args.track}/{args.run}-{args.seed}"
     res = train_track_run(params, args.track, args.run, args.seed, live_dir=live)
     if res is not None:
-        write_json(metrics_path(args.track, args.run, args.seed), res)
+        write_json(track_metrics(args.track, args.run, args.seed), res)
 
 
 if __name__ == "__main__":

@@ -172,6 +172,33 @@ def test_stage_deps_are_exact(name):
     assert not missing and not unused, "\n".join(msg)
 
 
+def _declared(stage: dict) -> list[str]:
+    return [d if isinstance(d, str) else next(iter(d)) for d in _body(stage).get("deps", [])]
+
+
+def test_a_report_helper_reruns_only_the_report():
+    """Editing ``nac/report/<helper>.py`` (tables, figures, claims, ...) reruns ``report`` and no
+    training or evaluation; ``nac/report/notebooks.py`` (the executor) only ``notebooks``."""
+    helpers = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / PKG / "report").rglob("*.py")
+                     if p.name != "__init__.py" and "__pycache__" not in p.parts)
+    assert helpers
+    for f in helpers:
+        rerun = sorted(n for n, st in STAGES.items() if any(_covers(d, f) for d in _declared(st)))
+        assert rerun == (["notebooks"] if f.endswith("/notebooks.py") else ["report"]), (f, rerun)
+
+
+def test_the_kernel_is_a_dep_of_every_training():
+    """Every stage that can run the training loop declares ``nac/circuits/kernel.py`` (eq. 2), so
+    editing the kernel retrains every model that uses it."""
+    trainings = []
+    for name, st in STAGES.items():
+        scripts = [ROOT / s for s in _scripts(st)]
+        if ROOT / PKG / "training" / "loop.py" in reached(ROOT, scripts):
+            trainings.append(name)
+            assert any(_covers(d, f"{PKG}/circuits/kernel.py") for d in _declared(st)), name
+    assert {"train", "train_points", "train_listops", "train_text", "train_nlvr", "pretrain"} <= set(trainings)
+
+
 # ---- the walker itself -----------------------------------------------------------------------
 def test_walker_follows_every_kind_of_import(tmp_path):
     def write(rel, text=""):

@@ -95,7 +95,7 @@ def _report(name, out):
 
 @pytest.mark.parametrize("run", PARAMS["image"]["ladder"])
 def test_image_ladder_rung_takes_a_step(run):
-    from nac.pipeline.image import image_model_config
+    from nac.tracks.image import image_model_config
 
     assert PARAMS["image"]["dataset"] == "tiny_imagenet"
     config = image_model_config(PARAMS, run, seed=0, num_classes=200)
@@ -123,7 +123,7 @@ def test_track_model_takes_a_step(track, run):
 @pytest.mark.parametrize("run", PARAMS["fewshot"]["runs"])
 def test_fewshot_imagenet_pretrain_model_takes_a_step(run):
     from nac.config import ModelConfig
-    from nac.tracks.common import _prior_settings
+    from nac.pipeline.runs import prior_settings
 
     pre = PARAMS["fewshot"]["pretrain"]
     assert pre["dataset"] == "imagenet"
@@ -131,7 +131,7 @@ def test_fewshot_imagenet_pretrain_model_takes_a_step(run):
     if run == "perceiver_io":
         cfg.update(variant="perceiver_io", **(pre.get("perceiver_io") or {}))
     else:
-        cfg.update(variant="nac", **_prior_settings(PARAMS))
+        cfg.update(variant="nac", **prior_settings(PARAMS))
     size = int(PARAMS["data"]["imagenet"]["image_size"])
     assert size == 224 and pre["model"]["tokenizer"]["image_size"] == 224
     _report(f"fewshot pretrain {run}", _one_step(ModelConfig.from_dict(cfg), "image", {"num_classes": 1000,
@@ -145,7 +145,7 @@ def test_image_train_config_with_its_augmentation_recipe_takes_a_step(run):
     gets the per-sample transforms and repeated augmentation but no mixup."""
     from torch.utils.data import Dataset
 
-    from nac.pipeline.image import image_model_config, image_train_config
+    from nac.tracks.image import image_model_config, image_train_config
     from nac.training.augment import AUTHORS_TINYIMAGENET
     from nac.training.config import TrainConfig
     from nac.training.loop import fit

@@ -5,14 +5,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nac.pipeline.params import PROFILES, ParamsError, compose, validate
+from nac.compose import validate_all as validate
+from nac.pipeline.params import PROFILES, ParamsError, compose
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_committed_params_yaml_is_the_default_composition():
     committed = yaml.safe_load((ROOT / "params.yaml").read_text())
-    assert committed == compose([]), "params.yaml is stale: run `python -m nac.pipeline.params` and commit it"
+    assert committed == compose([]), "params.yaml is stale: run `python -m nac.compose` and commit it"
 
 
 @pytest.mark.parametrize("overrides", [[], ["profile=smoke"], ["profile=paper"], ["prior=ring_of_cliques"],
@@ -77,3 +78,16 @@ def _broken(path: str, value):
 def test_impossible_values_are_rejected_naming_the_key(path, value, match):
     with pytest.raises((ParamsError, ValueError), match=match):
         validate(_broken(path, value))
+
+
+def test_conf_prior_group_is_the_code_s_priors():
+    """Priors and their parameters are defined once, in ``nac.graphs`` (``PRIORS``,
+    ``PRIOR_DEFAULTS``); ``conf/prior/<name>.yaml`` must be exactly that (one file per prior,
+    named as the prior, with its default parameters), so the composed ``prior`` section and the
+    Table 1 ladder's ``nac-<prior>`` rungs use the same values."""
+    from nac.graphs import PRIOR_DEFAULTS, PRIORS
+
+    files = {p.stem: yaml.safe_load(p.read_text()) for p in (ROOT / "conf" / "prior").glob("*.yaml")}
+    assert sorted(files) == sorted(PRIORS)
+    for name, group in files.items():
+        assert group == {"name": name, "params": PRIOR_DEFAULTS[name]}, f"conf/prior/{name}.yaml differs from PRIOR_DEFAULTS"

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nac.pipeline.params import ParamsError, load_params, main, validate, write_params
-from nac.tracks.params import load_all_params, validate_tracks
+from nac.compose import load_all_params, main, validate_all, write_params
+from nac.pipeline.params import ParamsError, load_params
+from nac.tracks import common, fewshot_params, image
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = yaml.safe_load((ROOT / "params.yaml").read_text())
@@ -47,7 +48,7 @@ DEFECTS = [
      r"image\.train\.lr='1e-3' is a string: YAML reads 1e-3 as text .*; write 1\.0e-3"),
     ("quoted-int", _text(**{"image.train.epochs": "5"}),
      r"image\.train\.epochs='5' is a string, not a number: remove the quotes \(write 5\)"),
-    ("empty-file", "", r"params\.yaml is empty; recreate it with `python -m nac\.pipeline\.params`"),
+    ("empty-file", "", r"params\.yaml is empty; recreate it with `python -m nac\.compose`"),
     ("comments-only", "# nothing here\n", r"params\.yaml is empty"),
     ("not-a-mapping", "- profile\n- mini\n", r"params\.yaml must be a mapping of sections .*got a list"),
     ("n_train-0", _text(**{"data.shapes.n_train": 0}), r"data\.shapes\.n_train=0 is out of range: must be >= 1"),
@@ -86,8 +87,36 @@ def test_defect_is_rejected_naming_the_key_and_the_fix(tmp_path, case, content, 
     path.write_text(content)
     with pytest.raises(ParamsError, match=message):
         load_all_params(path)
-    with pytest.raises(ParamsError, match=message):  # the image stages' loader too
-        load_params(path)
+    with pytest.raises(ParamsError, match=message):  # the loader of the stages that read the section too
+        load_params(path, check=STAGE_CHECK.get(case, ()))
+
+
+# The validators a stage reading the defective section passes to load_params (none: every stage's).
+STAGE_CHECK = {"string-number": [image.validate], "quoted-int": [image.validate],
+               "batch_size-fraction": [image.validate], "num_workers-negative": [image.validate],
+               "unknown-nested-key": [image.validate], "unknown-track-key": [common.validator("points")],
+               "unknown-protocol-key": [fewshot_params.validate]}
+
+
+@pytest.mark.parametrize("key,value,reads,other", [
+    ("points.train.lr", -1.0, [common.validator("points")], [image.validate, common.validator("text")]),
+    ("image.train.epochs", 0, [image.validate], [common.validator("nlvr"), fewshot_params.validate]),
+    ("prune.dropped_fraction", [0.0, 0.3], [image.validate_prune], [image.validate]),
+    ("fewshot.protocol.ways", 11, [fewshot_params.validate], [image.validate, image.validate_prune]),
+])
+def test_a_stage_validates_only_the_sections_it_reads(tmp_path, key, value, reads, other):
+    """A defect in one section fails the stages that read it and no other (the composer and
+    ``load_all_params`` reject it too)."""
+    path = tmp_path / "params.yaml"
+    path.write_text(_text(**{key: value}))
+    load_params(path)
+    for check in other:
+        load_params(path, check=[check])
+    for check in reads:
+        with pytest.raises(ParamsError, match=key.split(".")[0]):
+            load_params(path, check=[check])
+    with pytest.raises(ParamsError):
+        load_all_params(path)
 
 
 def test_committed_params_load_and_name_the_profile(tmp_path, capsys, monkeypatch):
@@ -120,8 +149,7 @@ def test_every_numeric_dataclass_field_is_type_checked(section, cls):
     for name in numeric:
         with pytest.raises(ParamsError, match=rf"{section}\.{name}='1e-3' is a string: YAML reads 1e-3 as text"):
             p = _params(**{f"{section}.{name}": "1e-3"})
-            validate(p)
-            validate_tracks(p)
+            validate_all(p)
 
 
 @pytest.mark.parametrize("key,value,message", [
@@ -144,8 +172,7 @@ def test_every_numeric_dataclass_field_is_type_checked(section, cls):
 def test_ranges_and_cross_field_rules(key, value, message):
     with pytest.raises(ParamsError, match=message):
         p = _params(**{key: value})
-        validate(p)
-        validate_tracks(p)
+        validate_all(p)
 
 
 def test_the_composer_replaces_params_yaml_only_when_valid(tmp_path, monkeypatch, capsys):
@@ -162,9 +189,7 @@ def test_the_composer_replaces_params_yaml_only_when_valid(tmp_path, monkeypatch
 
 
 def test_validation_is_fast():
-    validate(COMMITTED)  # imports
-    validate_tracks(COMMITTED)
+    validate_all(COMMITTED)  # imports
     t = time.perf_counter()
-    validate(COMMITTED)
-    validate_tracks(COMMITTED)
+    validate_all(COMMITTED)
     assert time.perf_counter() - t < 1.0

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from nac.pipeline.params import write_params
+from nac.compose import write_params
 
 ROOT = Path(__file__).resolve().parents[1]
 COPY = ["nac", "stages", "conf", "notebooks", "dvc.yaml", ".dvcignore", "pyproject.toml"]

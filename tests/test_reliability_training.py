@@ -131,16 +131,16 @@ def test_fingerprint_covers_training_sources_only(tmp_path):
 
     root = tmp_path / "nac"
     shutil.copytree(Path(nac.__file__).parent, root, ignore=shutil.ignore_patterns("__pycache__"))
-    entries = ("nac.training.loop", "nac.data.registry", "nac.pipeline.image")
+    entries = ("nac.training.loop", "nac.data.registry", "nac.tracks.image")
     files = {f.relative_to(root).as_posix() for f in source_closure(entries, root)}
-    assert {"training/loop.py", "model.py", "checkpoint.py", "config.py", "data/registry.py"} <= files
-    assert not any(f.startswith(("report/", "pipeline/")) for f in files)
+    assert {"training/loop.py", "model.py", "checkpoint.py", "config.py", "data/registry.py", "pipeline/runs.py"} <= files
+    assert not any(f.startswith(("report/", "tracks/image.py", "pipeline/params.py")) for f in files)
     base = source_fingerprint(entries, root)
-    for rel in ("report/tables.py", "pipeline/image.py", "pipeline/params.py"):
+    for rel in ("report/tables.py", "tracks/image.py", "pipeline/params.py", "pipeline/paths.py", "stats.py"):
         with open(root / rel, "a") as f:
             f.write("\n# a comment\n")
         assert source_fingerprint(entries, root) == base, rel
-    for rel in ("training/loop.py", "circuits/attention.py", "data/cache.py"):
+    for rel in ("training/loop.py", "circuits/attention.py", "data/cache.py", "pipeline/runs.py"):
         before = source_fingerprint(entries, root)
         with open(root / rel, "a") as f:
             f.write("\n# a comment\n")
@@ -149,19 +149,19 @@ def test_fingerprint_covers_training_sources_only(tmp_path):
 
 def test_run_fingerprint_hashes_the_manifest_and_the_training_sources(tmp_path, monkeypatch):
     from nac.checkpoint import source_fingerprint
-    from nac.pipeline import image
+    from nac.pipeline import runs
 
     (tmp_path / "manifest.json").write_text('{"v": 1}')
-    monkeypatch.setattr(image, "builder", lambda params, name: types.SimpleNamespace(cache_dir=tmp_path))
-    first = image.run_fingerprint({}, "toy")
-    assert image.run_fingerprint({}, "toy") == first
+    monkeypatch.setattr(runs, "builder", lambda params, name: types.SimpleNamespace(cache_dir=tmp_path))
+    first = runs.run_fingerprint({}, "toy", __name__)
+    assert runs.run_fingerprint({}, "toy", __name__) == first
     (tmp_path / "manifest.json").write_text('{"v": 2}')
-    assert image.run_fingerprint({}, "toy") != first
+    assert runs.run_fingerprint({}, "toy", __name__) != first
     # the sources part is the static closure of the loop and the data pipeline
     import hashlib
     h = hashlib.sha256(b'{"v": 2}')
     h.update(source_fingerprint(("nac.training.loop", "nac.data.registry", __name__)).encode())
-    assert image.run_fingerprint({}, "toy") == h.hexdigest()[:16]
+    assert runs.run_fingerprint({}, "toy", __name__) == h.hexdigest()[:16]
 
 
 def test_checkpoint_with_other_settings_is_moved_aside_not_overwritten(tmp_path, tiny_config, capsys):
@@ -196,12 +196,12 @@ def test_load_model_refuses_a_checkpoint_of_another_model_config(tmp_path, tiny_
 
 def test_evaluate_image_run_refuses_a_stale_checkpoint(tmp_path, tiny_config, monkeypatch):
     from nac.checkpoint import CheckpointMismatchError, save_checkpoint
-    from nac.pipeline import image
+    from nac.tracks import image
 
     model_params = {k: v for k, v in tiny_config().to_dict().items() if k not in ("variant", "num_classes", "graph_seed")}
     params = {"device": "cpu", "image": {"model": model_params, "dataset": "toy", "train": {}}}
     monkeypatch.setattr(image, "builder", lambda p, name: types.SimpleNamespace(info=lambda: {"num_classes": 4}))
-    monkeypatch.setattr(image, "checkpoint_path", lambda run, seed: tmp_path / f"{run}-{seed}.pt")
+    monkeypatch.setattr(image, "image_checkpoint", lambda run, seed: tmp_path / f"{run}-{seed}.pt")
     save_checkpoint(tmp_path / "modfc-0.pt", build_model(image.image_model_config(params, "modfc", 0, 4)))
     params["image"]["model"] = dict(model_params, d_model=64)
     with pytest.raises(CheckpointMismatchError, match=r"modfc-0\.pt was trained with another model config .*d_model"):

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from nac.pipeline.image import summarize
+from nac.stats import summarize
 from nac.report import build, figures, tables
 from nac.report.published import TABLE2, TABLE3, TRACK_LABELS
 
@@ -107,6 +107,23 @@ def test_paired_ci_equals_scipy_and_single_values_have_no_ci():
     assert summarize([1.0, 2.0, 6.0])["ci95"] == pytest.approx(stats.t.ppf(0.975, 2) * np.std([1, 2, 6], ddof=1) / np.sqrt(3))
     assert tables.welch([50.0], [60.0]) == {"mean": 10.0, "ci95": 0.0, "n": 1}
     assert tables.welch([50.0, 50.0], [60.0, 60.0])["ci95"] == 0.0
+
+
+def test_one_t_interval_equals_the_three_it_replaced_exactly():
+    """``nac.stats.t_half_width`` replaced three copies of the one-sample t interval (the image
+    track's ``summarize``, the NLVR analysis' ``_ci95``, ``mean_ci``): bit-identical results."""
+    from nac.stats import mean_ci, t_half_width
+
+    rng = np.random.default_rng(0)
+    for n in (2, 3, 5, 17):
+        x = rng.normal(50, 7, n)
+        old_summarize = float(stats.t.ppf(0.975, n - 1) * np.asarray(x, dtype=float).std(ddof=1) / np.sqrt(n))
+        old_nlvr = float(stats.t.ppf(0.975, n - 1) * np.std(x, ddof=1) / np.sqrt(n))
+        assert summarize(x.tolist())["ci95"] == old_summarize == old_nlvr == t_half_width(x)
+        assert summarize(x.tolist())["mean"] == float(x.mean()) and summarize(x.tolist())["n"] == n
+        iv = mean_ci(x)
+        assert (iv.lo, iv.hi) == (float(x.mean()) - t_half_width(x), float(x.mean()) + t_half_width(x))
+    assert summarize([3.0]) == {"mean": 3.0, "ci95": 0.0, "n": 1} and t_half_width([3.0]) == 0.0
 
 
 def test_tables_2_and_3_have_every_cell_and_the_right_numbers(tmp_path):

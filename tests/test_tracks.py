@@ -94,6 +94,31 @@ def test_fewshot_learns_a_separable_task(tiny_config):
     assert acc >= 60.0  # chance: 25
 
 
+@pytest.mark.parametrize("source", ["image", "pretrain"])
+def test_fewshot_reads_its_source_checkpoints_and_trains_nothing(tmp_path, monkeypatch, tiny_config, source):
+    """The few-shot stage loads the image track's or the pretrain stage's checkpoint of each seed
+    (EMA weights where kept) and never writes under models/ (the pretrain stage owns
+    models/fewshot_pretrain/)."""
+    from nac.checkpoint import save_checkpoint
+    from nac.pipeline.paths import image_checkpoint, pretrain_checkpoint
+
+    monkeypatch.chdir(tmp_path)
+    params = {"seeds": [0, 1], "prior": {"name": "scale_free"}, "fewshot": {"source": source}}
+    models = {}
+    for seed in params["seeds"]:
+        torch.manual_seed(seed)
+        models[seed] = build_model(tiny_config(num_classes=10))
+        path = image_checkpoint("nac-scale_free", seed) if source == "image" else pretrain_checkpoint("nac", seed)
+        save_checkpoint(path, models[seed])
+    before = sorted((p.as_posix(), p.stat().st_mtime_ns) for p in (tmp_path / "models").rglob("*"))
+    loaded = fs.load_pretrained(params, "nac", "cpu")
+    assert len(loaded) == 2
+    for seed, model in zip(params["seeds"], loaded):
+        want = models[seed].state_dict()
+        assert all(torch.equal(v, want[k]) for k, v in model.state_dict().items())
+    assert sorted((p.as_posix(), p.stat().st_mtime_ns) for p in (tmp_path / "models").rglob("*")) == before
+
+
 def test_fewshot_config_rejects_bad_values():
     with pytest.raises(ValueError, match="ways"):
         fs.FewShotConfig(ways=1)
@@ -188,23 +213,23 @@ def _params(**changes):
     ("points.model", {"tokenizer": {"kind": "points", "dim": 8}, "d_model": 30, "heads": 4}, "points.model"),
 ])
 def test_bad_track_params_are_rejected(key, value, message):
+    from nac.compose import validate_all
     from nac.pipeline.params import ParamsError
-    from nac.tracks.params import validate_tracks
 
-    validate_tracks(_params())  # the composed smoke params are valid
+    validate_all(_params())  # the composed smoke params are valid
     with pytest.raises(ParamsError, match=message):
-        validate_tracks(_params(**{key: value}))
+        validate_all(_params(**{key: value}))
 
 
 def test_fewshot_prior_must_be_in_the_ladder():
     from nac.pipeline.params import ParamsError
-    from nac.tracks.params import validate_tracks
+    from nac.tracks.fewshot_params import validate
 
     p = _params()
     p["image"]["ladder"] = ["perceiver_io", "nac-scale_free"]
     p["prior"] = {"name": "ring_of_cliques", "params": {"n_blocks": 8, "p_in": 0.9, "p_out": 0.05}}
     with pytest.raises(ParamsError, match="nac-ring_of_cliques"):
-        validate_tracks(p)
+        validate(p)
 
 
 def test_a_bad_track_param_stops_the_first_stage_before_work(tmp_path):
@@ -218,10 +243,10 @@ def test_a_bad_track_param_stops_the_first_stage_before_work(tmp_path):
     p = _params(**{"points.runs": ["nac", "transformer"]})
     p["data"]["root"] = str(tmp_path / "data")
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(p))
-    proc = subprocess.run([sys.executable, str(root / "stages" / "download.py"), "shapes"], cwd=tmp_path,
-                          capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, str(root / "stages" / "train_track.py"), "points", "--run", "nac",
+                           "--seed", "0"], cwd=tmp_path, capture_output=True, text=True)
     assert proc.returncode != 0 and "points.runs" in proc.stderr
-    assert not (tmp_path / "data").exists()
+    assert not (tmp_path / "data").exists() and not (tmp_path / "models").exists()
 
 
 # ---------------------------------------------------------------------------------- NLVR analysis

@@ -1,1 +1,2 @@
-"""What the DVC stages call: params loading and validation, and the logic of each track."""
+"""Plumbing every track and stage shares: params loading and validation, run names and paths,
+dataset builders, the one build-then-fit (``runs.train_run``), JSON IO. Imports no track."""

@@ -1,5 +1,8 @@
 """The shape of params.yaml: known keys, types and ranges of every section, checked before any
-semantic rule (``nac.pipeline.params.validate``, ``nac.tracks.params.validate_tracks``).
+semantic rule. ``check_schema`` covers the sections every stage reads (``profile``, ``device``,
+``seeds``, ``data``, ``prior``); the section checks (``check_image``, ``check_prune``,
+``check_track``, ``check_fewshot``) are called by the validator of the track that reads the
+section (``nac.tracks.<track>.validate``), and all of them by the composer (``nac.compose``).
 
 Types come from the code wherever a section maps to it, so a field added there is checked here
 without a change: the dataclass annotations of ``ModelConfig`` (``<section>.model``),
@@ -23,7 +26,18 @@ import typing
 from functools import lru_cache
 from typing import Any
 
-from nac.pipeline.params import ParamsError
+import yaml
+
+from nac.circuits import tokenizers as T
+from nac.config import ModelConfig
+from nac.data.registry import _REGISTRY, available
+from nac.graphs import PRIOR_DEFAULTS, PRIORS
+from nac.model import BASELINES
+from nac.training.config import TrainConfig
+
+
+class ParamsError(ValueError):
+    """params.yaml asks for something impossible; raised before any work starts."""
 
 # Top-level sections of params.yaml (the keys of conf/config.yaml's composition).
 TOP_LEVEL = ("profile", "device", "seeds", "data", "image", "prune", "fewshot", "points", "listops", "text",
@@ -135,8 +149,6 @@ def yaml_float_fix(text: str) -> str:
 
 
 def _yaml_scalar(text: str) -> Any:
-    import yaml
-
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError:
@@ -241,8 +253,6 @@ def check_dataclass(where: str, section: Any, cls: type, set_by: dict[str, str] 
 @lru_cache(maxsize=None)
 def _tokenizer_args() -> dict[str, dict[str, Any]]:
     """kind -> {argument: annotation} of the tokenizer's constructor (``image_pair``: {image})."""
-    from nac.circuits import tokenizers as T
-
     out: dict[str, dict[str, Any]] = {"image_pair": {"image": dict}}
     for kind, fn in (("conv32", getattr(T, "conv32", None)), ("convnext", getattr(T, "convnext", None)),
                      ("points", getattr(T, "PointTokenizer", None)), ("sequence", getattr(T, "SequenceTokenizer", None)),
@@ -260,13 +270,11 @@ def _tokenizer_args() -> dict[str, dict[str, Any]]:
 
 
 def check_tokenizer(where: str, tok: Any) -> None:
-    from nac.circuits.tokenizers import TOKENIZERS
-
     if not isinstance(tok, dict):
         raise ParamsError(f"{where} must be a mapping {{kind: ..., ...}}, got {tok!r}")
     kind = tok.get("kind")
-    if kind not in TOKENIZERS:
-        raise ParamsError(f"{where}.kind={kind!r}; valid choices: {', '.join(TOKENIZERS)}")
+    if kind not in T.TOKENIZERS:
+        raise ParamsError(f"{where}.kind={kind!r}; valid choices: {', '.join(T.TOKENIZERS)}")
     args = _tokenizer_args().get(kind)
     if args is None:
         return
@@ -292,8 +300,6 @@ def check_tokenizer(where: str, tok: Any) -> None:
 
 
 def check_model(where: str, model: Any, set_by: dict[str, str]) -> None:
-    from nac.config import ModelConfig
-
     check_dataclass(where, model, ModelConfig, set_by, MODEL_RANGES)
     for key in ("tokenizer", "cond_tokenizer"):
         if model.get(key) is not None:
@@ -301,8 +307,6 @@ def check_model(where: str, model: Any, set_by: dict[str, str]) -> None:
 
 
 def check_train(where: str, train: Any) -> None:
-    from nac.training.config import TrainConfig
-
     check_dataclass(where, train, TrainConfig, TRAIN_SET, TRAIN_RANGES)
 
 
@@ -319,8 +323,6 @@ def check_data(params: dict) -> None:
     """``data``: root, datasets (known names) and one section per dataset, typed and ranged by
     the builder's ``defaults`` (ints stay ints; sizes >= 1, ``n_val`` / ``n_test`` / seeds >= 0,
     fractions in [0, 1))."""
-    from nac.data.registry import _REGISTRY, available
-
     names = available()
     data = params.get("data")
     if not isinstance(data, dict):
@@ -369,8 +371,6 @@ def check_data(params: dict) -> None:
 def check_batch_fits(params: dict, where: str, dataset: Any, train: Any) -> None:
     """Training drops the last incomplete batch: a batch larger than the training split (when its
     size is a param) would train on nothing."""
-    from nac.data.registry import _REGISTRY
-
     if dataset not in _REGISTRY or not isinstance(train, dict):
         return
     n = {**_REGISTRY[dataset].defaults, **(params.get("data", {}).get(dataset) or {})}.get("n_train")
@@ -385,8 +385,6 @@ def check_split_read(params: dict, where: str, dataset: Any, split: Any) -> None
     (``n_<split>``), non-empty."""
     if split not in SPLITS:
         raise ParamsError(f"{where}={split!r}; valid choices: {', '.join(SPLITS)}")
-    from nac.data.registry import _REGISTRY
-
     if dataset not in _REGISTRY:
         return
     merged = {**_REGISTRY[dataset].defaults, **(params.get("data", {}).get(dataset) or {})}
@@ -398,10 +396,12 @@ def check_split_read(params: dict, where: str, dataset: Any, split: Any) -> None
 
 # ----------------------------------------------------------------------------------- sections
 def check_schema(params: Any) -> None:
-    """Every section of params.yaml: known keys at every level, types, ranges (see the module doc)."""
+    """The sections every stage reads: the top-level keys, ``device``, ``prior`` and ``data``
+    (known keys at every level, types, ranges; see the module doc). The other sections are
+    checked by their tracks' validators."""
     if not isinstance(params, dict):
         raise ParamsError(f"params.yaml must be a mapping of sections ({', '.join(TOP_LEVEL)}), got {_article(params)}; "
-                          "recreate it with `python -m nac.pipeline.params`")
+                          "recreate it with `python -m nac.compose`")
     unknown = [k for k in params if k not in TOP_LEVEL]
     if unknown:
         raise ParamsError(f"params.yaml has an unknown top-level key {unknown[0]!r} (unknown: {unknown}); valid keys: "
@@ -410,20 +410,13 @@ def check_schema(params: Any) -> None:
         raise ParamsError(f"device={params['device']!r}; valid choices: {', '.join(DEVICES)}")
     check_prior(params)
     check_data(params)
-    if "image" in params:
-        check_image(params)
-    if "prune" in params:
-        check_table("prune", params["prune"], PRUNE_KEYS)
-    if "fewshot" in params:
-        check_fewshot(params)
-    for track in TRACKS:
-        if track in params:
-            check_track(params, track)
+
+
+def check_prune(params: dict) -> None:
+    check_table("prune", params["prune"], PRUNE_KEYS)
 
 
 def check_prior(params: dict) -> None:
-    from nac.graphs import PRIOR_DEFAULTS, PRIORS
-
     prior = params.get("prior")
     if not isinstance(prior, dict):
         raise ParamsError(f"prior must be a mapping {{name, params}}, got {prior!r}; pick one with `prior=<name>` "
@@ -459,8 +452,6 @@ def check_image(params: dict) -> None:
 
 def check_baselines(params: dict) -> None:
     """``image.baselines.<name>``: the baseline's config dataclass, less what the pipeline sets."""
-    from nac.model import BASELINES
-
     baselines = params["image"].get("baselines") or {}
     check_keys("image.baselines", baselines, list(BASELINES))
     set_by = {"variant": "the ladder run", "num_classes": "the dataset", "selection_seed": "the seed"}
@@ -472,8 +463,6 @@ def check_baselines(params: dict) -> None:
 
 def _check_image_size(params: dict, where: str, tok: Any, dataset: str) -> None:
     """The tokenizer's ``image_size`` must be the dataset's, when both are params."""
-    from nac.data.registry import _REGISTRY
-
     if not isinstance(tok, dict) or "image_size" not in tok or dataset not in _REGISTRY:
         return
     size = {**_REGISTRY[dataset].defaults, **(params["data"].get(dataset) or {})}.get("image_size")
@@ -482,9 +471,8 @@ def _check_image_size(params: dict, where: str, tok: Any, dataset: str) -> None:
                           "the tokenizer must read the dataset's image size")
 
 
-def check_fewshot(params: dict) -> None:
-    from nac.tracks.fewshot import FewShotConfig
-
+def check_fewshot(params: dict, protocol: type) -> None:
+    """``fewshot``; ``protocol`` is the protocol's dataclass (``FewShotConfig``)."""
     fs = check_keys("fewshot", params["fewshot"], ["source", "runs", "targets", "seed", "protocol", "pretrain"])
     if "runs" in fs:
         check_type("fewshot.runs", fs["runs"], list[str])
@@ -494,7 +482,7 @@ def check_fewshot(params: dict) -> None:
         check_type("fewshot.seed", fs["seed"], int)
         check_range("fewshot.seed", fs["seed"], NONNEG)
     if fs.get("protocol") is not None:
-        check_dataclass("fewshot.protocol", fs["protocol"], FewShotConfig, ranges=PROTOCOL_RANGES)
+        check_dataclass("fewshot.protocol", fs["protocol"], protocol, ranges=PROTOCOL_RANGES)
     pre = fs.get("pretrain")
     if pre is not None:
         check_keys("fewshot.pretrain", pre, ["dataset", "val_split", "model", "perceiver_io", "train"],
@@ -502,15 +490,9 @@ def check_fewshot(params: dict) -> None:
         check_type("fewshot.pretrain.dataset", pre["dataset"], str)
         check_model("fewshot.pretrain.model", pre["model"], TRACK_MODEL_SET)
         if pre.get("perceiver_io") is not None:
-            check_dataclass("fewshot.pretrain.perceiver_io", pre["perceiver_io"], _model_cls(), TRACK_MODEL_SET,
+            check_dataclass("fewshot.pretrain.perceiver_io", pre["perceiver_io"], ModelConfig, TRACK_MODEL_SET,
                             MODEL_RANGES)
         check_train("fewshot.pretrain.train", pre["train"])
-
-
-def _model_cls() -> type:
-    from nac.config import ModelConfig
-
-    return ModelConfig
 
 
 def check_track(params: dict, track: str) -> None:

@@ -15,12 +15,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from nac.pipeline.image import builder, checkpoint_path, parse_run
-from nac.pipeline.params import write_json
+from nac.checkpoint import load_model
+from nac.pipeline.datasets import builder
+from nac.pipeline.io import write_json
+from nac.pipeline.paths import image_checkpoint, parse_run
 from nac.report import figures, mechanism, tables
 from nac.report.published import (DISCREPANCIES, FEWSHOT_CLAIM, LRA_LEADERBOARD_TRANSFORMER, PRIOR_LABELS, RUN_LABELS,
                                    TABLE2, TABLE3, TRACK_LABELS, TRACK_RUN_LABELS)
 from nac.report.style import setup
+from nac.stats import mean_ci
 
 TRACKS = ("points", "listops", "text", "nlvr")
 
@@ -44,7 +47,7 @@ def _select(rows: list[dict], runs: list[str], seeds: list[int]) -> list[dict]:
 
 def build_report(params: dict, out: str | Path = "reports", metrics: str | Path = "metrics") -> dict[str, Any]:
     """Every table, figure and the index README, then ``reports/claims.md``; returns summary.json."""
-    from nac.report.claims import write_claims
+    from nac.report.claims import write_claims  # at call time: the tests stand in a fake registry
 
     setup()
     out, metrics = Path(out), Path(metrics)
@@ -65,8 +68,6 @@ def build_report(params: dict, out: str | Path = "reports", metrics: str | Path 
 
 def _image(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dict[str, list[Path]]) -> dict[str, Any]:
     """Table 1, Figures 3, 5a, 5b, 15 and the image learning curves."""
-    from nac.checkpoint import load_model
-
     ladder, seeds = params["image"]["ladder"], params["seeds"]
     evals = _select(tables.read_runs(metrics / "image" / "eval"), ladder, seeds)
     trains = _select(tables.read_runs(metrics / "image" / "train"), ladder, seeds)
@@ -86,7 +87,7 @@ def _image(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dic
     for run in ladder:
         variant, prior, control = parse_run(run)
         if variant == "nac" and control is None:
-            model = load_model(checkpoint_path(run, seeds[0]))
+            model = load_model(image_checkpoint(run, seeds[0]))
             learned[prior] = model.link_probabilities().detach().numpy()
     figs["figure3"] = figures.figure3(learned, params["image"]["model"]["n_processor"], out / "figures")
     prune = pd.DataFrame(_select(json.loads((metrics / "image" / "prune.json").read_text()), ladder, seeds))
@@ -208,8 +209,6 @@ def _prune_summary(prune: pd.DataFrame, runs: list[str]) -> dict[str, Any]:
     """Per run, connectivity order: the largest fraction of modules dropped before Acc@1 (mean over
     seeds) first falls more than 3 percentage points below the full model's, and the throughput
     speed-up there with a 95% CI over the timed repeats (first seed)."""
-    from nac.report.stats import mean_ci
-
     res = {}
     conn = prune[prune["order"] == "connectivity"] if "order" in prune else prune
     for run in runs:

@@ -13,9 +13,10 @@ import pandas as pd
 import seaborn as sns
 
 from nac.graphs import PRIORS, sample_prior_graph
-from nac.pipeline.image import summarize
 from nac.report.published import PRIOR_LABELS, RUN_LABELS
 from nac.report.style import save
+from nac.report.tables import random_order_mean
+from nac.stats import summarize
 
 
 def draw_graph(ax, graph: nx.Graph, title: str, seed: int = 0) -> None:
@@ -69,8 +70,6 @@ def _ci_lines(ax, df: pd.DataFrame, x: str, y: str, runs: list[str], labels: dic
 def _with_random_control(prune: pd.DataFrame, runs: list[str]) -> tuple[pd.DataFrame, list[str], dict[str, str]]:
     """The connectivity-order rows plus, per run, the random-order control (orders averaged within
     a seed) as the run ``<run>|random``; returns (rows, runs to draw, labels)."""
-    from nac.report.tables import random_order_mean
-
     if "order" not in prune:
         return prune, runs, dict(RUN_LABELS)
     conn = prune[prune["order"] == "connectivity"]

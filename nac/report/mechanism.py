@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 
 from nac.graphs import PRIORS
-from nac.pipeline.image import summarize
 from nac.report.published import PRIOR_LABELS, RUN_LABELS
 from nac.report.tables import DASH, fmt, paired
+from nac.stats import summarize
 
 
 def _by_run(rows: list[dict[str, Any]], ladder: list[str]) -> dict[str, list[dict[str, Any]]]:

@@ -9,9 +9,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from nac.pipeline.image import summarize
-from nac.report.stats import welch_ci
-from nac.report.published import RUN_LABELS, TABLE1, TABLE1_COLUMNS
+from nac.report.published import NLVR, PAPER_ROW, RUN_LABELS, TABLE1, TABLE1_COLUMNS, TRACK_RUN_LABELS
+from nac.stats import summarize, welch_ci
 
 DASH = "—"  # a cell that does not apply (never left empty, so every CSV cell is filled)
 COLUMN_LABELS = {"iid_acc1": "IID Acc@1", "iid_acc5": "IID Acc@5", "ood_acc1": "OOD Acc@1", "ood_acc5": "OOD Acc@5"}
@@ -37,7 +36,7 @@ def table1(evals: list[dict[str, Any]], ladder: list[str], parameters: dict[str,
     for run in ladder:
         sub = df[df["run"] == run].sort_values("seed")
         if sub.empty:
-            raise ValueError(f"no evaluation metrics for run {run!r}; did eval_ood@{run}-<seed> run?")
+            raise ValueError(f"no evaluation metrics for run {run!r}; did train@{run}-<seed> run?")
         row = {"model": RUN_LABELS.get(run, run), "seeds": int(len(sub))}
         if parameters:
             row["parameters"] = f"{parameters.get(run, 0):,}"
@@ -91,7 +90,7 @@ def write_table(df: pd.DataFrame, out_dir: str | Path, name: str, floatfmt: str 
 
 
 def welch(a: list[float], b: list[float]) -> dict[str, float]:
-    """``mean(b) - mean(a)`` with Welch's 95% CI half-width (``nac.report.stats.welch_ci``); 0 when
+    """``mean(b) - mean(a)`` with Welch's 95% CI half-width (``nac.stats.welch_ci``); 0 when
     either side has fewer than two values or both have no spread."""
     iv = welch_ci(b, a)
     return {"mean": iv.estimate, "ci95": 0.0 if iv.hi is None else float(iv.hi - iv.estimate), "n": int(iv.n)}
@@ -122,8 +121,6 @@ def comparison_table(results: dict[str, list[dict[str, Any]]], published: dict[s
     difference, and the test split's majority-class rate. Absolute accuracies are never subtracted
     from the paper's (the embedded stand-ins are other datasets). ``results``: track -> metrics of runs ``perceiver_io`` and ``nac``.
     Returns (display table, numbers per track for summary.json)."""
-    from nac.report.published import PAPER_ROW
-
     ours_row = {label: run for run, label in PAPER_ROW.items()}
     summary: dict[str, Any] = {track: {} for track in results}
     rows: list[dict[str, Any]] = []
@@ -168,8 +165,6 @@ def nlvr_tables(results: list[dict[str, Any]], runs: list[str], analysis: dict[s
                 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """The NLVR tables: (accuracy of the conditional NAC and its controls, validation Acc@1 per
     reasoning type, the circuit analysis of ``nlvr/analysis.json``, numbers for summary.json)."""
-    from nac.report.published import NLVR, TRACK_RUN_LABELS
-
     acc, summary = [], {"runs": {}, "analysis": dict(analysis)}
     for run in runs:
         s = {split: summarize(_values(results, run, f"{split}_acc1")) for split in ("val", "test")}

@@ -1,7 +1,6 @@
-"""The tracks beyond the Table 1 ladder: point clouds (Table 2), LRA ListOps and byte-level text
-(Table 3), the conditional NAC on NLVR with its controls and the Figure 6 analysis, and few-shot
-adaptation of the image track's pre-trained models (Figure 4).
-
-Kept apart from ``nac.pipeline`` (the image track) so the two evolve without retraining each
-other: DVC tracks each stage's code dependencies by directory.
+"""One module per track: ``image`` (the Table 1 ladder, IID/OOD evaluation, pruning), ``common``
+(point clouds, Table 2; LRA ListOps and byte-level text, Table 3; the conditional NAC on NLVR),
+``nlvr`` (the Figure 6 analysis), ``fewshot`` (Figure 4) and ``pretrain`` (its source models).
+Each validates its own params sections; the shared plumbing is ``nac.pipeline``. A stage imports
+only its track, so DVC reruns it only when that track's code (or the plumbing) changes.
 """

@@ -24,8 +24,16 @@ import torch
 from torch.utils.data import Dataset
 
 from nac.config import ModelConfig
-from nac.pipeline.params import ParamsError
+from nac.evaluation import accuracy_by_group, predict, topk_accuracy
+from nac.graphs import _resolve as resolve_prior
+from nac.model import count_parameters
+from nac.pipeline import schema
+from nac.pipeline.paths import track_checkpoint
+from nac.pipeline.datasets import dataset_info, track_builder
+from nac.pipeline.runs import prior_settings, train_config, train_run
 from nac.training.config import TrainConfig
+
+ParamsError = schema.ParamsError
 
 TRACK_RUNS: dict[str, tuple[str, ...]] = {
     "points": ("perceiver_io", "nac"),
@@ -35,28 +43,6 @@ TRACK_RUNS: dict[str, tuple[str, ...]] = {
 }
 TRACK_TITLES = {"points": "Point clouds (Table 2)", "listops": "ListOps (Table 3)", "text": "Byte-level text (Table 3)",
                 "nlvr": "NLVR (conditional NAC)"}
-
-
-def checkpoint_path(track: str, run: str, seed: int) -> Path:
-    return Path("models") / track / f"{run}-{seed}.pt"
-
-
-def metrics_path(track: str, run: str, seed: int) -> Path:
-    return Path("metrics") / "tracks" / track / f"{run}-{seed}.json"
-
-
-def track_builder(params: dict, track: str):
-    from nac.data.registry import get_builder
-
-    data, name = params["data"], params[track]["dataset"]
-    return get_builder(name, data.get("root", "data"), data.get(name) or {})
-
-
-def _prior_settings(params: dict) -> dict[str, Any]:
-    prior = params.get("prior") or {}
-    prior_params = dict(prior.get("params") or {})
-    prior_params.pop("m", None)  # the Barabasi-Albert sample's m (Figure 3) is not a target parameter
-    return {"prior": prior.get("name", "scale_free"), "prior_params": prior_params}
 
 
 def _with_vocab(tokenizer: dict[str, Any], info: dict[str, Any], cond: bool = False) -> dict[str, Any]:
@@ -92,7 +78,7 @@ def track_model_config(params: dict, track: str, run: str, info: dict[str, Any])
     if run == "perceiver_io":
         cfg["variant"] = "perceiver_io"
     elif run == "nac":
-        cfg.update(variant="nac", **_prior_settings(params))
+        cfg.update(variant="nac", **prior_settings(params))
     elif run == "conditional":
         if not cond_tok:
             raise ParamsError(f"{track}.model.cond_tokenizer is required for the conditional NAC")
@@ -100,14 +86,14 @@ def track_model_config(params: dict, track: str, run: str, info: dict[str, Any])
     elif run == "text_only":
         if not cond_tok:
             raise ParamsError(f"{track}.model.cond_tokenizer is required for the text-only control")
-        cfg.update(variant="nac", tokenizer=_with_vocab(cond_tok, info, cond=True), **_prior_settings(params))
+        cfg.update(variant="nac", tokenizer=_with_vocab(cond_tok, info, cond=True), **prior_settings(params))
     else:  # image_only
-        cfg.update(variant="nac", **_prior_settings(params))
+        cfg.update(variant="nac", **prior_settings(params))
     return ModelConfig.from_dict(cfg)
 
 
 def track_train_config(params: dict, track: str, seed: int) -> TrainConfig:
-    return TrainConfig.from_dict(dict(params[track]["train"], seed=seed, device=params.get("device", "auto")))
+    return train_config(params, params[track]["train"], seed)
 
 
 def hashed_ngrams(ids: torch.Tensor, n: int, buckets: int) -> torch.Tensor:
@@ -158,8 +144,6 @@ def majority_rate(labels: np.ndarray) -> float:
 def evaluate_split(model: torch.nn.Module, data: Dataset, device, batch_size: int,
                    groups: np.ndarray | None = None, group_names: list[str] | None = None) -> dict[str, Any]:
     """Acc@1, the split's majority-class rate and size, and Acc@1 per group (reasoning type)."""
-    from nac.evaluation import accuracy_by_group, predict, topk_accuracy
-
     out = predict(model, data, device, batch_size)
     res = {"acc1": topk_accuracy(out["logits"], out["label"], 1), "chance": majority_rate(out["label"]),
            "n": int(len(out["label"]))}
@@ -172,23 +156,15 @@ def train_track_run(params: dict, track: str, run: str, seed: int, live_dir: str
                     progress: bool = True) -> dict[str, Any] | None:
     """Train one run of a track with one seed, then evaluate it on the validation and test
     splits. Returns the metrics (``None`` on non-main processes under torchrun)."""
-    from nac.model import build_model, count_parameters
-    from nac.pipeline.image import run_fingerprint
-    from nac.training.distributed import init_distributed
-    from nac.training.loop import fit
-
     sec = params[track]
     ds = track_builder(params, track)
-    info = ds.info()
-    world = init_distributed(params.get("device", "auto"))
-    torch.manual_seed(seed)
-    model = build_model(track_model_config(params, track, run, info))
     cfg = track_train_config(params, track, seed)
     ngram = sec.get("ngram")
+    train_set = RunInputs(ds.load("train"), run, ngram)
     val = RunInputs(ds.load(sec.get("val_split", "val")), run, ngram)
-    out = fit(model, RunInputs(ds.load("train"), run, ngram), val if world.is_main else None, cfg, world=world,
-              checkpoint=checkpoint_path(track, run, seed), live_dir=live_dir, progress=progress,
-              desc=f"{track} {run}-{seed}", fingerprint=run_fingerprint(params, sec["dataset"]))
+    model, out, world = train_run(params, track_model_config(params, track, run, ds.info()), cfg, train_set, val,
+                                  dataset=sec["dataset"], checkpoint=track_checkpoint(track, run, seed),
+                                  source=__name__, desc=f"{track} {run}-{seed}", live_dir=live_dir, progress=progress)
     if not world.is_main:
         return None
     res: dict[str, Any] = {"track": track, "dataset": sec["dataset"], "run": run, "seed": seed,
@@ -238,3 +214,59 @@ def sentences(builder, split: str) -> list[str]:
     if hasattr(builder, "sentences"):
         return builder.sentences(split)
     return [r["sentence"] for r in builder.records(split)]
+
+
+# ------------------------------------------------------------------------------------ params
+def validate(params: dict[str, Any], track: str) -> None:
+    """The section of one track (on top of ``nac.pipeline.params.validate``): keys, types and
+    ranges (``nac.pipeline.schema.check_track``), then runs, dataset, models and the prior's fit
+    to them; for ``nlvr`` the analysed run and seed too."""
+    if track not in params:
+        return
+    schema.check_track(params, track)
+    datasets = params.get("data", {}).get("datasets", [])
+    seeds = params["seeds"]
+    sec = params[track]
+    if sec["dataset"] not in datasets:
+        raise ParamsError(f"{track}.dataset={sec['dataset']!r} is not in data.datasets {datasets}")
+    bad = [r for r in sec["runs"] if r not in TRACK_RUNS[track]]
+    if bad or not sec["runs"]:
+        raise ParamsError(f"{track}.runs {sec['runs']} must be a non-empty list of: {', '.join(TRACK_RUNS[track])}")
+    info = dataset_info(params, sec["dataset"])
+    if info is not None and "num_classes" in info:
+        for run in sec["runs"]:
+            try:
+                track_model_config(params, track, run, info)
+            except (ValueError, KeyError) as e:
+                raise ParamsError(f"{track}.model for run {run!r}: {e}") from e
+    _check_prior_fits(params, track)
+    try:
+        track_train_config(params, track, seeds[0])
+    except ValueError as e:
+        raise ParamsError(f"{track}.train: {e}") from e
+    if track == "nlvr":
+        analysis = sec.get("analysis", {})
+        if analysis.get("run", "conditional") not in sec["runs"]:
+            raise ParamsError(f"nlvr.analysis.run={analysis.get('run')!r} is not trained (nlvr.runs {sec['runs']})")
+        if analysis.get("seed", seeds[0]) not in seeds:
+            raise ParamsError(f"nlvr.analysis.seed={analysis.get('seed')!r} is not in seeds {seeds}")
+
+
+def validator(track: str):
+    """``validate`` of one track, for ``load_params(check=[validator(track)])``."""
+    return lambda params: validate(params, track)
+
+
+def _check_prior_fits(params: dict[str, Any], track: str) -> None:
+    """The ``prior`` group's params must suit the track's module count (e.g. n_blocks divides
+    n_processor) for the runs that use that prior."""
+    if not any(r in ("nac", "text_only", "image_only") for r in params[track]["runs"]):
+        return
+    n = params[track]["model"].get("n_processor")
+    if not isinstance(n, int):
+        return
+    settings = prior_settings(params)
+    try:
+        resolve_prior(settings["prior"], n, settings["prior_params"])
+    except ValueError as e:
+        raise ParamsError(f"prior.params {settings['prior_params']} with {track}.model.n_processor={n}: {e}") from e

@@ -6,7 +6,7 @@ Protocol (all in the ``fewshot`` params section):
 
 - pre-trained models: the image track's checkpoints (``source: image``; ``perceiver_io`` and
   ``nac-<prior>``, episode ``e`` uses the checkpoint of seed ``seeds[e % len(seeds)]``), or models
-  pre-trained by this stage (``source: pretrain``, the paper profile's ImageNet settings).
+  pre-trained by the ``pretrain`` stage (``source: pretrain``, the paper profile's ImageNet settings).
 - episode ``e`` of a target: ``ways`` classes drawn without replacement; per class a fixed random
   order of its support-split examples, of which a ``k``-shot episode takes the first ``k``
   (support sets are nested across shot counts); ``queries_per_class`` query examples per class
@@ -31,7 +31,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from nac.checkpoint import load_model
 from nac.config import ConfigDict
+from nac.data.registry import get_builder
+from nac.pipeline.io import write_json
+from nac.pipeline.paths import fewshot_image_run, image_checkpoint, pretrain_checkpoint
+from nac.training.distributed import resolve_device
 
 
 @dataclass
@@ -228,48 +233,11 @@ def _labels(data) -> np.ndarray:
 
 def load_pretrained(params: dict, run: str, device, progress: bool = True) -> list[nn.Module]:
     """The pre-trained models of one few-shot run, one per seed (see the module docstring)."""
-    from nac.checkpoint import load_model
-    from nac.pipeline.image import checkpoint_path as image_checkpoint
-    from nac.tracks.params import fewshot_image_run
-
     fs = params["fewshot"]
     if fs["source"] == "image":
         return [load_model(image_checkpoint(fewshot_image_run(params, run), s), map_location=device)
                 for s in params["seeds"]]
-    return [pretrain(params, run, s, progress) for s in params["seeds"]]
-
-
-def pretrain(params: dict, run: str, seed: int, progress: bool = True) -> nn.Module:
-    """Pre-train (or resume / reload) the source model of a few-shot run on ``fewshot.pretrain``
-    (the paper profile: ImageNet). Checkpoints in ``models/fewshot_pretrain/``; a finished one is
-    reloaded at no cost, so the stages of several targets share it."""
-    from pathlib import Path
-
-    from nac.config import ModelConfig
-    from nac.data.registry import get_builder
-    from nac.model import build_model
-    from nac.pipeline.image import run_fingerprint
-    from nac.tracks.common import _prior_settings
-    from nac.training.config import TrainConfig
-    from nac.training.distributed import init_distributed
-    from nac.training.loop import fit
-
-    pre = params["fewshot"]["pretrain"]
-    data = params["data"]
-    ds = get_builder(pre["dataset"], data.get("root", "data"), data.get(pre["dataset"]) or {})
-    cfg = dict(pre["model"], num_classes=int(ds.info()["num_classes"]))
-    if run == "perceiver_io":
-        cfg.update(variant="perceiver_io", **(pre.get("perceiver_io") or {}))
-    else:
-        cfg.update(variant="nac", **_prior_settings(params))
-    torch.manual_seed(seed)
-    model = build_model(ModelConfig.from_dict(cfg))
-    train_cfg = TrainConfig.from_dict(dict(pre["train"], seed=seed, device=params.get("device", "auto")))
-    world = init_distributed(params.get("device", "auto"))
-    fit(model, ds.load("train"), ds.load(pre.get("val_split", "val")) if world.is_main else None, train_cfg, world=world,
-        checkpoint=Path("models") / "fewshot_pretrain" / f"{run}-{seed}.pt", progress=progress,
-        desc=f"pretrain {run}-{seed}", fingerprint=run_fingerprint(params, pre["dataset"]))
-    return model
+    return [load_model(pretrain_checkpoint(run, s), map_location=device) for s in params["seeds"]]  # the pretrain stage's
 
 
 def run_target(params: dict, target: str, out_dir: str = "metrics/fewshot", progress: bool = True) -> list[dict]:
@@ -279,10 +247,6 @@ def run_target(params: dict, target: str, out_dir: str = "metrics/fewshot", prog
 
     import pandas as pd
 
-    from nac.data.registry import get_builder
-    from nac.pipeline.params import write_json
-    from nac.training.distributed import resolve_device
-
     fs = params["fewshot"]
     cfg = FewShotConfig.from_dict(dict(fs.get("protocol") or {}))
     device = resolve_device(params.get("device", "auto"))
@@ -291,7 +255,6 @@ def run_target(params: dict, target: str, out_dir: str = "metrics/fewshot", prog
     pretrained = {run: [m.to(device).eval() for m in load_pretrained(params, run, device, progress)] for run in fs["runs"]}
     rows = run_fewshot(pretrained, {target: b}, cfg, device=device, progress=progress,
                        seed=int(fs.get("seed", 0)))
-    from nac.tracks.params import fewshot_image_run
     for r in rows:
         r["model"] = fewshot_image_run(params, r["run"]) if fs["source"] == "image" else r["run"]
     out = Path(out_dir)

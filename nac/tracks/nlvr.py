@@ -25,6 +25,15 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from nac.checkpoint import load_model
+from nac.model import build_model
+from nac.pipeline.datasets import track_builder
+from nac.pipeline.io import write_json
+from nac.pipeline.paths import track_checkpoint
+from nac.stats import t_half_width
+from nac.tracks.common import reasoning_types, sentences
+from nac.training.distributed import resolve_device
+
 
 @torch.no_grad()
 def link_matrices(model: torch.nn.Module, data, device: torch.device | str = "cpu",
@@ -44,14 +53,6 @@ def lower_triangle(P: np.ndarray) -> np.ndarray:
     """Strict lower triangle of each ``[U, U]`` matrix, flattened: ``[N, U (U - 1) / 2]``."""
     rows, cols = np.tril_indices(P.shape[-1], k=-1)
     return P[:, rows, cols]
-
-
-def _ci95(values: np.ndarray) -> float:
-    from scipy import stats
-
-    if len(values) < 2:
-        return 0.0
-    return float(stats.t.ppf(0.975, len(values) - 1) * np.std(values, ddof=1) / np.sqrt(len(values)))
 
 
 def analyse(P: np.ndarray, types: np.ndarray, seed: int = 0, pca_dim: int = 64, knn_k: int = 5, folds: int = 5,
@@ -86,8 +87,8 @@ def analyse(P: np.ndarray, types: np.ndarray, seed: int = 0, pca_dim: int = 64, 
         scores = 100.0 * cross_val_score(knn, Z, types, cv=cv)
         rng = np.random.default_rng(seed)
         shuffled = [100.0 * cross_val_score(knn, Z, rng.permutation(types), cv=cv).mean() for _ in range(shuffles)]
-        res.update(knn_accuracy=float(scores.mean()), knn_accuracy_ci95=_ci95(scores),
-                   knn_shuffled=float(np.mean(shuffled)), knn_shuffled_ci95=_ci95(np.asarray(shuffled)),
+        res.update(knn_accuracy=float(scores.mean()), knn_accuracy_ci95=t_half_width(scores),
+                   knn_shuffled=float(np.mean(shuffled)), knn_shuffled_ci95=t_half_width(shuffled),
                    silhouette=float(silhouette_score(Z, types)),
                    silhouette_shuffled=float(np.mean([silhouette_score(Z, rng.permutation(types))
                                                       for _ in range(shuffles)])))
@@ -141,17 +142,12 @@ def run_analysis(params: dict, out_dir: str = "metrics/nlvr", progress: bool = T
 
     import pandas as pd
 
-    from nac.checkpoint import load_model
-    from nac.pipeline.params import write_json
-    from nac.tracks.common import checkpoint_path, reasoning_types, sentences, track_builder
-    from nac.training.distributed import resolve_device
-
     sec = params["nlvr"]
     cfg = dict(sec.get("analysis") or {})
     run, seed = cfg.pop("run", "conditional"), int(cfg.pop("seed", params["seeds"][0]))
     split = sec.get("val_split", "val")
     device = resolve_device(params.get("device", "auto"))
-    model = load_model(checkpoint_path("nlvr", run, seed), map_location=device)
+    model = load_model(track_checkpoint("nlvr", run, seed), map_location=device)
     if model.config.generator != "conditional":
         raise ValueError(f"nlvr.analysis.run={run!r} has no conditional circuit generator; analyse 'conditional'")
     ds = track_builder(params, "nlvr")
@@ -162,7 +158,6 @@ def run_analysis(params: dict, out_dir: str = "metrics/nlvr", progress: bool = T
     P = link_matrices(model, data, device, bs)
     res = analyse(P, types, seed=seed, **cfg)
     emb, Z = res.pop("embedding"), res.pop("pca")
-    from nac.model import build_model
     torch.manual_seed(seed + 10_000)
     fresh = build_model(model.config)
     control = analyse(link_matrices(fresh, data, device, bs), types, seed=seed, embed=False, **cfg)

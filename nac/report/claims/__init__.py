@@ -39,7 +39,7 @@ from nac.report.claims.registry import FIELDS, Claim, claim, claim_ids, evaluate
 from nac.report.claims.rules import (DELTA, INCONCLUSIVE, NOT_SUPPORTED, RULE, SUPPORTED, VERDICTS, combine,
                                      difference_verdict, equivalence_verdict, noninferiority_verdict, seed_ci,
                                      threshold_verdict)
-from nac.report.stats import Interval, mean_ci, paired_ci, welch_ci
+from nac.stats import Interval, mean_ci, paired_ci, welch_ci
 
 CLAIM_IDS: tuple[str, ...] = tuple(c.name for c in registered() if c.per is None)
 

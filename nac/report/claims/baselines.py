@@ -8,7 +8,7 @@ from nac.report.claims.metrics import PIO, Missing, number
 from nac.report.claims.registry import Context, claim
 from nac.report.claims.rules import (D1, NOT_SUPPORTED, SUPPORTED, _ci_text, _result, combine, difference_verdict,
                                      noninferiority_verdict, seed_ci, threshold_verdict)
-from nac.report.stats import mean_ci
+from nac.stats import mean_ci
 
 NI, MN = "neural_interpreter", "modular_network"
 MN_COLLAPSE = 1.5           # exp(selection entropy) a layer must keep: 1 = all examples on one module

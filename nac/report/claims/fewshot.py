@@ -7,7 +7,7 @@ import numpy as np
 from nac.report.claims.metrics import NAC, PIO, Missing, number
 from nac.report.claims.registry import Context, claim
 from nac.report.claims.rules import D1, _ci_text, _result, difference_verdict
-from nac.report.stats import mean_ci
+from nac.stats import mean_ci
 
 LOW_SHOTS = 4               # the "low-shot regime": 1-4 shots per class
 FEWSHOT_TARGETS = {"digits": "digits (stand-in for CIFAR)", "shapes_novel": "novel shapes (stand-in for CUB)",

@@ -7,7 +7,7 @@ import numpy as np
 from nac.report.claims.metrics import Missing, number
 from nac.report.claims.registry import Context, claim
 from nac.report.claims.rules import D1, SUPPORTED, _ci_text, _result, combine, difference_verdict
-from nac.report.stats import paired_ci
+from nac.stats import paired_ci
 
 
 def dist(c: Context, run: str, target: str, phase: str = "final") -> list[float]:

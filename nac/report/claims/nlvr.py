@@ -10,7 +10,7 @@ from nac.report.claims.metrics import NLVR_CONTROLS, Missing, number
 from nac.report.claims.registry import Context, claim
 from nac.report.claims.rules import (D1, NOT_SUPPORTED, PAIRED, SUPPORTED, _ci_text, _diff, _result, combine,
                                      difference_verdict, seed_ci)
-from nac.report.stats import Interval
+from nac.stats import Interval
 
 SPREAD_MIN = 0.10           # fraction of sentences whose 0.5-cut graph must differ from the most common one
 ZERO_SHOT_RUN = "zero_shot"  # an nlvr run of that name, if ever configured, is the zero-shot row

@@ -9,7 +9,7 @@ import numpy as np
 from nac.report.claims.metrics import PIO, Missing
 from nac.report.claims.registry import Context, claim
 from nac.report.claims.rules import D1, PAIRED, _ci_text, _diff, _result, difference_verdict, threshold_verdict
-from nac.report.stats import mean_ci, paired_ci
+from nac.stats import mean_ci, paired_ci
 
 PRUNE_MAX_LOSS = 3.0        # "losing less than 3 percent"
 PRUNE_COMPARE_AT = 0.75     # dropped fraction at which NAC and PIO degradation are compared

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from nac.report.stats import Interval, paired_ci, welch_ci
+from nac.stats import Interval, paired_ci, welch_ci
 
 SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE = "supported", "not supported", "inconclusive"
 VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE)

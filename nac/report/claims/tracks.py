@@ -7,7 +7,7 @@ import numpy as np
 from nac.report.claims.metrics import NAC, NLVR_CONTROLS, PIO, Missing
 from nac.report.claims.registry import Context, claim
 from nac.report.claims.rules import D1, INCONCLUSIVE, PAIRED, _ci_text, _diff, _result, combine, threshold_verdict
-from nac.report.stats import Interval, mean_ci
+from nac.stats import Interval, mean_ci
 
 
 def _gap(c: Context, track: str) -> dict:

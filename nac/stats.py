@@ -1,5 +1,6 @@
-"""Confidence intervals shared by the report's tables and the claims' verdicts: a mean with a
-one-sample Student t CI, a Welch CI for a difference of means, and a paired t CI."""
+"""Confidence intervals, the one place they are computed (report tables and figures, claims'
+verdicts, the NLVR analysis, benchmarks): a mean with a one-sample Student t CI (``mean_ci``,
+``summarize``), a Welch CI for a difference of means, and a paired t CI."""
 from __future__ import annotations
 
 import math
@@ -23,6 +24,14 @@ class Interval:
         return self.n >= 2 and self.lo is not None and self.hi is not None
 
 
+def t_half_width(values: Sequence[float]) -> float:
+    """Half-width of the one-sample 95% Student t CI of the mean; 0 for fewer than 2 values."""
+    x = np.asarray(values, dtype=float)
+    if len(x) < 2:
+        return 0.0
+    return float(stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+
+
 def mean_ci(values: Sequence[float]) -> Interval:
     """Mean with a one-sample Student t CI; fewer than 2 values: no CI (lo = hi = None)."""
     x = np.asarray(values, dtype=float)
@@ -31,8 +40,15 @@ def mean_ci(values: Sequence[float]) -> Interval:
     mean = float(x.mean())
     if len(x) < 2:
         return Interval(mean, None, None, len(x))
-    half = float(stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+    half = t_half_width(x)
     return Interval(mean, mean - half, mean + half, len(x))
+
+
+def summarize(values: Sequence[float]) -> dict[str, float]:
+    """Mean and 95% confidence half-width (Student t over seeds; 0 for a single seed), as the
+    report's tables print them."""
+    arr = np.asarray(values, dtype=float)
+    return {"mean": float(arr.mean()), "ci95": t_half_width(arr), "n": int(len(arr))}
 
 
 def welch_ci(a: Sequence[float], b: Sequence[float]) -> Interval:

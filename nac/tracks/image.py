@@ -1,80 +1,37 @@
-"""The image track: the Table 1 ladder trained over seeds, IID/OOD evaluation, module dropping.
+"""The image track: the Table 1 ladder trained over seeds, IID/OOD evaluation (in the same
+process as the training: the ``train`` stage), module dropping (the ``prune`` stage).
 
-A *run* is a ladder entry: ``perceiver_io``, ``modfc``, ``frozen_graph``, ``nac-<prior>``, or a
-control of a NAC, ``nac-<prior>-noreg`` (the graph regularizer off) or ``nac-<prior>-randinit``
-(random instead of prior-fitted initial signatures); with a seed it names one trained model,
-``<run>-<seed>``. Runs with the same seed share the initialisation of every other parameter and
+Runs are named as in ``nac.pipeline.paths`` (``perceiver_io``, ``modfc``, ``frozen_graph``, a
+baseline, ``nac-<prior>``, ``nac-<prior>-noreg``, ``nac-<prior>-randinit``); ``<run>-<seed>`` is
+one trained model. Runs with the same seed share the initialisation of every other parameter and
 the data order, so differences between them are paired by seed.
 """
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from nac.baselines.analysis import baseline_analysis
-from nac.config import VARIANTS, ModelConfig
-from nac.model import BASELINES
-from nac.data.registry import get_builder
-from nac.graphs import PRIOR_DEFAULTS, PRIORS
+from nac.checkpoint import load_model
+from nac.config import ModelConfig
+from nac.evaluation import accuracy_by_group, predict, topk_accuracy
+from nac.graphs import PRIOR_DEFAULTS
 from nac.mechanism import has_graph, mechanism_numbers, processor_graph
+from nac.model import BASELINES, count_parameters
+from nac.pipeline import schema
+from nac.pipeline.paths import image_checkpoint, parse_run
+from nac.pipeline.datasets import builder
+from nac.pipeline.runs import train_config, train_run
+from nac.pruning import drop_modules, module_connectivity, random_connectivity
 from nac.training.config import TrainConfig
+from nac.training.distributed import resolve_device
 
-PLAIN_RUNS = tuple(v for v in VARIANTS if v != "nac") + tuple(BASELINES)
-CONTROLS = {"noreg": "the NAC with the graph regularizer off",
-            "randinit": "the NAC from random instead of prior-fitted signatures"}
-
-
-def parse_run(run: str) -> tuple[str, str | None, str | None]:
-    """``"nac-ring_of_cliques"`` -> ``("nac", "ring_of_cliques", None)``;
-    ``"nac-scale_free-noreg"`` -> ``("nac", "scale_free", "noreg")``; ``"modfc"`` -> ``("modfc", None, None)``."""
-    if run in PLAIN_RUNS:
-        return run, None, None
-    parts = run.split("-")
-    if len(parts) in (2, 3) and parts[0] == "nac" and parts[1] in PRIORS and (len(parts) == 2 or parts[2] in CONTROLS):
-        return "nac", parts[1], (parts[2] if len(parts) == 3 else None)
-    from nac.pipeline.params import ParamsError
-    raise ParamsError(f"unknown run {run!r}; valid: {', '.join(PLAIN_RUNS)}, nac-<prior> or nac-<prior>-<control> "
-                      f"with prior in {', '.join(PRIORS)} and control in {', '.join(CONTROLS)}")
-
-
-def checkpoint_path(run: str, seed: int) -> Path:
-    return Path("models") / "image" / f"{run}-{seed}.pt"
-
-
-def builder(params: dict, name: str):
-    data = params["data"]
-    return get_builder(name, data.get("root", "data"), data.get(name) or {})
-
-
-def run_fingerprint(params: dict, dataset: str) -> str:
-    """Hash of the training data's cache manifest and of the sources the training runs: a
-    checkpoint is resumed only under the same fingerprint, so a rerun after a change of the data
-    or of code that determines the result retrains, and any other edit (reports, stages, this
-    module's evaluation code) resumes.
-
-    The sources (``nac.checkpoint.source_closure``): the modules reached by following the import
-    statements of the training loop (``nac.training.loop``: model, circuits, graphs, regularizer,
-    checkpointing, evaluation), of the data pipeline (``nac.data.registry``: every builder) and of
-    the calling module (a track's input wrappers), restricted to ``nac.checkpoint.RESULT_SOURCES``
-    (``nac/circuits/``, ``model.py``, ``config.py``, ``graphs.py``, ``regularizer.py``,
-    ``training/``, ``checkpoint.py``, ``evaluation.py``, ``data/``, ``tracks/common.py``). The
-    import graph is read from the files, not from ``sys.modules``, so it does not depend on what
-    the process happened to import before. Configs are not hashed: ``fit`` compares them itself."""
-    import sys
-
-    from nac.checkpoint import source_fingerprint
-
-    h = hashlib.sha256((builder(params, dataset).cache_dir / "manifest.json").read_bytes())
-    caller = sys._getframe(1).f_globals.get("__name__", "")
-    h.update(source_fingerprint(("nac.training.loop", "nac.data.registry", caller)).encode())
-    return h.hexdigest()[:16]
+ParamsError = schema.ParamsError
 
 
 def image_model_config(params: dict, run: str, seed: int, num_classes: int):
@@ -104,35 +61,31 @@ def image_model_config(params: dict, run: str, seed: int, num_classes: int):
 
 
 def image_train_config(params: dict, seed: int) -> TrainConfig:
-    return TrainConfig.from_dict(dict(params["image"]["train"], seed=seed, device=params.get("device", "auto")))
+    return train_config(params, params["image"]["train"], seed)
 
 
 def train_image_run(params: dict, run: str, seed: int, live_dir: str | Path | None = None,
                     progress: bool = True) -> dict | None:
     """Train one ladder entry with one seed; returns the training history and final metrics
     (on the main process; ``None`` on the others under torchrun)."""
-    from nac.model import build_model
-    from nac.training.distributed import init_distributed
-    from nac.training.loop import fit
-
     image = params["image"]
     ds = builder(params, image["dataset"])
     train_set, val_set = ds.load("train"), ds.load(image["val_split"])
-    world = init_distributed(params.get("device", "auto"))
-    torch.manual_seed(seed)
-    model = build_model(image_model_config(params, run, seed, ds.info()["num_classes"]))
-    graph = has_graph(model)
-    if graph:
-        P_init, init = processor_graph(model), mechanism_numbers(model)
-    out = fit(model, train_set, val_set if world.is_main else None, image_train_config(params, seed), world=world,
-              checkpoint=checkpoint_path(run, seed), live_dir=live_dir, progress=progress, desc=f"train {run}-{seed}",
-              fingerprint=run_fingerprint(params, image["dataset"]))
+    initial: dict[str, Any] = {}
+
+    def record_initial_graph(model: torch.nn.Module) -> None:
+        if has_graph(model):
+            initial.update(P=processor_graph(model), numbers=mechanism_numbers(model))
+
+    model, out, world = train_run(params, image_model_config(params, run, seed, ds.info()["num_classes"]),
+                                  image_train_config(params, seed), train_set, val_set, dataset=image["dataset"],
+                                  checkpoint=image_checkpoint(run, seed), source=__name__, desc=f"train {run}-{seed}",
+                                  live_dir=live_dir, progress=progress, before_fit=record_initial_graph)
     if not world.is_main:
         return None
-    from nac.model import count_parameters
     res = {"run": run, "seed": seed, "parameters": count_parameters(model), **out["final"], "history": out["history"]}
-    if graph:
-        res["mechanism"] = {"init": init, "final": mechanism_numbers(model, P_init)}
+    if initial:
+        res["mechanism"] = {"init": initial["numbers"], "final": mechanism_numbers(model, initial["P"])}
     return res
 
 
@@ -143,13 +96,9 @@ def _ood_classes(params: dict) -> list[int] | None:
 
 def evaluate_image_run(params: dict, run: str, seed: int) -> dict[str, Any]:
     """IID validation and OOD Acc@1 / Acc@5, and OOD Acc@1 per rendition style."""
-    from nac.checkpoint import load_model
-    from nac.evaluation import accuracy_by_group, predict, topk_accuracy
-    from nac.training.distributed import resolve_device
-
     image = params["image"]
     device = resolve_device(params.get("device", "auto"))
-    model = load_model(checkpoint_path(run, seed), map_location=device, expect_config=image_model_config(
+    model = load_model(image_checkpoint(run, seed), map_location=device, expect_config=image_model_config(
         params, run, seed, builder(params, image["dataset"]).info()["num_classes"]).to_dict()).to(device)
     bs = image["train"].get("eval_batch_size", 256)
     val_set = builder(params, image["dataset"]).load(image["val_split"])
@@ -205,12 +154,6 @@ def prune_sweep(params: dict, progress: bool = True) -> list[dict[str, Any]]:
     validation for every run and seed; inference throughput (one value per timed repeat, so the
     report can give a CI) for the connectivity order of the first seed. One row per (run, seed,
     order, fraction)."""
-    from nac.checkpoint import load_model
-    from nac.evaluation import predict, topk_accuracy
-    from nac.model import count_parameters
-    from nac.pruning import drop_modules, module_connectivity, random_connectivity
-    from nac.training.distributed import resolve_device
-
     image, prune = params["image"], params["prune"]
     device = resolve_device(params.get("device", "auto"))
     ds = builder(params, image["dataset"])
@@ -220,7 +163,7 @@ def prune_sweep(params: dict, progress: bool = True) -> list[dict[str, Any]]:
     rows = []
     jobs = [(run, seed) for run in prune["runs"] for seed in params["seeds"]]
     for run, seed in tqdm(jobs, desc="prune", disable=not progress):
-        model = load_model(checkpoint_path(run, seed), map_location=device, expect_config=image_model_config(
+        model = load_model(image_checkpoint(run, seed), map_location=device, expect_config=image_model_config(
             params, run, seed, ds.info()["num_classes"]).to_dict()).to(device).eval()
         U = model.config.n_processor
         orders = {"connectivity": module_connectivity(model, calib.to(device))}
@@ -241,13 +184,49 @@ def prune_sweep(params: dict, progress: bool = True) -> list[dict[str, Any]]:
     return rows
 
 
-def summarize(values: list[float]) -> dict[str, float]:
-    """Mean and 95% confidence half-width (Student t over seeds; 0 for a single seed)."""
-    from scipy import stats
+# ------------------------------------------------------------------------------------ params
+def validate(params: dict[str, Any]) -> None:
+    """The ``image`` section (on top of ``nac.pipeline.params.validate``): keys, types and ranges
+    (``nac.pipeline.schema.check_image``), datasets, every ladder run's model and the training
+    config; every message names the key and what would be valid."""
+    if "image" not in params:
+        return
+    schema.check_image(params)
+    image, data, seeds = params["image"], params.get("data", {}), params["seeds"]
+    for key in ("dataset", "ood_dataset"):
+        if image[key] not in data.get("datasets", []):
+            raise ParamsError(f"image.{key}={image[key]!r} is not in data.datasets {data.get('datasets')}")
+    if not image.get("ladder"):
+        raise ParamsError("image.ladder is empty; list at least one of perceiver_io, modfc, frozen_graph, nac-<prior>")
+    for run in image["ladder"]:
+        try:  # parse_run raises ParamsError (a ValueError) naming the valid runs
+            image_model_config(params, run, seeds[0], num_classes=2)
+        except ParamsError:
+            raise
+        except ValueError as e:
+            raise ParamsError(f"image.model for {run!r}: {e}") from e
+    try:
+        image_train_config(params, seeds[0])
+    except ValueError as e:
+        raise ParamsError(f"image.train: {e}") from e
 
-    arr = np.asarray(values, dtype=float)
-    mean = float(arr.mean())
-    if len(arr) < 2:
-        return {"mean": mean, "ci95": 0.0, "n": int(len(arr))}
-    half = float(stats.t.ppf(0.975, len(arr) - 1) * arr.std(ddof=1) / np.sqrt(len(arr)))
-    return {"mean": mean, "ci95": half, "n": int(len(arr))}
+
+def validate_prune(params: dict[str, Any]) -> None:
+    """The ``prune`` section: its runs are trained, its fractions drop whole modules."""
+    if "prune" not in params:
+        return
+    schema.check_prune(params)
+    prune = params["prune"]
+    bad = [r for r in prune["runs"] if r not in params["image"]["ladder"]]
+    if bad:
+        raise ParamsError(f"prune.runs {bad} are not trained (not in image.ladder {params['image']['ladder']})")
+    fr = prune["dropped_fraction"]
+    if not fr or not all(0 <= f < 1 for f in fr) or 0.0 not in fr or sorted(fr) != list(fr):
+        raise ParamsError(f"prune.dropped_fraction must be increasing fractions in [0, 1) starting at 0.0 "
+                          f"(the full model), got {fr}")
+    n = params.get("image", {}).get("model", {}).get("n_processor")
+    uneven = [f for f in fr if isinstance(n, int) and abs(f * n - round(f * n)) > 1e-9]
+    if uneven:
+        raise ParamsError(f"prune.dropped_fraction {uneven} of image.model.n_processor={n} modules is not a whole "
+                          f"number of modules (the sweep would drop a rounded count and report the wrong fraction); "
+                          f"use multiples of 1/{n}")

@@ -1,0 +1,25 @@
+"""The dataset builders of params.yaml's sections (``data.<name>`` under ``data.root``)."""
+from __future__ import annotations
+
+from typing import Any
+
+from nac.data.registry import get_builder
+
+
+def builder(params: dict, name: str):
+    """The builder of dataset ``name`` with its ``data.<name>`` params under ``data.root``."""
+    data = params["data"]
+    return get_builder(name, data.get("root", "data"), data.get(name) or {})
+
+
+def track_builder(params: dict, section: str):
+    """The builder of the dataset a params section (``points``, ``nlvr``, ...) trains on."""
+    return builder(params, params[section]["dataset"])
+
+
+def dataset_info(params: dict, name: str) -> dict[str, Any] | None:
+    """The dataset's info when it can be computed before download (embedded data), else None."""
+    try:
+        return builder(params, name).info()
+    except Exception:  # real datasets read parts of their info from the cache
+        return None

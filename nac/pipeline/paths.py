@@ -1,0 +1,58 @@
+"""Names of runs and where their files live (checkpoints under ``models/``, metrics under
+``metrics/``), for every track; imports no track, so a stage that only reads a checkpoint (the
+report, few-shot adaptation, the notebooks) does not depend on the code that trains it.
+
+An image-track *run* is a ladder entry: ``perceiver_io``, ``modfc``, ``frozen_graph``, a
+baseline, ``nac-<prior>``, or a control of a NAC, ``nac-<prior>-noreg`` (the graph regularizer
+off) or ``nac-<prior>-randinit`` (random instead of prior-fitted initial signatures); with a seed
+it names one trained model, ``<run>-<seed>``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from nac.config import VARIANTS
+from nac.graphs import PRIORS
+from nac.model import BASELINES
+from nac.pipeline.schema import ParamsError
+
+PLAIN_RUNS = tuple(v for v in VARIANTS if v != "nac") + tuple(BASELINES)
+CONTROLS = {"noreg": "the NAC with the graph regularizer off",
+            "randinit": "the NAC from random instead of prior-fitted signatures"}
+
+
+def parse_run(run: str) -> tuple[str, str | None, str | None]:
+    """``"nac-ring_of_cliques"`` -> ``("nac", "ring_of_cliques", None)``;
+    ``"nac-scale_free-noreg"`` -> ``("nac", "scale_free", "noreg")``; ``"modfc"`` -> ``("modfc", None, None)``."""
+    if run in PLAIN_RUNS:
+        return run, None, None
+    parts = run.split("-")
+    if len(parts) in (2, 3) and parts[0] == "nac" and parts[1] in PRIORS and (len(parts) == 2 or parts[2] in CONTROLS):
+        return "nac", parts[1], (parts[2] if len(parts) == 3 else None)
+    raise ParamsError(f"unknown run {run!r}; valid: {', '.join(PLAIN_RUNS)}, nac-<prior> or nac-<prior>-<control> "
+                      f"with prior in {', '.join(PRIORS)} and control in {', '.join(CONTROLS)}")
+
+
+def fewshot_image_run(params: dict, run: str) -> str:
+    """The image-track run a few-shot run adapts: ``nac`` -> ``nac-<prior.name>``."""
+    return run if run == "perceiver_io" else f"nac-{params['prior']['name']}"
+
+
+def image_checkpoint(run: str, seed: int) -> Path:
+    return Path("models") / "image" / f"{run}-{seed}.pt"
+
+
+def track_checkpoint(track: str, run: str, seed: int) -> Path:
+    return Path("models") / track / f"{run}-{seed}.pt"
+
+
+def track_metrics(track: str, run: str, seed: int) -> Path:
+    return Path("metrics") / "tracks" / track / f"{run}-{seed}.json"
+
+
+PRETRAIN_DIR = Path("models") / "fewshot_pretrain"
+
+
+def pretrain_checkpoint(run: str, seed: int) -> Path:
+    """The few-shot source model pre-trained by the ``pretrain`` stage (``fewshot.source: pretrain``)."""
+    return PRETRAIN_DIR / f"{run}-{seed}.pt"

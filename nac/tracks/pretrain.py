@@ -1,0 +1,50 @@
+"""Pre-training of the few-shot source models (``fewshot.source: pretrain``; the paper profile:
+ImageNet), the ``pretrain`` stage. With ``fewshot.source: image`` (smoke, mini) the few-shot
+stages adapt the image track's checkpoints and there is nothing to pre-train.
+
+Checkpoints are ``models/fewshot_pretrain/<run>-<seed>.pt`` (``nac.pipeline.paths``), resumed
+when interrupted; ``models/fewshot_pretrain/manifest.json`` lists what the stage produced, so
+the stage's output exists in every profile.
+"""
+from __future__ import annotations
+
+import torch.nn as nn
+
+from nac.config import ModelConfig
+from nac.pipeline.io import write_json
+from nac.pipeline.paths import PRETRAIN_DIR, pretrain_checkpoint
+from nac.pipeline.datasets import builder
+from nac.pipeline.runs import prior_settings, train_config, train_run
+
+
+def pretrain(params: dict, run: str, seed: int, progress: bool = True) -> nn.Module:
+    """Pre-train (or resume / reload) the source model of a few-shot run on ``fewshot.pretrain``.
+    A finished checkpoint is reloaded at no cost, so the few-shot stages of several targets read
+    it without training."""
+    pre = params["fewshot"]["pretrain"]
+    ds = builder(params, pre["dataset"])
+    cfg = dict(pre["model"], num_classes=int(ds.info()["num_classes"]))
+    if run == "perceiver_io":
+        cfg.update(variant="perceiver_io", **(pre.get("perceiver_io") or {}))
+    else:
+        cfg.update(variant="nac", **prior_settings(params))
+    model, _, _ = train_run(params, ModelConfig.from_dict(cfg), train_config(params, pre["train"], seed),
+                            ds.load("train"), ds.load(pre.get("val_split", "val")), dataset=pre["dataset"],
+                            checkpoint=pretrain_checkpoint(run, seed), source=__name__,
+                            desc=f"pretrain {run}-{seed}", progress=progress)
+    return model
+
+
+def pretrain_all(params: dict, progress: bool = True) -> dict:
+    """The stage: every few-shot run and seed when ``fewshot.source`` is ``pretrain``, nothing
+    otherwise; writes ``models/fewshot_pretrain/manifest.json``."""
+    fs = params["fewshot"]
+    done = []
+    if fs["source"] == "pretrain":
+        for run in fs["runs"]:
+            for seed in params["seeds"]:
+                pretrain(params, run, seed, progress)
+                done.append(pretrain_checkpoint(run, seed).name)
+    manifest = {"source": fs["source"], "dataset": (fs.get("pretrain") or {}).get("dataset"), "checkpoints": done}
+    write_json(PRETRAIN_DIR / "manifest.json", manifest)
+    return manifest

@@ -1,0 +1,14 @@
+"""DVC stage pretrain: pre-train the few-shot source models (``fewshot.source: pretrain``, the
+paper profile) into models/fewshot_pretrain/ (resumed when interrupted); with
+``fewshot.source: image`` it only writes models/fewshot_pretrain/manifest.json."""
+from nac.pipeline.params import load_params
+from nac.tracks import fewshot_params
+from nac.tracks.pretrain import pretrain_all
+
+
+def main() -> None:
+    pretrain_all(load_params(check=[fewshot_params.validate]))
+
+
+if __name__ == "__main__":
+    main()
