@@ -10,7 +10,8 @@ from nac.baselines import ModularNetwork, ModularNetworkConfig, NeuralInterprete
 from nac.circuits.generators import (CircuitDesign, ConditionalCircuitGenerator, PerceiverLatents,
                                      UnconditionalCircuitGenerator)
 from nac.circuits.kernel import link_probabilities, sample_kernel
-from nac.graphs import prior_signatures, prior_target
+from nac.graphs import prior_target
+from nac.signatures import prior_signatures
 from nac.circuits.layers import Propagator, ReadOut
 from nac.circuits.readin import ReadIn
 from nac.circuits.tokenizers import build_tokenizer
@@ -64,7 +65,7 @@ class NAC(nn.Module):
 
     def _preset_signatures(self) -> None:
         """Processor signatures fitted to a sampled graph (the authors' preset initialisation,
-        ``nac.graphs.prior_signatures``): a Barabasi-Albert graph for the frozen-graph rung, a
+        ``nac.signatures.prior_signatures``): a Barabasi-Albert graph for the frozen-graph rung, a
         graph from the NAC's own prior when ``signature_init == "prior"``. A checkpoint load
         skips this (the signatures come from the state dict)."""
         c = self.config

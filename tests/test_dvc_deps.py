@@ -92,6 +92,19 @@ def _imports(root: Path, f: Path) -> tuple[tuple[str, tuple[str, ...]], ...]:
     return tuple(out)
 
 
+def _lazy_names(root: Path, module: str) -> dict[str, str]:
+    """A package's PEP 562 names: the literal ``_LAZY = {name: module}`` dict of its
+    ``__init__.py`` (``nac/__init__.py`` loads its public names on first use)."""
+    f = _module_file(root, module)
+    if f is None or f.name != "__init__.py":
+        return {}
+    for node in ast.parse(f.read_bytes()).body:
+        if (isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "_LAZY" for t in node.targets)
+                and isinstance(node.value, ast.Dict)):
+            return {k.value: v.value for k, v in zip(node.value.keys, node.value.values)}
+    return {}
+
+
 def reached(root: Path, scripts: list[Path], pkg: str = PKG) -> set[Path]:
     """Every file of package ``pkg`` (a folder of ``root``) that running ``scripts`` can execute."""
     seen: set[Path] = set()
@@ -105,8 +118,12 @@ def reached(root: Path, scripts: list[Path], pkg: str = PKG) -> set[Path]:
             if module != pkg and not module.startswith(pkg + "."):
                 continue
             queue += _files_run_by_import(root, module)
-            for n in names:  # `from a import b`: b is a submodule or an attribute
-                queue += _files_run_by_import(root, f"{module}.{n}") if _module_file(root, f"{module}.{n}") else []
+            lazy = _lazy_names(root, module)
+            for n in names:  # `from a import b`: b is a submodule, a lazy name (PEP 562) or an attribute
+                if _module_file(root, f"{module}.{n}"):
+                    queue += _files_run_by_import(root, f"{module}.{n}")
+                elif n in lazy:
+                    queue += _files_run_by_import(root, lazy[n])
     pkg_dir = root / pkg
     return {f for f in seen if pkg_dir in f.parents}
 
@@ -239,3 +256,83 @@ def test_check_stage_reports_missing_unused_and_overbroad(tmp_path):
     assert unused == ["nac/a (folder also holds files never run: nac/a/idle.py)", "nac/b.py"]
     stage["do"] = dict(stage, deps=["stages/s.py", "nac/__init__.py", "nac/a/__init__.py", "nac/a/x.py"])
     assert check_stage("s", stage, root=tmp_path) == ([], [])  # foreach: cmd and deps under `do`
+
+
+def test_walker_resolves_lazy_package_names(tmp_path):
+    """``from pk import Name`` where ``pk/__init__.py`` loads ``Name`` lazily (PEP 562, a literal
+    ``_LAZY`` dict) runs the module that defines it; importing a sibling does not."""
+    for rel, text in {"pk/__init__.py": "_LAZY = {'Model': 'pk.model'}\n", "pk/model.py": "",
+                      "pk/data.py": "", "a.py": "from pk import Model\n", "b.py": "import pk.data\n"}.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    got = {f.relative_to(tmp_path).as_posix() for f in reached(tmp_path, [tmp_path / "a.py"], pkg="pk")}
+    assert got == {"pk/__init__.py", "pk/model.py"}
+    got = {f.relative_to(tmp_path).as_posix() for f in reached(tmp_path, [tmp_path / "b.py"], pkg="pk")}
+    assert got == {"pk/__init__.py", "pk/data.py"}
+
+
+def test_nac_lazy_names_resolve():
+    import nac
+    from nac.config import ModelConfig
+    from nac.model import build_model
+    assert nac.ModelConfig is ModelConfig and nac.build_model is build_model
+    assert set(nac.__all__) >= {"NAC", "ModelConfig", "VARIANTS", "build_model"}
+
+
+# ---- `python tests/test_dvc_deps.py --write`: rewrite dvc.yaml's nac deps to the exact set --------
+def exact_deps(stage: dict, root: Path = ROOT) -> list[str]:
+    """The minimal ``nac`` deps of a stage: reached files, with a folder in place of its files when
+    the stage runs every source file in it (and in its subfolders)."""
+    scripts = _scripts(stage)
+    for s in list(scripts):
+        if s in EXECUTES:
+            scripts += sorted(p.relative_to(root).as_posix() for p in root.glob(EXECUTES[s]))
+    files = {f.relative_to(root).as_posix() for f in reached(root, [root / s for s in scripts])}
+
+    def whole(folder: Path) -> bool:
+        srcs = [p for p in folder.rglob("*.py") if "__pycache__" not in p.parts]
+        return bool(srcs) and all(p.relative_to(root).as_posix() in files for p in srcs)
+
+    out: set[str] = set()
+    for f in files:
+        top = None
+        for parent in reversed(Path(f).parents[:-1]):  # outermost first, below the package folder
+            if parent != Path(PKG) and whole(root / parent):
+                top = parent.as_posix()
+                break
+        out.add(top or f)
+    return sorted(out)
+
+
+def write_exact_deps(path: Path = ROOT / "dvc.yaml") -> int:
+    """Replace each stage's run of ``- nac/...`` dep lines by :func:`exact_deps`; returns the
+    number of stages changed. Other deps, comments and layout are kept."""
+    lines = path.read_text().split("\n")
+    stages = _stages()
+    changed, name, i = 0, None, 0
+    while i < len(lines):
+        m = re.match(r"^  ([A-Za-z_][\w-]*):", lines[i])
+        if m:
+            name = m.group(1)
+        if name in stages and re.match(r"^\s+- nac/", lines[i]):
+            j = i
+            while j < len(lines) and re.match(r"^\s+- nac/", lines[j]):
+                j += 1
+            indent = lines[i][:len(lines[i]) - len(lines[i].lstrip())]
+            new = [f"{indent}- {d}" for d in exact_deps(stages[name])]
+            if new != lines[i:j]:
+                changed += 1
+            lines[i:j] = new
+            i += len(new)
+            continue
+        i += 1
+    path.write_text("\n".join(lines))
+    return changed
+
+
+if __name__ == "__main__":
+    import sys
+    if sys.argv[1:] == ["--write"]:
+        print(f"dvc.yaml: rewrote the nac deps of {write_exact_deps()} stage(s)")
+    else:
+        sys.exit("usage: python tests/test_dvc_deps.py --write   (rewrites dvc.yaml's nac deps)")

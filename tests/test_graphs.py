@@ -5,16 +5,8 @@ import pytest
 import torch
 
 from nac.circuits.kernel import link_probabilities
-from nac.graphs import (
-    PRIOR_DEFAULTS,
-    PRIORS,
-    fit_signatures_to_graph,
-    graph_agreement,
-    prior_signatures,
-    prior_target,
-    ring_links,
-    sample_prior_graph,
-)
+from nac.graphs import PRIOR_DEFAULTS, PRIORS, prior_target, ring_links, sample_prior_graph
+from nac.signatures import fit_signatures_to_graph, graph_agreement, prior_signatures
 
 
 def _adjacency(graph: nx.Graph, n: int) -> np.ndarray:

@@ -73,7 +73,8 @@ def test_frozen_graph_kernel_reproduces_a_barabasi_albert_graph(tiny_config):
 def test_nac_signatures_start_fitted_to_a_graph_from_their_own_prior(prior, tiny_config):
     import networkx as nx
 
-    from nac.graphs import graph_agreement, sample_prior_graph
+    from nac.graphs import sample_prior_graph
+    from nac.signatures import graph_agreement
 
     cfg = tiny_config(prior=prior, n_processor=16, signature_fit_steps=1000, graph_seed=3)
     model = build_model(cfg)

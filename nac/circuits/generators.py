@@ -62,7 +62,7 @@ class UnconditionalCircuitGenerator(nn.Module):
         if use_signatures:
             # Unit norm (the authors' randn has norm ~sqrt(d_sig)): Adam's absolute steps then turn
             # every signature at the same angular rate, whatever its initialisation (see
-            # nac.graphs.fit_signatures_to_graph); NAC and the frozen graph overwrite these with
+            # nac.signatures.fit_signatures_to_graph); NAC and the frozen graph overwrite these with
             # a preset fit unless signature_init is random.
             sig = F.normalize(torch.randn(n_processor, d_sig), dim=-1)
             if learn_signatures:

@@ -27,7 +27,7 @@ from nac.config import ModelConfig
 from nac.evaluation import accuracy_by_group, predict, topk_accuracy
 from nac.graphs import _resolve as resolve_prior
 from nac.model import count_parameters
-from nac.pipeline import schema
+from nac.pipeline import schema_models as schema
 from nac.pipeline.paths import track_checkpoint
 from nac.pipeline.datasets import dataset_info, track_builder
 from nac.pipeline.runs import prior_settings, train_config, train_run
@@ -219,7 +219,7 @@ def sentences(builder, split: str) -> list[str]:
 # ------------------------------------------------------------------------------------ params
 def validate(params: dict[str, Any], track: str) -> None:
     """The section of one track (on top of ``nac.pipeline.params.validate``): keys, types and
-    ranges (``nac.pipeline.schema.check_track``), then runs, dataset, models and the prior's fit
+    ranges (``nac.pipeline.schema_models.check_track``), then runs, dataset, models and the prior's fit
     to them; for ``nlvr`` the analysed run and seed too."""
     if track not in params:
         return

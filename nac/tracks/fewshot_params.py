@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nac.pipeline import schema
+from nac.pipeline import schema_models as schema
 from nac.pipeline.paths import fewshot_image_run
 from nac.pipeline.datasets import dataset_info
 from nac.tracks.fewshot import FewShotConfig
@@ -13,7 +13,7 @@ ParamsError = schema.ParamsError
 
 
 def validate(params: dict[str, Any]) -> None:
-    """Keys, types and ranges (``nac.pipeline.schema.check_fewshot``), then targets, runs, the
+    """Keys, types and ranges (``nac.pipeline.schema_models.check_fewshot``), then targets, runs, the
     source of the pre-trained models and the protocol's fit to each target."""
     if "fewshot" not in params:
         return

@@ -23,7 +23,8 @@ from nac.evaluation import accuracy_by_group, predict, topk_accuracy
 from nac.graphs import PRIOR_DEFAULTS
 from nac.mechanism import has_graph, mechanism_numbers, processor_graph
 from nac.model import BASELINES, count_parameters
-from nac.pipeline import schema
+from nac.pipeline import schema_models as schema
+from nac.pipeline.schema import check_prune
 from nac.pipeline.paths import image_checkpoint, parse_run
 from nac.pipeline.datasets import builder
 from nac.pipeline.runs import train_config, train_run
@@ -187,7 +188,7 @@ def prune_sweep(params: dict, progress: bool = True) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------------------------ params
 def validate(params: dict[str, Any]) -> None:
     """The ``image`` section (on top of ``nac.pipeline.params.validate``): keys, types and ranges
-    (``nac.pipeline.schema.check_image``), datasets, every ladder run's model and the training
+    (``nac.pipeline.schema_models.check_image``), datasets, every ladder run's model and the training
     config; every message names the key and what would be valid."""
     if "image" not in params:
         return
@@ -215,7 +216,7 @@ def validate_prune(params: dict[str, Any]) -> None:
     """The ``prune`` section: its runs are trained, its fractions drop whole modules."""
     if "prune" not in params:
         return
-    schema.check_prune(params)
+    check_prune(params)
     prune = params["prune"]
     bad = [r for r in prune["runs"] if r not in params["image"]["ladder"]]
     if bad:
