@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from nac import ModelConfig, build_model  # noqa: E402
+from nac import ModelConfig, build_model, regularizer  # noqa: E402
 from nac.circuits.readin import READIN_IMPLS, ReadIn  # noqa: E402
 from nac.report.stats import mean_ci  # noqa: E402
 
@@ -53,7 +53,8 @@ def _time(fn) -> float:
 
 def _reference_impls(model) -> None:
     """Switch a NAC to the plain forms of its step optimisations (the code before issue 14;
-    tests/test_speed_equivalence.py proves both give the same step)."""
+    tests/test_speed_equivalence.py proves both give the same step); the regularizer's
+    ``BLAS_THREADS`` is module-wide, so each timed step sets it."""
     from nac.circuits.attention import SKMDPA
 
     model.sampler_impl = "plain"
@@ -80,11 +81,15 @@ def bench_train_step(repeats: int) -> dict:
         x = torch.randint(0, 256, (s["batch"], 3, 32, 32), dtype=torch.uint8)
         y = torch.randint(0, 100, (s["batch"],))
 
-        def step(model=model, opt=opt, x=x, y=y):
-            loss = F.cross_entropy(model(x), y) + 0.1 * model.graph_regularizer()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+        def step(model=model, opt=opt, x=x, y=y, plain=variant == "nac_plain"):
+            regularizer.BLAS_THREADS = None if plain else 1  # numpy's default threads: the plain form
+            try:
+                loss = F.cross_entropy(model(x), y) + 0.1 * model.graph_regularizer()
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+            finally:
+                regularizer.BLAS_THREADS = 1
         steps[variant] = step
     for fn in steps.values():  # warm-up
         fn(), fn()

@@ -8,8 +8,11 @@ is consumed identically (the pipeline's reproducibility depends on it).
   attention backward) vs ``"plain"`` (``log(max(K_hat, 1e-30))``);
 * ``SKMDPA.attn_impl``: ``"explicit"`` attention with the kernel bias vs PyTorch's ``"sdpa"``;
 * ``NAC.sampler_impl``: ``"prepared"`` (``KernelSampler``: logit(P) once per forward, the
-  formula on linked entries only) vs ``"plain"`` (``sample_kernel`` per layer).
+  formula on linked entries only) vs ``"plain"`` (``sample_kernel`` per layer);
+* ``nac.regularizer.BLAS_THREADS``: 1 (the matching's numpy products on one thread) vs None
+  (numpy's default threads): bitwise the same.
 """
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -147,3 +150,35 @@ def test_nac_fast_paths_give_the_plain_step(train):
     for name in gf:
         _close(gf[name], gp[name], scale=scale)
     assert torch.equal(rf, rp)
+
+
+# ------------------------------------------------------------------ regularizer: one BLAS thread
+@pytest.mark.parametrize("prior, n", [("scale_free", 256), ("planted_partition", 64)])
+def test_regularizer_matching_is_bitwise_the_same_with_one_blas_thread(monkeypatch, prior, n):
+    """``closest_permutation`` limits numpy's BLAS to ``BLAS_THREADS = 1``; with the library's
+    default threads (the plain form) the cost matrices, the permutation and the loss are the same
+    to the bit. (On a 1-core machine both forms use one thread and this cannot tell them apart.)"""
+    from threadpoolctl import threadpool_info
+
+    from nac import regularizer
+    from nac.graphs import prior_target
+
+    G = torch.as_tensor(prior_target(prior, n), dtype=torch.float64)
+    gen = torch.Generator().manual_seed(n)
+    P = (G + 0.05 * torch.rand(n, n, generator=gen, dtype=torch.float64)).clamp(0, 1)
+    if prior == "planted_partition":  # an exact permuted copy: the tie-breaking (anchored) search runs
+        perm = torch.randperm(n, generator=gen)
+        P = G[perm][:, perm]
+    Pn, Gn = P.numpy(), G.numpy()
+    out = {}
+    for threads in (None, 1):
+        monkeypatch.setattr(regularizer, "BLAS_THREADS", threads)
+        with regularizer._blas_limit():
+            blas = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+            costs = (regularizer._sq_dist(Gn, Pn), regularizer._sq_dist(np.sort(Gn, 1), np.sort(Pn, 1)))
+        if threads == 1:
+            assert blas and set(blas) == {1}
+        out[threads] = (costs, regularizer.closest_permutation(P, G), regularizer.graph_structure_loss(P, G))
+    (c0, p0, l0), (c1, p1, l1) = out[None], out[1]
+    assert all(np.array_equal(a, b) for a, b in zip(c0, c1))
+    assert torch.equal(p0, p1) and torch.equal(l0, l1)
