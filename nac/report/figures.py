@@ -264,7 +264,8 @@ def figure_5b_paper_size(results: dict, out_dir) -> list[Path]:
     """Figure 5b at the paper's size from ``bench/bench_throughput.py``'s results: inference
     throughput of the paper-profile NAC (untrained weights) against the fraction of processor
     modules dropped, for the executor alone and the whole model, mean and 95% CI over the timed
-    repeats (left), and the speed-up over 0% dropped (right). Images per CPU-second where the
+    repeats (left), and the speed-up over 0% dropped (right: ratio of means, the band the point's
+    CI over the 0% mean). Images per CPU-second where the
     results have them (one thread: the work done, whatever else loads the machine), else per
     wall-clock second."""
     res, machine = results["figure5b_paper_size"], results["machine"]
