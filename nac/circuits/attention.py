@@ -113,7 +113,8 @@ class SKMDPA(nn.Module):
     def forward(self, x_recv, x_send, code_recv, code_send, K=None, key_mask=None) -> torch.Tensor:
         q, k, v = self._qkv(x_recv, x_send, code_recv, code_send)
         bias = self._bias(K, key_mask, q.dtype)
-        if self.attn_impl == "explicit" and K is not None and key_mask is None:
+        # CPU only: on CUDA, SDPA's fused kernels take a bias with a gradient themselves.
+        if self.attn_impl == "explicit" and K is not None and key_mask is None and q.device.type == "cpu":
             y = explicit_attention(q, k, v, bias)
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
