@@ -18,7 +18,9 @@ Prints a Markdown table and writes JSON.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import os
 import platform
 import sys
 import time
@@ -30,7 +32,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from nac import ModelConfig, build_model  # noqa: E402
+from nac import ModelConfig, build_model, regularizer  # noqa: E402
 from nac.circuits.readin import READIN_IMPLS, ReadIn  # noqa: E402
 from nac.stats import mean_ci  # noqa: E402
 
@@ -49,33 +51,63 @@ def _time(fn) -> float:
     return time.perf_counter() - t
 
 
+def _reference_impls(model) -> None:
+    """Switch a NAC to the plain forms of its step optimisations (the code before issue 14;
+    tests/test_speed_equivalence.py proves both give the same step); the regularizer's
+    ``BLAS_THREADS`` is module-wide, so each timed step sets it."""
+    from nac.circuits.attention import SKMDPA
+
+    model.sampler_impl = "plain"
+    for m in model.modules():
+        if isinstance(m, SKMDPA):
+            m.bias_impl, m.attn_impl = "plain", "sdpa"
+
+
 def bench_train_step(repeats: int) -> dict:
+    """Perceiver IO, the NAC, and the NAC with its plain (pre-optimisation) forms, interleaved;
+    per repeat wall-clock and CPU (``time.process_time``) seconds, and per-repeat ratios."""
     s, steps = SIZES, {}
-    for variant in ("perceiver_io", "nac"):  # bench_circuits.bench_train_step's models
+    for variant in ("perceiver_io", "nac", "nac_plain"):  # bench_circuits.bench_train_step's models
         torch.manual_seed(0)
         d = s["width"]
-        cfg = ModelConfig(variant=variant, num_classes=100, tokenizer={"kind": "conv32", "dim": 128, "pos_dim": 32},
+        cfg = ModelConfig(variant=variant.removesuffix("_plain"), num_classes=100,
+                          tokenizer={"kind": "conv32", "dim": 128, "pos_dim": 32},
                           d_model=d, d_code=d, d_sig=64, n_processor=s["modules"], n_readout=8, depth=s["depth"],
                           heads=6 if d % 6 == 0 else 4, ffn_mult=1.333, layer_scale=0.1)
         model = build_model(cfg)
+        if variant == "nac_plain":
+            _reference_impls(model)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         x = torch.randint(0, 256, (s["batch"], 3, 32, 32), dtype=torch.uint8)
         y = torch.randint(0, 100, (s["batch"],))
 
-        def step(model=model, opt=opt, x=x, y=y):
-            loss = F.cross_entropy(model(x), y) + 0.1 * model.graph_regularizer()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+        def step(model=model, opt=opt, x=x, y=y, plain=variant == "nac_plain"):
+            regularizer.BLAS_THREADS = None if plain else 1  # numpy's default threads: the plain form
+            try:
+                loss = F.cross_entropy(model(x), y) + 0.1 * model.graph_regularizer()
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+            finally:
+                regularizer.BLAS_THREADS = 1
         steps[variant] = step
     for fn in steps.values():  # warm-up
         fn(), fn()
     t = {v: [] for v in steps}
+    c = {v: [] for v in steps}
     for _ in range(repeats):  # interleaved, so load changes hit both alike
         for v, fn in steps.items():
+            c0 = time.process_time()
             t[v].append(_time(fn))
-    return {**SIZES, "perceiver_io_s": _ci(t["perceiver_io"]), "nac_s": _ci(t["nac"]),
-            "nac_over_pio": _ci([a / b for a, b in zip(t["nac"], t["perceiver_io"])])}
+            c[v].append(time.process_time() - c0)
+    out = {**SIZES}
+    for v in steps:
+        out[f"{v}_s"], out[f"{v}_cpu_s"] = _ci(t[v]), _ci(c[v])
+    for v in ("nac", "nac_plain"):
+        name = "nac_over_pio" if v == "nac" else "nac_plain_over_pio"
+        out[name] = _ci([a / b for a, b in zip(t[v], t["perceiver_io"])])
+        out[f"{name}_cpu"] = _ci([a / b for a, b in zip(c[v], c["perceiver_io"])])
+    return out
 
 
 def bench_readin(repeats: int) -> dict:
@@ -169,32 +201,46 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batch", type=int, default=32, help="(c)'s inference batch")
     ap.add_argument("--out", default="bench/results/paper.json")
+    ap.add_argument("--only-step", action="store_true", help="(a) only")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     t0 = time.perf_counter()
     res = {"machine": {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
-                       "torch": torch.__version__, "repeats": a.repeats}}
+                       "torch": torch.__version__, "repeats": a.repeats, "cores": os.cpu_count(),
+                       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                       "load_average_start": list(os.getloadavg())}}
     res["train_step"] = bench_train_step(a.repeats)
-    res["readin"] = bench_readin(a.repeats)
-    res["figure5b"] = bench_throughput(a.repeats, a.batch)
+    if not a.only_step:
+        res["readin"] = bench_readin(a.repeats)
+        res["figure5b"] = bench_throughput(a.repeats, a.batch)
     res["machine"]["wall_s"] = time.perf_counter() - t0
+    res["machine"]["load_average_end"] = list(os.getloadavg())
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(res, indent=1))
-    ts, ri, f5 = res["train_step"], res["readin"], res["figure5b"]
+    ts, ri, f5 = res["train_step"], res.get("readin"), res.get("figure5b")
     lines = [f"| measurement | value (mean [95% CI], n={a.repeats}) |", "|---|---|",
              f"| (a) train step B=8 U=256 d=384 depth 8: Perceiver IO ms | {fmt(ts['perceiver_io_s'], 1e3)} |",
              f"| (a) train step: NAC ms | {fmt(ts['nac_s'], 1e3)} |",
              f"| (a) NAC / PIO step-time ratio | {fmt(ts['nac_over_pio'], digits=2)} |",
+             f"| (a) NAC / PIO, CPU time | {fmt(ts['nac_over_pio_cpu'], digits=2)} |",
+             f"| (a) NAC, plain forms (before issue 14's optimisations) ms | {fmt(ts['nac_plain_s'], 1e3)} |",
+             f"| (a) NAC plain forms / PIO | {fmt(ts['nac_plain_over_pio'], digits=2)} |",
+             f"| (a) NAC plain forms / PIO, CPU time | {fmt(ts['nac_plain_over_pio_cpu'], digits=2)} |"]
+    if ri is not None:
+        lines += [
              f"| (b) read-in U=256 T=64 d=384 B=8 fwd+bwd: fast ms | {fmt(ri['fast_s'], 1e3)} |",
              f"| (b) read-in: direct ms | {fmt(ri['direct_s'], 1e3)} |",
              f"| (b) direct / fast ratio | {fmt(ri['direct_over_fast'], digits=2)} |"]
-    for row in f5["rows"]:
+    for row in f5["rows"] if f5 is not None else []:
         for name in ("executor", "whole"):
             lines.append(f"| (c) Fig. 5b, {row['dropped_fraction']:.1%} dropped ({row['kept_modules']} modules), "
                          f"{name}, images/s | {fmt(row[f'{name}_images_per_s'])} |")
-    lines += [f"| (c) speed-up at 87.5% dropped, executor | x{f5['executor_speedup']:.2f} |",
-              f"| (c) speed-up at 87.5% dropped, whole model | x{f5['whole_speedup']:.2f} |"]
-    print(f"threads={torch.get_num_threads()} repeats={a.repeats} wall={res['machine']['wall_s']:.0f}s")
+    if f5 is not None:
+        lines += [f"| (c) speed-up at 87.5% dropped, executor | x{f5['executor_speedup']:.2f} |",
+                  f"| (c) speed-up at 87.5% dropped, whole model | x{f5['whole_speedup']:.2f} |"]
+    m = res["machine"]
+    print(f"threads={torch.get_num_threads()} repeats={a.repeats} wall={m['wall_s']:.0f}s "
+          f"load {m['load_average_start'][0]:.1f} -> {m['load_average_end'][0]:.1f} ({m['cores']} cores)")
     print("\n".join(lines))
 
 

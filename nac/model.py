@@ -9,7 +9,7 @@ import torch.nn as nn
 from nac.baselines import ModularNetwork, ModularNetworkConfig, NeuralInterpreter, NeuralInterpreterConfig
 from nac.circuits.generators import (CircuitDesign, ConditionalCircuitGenerator, PerceiverLatents,
                                      UnconditionalCircuitGenerator)
-from nac.circuits.kernel import link_probabilities, sample_kernel
+from nac.circuits.kernel import KernelSampler, link_probabilities, sample_kernel
 from nac.graphs import prior_target
 from nac.signatures import prior_signatures
 from nac.circuits.layers import Propagator, ReadOut
@@ -26,6 +26,8 @@ class NAC(nn.Module):
     ids ``[B, T]``, ...); mask ``[B, T]`` bool marks real tokens; cond / cond_mask: what the
     conditional circuit generator reads.
     """
+
+    sampler_impl = "prepared"  # nac.circuits.kernel.SAMPLER_IMPLS; "plain" is the reference form
 
     def __init__(self, config: ModelConfig, fit_signatures: bool = True):
         super().__init__()
@@ -116,6 +118,14 @@ class NAC(nn.Module):
         mode = "sample" if self.training else self.config.eval_kernel
         return sample_kernel(P, self.config.tau, batch_size=batch_size, mode=mode)
 
+    def _sampler(self, P: torch.Tensor | None) -> KernelSampler | None:
+        """``_kernel(P, B)`` as ``sampler(B)``, ``P``'s logits computed once for all layers
+        (``KernelSampler``; ``sampler_impl = "plain"`` draws with ``sample_kernel`` itself)."""
+        if P is None:
+            return None
+        mode = "sample" if self.training else self.config.eval_kernel
+        return KernelSampler(P, self.config.tau, mode=mode, impl=self.sampler_impl)
+
     # -- the executor -------------------------------------------------------------------------
     def forward(self, inputs, mask=None, cond=None, cond_mask=None, design: CircuitDesign | None = None) -> torch.Tensor:
         tokens = self.tokenizer(inputs)
@@ -126,10 +136,11 @@ class NAC(nn.Module):
         if design.signatures is not None:
             P_pp = self._P(design.signatures)
             P_op = self._P(design.readout_signatures, design.signatures)
+        sample_pp, sample_op = self._sampler(P_pp), self._sampler(P_op)
         for layer in self.propagators:
-            K = None if P_pp is None else self._kernel(P_pp, B)    # a fresh sample per layer
+            K = None if sample_pp is None else sample_pp(B)    # a fresh sample per layer
             states = layer(states, design.codes, K)
-        K_out = None if P_op is None else self._kernel(P_op, B)
+        K_out = None if sample_op is None else sample_op(B)
         return self.read_out(design.readout_states, states, design.readout_codes, design.codes, K_out)
 
 

@@ -12,6 +12,8 @@ its docstring for the exact procedure.
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
@@ -20,6 +22,24 @@ LOSS_KINDS = ("mse", "kl")
 KL_EPS = 1e-6
 _TIE_RTOL = 1e-9  # cost entries this close (relative) count as ties in the anchored search
 _WL_DIM = 16  # random Fourier features per Weisfeiler-Lehman round
+# numpy's BLAS threads inside ``closest_permutation`` (None: the library's default, one per core).
+# Its products are n x n with n <= ~1000: a second thread saves nothing and, on a loaded machine,
+# spins - at n = 256 on 2 busy cores the matching cost ~90 ms of CPU with 2 threads, ~20 ms
+# with 1. The products are bitwise the same (tests/test_speed_equivalence.py).
+BLAS_THREADS: int | None = 1
+_BLAS = None
+
+
+def _blas_limit():
+    """A context limiting numpy's BLAS to ``BLAS_THREADS`` (a no-op context for None)."""
+    global _BLAS
+    if BLAS_THREADS is None:
+        return contextlib.nullcontext()
+    if _BLAS is None:
+        from threadpoolctl import ThreadpoolController  # a scikit-learn dependency
+
+        _BLAS = ThreadpoolController()
+    return _BLAS.limit(limits=BLAS_THREADS, user_api="blas")
 
 
 # ----------------------------------------------------------------------------- building blocks
@@ -204,6 +224,13 @@ def closest_permutation(
         )
     Pn = P.detach().to("cpu", torch.float64).numpy()
     Gn = G.detach().to("cpu", torch.float64).numpy()
+    with _blas_limit():
+        best_perm = _closest_permutation(Pn, Gn, refine_steps, wl_rounds, max_anchors)
+    return torch.as_tensor(best_perm, dtype=torch.long, device=P.device)
+
+
+def _closest_permutation(Pn: np.ndarray, Gn: np.ndarray, refine_steps: int, wl_rounds: int,
+                         max_anchors: int) -> np.ndarray:
     best_perm, best = _refine(Pn, Gn, _hungarian(_sq_dist(Gn, Pn)), refine_steps)
     if best > 0.0:
         sorted_cost = _sq_dist(np.sort(Gn, axis=1), np.sort(Pn, axis=1))
@@ -215,7 +242,7 @@ def closest_permutation(
             perm, obj = _anchored_search(Pn, Gn, sorted_cost, wl_rounds, max_anchors, refine_steps)
             if obj < best:
                 best_perm, best = perm, obj
-    return torch.as_tensor(best_perm, dtype=torch.long, device=P.device)
+    return best_perm
 
 
 def graph_structure_loss(P: torch.Tensor, G, kind: str = "mse", **match_kwargs) -> torch.Tensor:

@@ -166,7 +166,9 @@ def test_skmdpa_zero_kernel_entries_get_no_weight_and_empty_rows_stay_finite():
     W = attn.weights(xr, xs, c, c, K=K)[0, 0]
     assert W[0, 1] < 1e-10 and W[1, 0] < 1e-10 and W[1, 1] > 0.999
     assert torch.isfinite(attn(xr, xs, c, c, K=K)).all()
-    assert torch.isfinite(log_normalized_kernel(K)).all()
+    assert torch.isfinite(log_normalized_kernel(K, impl="plain")).all()
+    bias = log_normalized_kernel(K)  # the default: exact zeros for cut links, the empty row as plain
+    assert torch.isinf(bias[:2][K[:2] == 0]).all() and torch.isfinite(bias[2]).all()
 
 
 # ---------------------------------------------------------------- eqs. 4-5: read-in

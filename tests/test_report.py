@@ -250,6 +250,8 @@ def test_build_report_writes_every_table_figure_and_section(tmp_path, monkeypatc
                  "not computed: no CLIP weights offline / embedded profile"):
         assert link in readme, link
     assert "nan" not in readme.lower()
+    # no bench/bench_throughput.py results in this directory: the paper-size Figure 5b says it is skipped
+    assert "Figure 5b (mini, trained)" in readme and "Figure 5b at the paper's size: skipped" in readme
     headline = json.loads((metrics / "summary.json").read_text())
     assert set(headline["table2_test_acc1"]) == {"perceiver_io", "nac"}
     assert set(headline["table3_test_acc1"]) == {"listops", "text"}
@@ -257,3 +259,31 @@ def test_build_report_writes_every_table_figure_and_section(tmp_path, monkeypatc
     expected = np.mean([fs[t][str(k)]["nac_minus_perceiver_io"]["mean"] for t in TARGETS for k in (1, 2, 4)])
     assert headline["fewshot_nac_minus_perceiver_io_shots_1_4"] == pytest.approx(expected)
     assert json.loads((reports / "tables" / "summary.json").read_text())["nlvr"]["analysis"]["knn_accuracy"] == 70.0
+
+
+def _throughput_results(cpu_clock: bool) -> dict:
+    rng = np.random.default_rng(0)
+    rows = []
+    for frac in (0.0, 0.25, 0.5, 0.75, 0.875):
+        row = {"dropped_fraction": frac, "kept_modules": int(256 * (1 - frac))}
+        for kind, base in (("executor", 10.0), ("whole", 8.0)):
+            vals = base / (1 - frac + 0.05) * (1 + 0.05 * rng.standard_normal(4))
+            iv = {"mean": float(vals.mean()), "lo": float(vals.min()), "hi": float(vals.max()), "n": 4,
+                  "values": vals.tolist()}
+            row[f"{kind}_images_per_s"] = iv
+            if cpu_clock:
+                row[f"{kind}_images_per_cpu_s"] = iv
+        rows.append(row)
+    return {"machine": {"cpu": "x86_64", "threads": 1, "torch": "2.x", "repeats": 4, "date": "2026-01-01"},
+            "figure5b_paper_size": {"n_processor": 256, "batch": 32, "image_size": 64,
+                                    "tokenizer": {"kind": "convnext"}, "rows": rows}}
+
+
+@pytest.mark.parametrize("cpu_clock", [True, False])
+def test_figure_5b_paper_size_is_drawn_from_the_bench_results(tmp_path, cpu_clock):
+    results = json.loads(json.dumps(_throughput_results(cpu_clock)))  # as read back from the JSON file
+    paths = figures.figure_5b_paper_size(results, tmp_path)
+    assert [p.name for p in paths] == ["figure5b_paper_size_throughput.png", "figure5b_paper_size_throughput.svg"]
+    svg = paths[1].read_text()
+    assert paths[0].stat().st_size > 1000 and "paper-size model, untrained weights, this CPU" in svg
+    assert ("images per CPU-second" in svg) == cpu_clock

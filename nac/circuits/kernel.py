@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch.distributions import RelaxedBernoulli
 
 KERNEL_MODES = ("expectation", "threshold", "sample", "dense")
+SAMPLER_IMPLS = ("prepared", "plain")
 
 
 def cosine_distance(s_recv: torch.Tensor, s_send: torch.Tensor | None = None) -> torch.Tensor:
@@ -78,3 +79,43 @@ def sample_kernel(P: torch.Tensor, tau: float, batch_size: int | None = None, mo
     # would also give cut links a tiny positive sample, so they are zeroed again.
     K = RelaxedBernoulli(torch.as_tensor(tau, dtype=P.dtype, device=P.device), probs=P).rsample()
     return torch.where(P > 0, K, torch.zeros((), dtype=K.dtype, device=K.device))
+
+
+class KernelSampler:
+    """``sample_kernel(P, tau, batch_size, mode)`` for one ``P`` used by several layers, with
+    the per-``P`` work done once: ``logit(P)`` (clamped as ``RelaxedBernoulli`` clamps it) and
+    the link mask ``P > 0`` are computed at ``[U, V]`` here, not at ``[B, U, V]`` per layer, and
+    no ``Distribution`` is built per draw (its argument validation scans ``P`` at batch size).
+
+    A draw consumes the generator exactly as ``sample_kernel`` does (one ``torch.rand`` of the
+    sample's shape, same dtype and device) and computes the same formula, ``K = clamp(sigmoid(
+    (logit(u) + logit(p)) / tau), tiny, 1 - eps)`` zeroed where ``P = 0``; only the summation
+    order of the two logits differs, so samples and gradients agree to float rounding
+    (``tests/test_speed_equivalence.py``). ``impl="plain"`` calls ``sample_kernel`` itself."""
+
+    def __init__(self, P: torch.Tensor, tau: float, mode: str = "sample", impl: str = "prepared"):
+        if impl not in SAMPLER_IMPLS:
+            raise ValueError(f"unknown kernel sampler impl {impl!r}; valid choices: {', '.join(SAMPLER_IMPLS)}")
+        self.P, self.tau, self.mode, self.impl = P, tau, mode, impl
+        if mode == "sample" and impl == "prepared":
+            fi = torch.finfo(P.dtype)
+            self.linked = P > 0
+            # logit(P) only where a link exists: every other entry of K is zeroed anyway
+            self.sparse = P.dim() == 2
+            p = (P[self.linked] if self.sparse else P).clamp(min=fi.eps, max=1 - fi.eps)
+            self.logits = p.log() - (-p).log1p()
+
+    def __call__(self, batch_size: int | None = None) -> torch.Tensor | None:
+        P = self.P
+        if self.mode != "sample" or self.impl == "plain":
+            return sample_kernel(P, self.tau, batch_size=batch_size, mode=self.mode)
+        shape = (batch_size, *P.shape) if P.dim() == 2 and batch_size is not None else P.shape
+        fi = torch.finfo(P.dtype)
+        u = torch.rand(shape, dtype=P.dtype, device=P.device)  # the whole draw, as sample_kernel's
+        if self.sparse:  # the formula on linked entries only, scattered into zeros
+            u = u[..., self.linked]
+        u = u.clamp(min=fi.eps, max=1 - fi.eps)
+        K = torch.sigmoid((u.log() - (-u).log1p() + self.logits) / self.tau).clamp(min=fi.tiny, max=1.0 - fi.eps)
+        if self.sparse:  # row-major order on both sides: u[..., linked] and masked_scatter
+            return torch.zeros(shape, dtype=K.dtype, device=K.device).masked_scatter(self.linked.expand(shape), K)
+        return torch.where(self.linked, K, torch.zeros((), dtype=K.dtype, device=K.device))

@@ -26,6 +26,9 @@ from nac.report.style import setup
 from nac.stats import mean_ci
 
 TRACKS = ("points", "listops", "text", "nlvr")
+# bench/bench_throughput.py's results (Figure 5b at the paper's size); read from the working
+# directory (the repository root under `dvc repro`); the report says so when it is absent.
+PAPER_THROUGHPUT = Path("bench/results/throughput.json")
 
 
 def _provenance(params: dict) -> dict[str, str]:
@@ -96,6 +99,9 @@ def _image(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dic
     main_runs = [r for r in (f"nac-{params['prior']['name']}", "perceiver_io") if r in prune_runs] or prune_runs
     figs["figure5a"] = figures.figure5a(prune, out / "figures", main_runs)
     figs["figure5b"] = figures.figure5b(prune, out / "figures", prune_runs, str(prune["device"].iloc[0]))
+    if PAPER_THROUGHPUT.exists():
+        figs["figure5b_paper_size"] = figures.figure_5b_paper_size(json.loads(PAPER_THROUGHPUT.read_text()),
+                                                                   out / "figures")
     figs["figure15"] = figures.figure15(prune, out / "figures", prune_runs)
     md["prune_random"] = tables.write_table(tables.prune_control_table(prune, prune_runs), out / "tables",
                                             "prune_connectivity_vs_random")
@@ -293,7 +299,16 @@ def _write_readme(out: Path, params: dict, summary: dict, md: dict[str, str], fi
               "the control a connectivity ranking must beat. Figure 5b times the trained mini models on this machine",
               "(mean and 95% CI over timed repeats); at this size the tokenizer dominates, so it says little about the",
               "paper-size speed-up.", "",
-              f"![Figure 5a]({rel(figs['figure5a'])})", "", f"![Figure 5b]({rel(figs['figure5b'])})", "",
+              f"![Figure 5a]({rel(figs['figure5a'])})", "",
+              "Figure 5b, two measurements: left, **mini, trained** (the pruned mini models of the sweep above);",
+              "right, **paper-size model, untrained weights, this CPU** (`bench/bench_throughput.py`: the paper",
+              "profile's 256-module Tiny-ImageNet NAC pruned over the same grid, executor alone and whole model).", "",
+              f"![Figure 5b (mini, trained)]({rel(figs['figure5b'])})"
+              + (f" ![Figure 5b (paper-size model, untrained weights, this CPU)]({rel(figs['figure5b_paper_size'])})"
+                 if "figure5b_paper_size" in figs else ""), "",
+              *([] if "figure5b_paper_size" in figs else
+                [f"Figure 5b at the paper's size: skipped, `{PAPER_THROUGHPUT}` is absent "
+                 "(run `python bench/bench_throughput.py`).", ""]),
               f"![Figure 15]({rel(figs['figure15'])})", "",
               "Connectivity ranking against random orders (Acc@1; difference paired by seed):", "", md["prune_random"], ""]
     rows = [{"model": RUN_LABELS.get(k, k), "full Acc@1": round(v["full_acc1"], 2), "max fraction dropped within 3 points": v["max_fraction_within_3pts"],

@@ -257,3 +257,43 @@ def figure_baselines(usage: dict | None, routing: dict | None, class_names: list
         ax.title.set_fontsize(8)
     fig.suptitle("Baselines: what routes where, per class (validation data, first seed)", y=1.04)
     return save(fig, out_dir, "figure_baselines_routing")
+
+
+def figure_5b_paper_size(results: dict, out_dir) -> list[Path]:
+    """Figure 5b at the paper's size from ``bench/bench_throughput.py``'s results: inference
+    throughput of the paper-profile NAC (untrained weights) against the fraction of processor
+    modules dropped, for the executor alone and the whole model, mean and 95% CI over the timed
+    repeats (left), and the speed-up over 0% dropped (right: ratio of means, the band the point's
+    CI over the 0% mean). Images per CPU-second where the
+    results have them (one thread: the work done, whatever else loads the machine), else per
+    wall-clock second."""
+    res, machine = results["figure5b_paper_size"], results["machine"]
+    rows = sorted(res["rows"], key=lambda r: r["dropped_fraction"])
+    clock = "images_per_cpu_s" if "executor_images_per_cpu_s" in rows[0] else "images_per_s"
+    unit = "images per CPU-second" if clock == "images_per_cpu_s" else "images/s"
+    x = np.array([r["dropped_fraction"] for r in rows])
+    fig, (ax, ax_up) = plt.subplots(1, 2, figsize=(10, 4))
+    for kind, label in (("executor", "executor (tokens and design given)"), ("whole", "whole model")):
+        iv = [r[f"{kind}_{clock}"] for r in rows]
+        mean = np.array([v["mean"] for v in iv])
+        lo = np.array([v["lo"] if v["lo"] is not None else v["mean"] for v in iv])
+        hi = np.array([v["hi"] if v["hi"] is not None else v["mean"] for v in iv])
+        line, = ax.plot(x, mean, marker="o", ms=3.5, label=label)
+        ax.fill_between(x, lo, hi, alpha=0.2, color=line.get_color())
+        base = mean[0]
+        ax_up.plot(x, mean / base, marker="o", ms=3.5, color=line.get_color(), label=label)
+        ax_up.fill_between(x, lo / base, hi / base, alpha=0.2, color=line.get_color())
+    ax.set_yscale("log")
+    ax.set_xlabel("fraction of processor modules dropped")
+    ax.set_ylabel(f"inference throughput ({unit})")
+    ax_up.set_xlabel("fraction of processor modules dropped")
+    ax_up.set_ylabel("speed-up over 0% dropped")
+    ax_up.axhline(1.0, color="grey", lw=0.8)
+    ax.legend(fontsize=8)
+    tok = res.get("tokenizer", {})
+    fig.suptitle(f"Figure 5b (paper-size model, untrained weights, this CPU): {res['n_processor']} processor modules, "
+                 f"{tok.get('kind', '')} tokenizer, {res['image_size']} px, batch {res['batch']}, "
+                 f"{machine['threads']} thread(s), torch {machine['torch']}\n"
+                 f"mean and 95% CI over {machine['repeats']} timed repeats, {machine.get('date', '')}",
+                 fontsize=9, y=1.04)
+    return save(fig, out_dir, "figure5b_paper_size_throughput")

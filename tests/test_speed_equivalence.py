@@ -1,0 +1,184 @@
+"""The NAC step's optimised paths against their plain forms (issue 14, item 1).
+
+Each optimisation keeps its plain form selectable, and each test here runs both on the same
+inputs and seed: outputs and gradients agree to float tolerance, and the random-number stream
+is consumed identically (the pipeline's reproducibility depends on it).
+
+* ``SKMDPA.bias_impl``: ``"masked"`` (cut links get ``-inf``, no subnormal floats in the
+  attention backward) vs ``"plain"`` (``log(max(K_hat, 1e-30))``);
+* ``SKMDPA.attn_impl``: ``"explicit"`` attention with the kernel bias vs PyTorch's ``"sdpa"``;
+* ``NAC.sampler_impl``: ``"prepared"`` (``KernelSampler``: logit(P) once per forward, the
+  formula on linked entries only) vs ``"plain"`` (``sample_kernel`` per layer);
+* ``nac.regularizer.BLAS_THREADS``: 1 (the matching's numpy products on one thread) vs None
+  (numpy's default threads): bitwise the same.
+"""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from nac import build_model
+from nac.circuits.attention import SKMDPA, explicit_attention, log_normalized_kernel
+from nac.circuits.kernel import KernelSampler, link_probabilities, sample_kernel
+from tests.conftest import make_tiny_config
+
+
+def _close(a, b, rtol=1e-4, scale=None):
+    """Equal up to ``rtol`` of ``scale`` (default: the larger tensor's largest entry)."""
+    a, b = a.detach(), b.detach()
+    scale = scale or max(float(a.abs().max()), float(b.abs().max()), 1e-12)
+    torch.testing.assert_close(a, b, rtol=rtol, atol=rtol * scale)
+
+
+def _truncated_P(n=24, d_sig=5, seed=0, requires_grad=True):
+    g = torch.Generator().manual_seed(seed)
+    s = torch.randn(n, d_sig, generator=g).requires_grad_(requires_grad)
+    P = link_probabilities(s, bandwidth=0.8, truncation=0.9)
+    assert (P == 0).any() and (P > 0).any()
+    return s, P
+
+
+# ------------------------------------------------------------------ kernel bias: masked vs plain
+def test_masked_kernel_bias_gives_plain_attention_and_gradients():
+    torch.manual_seed(0)
+    s, P = _truncated_P()
+    K = sample_kernel(P, tau=0.5, batch_size=3)
+    K = torch.cat([K, torch.zeros(3, 1, K.shape[-1])], dim=1)  # plus a row with no link at all
+    scores = torch.randn(3, 2, *K.shape[1:]).requires_grad_()
+    outs = {}
+    for impl in ("masked", "plain"):
+        bias = log_normalized_kernel(K, impl=impl).unsqueeze(1)
+        w = (scores + bias).softmax(-1)
+        loss = (w * torch.randn(w.shape, generator=torch.Generator().manual_seed(1))).sum()
+        outs[impl] = (w, *torch.autograd.grad(loss, (scores, s), retain_graph=True))
+    for a, b in zip(outs["masked"], outs["plain"]):
+        _close(a, b)
+    masked = log_normalized_kernel(K)
+    assert torch.isinf(masked[:, :-1][K[:, :-1] == 0]).all()       # cut links: exactly no weight
+    assert torch.equal(masked[:, -1], log_normalized_kernel(K, impl="plain")[:, -1])  # empty row as plain
+
+
+def test_masked_kernel_bias_rejects_unknown_impl():
+    with pytest.raises(ValueError, match="masked, plain"):
+        log_normalized_kernel(torch.rand(2, 2), impl="bogus")
+
+
+# ------------------------------------------------------------------ attention: explicit vs SDPA
+def test_explicit_attention_equals_sdpa_with_a_learnable_bias():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 7, 4, requires_grad=True) for _ in range(3))
+    _, P = _truncated_P(n=7)
+    K = sample_kernel(P, 0.5, batch_size=2)
+    bias = log_normalized_kernel(K).unsqueeze(1)
+    g = torch.randn(2, 3, 7, 4)
+    ys = {}
+    for name, fn in (("explicit", explicit_attention), ("sdpa", lambda *a: F.scaled_dot_product_attention(*a[:3], attn_mask=a[3]))):
+        y = fn(q, k, v, bias)
+        ys[name] = (y, *torch.autograd.grad((y * g).sum(), (q, k, v, P), retain_graph=True))
+    for a, b in zip(ys["explicit"], ys["sdpa"]):
+        _close(a, b)
+
+
+# ------------------------------------------------------------------ sampler: prepared vs plain
+@pytest.mark.parametrize("batch, per_sample", [(4, False), (None, False), (None, True)])
+def test_kernel_sampler_equals_sample_kernel_and_consumes_the_same_randomness(batch, per_sample):
+    s, P = _truncated_P()
+    if per_sample:  # a conditional design's [B, U, V] P
+        P = torch.stack([P, P.flip(0)])
+    draws = {}
+    for impl in ("prepared", "plain"):
+        torch.manual_seed(7)
+        sampler = KernelSampler(P, 0.5, impl=impl)
+        Ks = [sampler(batch) for _ in range(3)]  # several layers from one P
+        after = torch.rand(5)                     # where the generator was left
+        grad = torch.autograd.grad(sum((K * torch.linspace(-1, 1, K.numel()).view_as(K)).sum() for K in Ks), s, retain_graph=True)[0]
+        draws[impl] = (Ks, after, grad)
+    (Kp, after_p, grad_p), (Kr, after_r, grad_r) = draws["prepared"], draws["plain"]
+    assert torch.equal(after_p, after_r)
+    for a, b in zip(Kp, Kr):
+        assert torch.equal(a == 0, b == 0)
+        _close(a, b)
+    _close(grad_p, grad_r)
+
+
+@pytest.mark.parametrize("mode", ["expectation", "threshold", "dense"])
+def test_kernel_sampler_eval_modes_are_sample_kernel(mode):
+    _, P = _truncated_P(requires_grad=False)
+    out, ref = KernelSampler(P, 0.5, mode=mode)(4), sample_kernel(P, 0.5, batch_size=4, mode=mode)
+    assert (out is None and ref is None) or torch.equal(out, ref)
+
+
+# ------------------------------------------------------------------ the whole model
+def _set_impls(model, plain: bool):
+    model.sampler_impl = "plain" if plain else "prepared"
+    for m in model.modules():
+        if isinstance(m, SKMDPA):
+            m.bias_impl, m.attn_impl = ("plain", "sdpa") if plain else ("masked", "explicit")
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_nac_fast_paths_give_the_plain_step(train):
+    """A NAC as the bench trains it (truncation 0.9, straight-through, learnable bandwidth,
+    signatures fitted to the prior, regularizer): same logits, loss and parameter gradients,
+    and the same random-number stream, with every optimisation on or off."""
+    torch.manual_seed(0)
+    cfg = make_tiny_config(variant="nac", n_processor=24, depth=3, signature_fit_steps=50)
+    model = build_model(cfg)
+    assert cfg.truncation == 0.9 and cfg.straight_through and cfg.learn_bandwidth
+    model.train(train)
+    x = torch.randint(0, 256, (3, 3, 32, 32), dtype=torch.uint8)
+    y = torch.randint(0, 5, (3,))
+    P = model.link_probabilities().detach()
+    assert (P == 0).float().mean() > 0.1  # the kernel cuts links: the masked path matters
+    results = {}
+    for plain in (False, True):
+        _set_impls(model, plain)
+        torch.manual_seed(123)
+        logits = model(x)
+        loss = F.cross_entropy(logits, y) + 0.1 * model.graph_regularizer()
+        model.zero_grad(set_to_none=True)
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results[plain] = (logits.detach(), loss.detach(), grads, torch.rand(4))
+    (lf, Lf, gf, rf), (lp, Lp, gp, rp) = results[False], results[True]
+    _close(lf, lp)
+    _close(Lf, Lp)
+    assert gf.keys() == gp.keys() and "generator.signatures" in gf and "bandwidth" in gf
+    # Some gradients are zero but for rounding (e.g. biases a softmax ignores): compare every
+    # tensor against the largest gradient of the model.
+    scale = max(float(g.abs().max()) for g in gp.values())
+    for name in gf:
+        _close(gf[name], gp[name], scale=scale)
+    assert torch.equal(rf, rp)
+
+
+# ------------------------------------------------------------------ regularizer: one BLAS thread
+@pytest.mark.parametrize("prior, n", [("scale_free", 256), ("planted_partition", 64)])
+def test_regularizer_matching_is_bitwise_the_same_with_one_blas_thread(monkeypatch, prior, n):
+    """``closest_permutation`` limits numpy's BLAS to ``BLAS_THREADS = 1``; with the library's
+    default threads (the plain form) the cost matrices, the permutation and the loss are the same
+    to the bit. (On a 1-core machine both forms use one thread and this cannot tell them apart.)"""
+    from threadpoolctl import threadpool_info
+
+    from nac import regularizer
+    from nac.graphs import prior_target
+
+    G = torch.as_tensor(prior_target(prior, n), dtype=torch.float64)
+    gen = torch.Generator().manual_seed(n)
+    P = (G + 0.05 * torch.rand(n, n, generator=gen, dtype=torch.float64)).clamp(0, 1)
+    if prior == "planted_partition":  # an exact permuted copy: the tie-breaking (anchored) search runs
+        perm = torch.randperm(n, generator=gen)
+        P = G[perm][:, perm]
+    Pn, Gn = P.numpy(), G.numpy()
+    out = {}
+    for threads in (None, 1):
+        monkeypatch.setattr(regularizer, "BLAS_THREADS", threads)
+        with regularizer._blas_limit():
+            blas = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+            costs = (regularizer._sq_dist(Gn, Pn), regularizer._sq_dist(np.sort(Gn, 1), np.sort(Pn, 1)))
+        if threads == 1:
+            assert blas and set(blas) == {1}
+        out[threads] = (costs, regularizer.closest_permutation(P, G), regularizer.graph_structure_loss(P, G))
+    (c0, p0, l0), (c1, p1, l1) = out[None], out[1]
+    assert all(np.array_equal(a, b) for a, b in zip(c0, c1))
+    assert torch.equal(p0, p1) and torch.equal(l0, l1)
