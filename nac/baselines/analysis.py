@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from sklearn.metrics import mutual_info_score
 from torch.utils.data import DataLoader
 
 from nac.baselines.modular_networks import ModularNetwork
@@ -33,6 +32,7 @@ def modular_usage(model: ModularNetwork, data, device, batch_size: int, seed: in
     """Per layer: I(module; class) in nats (first of the K slots), the mean over ``SHUFFLES``
     label shuffles, exp(entropy) of the batch-averaged selection, and the usage counts
     ``[layer][class][module]``."""
+    from sklearn.metrics import mutual_info_score  # heavy (about 1 s to import): only the analysis needs it
     model.eval()
     usage, labels = [], []
     for batch in _batches(data, batch_size):
