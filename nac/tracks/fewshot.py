@@ -17,6 +17,26 @@ Protocol (all in the ``fewshot`` params section):
   else random mini-batches), cross-entropy plus the pre-training's graph regularizer.
 - NAC and Perceiver IO see identical episodes, so their difference is paired per episode.
 
+The baselines (runs ``neural_interpreter`` and ``modular_network``, the image track's checkpoints
+of the same names) see the same episodes, seeds, steps, optimiser and loss (their graph
+regularizer is 0), with their own few-shot heads instead of ``freeze`` (see "Baselines' few-shot
+heads" below; which parameters train is spelled out there):
+
+- Neural Interpreter: its paper's fine-tuning protocol (``NeuralInterpreter.finetune``): a new
+  CLS token and a new classification head train, every pre-trained parameter stays frozen;
+  ``ni_new_functions`` > 0 also appends that many new functions (random signatures, learnable
+  codes) to every script. Default 0: with all old weights frozen the new functions are the only
+  new capacity inside the scripts, but each adds a stream to every function iteration (the
+  cost grows with the function count), and the paper presents them as optional.
+- Modular Network: its paper has no few-shot protocol. Our choice (``mn_train: head``): a new
+  ``ways``-way classifier over the frozen modular layers, which run with the controller's mode
+  selection (the model's evaluation path), i.e. the Neural Interpreter's "new head, old weights
+  frozen". ``mn_train: modules`` also trains the modules' weights and biases (the other models'
+  "all but ``freeze``"); the controller stays frozen either way: under mode selection it gets no
+  gradient. No EM during fine-tuning: with the controller frozen there is no selection to learn,
+  and a few-shot support set (8 to 128 examples, 30 steps) is too small for the persistent a*.
+- ``freeze`` prefixes further restrict what trains for the baselines too.
+
 Optimisation (tested equal to the plain form): with a frozen tokenizer the tokens of the support
 and query images are computed once per episode instead of at every step.
 """
@@ -50,6 +70,8 @@ class FewShotConfig(ConfigDict):
     precompute_tokens: bool = True
     support_split: str = "train"
     query_split: str = "test"
+    ni_new_functions: int = 0      # Neural Interpreter: new functions per script (see the module docstring)
+    mn_train: str = "head"         # Modular Network: "head" or "modules" (see the module docstring)
 
     def __post_init__(self) -> None:
         if self.ways < 2:
@@ -61,6 +83,10 @@ class FewShotConfig(ConfigDict):
                 raise ValueError(f"fewshot.{name} must be >= 1, got {getattr(self, name)}")
         if self.lr <= 0:
             raise ValueError(f"fewshot.lr must be > 0, got {self.lr}")
+        if int(self.ni_new_functions) < 0:
+            raise ValueError(f"fewshot.ni_new_functions must be >= 0, got {self.ni_new_functions}")
+        if self.mn_train not in MN_TRAIN:
+            raise ValueError(f"fewshot.mn_train={self.mn_train!r}; valid choices: {', '.join(MN_TRAIN)}")
 
 
 @dataclass
@@ -135,9 +161,10 @@ def adapt(pretrained: nn.Module, support_x: torch.Tensor, support_y: torch.Tenso
     """
     device = torch.device(device)
     precompute = cfg.precompute_tokens if precompute_tokens is None else precompute_tokens
-    model = prepare_model(pretrained, cfg.ways, cfg.freeze, seed).to(device)
+    model, freeze = _prepare(pretrained, cfg, seed)  # NAC / Perceiver IO: prepare_model(...), cfg.freeze
+    model = model.to(device)
     support_x, support_y = support_x.to(device), support_y.to(device)
-    if precompute and "tokenizer" in cfg.freeze:  # frozen + eval mode: the same tokens at every step
+    if precompute and "tokenizer" in freeze:  # frozen + eval mode: the same tokens at every step
         model.tokenizer.eval()
         with torch.no_grad():
             support_x = model.tokenizer(support_x)
@@ -148,7 +175,7 @@ def adapt(pretrained: nn.Module, support_x: torch.Tensor, support_y: torch.Tenso
     torch.manual_seed(seed)
     n = len(support_y)
     for _ in range(cfg.steps):
-        _set_mode(model, cfg.freeze)
+        _set_mode(model, freeze)
         idx = (torch.randperm(n, generator=gen)[:cfg.batch_size] if n > cfg.batch_size else torch.arange(n)).to(device)
         design = model.design()
         loss = F.cross_entropy(model(support_x[idx], design=design), support_y[idx])
@@ -158,6 +185,85 @@ def adapt(pretrained: nn.Module, support_x: torch.Tensor, support_y: torch.Tenso
         loss.backward()
         opt.step()
     return model.eval()
+
+
+# =================================================================================================
+# Baselines' few-shot heads (Neural Interpreter, Modular Network): see the module docstring.
+# NAC and Perceiver IO go through ``prepare_model`` unchanged.
+# =================================================================================================
+BASELINE_RUNS = ("neural_interpreter", "modular_network")
+MN_TRAIN = ("head", "modules")
+
+
+def _under(name: str, prefixes: list[str]) -> bool:
+    return any(name == f or name.startswith(f + ".") for f in prefixes)
+
+
+def _train_only(model: nn.Module, train: list[str], freeze: list[str]) -> None:
+    """``requires_grad`` exactly for the parameters under a ``train`` prefix and under no
+    ``freeze`` prefix."""
+    for name, p in model.named_parameters():
+        p.requires_grad_(_under(name, train) and not _under(name, freeze))
+
+
+def frozen_modules(model: nn.Module) -> list[str]:
+    """Names of the sub-modules that hold parameters, none of them trainable: they stay in eval
+    mode while fine-tuning (``_set_mode``), and a frozen ``tokenizer`` allows precomputed tokens."""
+    return [name for name, m in model.named_modules()
+            if name and any(True for _ in m.parameters()) and not any(p.requires_grad for p in m.parameters())]
+
+
+def prepare_neural_interpreter(pretrained: nn.Module, cfg: FewShotConfig, seed: int) -> nn.Module:
+    """A copy of a pre-trained Neural Interpreter after its paper's fine-tuning protocol: a new CLS
+    token (``cls_tokens.<n>``, the one read out) and a new ``ways``-way head train; with
+    ``cfg.ni_new_functions`` > 0 also the new function group of every script
+    (``scripts.<i>.functions.<g>``); everything else is frozen."""
+    model = copy.deepcopy(pretrained)
+    n_cls, n_groups = len(model.cls_tokens), len(model.scripts[0].functions)
+    torch.manual_seed(seed)
+    model.finetune(cfg.ways, num_new_functions=int(cfg.ni_new_functions), freeze_existing=True)
+    train = [f"cls_tokens.{n_cls}", "head"]
+    if cfg.ni_new_functions:
+        train += [f"scripts.{i}.functions.{n_groups}" for i in range(len(model.scripts))]
+    _train_only(model, train, cfg.freeze)
+    return model
+
+
+def prepare_modular_network(pretrained: nn.Module, cfg: FewShotConfig, seed: int) -> nn.Module:
+    """A copy of a pre-trained Modular Network with a new ``ways``-way ``head``, which trains; with
+    ``cfg.mn_train == "modules"`` the modules' weights and biases (``layers.<i>.weight|bias``)
+    train too. The controllers stay frozen (mode selection: no gradient; no EM)."""
+    from dataclasses import replace
+
+    model = copy.deepcopy(pretrained)
+    torch.manual_seed(seed)
+    model.head = nn.Linear(model.head.in_features, cfg.ways)
+    model.config = replace(model.config, num_classes=cfg.ways)
+    train = ["head"]
+    if cfg.mn_train == "modules":
+        train += [f"layers.{i}.{w}" for i in range(len(model.layers)) for w in ("weight", "bias")]
+    _train_only(model, train, cfg.freeze)
+    return model
+
+
+def _prepare(pretrained: nn.Module, cfg: FewShotConfig, seed: int) -> tuple[nn.Module, list[str]]:
+    """The model to fine-tune and the module prefixes kept in eval mode."""
+    variant = getattr(pretrained.config, "variant", None)
+    if variant == "neural_interpreter":
+        model = prepare_neural_interpreter(pretrained, cfg, seed)
+    elif variant == "modular_network":
+        model = prepare_modular_network(pretrained, cfg, seed)
+    else:
+        return prepare_model(pretrained, cfg.ways, cfg.freeze, seed), cfg.freeze
+    return model, frozen_modules(model)
+
+
+def input_size(model: nn.Module) -> int | None:
+    """The image size the pre-trained model reads (its tokenizer's, or a Modular Network's)."""
+    tokenizer = getattr(model.config, "tokenizer", None)
+    if isinstance(tokenizer, dict):
+        return tokenizer.get("image_size")
+    return getattr(model.config, "image_size", None)
 
 
 @torch.no_grad()
@@ -181,7 +287,7 @@ def adapt_and_evaluate(pretrained: nn.Module, support_x: torch.Tensor, support_y
                        device: torch.device | str = "cpu") -> float:
     """Fine-tune a copy of ``pretrained`` on the support set; query Acc@1 in percent."""
     model = adapt(pretrained, support_x, support_y, cfg, seed, device)
-    tokenizer = pretrained.tokenizer.to(device) if isinstance(model.tokenizer, nn.Identity) else None
+    tokenizer = pretrained.tokenizer.to(device) if isinstance(getattr(model, "tokenizer", None), nn.Identity) else None
     return query_accuracy(model, query_x, query_y, tokenizer)
 
 
@@ -202,7 +308,7 @@ def run_fewshot(pretrained: dict[str, list[nn.Module]], targets: dict[str, Any],
         ep_seed = seed * 1_000_003 + sorted(targets).index(target) * 10_007 + e
         ep = sample_episode(sup_labels, qry_labels, cfg, ep_seed)
         for run, models in pretrained.items():
-            size = models[0].config.tokenizer.get("image_size")
+            size = input_size(models[0])
             qx, qy = _stack(qry, ep.query, size), _relabel(qry_labels[ep.query], ep.classes)
             model_index = e % len(models)
             for k in cfg.shots:

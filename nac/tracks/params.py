@@ -104,9 +104,10 @@ def _validate_fewshot(params: dict[str, Any]) -> None:
             raise ParamsError(f"fewshot.targets lists {t!r}, which is not in data.datasets {datasets}")
     if not fs.get("targets"):
         raise ParamsError("fewshot.targets is empty; name at least one dataset (mini: digits, shapes_novel)")
-    bad = [r for r in fs.get("runs", []) if r not in ("perceiver_io", "nac")]
+    valid = ("perceiver_io", "nac", *FEWSHOT_BASELINES)
+    bad = [r for r in fs.get("runs", []) if r not in valid]
     if bad or not fs.get("runs"):
-        raise ParamsError(f"fewshot.runs {fs.get('runs')} must be a non-empty list of: perceiver_io, nac")
+        raise ParamsError(f"fewshot.runs {fs.get('runs')} must be a non-empty list of: {', '.join(valid)}")
     if fs.get("source") not in ("image", "pretrain"):
         raise ParamsError(f"fewshot.source={fs.get('source')!r}; valid choices: image (the image track's checkpoints), "
                           "pretrain (fewshot.pretrain settings)")
@@ -119,6 +120,9 @@ def _validate_fewshot(params: dict[str, Any]) -> None:
                               f"(nac means nac-<prior.name>); add them or pick another prior")
     elif not fs.get("pretrain"):
         raise ParamsError("fewshot.source=pretrain needs a fewshot.pretrain section {dataset, model, train}")
+    elif any(r in FEWSHOT_BASELINES for r in fs["runs"]):
+        raise ParamsError(f"fewshot.runs {fs['runs']}: the baselines ({', '.join(FEWSHOT_BASELINES)}) adapt the image "
+                          "track's checkpoints only (fewshot.source: image)")
     try:
         cfg = FewShotConfig.from_dict(dict(fs.get("protocol") or {}))
     except ValueError as e:
@@ -132,6 +136,10 @@ def _validate_fewshot(params: dict[str, Any]) -> None:
         raise ParamsError(f"fewshot.pretrain.dataset={fs['pretrain']['dataset']!r} is not in data.datasets {datasets}")
 
 
+FEWSHOT_BASELINES = ("neural_interpreter", "modular_network")   # few-shot runs = image-track runs of that name
+
+
 def fewshot_image_run(params: dict, run: str) -> str:
-    """The image-track run a few-shot run adapts: ``nac`` -> ``nac-<prior.name>``."""
-    return run if run == "perceiver_io" else f"nac-{params['prior']['name']}"
+    """The image-track run a few-shot run adapts: ``nac`` -> ``nac-<prior.name>``; Perceiver IO and
+    the baselines keep their names."""
+    return run if run in ("perceiver_io", *FEWSHOT_BASELINES) else f"nac-{params['prior']['name']}"
