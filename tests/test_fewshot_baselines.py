@@ -212,3 +212,57 @@ def test_fewshot_runs_accept_the_baselines():
     p["fewshot"]["runs"] = ["nac", "transformer"]
     with pytest.raises(ParamsError, match="neural_interpreter, modular_network"):
         validate_tracks(p)
+
+
+# ---------------------------------------------------------------------------------------- report
+def _rows(runs, episodes=4, shots=(1, 2, 4)):
+    rng = torch.Generator().manual_seed(0)
+    return [{"target": "digits", "run": r, "shots": k, "episode": e, "acc1": float(torch.rand((), generator=rng) * 100)}
+            for r in runs for k in shots for e in range(episodes)]
+
+
+def test_fewshot_stats_and_table_carry_the_baselines_paired_with_perceiver_io():
+    import pandas as pd
+
+    from nac.report import tables
+    from nac.report.published import RUN_LABELS
+
+    two = _rows(["perceiver_io", "nac"])
+    four = two + _rows(["neural_interpreter", "modular_network"])[::-1]
+    base, st = tables.fewshot_stats(two), tables.fewshot_stats(four)
+    # the NAC / Perceiver IO rows are the same with or without the baselines
+    pd.testing.assert_frame_equal(st[st["run"].isin(base["run"])].reset_index(drop=True), base)
+    assert list(tables.fewshot_table({"digits": base}).columns) == \
+        ["target", "shots", "episodes", "Perceiver IO", "NAC", "NAC − Perceiver IO (paired)"]
+    df = pd.DataFrame(four)
+    for b in ("neural_interpreter", "modular_network"):
+        for k in (1, 2, 4):
+            acc = {r: df[(df["run"] == r) & (df["shots"] == k)].sort_values("episode")["acc1"].to_numpy()
+                   for r in (b, "perceiver_io")}
+            got = st[(st["shots"] == k) & (st["run"] == f"{b}_minus_perceiver_io")].iloc[0]
+            assert got["mean"] == pytest.approx((acc[b] - acc["perceiver_io"]).mean()) and got["n"] == 4
+    table = tables.fewshot_table({"digits": st})
+    assert {RUN_LABELS["neural_interpreter"], "Neural Interpreter − Perceiver IO (paired)",
+            RUN_LABELS["modular_network"], "Modular Network − Perceiver IO (paired)"} <= set(table.columns)
+    assert table.notna().all().all()
+
+
+def test_figure4_draws_the_baselines_with_their_own_markers_and_labels(tmp_path, monkeypatch):
+    import pandas as pd
+
+    from nac.report import figures
+    from nac.report.published import RUN_LABELS
+
+    drawn = []
+    monkeypatch.setattr(figures, "save", lambda fig, out_dir, name: drawn.append(fig) or [])
+    rows = {"digits": pd.DataFrame(_rows(["perceiver_io", "nac", "neural_interpreter", "modular_network"])),
+            "shapes_novel": pd.DataFrame(_rows(["perceiver_io", "nac"]))}
+    figures.figure4(rows, [1, 2, 4], 8, {"nac": "NAC (scale-free)"}, tmp_path)
+    with_baselines, without = drawn[0].axes[0], drawn[0].axes[1]
+    lines = {ln.get_label(): ln for ln in with_baselines.get_lines()}
+    assert set(lines) == {"Perceiver IO", "NAC (scale-free)", RUN_LABELS["neural_interpreter"],
+                          RUN_LABELS["modular_network"], "chance (8-way)"}
+    styles = [(lines[k].get_marker(), lines[k].get_linestyle()) for k in
+              ("Perceiver IO", RUN_LABELS["neural_interpreter"], RUN_LABELS["modular_network"])]
+    assert len(set(styles)) == 3
+    assert {ln.get_label() for ln in without.get_lines()} == {"Perceiver IO", "NAC (scale-free)", "chance (8-way)"}
