@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from nac.baselines import ModularNetwork, ModularNetworkConfig, NeuralInterpreter, NeuralInterpreterConfig
+from nac.baselines.fewshot import prepare_modular_network, prepare_neural_interpreter
 from nac.model import build_model
 from nac.tracks import fewshot as fs
 
@@ -72,7 +73,7 @@ def test_neural_interpreter_adapts_with_its_fine_tuning_protocol(new_functions):
     before = copy.deepcopy(pre.state_dict())
     x, y, qx, qy = episode()
     c = cfg(ni_new_functions=new_functions)
-    start = fs.prepare_neural_interpreter(pre, c, seed=7)
+    start = prepare_neural_interpreter(pre, WAYS, 7, new_functions, c.freeze)
     model = fs.adapt(pre, x, y, c, seed=7)
     expected = set(NI_HEAD)
     if new_functions:
@@ -132,7 +133,7 @@ def test_modular_network_adapts_a_new_head_over_frozen_layers(mode, extra):
     before = copy.deepcopy(pre.state_dict())
     x, y, qx, qy = episode()
     c = cfg(mn_train=mode)
-    start = fs.prepare_modular_network(pre, c, seed=7)
+    start = prepare_modular_network(pre, WAYS, 7, mode, c.freeze)
     model = fs.adapt(pre, x, y, c, seed=7)
     expected = {"head.weight", "head.bias"} | extra
     assert trainable(start) == expected and model.config.num_classes == WAYS
@@ -196,6 +197,8 @@ def test_fewshot_config_rejects_bad_baseline_options():
         fs.FewShotConfig(ni_new_functions=-1)
     with pytest.raises(ValueError, match="mn_train"):
         fs.FewShotConfig(mn_train="controller")
+    with pytest.raises(ValueError, match="valid choices: head, modules"):
+        prepare_modular_network(mn_model(), WAYS, 0, train="controller")
 
 
 # ---------------------------------------------------------------------------------------- params

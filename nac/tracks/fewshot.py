@@ -19,23 +19,11 @@ Protocol (all in the ``fewshot`` params section):
 
 The baselines (runs ``neural_interpreter`` and ``modular_network``, the image track's checkpoints
 of the same names) see the same episodes, seeds, steps, optimiser and loss (their graph
-regularizer is 0), with their own few-shot heads instead of ``freeze`` (see "Baselines' few-shot
-heads" below; which parameters train is spelled out there):
-
-- Neural Interpreter: its paper's fine-tuning protocol (``NeuralInterpreter.finetune``): a new
-  CLS token and a new classification head train, every pre-trained parameter stays frozen;
-  ``ni_new_functions`` > 0 also appends that many new functions (random signatures, learnable
-  codes) to every script. Default 0: with all old weights frozen the new functions are the only
-  new capacity inside the scripts, but each adds a stream to every function iteration (the
-  cost grows with the function count), and the paper presents them as optional.
-- Modular Network: its paper has no few-shot protocol. Our choice (``mn_train: head``): a new
-  ``ways``-way classifier over the frozen modular layers, which run with the controller's mode
-  selection (the model's evaluation path), i.e. the Neural Interpreter's "new head, old weights
-  frozen". ``mn_train: modules`` also trains the modules' weights and biases (the other models'
-  "all but ``freeze``"); the controller stays frozen either way: under mode selection it gets no
-  gradient. No EM during fine-tuning: with the controller frozen there is no selection to learn,
-  and a few-shot support set (8 to 128 examples, 30 steps) is too small for the persistent a*.
-- ``freeze`` prefixes further restrict what trains for the baselines too.
+regularizer is 0) with their own few-shot heads (``nac.baselines.fewshot``): the Neural
+Interpreter's fine-tuning protocol (new CLS token and head, ``ni_new_functions`` optional new
+functions, old parameters frozen) and, for the Modular Network (no protocol in its paper), a new
+head over the frozen modular layers with the controller's mode selection (``mn_train: modules``
+also trains the modules), no EM.
 
 Optimisation (tested equal to the plain form): with a frozen tokenizer the tokens of the support
 and query images are computed once per episode instead of at every step.
@@ -85,6 +73,8 @@ class FewShotConfig(ConfigDict):
             raise ValueError(f"fewshot.lr must be > 0, got {self.lr}")
         if int(self.ni_new_functions) < 0:
             raise ValueError(f"fewshot.ni_new_functions must be >= 0, got {self.ni_new_functions}")
+        from nac.baselines.fewshot import MN_TRAIN
+
         if self.mn_train not in MN_TRAIN:
             raise ValueError(f"fewshot.mn_train={self.mn_train!r}; valid choices: {', '.join(MN_TRAIN)}")
 
@@ -188,74 +178,15 @@ def adapt(pretrained: nn.Module, support_x: torch.Tensor, support_y: torch.Tenso
 
 
 # =================================================================================================
-# Baselines' few-shot heads (Neural Interpreter, Modular Network): see the module docstring.
+# Baselines' few-shot heads (Neural Interpreter, Modular Network): ``nac.baselines.fewshot``.
 # NAC and Perceiver IO go through ``prepare_model`` unchanged.
 # =================================================================================================
-BASELINE_RUNS = ("neural_interpreter", "modular_network")
-MN_TRAIN = ("head", "modules")
-
-
-def _under(name: str, prefixes: list[str]) -> bool:
-    return any(name == f or name.startswith(f + ".") for f in prefixes)
-
-
-def _train_only(model: nn.Module, train: list[str], freeze: list[str]) -> None:
-    """``requires_grad`` exactly for the parameters under a ``train`` prefix and under no
-    ``freeze`` prefix."""
-    for name, p in model.named_parameters():
-        p.requires_grad_(_under(name, train) and not _under(name, freeze))
-
-
-def frozen_modules(model: nn.Module) -> list[str]:
-    """Names of the sub-modules that hold parameters, none of them trainable: they stay in eval
-    mode while fine-tuning (``_set_mode``), and a frozen ``tokenizer`` allows precomputed tokens."""
-    return [name for name, m in model.named_modules()
-            if name and any(True for _ in m.parameters()) and not any(p.requires_grad for p in m.parameters())]
-
-
-def prepare_neural_interpreter(pretrained: nn.Module, cfg: FewShotConfig, seed: int) -> nn.Module:
-    """A copy of a pre-trained Neural Interpreter after its paper's fine-tuning protocol: a new CLS
-    token (``cls_tokens.<n>``, the one read out) and a new ``ways``-way head train; with
-    ``cfg.ni_new_functions`` > 0 also the new function group of every script
-    (``scripts.<i>.functions.<g>``); everything else is frozen."""
-    model = copy.deepcopy(pretrained)
-    n_cls, n_groups = len(model.cls_tokens), len(model.scripts[0].functions)
-    torch.manual_seed(seed)
-    model.finetune(cfg.ways, num_new_functions=int(cfg.ni_new_functions), freeze_existing=True)
-    train = [f"cls_tokens.{n_cls}", "head"]
-    if cfg.ni_new_functions:
-        train += [f"scripts.{i}.functions.{n_groups}" for i in range(len(model.scripts))]
-    _train_only(model, train, cfg.freeze)
-    return model
-
-
-def prepare_modular_network(pretrained: nn.Module, cfg: FewShotConfig, seed: int) -> nn.Module:
-    """A copy of a pre-trained Modular Network with a new ``ways``-way ``head``, which trains; with
-    ``cfg.mn_train == "modules"`` the modules' weights and biases (``layers.<i>.weight|bias``)
-    train too. The controllers stay frozen (mode selection: no gradient; no EM)."""
-    from dataclasses import replace
-
-    model = copy.deepcopy(pretrained)
-    torch.manual_seed(seed)
-    model.head = nn.Linear(model.head.in_features, cfg.ways)
-    model.config = replace(model.config, num_classes=cfg.ways)
-    train = ["head"]
-    if cfg.mn_train == "modules":
-        train += [f"layers.{i}.{w}" for i in range(len(model.layers)) for w in ("weight", "bias")]
-    _train_only(model, train, cfg.freeze)
-    return model
-
-
 def _prepare(pretrained: nn.Module, cfg: FewShotConfig, seed: int) -> tuple[nn.Module, list[str]]:
-    """The model to fine-tune and the module prefixes kept in eval mode."""
-    variant = getattr(pretrained.config, "variant", None)
-    if variant == "neural_interpreter":
-        model = prepare_neural_interpreter(pretrained, cfg, seed)
-    elif variant == "modular_network":
-        model = prepare_modular_network(pretrained, cfg, seed)
-    else:
-        return prepare_model(pretrained, cfg.ways, cfg.freeze, seed), cfg.freeze
-    return model, frozen_modules(model)
+    """The model to fine-tune and the module prefixes kept frozen and in eval mode."""
+    from nac.baselines.fewshot import prepare_baseline
+
+    baseline = prepare_baseline(pretrained, cfg.ways, seed, cfg.ni_new_functions, cfg.mn_train, cfg.freeze)
+    return baseline if baseline is not None else (prepare_model(pretrained, cfg.ways, cfg.freeze, seed), cfg.freeze)
 
 
 def input_size(model: nn.Module) -> int | None:
