@@ -212,6 +212,12 @@ def test_fewshot_runs_accept_the_baselines():
     validate_tracks(p)
     assert [fewshot_image_run(p, r) for r in p["fewshot"]["runs"]] == \
         ["perceiver_io", f"nac-{p['prior']['name']}", "neural_interpreter", "modular_network"]
+    p["fewshot"]["protocol"] = dict(p["fewshot"]["protocol"], ni_new_functions=2, mn_train="modules")
+    validate_tracks(p)
+    p["fewshot"]["protocol"]["mn_train"] = "controller"
+    with pytest.raises(ParamsError, match="mn_train"):
+        validate_tracks(p)
+    p["fewshot"]["protocol"]["mn_train"] = "head"
     p["fewshot"]["runs"] = ["nac", "transformer"]
     with pytest.raises(ParamsError, match="neural_interpreter, modular_network"):
         validate_tracks(p)
