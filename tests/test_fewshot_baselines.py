@@ -154,10 +154,11 @@ def test_modular_network_adapts_a_new_head_over_frozen_layers(mode, extra):
     assert all(torch.equal(v, again[k]) for k, v in sd.items())
 
 
-def test_modular_network_learns_a_separable_episode():
+@pytest.mark.parametrize("mode", ["modules", "head"])
+def test_modular_network_learns_a_separable_episode(mode):
     pre = mn_model(3)
     x, y, qx, qy = episode(shots=8, queries=20, seed=3)
-    model = fs.adapt(pre, x, y, cfg(steps=60, lr=3e-2, batch_size=64), seed=0)
+    model = fs.adapt(pre, x, y, cfg(steps=60, lr=1e-2, batch_size=64, mn_train=mode), seed=0)
     assert fs.query_accuracy(model, qx, qy) >= 80.0  # chance: 33%
 
 

@@ -21,9 +21,9 @@ The baselines (runs ``neural_interpreter`` and ``modular_network``, the image tr
 of the same names) see the same episodes, seeds, steps, optimiser and loss (their graph
 regularizer is 0) with their own few-shot heads (``nac.baselines.fewshot``): the Neural
 Interpreter's fine-tuning protocol (new CLS token and head, ``ni_new_functions`` optional new
-functions, old parameters frozen) and, for the Modular Network (no protocol in its paper), a new
-head over the frozen modular layers with the controller's mode selection (``mn_train: modules``
-also trains the modules), no EM.
+functions, old parameters frozen) and, for the Modular Network (no protocol in its paper), this
+protocol's own (new head; the modules train, ``mn_train: head`` freezes them), with the
+controller's mode selection frozen and no EM.
 
 Optimisation (tested equal to the plain form): with a frozen tokenizer the tokens of the support
 and query images are computed once per episode instead of at every step.
@@ -58,8 +58,8 @@ class FewShotConfig(ConfigDict):
     precompute_tokens: bool = True
     support_split: str = "train"
     query_split: str = "test"
-    ni_new_functions: int = 0      # Neural Interpreter: new functions per script (see the module docstring)
-    mn_train: str = "head"         # Modular Network: "head" or "modules" (see the module docstring)
+    ni_new_functions: int = 0      # Neural Interpreter: new functions per script (nac.baselines.fewshot)
+    mn_train: str = "modules"      # Modular Network: "modules" or "head" (nac.baselines.fewshot)
 
     def __post_init__(self) -> None:
         if self.ways < 2:
