@@ -158,7 +158,7 @@ def test_kernel_is_nacs_and_truncation_gives_exact_zeros(monkeypatch):
         calls.append(kw)
         return real(*a, **kw)
 
-    monkeypatch.setattr("nac.baselines.neural_interpreter.link_probabilities", spy)
+    monkeypatch.setattr("nac.baselines.ni_layers.link_probabilities", spy)  # where eq. 2 calls it
     script = Script(small_config(truncation=0.3))
     C = script.type_matching(torch.randn(B, V, 16))
     assert calls and calls[0]["truncation"] == 0.3 and C.shape == (B, 3, V)

@@ -33,9 +33,13 @@ def parse_run(run: str) -> tuple[str, str | None, str | None]:
                       f"with prior in {', '.join(PRIORS)} and control in {', '.join(CONTROLS)}")
 
 
+FEWSHOT_BASELINES = ("neural_interpreter", "modular_network")   # few-shot runs = image-track runs of that name
+
+
 def fewshot_image_run(params: dict, run: str) -> str:
-    """The image-track run a few-shot run adapts: ``nac`` -> ``nac-<prior.name>``."""
-    return run if run == "perceiver_io" else f"nac-{params['prior']['name']}"
+    """The image-track run a few-shot run adapts: ``nac`` -> ``nac-<prior.name>``; Perceiver IO and
+    the baselines keep their names."""
+    return run if run in ("perceiver_io", *FEWSHOT_BASELINES) else f"nac-{params['prior']['name']}"
 
 
 def image_checkpoint(run: str, seed: int) -> Path:

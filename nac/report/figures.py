@@ -55,15 +55,17 @@ def figure3(learned: dict[str, np.ndarray], n: int, out_dir: str | Path, seed: i
     return save(fig, out_dir, "figure3_graph_priors")
 
 
-def _ci_lines(ax, df: pd.DataFrame, x: str, y: str, runs: list[str], labels: dict[str, str] = RUN_LABELS) -> None:
-    """One line per run: mean of ``y`` per ``x`` with a Student-t 95% CI band."""
+def _ci_lines(ax, df: pd.DataFrame, x: str, y: str, runs: list[str], labels: dict[str, str] = RUN_LABELS,
+              styles: dict[str, dict] | None = None) -> None:
+    """One line per run: mean of ``y`` per ``x`` with a Student-t 95% CI band; ``styles`` (run ->
+    ``ax.plot`` keywords, e.g. marker and linestyle) overrides the default circle markers."""
     for run in runs:
         sub = df[df["run"] == run]
         stats = [(xv, summarize(g[y].tolist())) for xv, g in sub.groupby(x)]
         xs = np.array([s[0] for s in stats])
         mean = np.array([s[1]["mean"] for s in stats])
         ci = np.array([s[1]["ci95"] for s in stats])
-        line, = ax.plot(xs, mean, marker="o", ms=3.5, label=labels.get(run, run))
+        line, = ax.plot(xs, mean, **{"marker": "o", "ms": 3.5, **(styles or {}).get(run, {})}, label=labels.get(run, run))
         ax.fill_between(xs, mean - ci, mean + ci, alpha=0.2, color=line.get_color())
 
 
@@ -153,13 +155,20 @@ def learning_curves(histories: dict[str, list[list[dict]]], out_dir) -> list[Pat
     return save(fig, out_dir, "learning_curves_image")
 
 
+FIGURE4_BASELINE_STYLES = {"neural_interpreter": {"marker": "s", "ls": "-."},
+                           "modular_network": {"marker": "^", "ls": ":"}}
+
+
 def figure4(stats: dict[str, pd.DataFrame], shots: list[int], ways: int, labels: dict[str, str], out_dir) -> list[Path]:
     """Few-shot adaptation, one panel per target: query Acc@1 against shots per class (log2 axis),
-    NAC and Perceiver IO with 95% CI bands over episodes. ``stats``: target -> the episode rows
-    (``shots, episode, run, acc1``)."""
+    NAC and Perceiver IO with 95% CI bands over episodes, and the baselines (dash-dot / dotted,
+    square / triangle markers; labels from ``RUN_LABELS`` unless ``labels`` names them) where the
+    rows have them. ``stats``: target -> the episode rows (``shots, episode, run, acc1``)."""
     fig, axes = plt.subplots(1, len(stats), figsize=(5 * len(stats), 4), squeeze=False)
+    labels = {**RUN_LABELS, **labels}
     for ax, (target, df) in zip(axes[0], stats.items()):
-        _ci_lines(ax, df, "shots", "acc1", ["perceiver_io", "nac"], labels)
+        baselines = [b for b in FIGURE4_BASELINE_STYLES if b in set(df["run"])]
+        _ci_lines(ax, df, "shots", "acc1", ["perceiver_io", "nac", *baselines], labels, FIGURE4_BASELINE_STYLES)
         ax.axhline(100.0 / ways, ls="--", lw=0.8, color="grey", label=f"chance ({ways}-way)")
         ax.set_xscale("log", base=2)
         ax.set_xticks(shots, [str(s) for s in shots])

@@ -228,30 +228,47 @@ def analysis_table(a: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+FEWSHOT_BASELINES = ("neural_interpreter", "modular_network")
+
+
 def fewshot_stats(rows: list[dict[str, Any]]) -> pd.DataFrame:
     """Per shot count: query Acc@1 of Perceiver IO and NAC (mean, Student-t 95% CI over episodes)
     and NAC − Perceiver IO paired by episode (both models see the same episodes). Long table:
-    ``shots, run, mean, ci95, n`` with run in perceiver_io / nac / nac_minus_perceiver_io."""
+    ``shots, run, mean, ci95, n`` with run in perceiver_io / nac / nac_minus_perceiver_io; then,
+    for each baseline with rows (``FEWSHOT_BASELINES``), ``<baseline>`` and
+    ``<baseline>_minus_perceiver_io`` (paired by episode the same way)."""
     wide = pd.DataFrame(rows).pivot(index=["shots", "episode"], columns="run", values="acc1")
+    baselines = [b for b in FEWSHOT_BASELINES if b in wide.columns]
     out = []
     for shots, g in wide.groupby(level="shots"):
-        both = g.dropna()
+        both = g[["perceiver_io", "nac"]].dropna()
         for run, vals in (("perceiver_io", g["perceiver_io"].dropna()), ("nac", g["nac"].dropna()),
                           ("nac_minus_perceiver_io", both["nac"] - both["perceiver_io"])):
             out.append({"shots": int(shots), "run": run, **summarize(vals.tolist())})
+        for b in baselines:
+            pair = g[["perceiver_io", b]].dropna()
+            for run, vals in ((b, g[b].dropna()), (f"{b}_minus_perceiver_io", pair[b] - pair["perceiver_io"])):
+                out.append({"shots": int(shots), "run": run, **summarize(vals.tolist())})
     return pd.DataFrame(out)
 
 
 def fewshot_table(stats: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """Display table of Figure 4: one row per target and shot count."""
+    """Display table of Figure 4: one row per target and shot count (the baselines' columns, each
+    with its paired difference to Perceiver IO, when they have rows)."""
     rows = []
     for target, df in stats.items():
         for shots, g in df.groupby("shots"):
             s = g.set_index("run")
             cell = lambda run: fmt(s.loc[run, "mean"], s.loc[run, "ci95"], int(s.loc[run, "n"]))  # noqa: E731
-            rows.append({"target": target, "shots": int(shots), "episodes": int(s.loc["nac_minus_perceiver_io", "n"]),
-                         "Perceiver IO": cell("perceiver_io"), "NAC": cell("nac"),
-                         "NAC − Perceiver IO (paired)": cell("nac_minus_perceiver_io")})
+            row = {"target": target, "shots": int(shots), "episodes": int(s.loc["nac_minus_perceiver_io", "n"]),
+                   "Perceiver IO": cell("perceiver_io"), "NAC": cell("nac"),
+                   "NAC − Perceiver IO (paired)": cell("nac_minus_perceiver_io")}
+            for b in FEWSHOT_BASELINES:
+                if b in s.index:
+                    name = RUN_LABELS.get(b, b).replace(" (baseline)", "")
+                    row[RUN_LABELS.get(b, b)] = cell(b)
+                    row[f"{name} − Perceiver IO (paired)"] = cell(f"{b}_minus_perceiver_io")
+            rows.append(row)
     return pd.DataFrame(rows)
 
 

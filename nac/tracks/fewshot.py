@@ -17,6 +17,14 @@ Protocol (all in the ``fewshot`` params section):
   else random mini-batches), cross-entropy plus the pre-training's graph regularizer.
 - NAC and Perceiver IO see identical episodes, so their difference is paired per episode.
 
+The baselines (runs ``neural_interpreter`` and ``modular_network``, the image track's checkpoints
+of the same names) see the same episodes, seeds, steps, optimiser and loss (their graph
+regularizer is 0) with their own few-shot heads (``nac.baselines.fewshot``): the Neural
+Interpreter's fine-tuning protocol (new CLS token and head, ``ni_new_functions`` optional new
+functions, old parameters frozen) and, for the Modular Network (no protocol in its paper), this
+protocol's own (new head; the modules train, ``mn_train: head`` freezes them), with the
+controller's mode selection frozen and no EM.
+
 Optimisation (tested equal to the plain form): with a frozen tokenizer the tokens of the support
 and query images are computed once per episode instead of at every step.
 """
@@ -55,6 +63,8 @@ class FewShotConfig(ConfigDict):
     precompute_tokens: bool = True
     support_split: str = "train"
     query_split: str = "test"
+    ni_new_functions: int = 0      # Neural Interpreter: new functions per script (nac.baselines.fewshot)
+    mn_train: str = "modules"      # Modular Network: "modules" or "head" (nac.baselines.fewshot)
 
     def __post_init__(self) -> None:
         if self.ways < 2:
@@ -66,6 +76,12 @@ class FewShotConfig(ConfigDict):
                 raise ValueError(f"fewshot.{name} must be >= 1, got {getattr(self, name)}")
         if self.lr <= 0:
             raise ValueError(f"fewshot.lr must be > 0, got {self.lr}")
+        if int(self.ni_new_functions) < 0:
+            raise ValueError(f"fewshot.ni_new_functions must be >= 0, got {self.ni_new_functions}")
+        from nac.baselines.fewshot import MN_TRAIN
+
+        if self.mn_train not in MN_TRAIN:
+            raise ValueError(f"fewshot.mn_train={self.mn_train!r}; valid choices: {', '.join(MN_TRAIN)}")
 
 
 @dataclass
@@ -140,9 +156,10 @@ def adapt(pretrained: nn.Module, support_x: torch.Tensor, support_y: torch.Tenso
     """
     device = torch.device(device)
     precompute = cfg.precompute_tokens if precompute_tokens is None else precompute_tokens
-    model = prepare_model(pretrained, cfg.ways, cfg.freeze, seed).to(device)
+    model, freeze = _prepare(pretrained, cfg, seed)  # NAC / Perceiver IO: prepare_model(...), cfg.freeze
+    model = model.to(device)
     support_x, support_y = support_x.to(device), support_y.to(device)
-    if precompute and "tokenizer" in cfg.freeze:  # frozen + eval mode: the same tokens at every step
+    if precompute and "tokenizer" in freeze:  # frozen + eval mode: the same tokens at every step
         model.tokenizer.eval()
         with torch.no_grad():
             support_x = model.tokenizer(support_x)
@@ -153,7 +170,7 @@ def adapt(pretrained: nn.Module, support_x: torch.Tensor, support_y: torch.Tenso
     torch.manual_seed(seed)
     n = len(support_y)
     for _ in range(cfg.steps):
-        _set_mode(model, cfg.freeze)
+        _set_mode(model, freeze)
         idx = (torch.randperm(n, generator=gen)[:cfg.batch_size] if n > cfg.batch_size else torch.arange(n)).to(device)
         design = model.design()
         loss = F.cross_entropy(model(support_x[idx], design=design), support_y[idx])
@@ -163,6 +180,26 @@ def adapt(pretrained: nn.Module, support_x: torch.Tensor, support_y: torch.Tenso
         loss.backward()
         opt.step()
     return model.eval()
+
+
+# =================================================================================================
+# Baselines' few-shot heads (Neural Interpreter, Modular Network): ``nac.baselines.fewshot``.
+# NAC and Perceiver IO go through ``prepare_model`` unchanged.
+# =================================================================================================
+def _prepare(pretrained: nn.Module, cfg: FewShotConfig, seed: int) -> tuple[nn.Module, list[str]]:
+    """The model to fine-tune and the module prefixes kept frozen and in eval mode."""
+    from nac.baselines.fewshot import prepare_baseline
+
+    baseline = prepare_baseline(pretrained, cfg.ways, seed, cfg.ni_new_functions, cfg.mn_train, cfg.freeze)
+    return baseline if baseline is not None else (prepare_model(pretrained, cfg.ways, cfg.freeze, seed), cfg.freeze)
+
+
+def input_size(model: nn.Module) -> int | None:
+    """The image size the pre-trained model reads (its tokenizer's, or a Modular Network's)."""
+    tokenizer = getattr(model.config, "tokenizer", None)
+    if isinstance(tokenizer, dict):
+        return tokenizer.get("image_size")
+    return getattr(model.config, "image_size", None)
 
 
 @torch.no_grad()
@@ -186,7 +223,7 @@ def adapt_and_evaluate(pretrained: nn.Module, support_x: torch.Tensor, support_y
                        device: torch.device | str = "cpu") -> float:
     """Fine-tune a copy of ``pretrained`` on the support set; query Acc@1 in percent."""
     model = adapt(pretrained, support_x, support_y, cfg, seed, device)
-    tokenizer = pretrained.tokenizer.to(device) if isinstance(model.tokenizer, nn.Identity) else None
+    tokenizer = pretrained.tokenizer.to(device) if isinstance(getattr(model, "tokenizer", None), nn.Identity) else None
     return query_accuracy(model, query_x, query_y, tokenizer)
 
 
@@ -207,7 +244,7 @@ def run_fewshot(pretrained: dict[str, list[nn.Module]], targets: dict[str, Any],
         ep_seed = seed * 1_000_003 + sorted(targets).index(target) * 10_007 + e
         ep = sample_episode(sup_labels, qry_labels, cfg, ep_seed)
         for run, models in pretrained.items():
-            size = models[0].config.tokenizer.get("image_size")
+            size = input_size(models[0])
             qx, qy = _stack(qry, ep.query, size), _relabel(qry_labels[ep.query], ep.classes)
             model_index = e % len(models)
             for k in cfg.shots:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from nac.pipeline import schema_models as schema
-from nac.pipeline.paths import fewshot_image_run
+from nac.pipeline.paths import FEWSHOT_BASELINES, fewshot_image_run
 from nac.pipeline.datasets import dataset_info
 from nac.tracks.fewshot import FewShotConfig
 
@@ -25,9 +25,10 @@ def validate(params: dict[str, Any]) -> None:
             raise ParamsError(f"fewshot.targets lists {t!r}, which is not in data.datasets {datasets}")
     if not fs.get("targets"):
         raise ParamsError("fewshot.targets is empty; name at least one dataset (mini: digits, shapes_novel)")
-    bad = [r for r in fs.get("runs", []) if r not in ("perceiver_io", "nac")]
+    valid = ("perceiver_io", "nac", *FEWSHOT_BASELINES)
+    bad = [r for r in fs.get("runs", []) if r not in valid]
     if bad or not fs.get("runs"):
-        raise ParamsError(f"fewshot.runs {fs.get('runs')} must be a non-empty list of: perceiver_io, nac")
+        raise ParamsError(f"fewshot.runs {fs.get('runs')} must be a non-empty list of: {', '.join(valid)}")
     if fs.get("source") not in ("image", "pretrain"):
         raise ParamsError(f"fewshot.source={fs.get('source')!r}; valid choices: image (the image track's checkpoints), "
                           "pretrain (fewshot.pretrain settings)")
@@ -40,6 +41,9 @@ def validate(params: dict[str, Any]) -> None:
                               f"(nac means nac-<prior.name>); add them or pick another prior")
     elif not fs.get("pretrain"):
         raise ParamsError("fewshot.source=pretrain needs a fewshot.pretrain section {dataset, model, train}")
+    elif any(r in FEWSHOT_BASELINES for r in fs["runs"]):
+        raise ParamsError(f"fewshot.runs {fs['runs']}: the baselines ({', '.join(FEWSHOT_BASELINES)}) adapt the image "
+                          "track's checkpoints only (fewshot.source: image)")
     try:
         cfg = FewShotConfig.from_dict(dict(fs.get("protocol") or {}))
     except ValueError as e:
