@@ -133,7 +133,7 @@ def make_params(seeds=(0, 1, 2), targets=("digits",)) -> dict:
     return {"profile": "test", "seeds": list(seeds), "prior": {"name": "scale_free"},
             "image": {"ladder": [*LADDER, NOREG, RANDINIT, NI, MN]},
             "prune": {"runs": ["perceiver_io", *PRIORS], "random_orders": RANDOM_ORDERS},
-            "fewshot": {"targets": list(targets)}, "nlvr": {"runs": ["conditional", "text_only", "image_only"]}, **tracks}
+            "fewshot": {"targets": list(targets), "runs": ["perceiver_io", "nac", NI, MN]}, "nlvr": {"runs": ["conditional", "text_only", "image_only"]}, **tracks}
 
 
 def _dump(path: Path, obj) -> None:
@@ -232,6 +232,8 @@ def write_metrics(root: Path, spec: dict, seeds=(0, 1, 2)) -> Path:
     _dump(root / "image/prune.json", rows)
     fs = [{"target": "digits", "run": run, "episode": e, "shots": k, "acc1": accs[j]}
           for (e, k), accs in spec["fewshot"].items() for j, run in enumerate(("nac", "perceiver_io"))]
+    fs += [{"target": "digits", "run": NI, "episode": e, "shots": k, "acc1": acc}
+           for (e, k), acc in spec.get("fewshot_ni", {}).items()]   # the Neural Interpreter's rows, when given
     _dump(root / "fewshot/digits.json", {"target": "digits", "rows": fs})
     tracks = {**spec["tracks"], "nlvr": spec["nlvr"]}
     for track, runs in tracks.items():
@@ -739,7 +741,7 @@ REPORT_ORDER = (   # the report order of reports/claims.md before the registry (
     "nlvr_vs_zeroshot", "nlvr_uses_both", "nlvr_type_structure", "nlvr_diversity",
     "nlvr_two_cliques", "ni_matches_pio", "ni_fewshot", "mn_specialise", "mn_no_collapse",
 )
-NEVER_MEASURED = {"nlvr_two_cliques", "ni_fewshot"}   # registered, but the suite has no metrics for them yet
+NEVER_MEASURED = {"nlvr_two_cliques"}   # registered, but the suite has no metrics for it yet
 
 
 def full_params() -> dict:
@@ -752,6 +754,7 @@ def full_params() -> dict:
 def full_spec() -> dict:
     spec = good_spec()
     spec["nlvr"][C.ZERO_SHOT_RUN] = [60.0, 60.5, 61.5]
+    spec["fewshot_ni"] = {ek: pio + 8.0 + 0.3 * ek[0] for ek, (_, pio) in spec["fewshot"].items()}
     return spec
 
 
@@ -790,6 +793,7 @@ FAILS = {
         untrained={"knn_accuracy": 95.0, "knn_accuracy_ci95": 2.0, "silhouette": 0.1}),
     "nlvr_diversity": lambda s: s["analysis"].update(cut_complete_fraction=0.9),
     "ni_matches_pio": lambda s: s["iid"].update({NI: [45.0, 45.2, 45.1]}),
+    "ni_fewshot": lambda s: s.update(fewshot_ni={ek: pio + 0.1 * ek[0] for ek, (_, pio) in s["fewshot"].items()}),
     "mn_specialise": lambda s: [u.update(mi_shuffled=list(u["mi"])) for u in s["modular_usage"]],
     "mn_no_collapse": lambda s: [u.update(exp_entropy=[1.0, 3.0]) for u in s["modular_usage"]],
 }
@@ -883,3 +887,16 @@ def test_every_claim_without_its_metrics_is_not_measured(tmp_path, cid):
     r = by_id(C.evaluate_claims(full_params(), tmp_path / "nothing"))[cid]
     assert r["verdict"] == INCONCLUSIVE and r["reason"].startswith("not measured: ") and len(r["reason"]) > 15
     assert (r["ours"], r["estimate"], r["lo"], r["hi"], r["n"]) == ("—", None, None, None, 0)
+
+
+def test_ni_fewshot_is_paired_per_episode_with_perceiver_io(tmp_path):
+    spec = full_spec()
+    row = by_id(C.evaluate_claims(full_params(), write_metrics(tmp_path / "metrics", spec)))["ni_fewshot"]
+    per_ep = [np.mean([spec["fewshot_ni"][e, k] - spec["fewshot"][e, k][1] for k in (1, 2, 4)]) for e in range(3)]
+    ci = stats.ttest_1samp(per_ep, 0.0).confidence_interval()
+    assert row["estimate"] == pytest.approx(np.mean(per_ep)) and row["n"] == 3
+    assert (row["lo"], row["hi"]) == (pytest.approx(ci.low), pytest.approx(ci.high))
+    params = full_params()
+    params["fewshot"]["runs"] = ["perceiver_io", "nac"]
+    row = by_id(C.evaluate_claims(params, write_metrics(tmp_path / "m2", spec)))["ni_fewshot"]
+    assert row["verdict"] == INCONCLUSIVE and "fewshot.runs lacks" in row["reason"]

@@ -18,12 +18,9 @@ def _targets(params: dict) -> list[str]:
     return list(params.get("fewshot", {}).get("targets", []))
 
 
-@claim("fewshot", per=_targets, source="abstract, §4.1 (Fig. 4)",
-       statement=lambda c, t: f"NACs adapt better than Perceiver IO in the low-shot regime ({FEWSHOT_TARGETS.get(t, t)})",
-       paper=f"~+10 (abstract; 1–{LOW_SHOTS} shots per class, 8-way)",
-       measure=lambda c, t: f"d = Acc@1 {NAC} − {PIO} on {t}, averaged over shots ≤ {LOW_SHOTS} per episode; paired t "
-                            f"CI over episodes; {D1}")
-def fewshot(c: Context, target: str) -> dict:
+def lowshot_pairs(c: Context, target: str, a: str, b: str) -> tuple[list[float], dict[str, float], list[int]]:
+    """Runs ``a`` and ``b`` on one target in the low-shot regime, paired by episode: the per-episode
+    mean over shots <= ``LOW_SHOTS`` of acc1(a) - acc1(b), each run's mean, and the shot counts."""
     rel = f"fewshot/{target}.json"
     rows, where = c.m.json(rel), c.m.label(rel)
     if not isinstance(rows, dict) or not isinstance(rows.get("rows"), list):
@@ -32,23 +29,33 @@ def fewshot(c: Context, target: str) -> dict:
     for r in rows["rows"]:
         if not isinstance(r, dict) or "run" not in r:
             raise ValueError(f"malformed metrics {where}: a row without 'run'")
-        if r["run"] not in (PIO, NAC) or number(r, "shots", where) > LOW_SHOTS:
+        if r["run"] not in (a, b) or number(r, "shots", where) > LOW_SHOTS:
             continue
         key = (r["run"], int(number(r, "episode", where)), int(r["shots"]))
         if key in acc:
             raise ValueError(f"malformed metrics {where}: duplicate row {key}")
         acc[key] = number(r, "acc1", where)
-    keys = {run: {k[1:] for k in acc if k[0] == run} for run in (PIO, NAC)}
-    if not keys[PIO] and not keys[NAC]:
-        raise Missing(f"rows with shots ≤ {LOW_SHOTS} in {where}")
-    if keys[PIO] != keys[NAC]:
-        raise ValueError(f"malformed metrics {where}: {NAC} and {PIO} rows are not paired "
-                         f"(unmatched (episode, shots): {sorted(keys[PIO] ^ keys[NAC])})")
-    episodes = sorted({e for e, _ in keys[NAC]})
-    diffs = [np.mean([acc[(NAC, e, k)] - acc[(PIO, e, k)] for e_, k in keys[NAC] if e_ == e]) for e in episodes]
+    keys = {run: {k[1:] for k in acc if k[0] == run} for run in (a, b)}
+    if not keys[a] or not keys[b]:
+        absent = [run for run in (a, b) if not keys[run]]
+        raise Missing(f"rows of {' and '.join(absent)} with shots ≤ {LOW_SHOTS} in {where}")
+    if keys[a] != keys[b]:
+        raise ValueError(f"malformed metrics {where}: {a} and {b} rows are not paired "
+                         f"(unmatched (episode, shots): {sorted(keys[a] ^ keys[b])})")
+    episodes = sorted({e for e, _ in keys[a]})
+    diffs = [float(np.mean([acc[(a, e, k)] - acc[(b, e, k)] for e_, k in keys[a] if e_ == e])) for e in episodes]
+    means = {run: float(np.mean([v for k, v in acc.items() if k[0] == run])) for run in (a, b)}
+    return diffs, means, sorted({k for _, k in keys[a]})
+
+
+@claim("fewshot", per=_targets, source="abstract, §4.1 (Fig. 4)",
+       statement=lambda c, t: f"NACs adapt better than Perceiver IO in the low-shot regime ({FEWSHOT_TARGETS.get(t, t)})",
+       paper=f"~+10 (abstract; 1–{LOW_SHOTS} shots per class, 8-way)",
+       measure=lambda c, t: f"d = Acc@1 {NAC} − {PIO} on {t}, averaged over shots ≤ {LOW_SHOTS} per episode; paired t "
+                            f"CI over episodes; {D1}")
+def fewshot(c: Context, target: str) -> dict:
+    diffs, means, shots = lowshot_pairs(c, target, NAC, PIO)
     iv = mean_ci(diffs)
-    means = {run: np.mean([v for k, v in acc.items() if k[0] == run]) for run in (NAC, PIO)}
-    shots = sorted({k for _, k in keys[NAC]})
     ours = (f"d = {_ci_text(iv)}; {NAC} {means[NAC]:.2f} vs {PIO} {means[PIO]:.2f} "
             f"(shots {', '.join(map(str, shots))}; n = {iv.n} episodes)")
     return _result(iv, difference_verdict(iv), ours)
