@@ -18,11 +18,11 @@ import yaml
 from nac.compose import write_params
 
 ROOT = Path(__file__).resolve().parents[1]
-COPY = ["nac", "stages", "conf", "notebooks", "dvc.yaml", ".dvcignore", "pyproject.toml"]
+COPY = ["nac", "stages", "conf", "notebooks", "bench", "dvc.yaml", ".dvcignore", "pyproject.toml"]  # bench: results the report cites
 REPORT_TRACKS = ["points", "listops", "text", "nlvr"]
 REPORT_FIGURES = ["figure3_graph_priors", "figure4_fewshot", "figure5a_prune_accuracy", "figure5b_prune_throughput",
                   "figure15_prune_relative", "figure6_nlvr_circuits", "learning_curves_image", "learning_curves_tracks",
-                  "figure_baselines_routing"]
+                  "figure_baselines_routing", "figure5b_paper_size_throughput", "convergence"]
 REPORT_TABLES = ["table1", "table1_numeric", "table1_ood_by_style", "figure4_fewshot", "figure4_fewshot_numeric", "table2",
                  "table3", "nlvr", "nlvr_by_type", "nlvr_analysis", "mechanism", "mechanism_distance_init",
                  "mechanism_distance_final", "prune_connectivity_vs_random"]

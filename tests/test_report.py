@@ -287,3 +287,20 @@ def test_figure_5b_paper_size_is_drawn_from_the_bench_results(tmp_path, cpu_cloc
     svg = paths[1].read_text()
     assert paths[0].stat().st_size > 1000 and "paper-size model, untrained weights, this CPU" in svg
     assert ("images per CPU-second" in svg) == cpu_clock
+
+
+def test_convergence_figure_and_table_from_bench_results(tmp_path):
+    from nac.report import build, figures
+
+    conv = {"seed": 0, "mini_epochs": 3, "profile": "mini",
+            "runs": {"perceiver_io": {"8": {"val_acc1": [10, 20, 30, 40, 50, 55, 58, 60]}},
+                     "nac-scale_free": {"8": {"val_acc1": [11, 22, 33, 44, 55, 60, 64, 66]}}}}
+    hist = lambda accs: [{"val_acc1": a} for a in accs]  # noqa: E731
+    histories = {"perceiver_io": [hist([10, 20, 25]), hist([12, 18, 27])], "nac-scale_free": [hist([11, 21, 26])]}
+    paths = figures.figure_convergence(conv, histories, {}, tmp_path)
+    assert paths and all(p.exists() and p.stat().st_size > 0 for p in paths)
+    table = build._convergence_table(conv, histories)
+    pio = table.set_index("model").loc[build.RUN_LABELS.get("perceiver_io", "perceiver_io")]
+    assert pio["this pipeline: val Acc@1 after 3 epochs (mean over 2 seeds)"] == 26.0
+    assert pio["gain over its last epoch"] == 7.0          # (5 + 9) / 2
+    assert pio["8 epochs, seed 0: val Acc@1"] == 60

@@ -29,6 +29,26 @@ TRACKS = ("points", "listops", "text", "nlvr")
 # bench/bench_throughput.py's results (Figure 5b at the paper's size); read from the working
 # directory (the repository root under `dvc repro`); the report says so when it is absent.
 PAPER_THROUGHPUT = Path("bench/results/throughput.json")
+# bench/bench_convergence.py's results (longer runs of the image track on one seed), same rules.
+CONVERGENCE = Path("bench/results/convergence.json")
+
+
+def _convergence_table(conv: dict, histories: dict[str, list[list[dict]]]) -> pd.DataFrame:
+    """Per model of the convergence runs: this pipeline's final validation Acc@1 and its gain over
+    the last epoch (mean over seeds), and each longer run's final Acc@1 (one seed)."""
+    rows = []
+    for run, by_len in conv["runs"].items():
+        own = [h for h in histories.get(run, []) if h]
+        row = {"model": RUN_LABELS.get(run, run)}
+        if own:
+            row[f"this pipeline: val Acc@1 after {len(own[0])} epochs (mean over {len(own)} seeds)"] = round(
+                float(np.mean([h[-1]["val_acc1"] for h in own])), 2)
+            row["gain over its last epoch"] = round(float(np.mean([h[-1]["val_acc1"] - h[-2]["val_acc1"]
+                                                                   for h in own if len(h) > 1])), 2)
+        for epochs, res in sorted(by_len.items(), key=lambda kv: int(kv[0])):
+            row[f"{epochs} epochs, seed {conv['seed']}: val Acc@1"] = round(res["val_acc1"][-1], 2)
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def _provenance(params: dict) -> dict[str, str]:
@@ -114,6 +134,10 @@ def _image(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dic
         figs["baselines"] = baseline_fig
     histories = {run: [t["history"] for t in trains if t["run"] == run] for run in ladder}
     figs["learning_curves"] = figures.learning_curves(histories, out / "figures")
+    if CONVERGENCE.exists():
+        conv = json.loads(CONVERGENCE.read_text())
+        figs["convergence"] = figures.figure_convergence(conv, histories, RUN_LABELS, out / "figures")
+        md["convergence"] = tables.write_table(_convergence_table(conv, histories), out / "tables", "convergence")
     return {"table1": {f"{r.run}/{r.metric}": {"mean": r.mean, "ci95": r.ci95, "paper": r.paper}
                        for r in t1_numeric.itertuples()},
             "prune": _prune_summary(prune, prune_runs)}
@@ -335,7 +359,15 @@ def _write_readme(out: Path, params: dict, summary: dict, md: dict[str, str], fi
               "Does the circuit (the link-probability matrix P) reflect the sentence's reasoning type? The paper shows this "
               "by t-SNE only; we measure it on the PCA of P:", "", md["nlvr_analysis"], ""]
     lines += ["## Learning curves", "", f"![learning curves]({rel(figs['learning_curves'])})", "",
-              f"![learning curves of the other tracks]({rel(figs['learning_curves_tracks'])})", "",
+              f"![learning curves of the other tracks]({rel(figs['learning_curves_tracks'])})", ""]
+    if "convergence" in figs:
+        lines += ["How far this profile's image track is from a plateau: the same models trained longer on one seed by "
+                  f"`python bench/bench_convergence.py` (`{CONVERGENCE}`; the cosine schedule stretched to the longer "
+                  "run), beside this pipeline's runs. Accuracy verdicts above are about the profile's training length.",
+                  "", f"![convergence]({rel(figs['convergence'])})", "", md["convergence"], ""]
+    else:
+        lines += [f"Convergence check: skipped, `{CONVERGENCE}` is absent (run `python bench/bench_convergence.py`).", ""]
+    lines += [
               "## Discrepancies", "",
               "Where the paper, the authors' code and this suite differ, or a choice had to be made:", ""]
     lines += [f"- **{topic}.** {text}" for topic, text in DISCREPANCIES] + [""]
