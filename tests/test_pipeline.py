@@ -25,7 +25,7 @@ REPORT_FIGURES = ["figure3_graph_priors", "figure4_fewshot", "figure5a_prune_acc
                   "figure_baselines_routing", "figure5b_paper_size_throughput", "convergence"]
 REPORT_TABLES = ["table1", "table1_numeric", "table1_ood_by_style", "figure4_fewshot", "figure4_fewshot_numeric", "table2",
                  "table3", "nlvr", "nlvr_by_type", "nlvr_analysis", "mechanism", "mechanism_distance_init",
-                 "mechanism_distance_final", "prune_connectivity_vs_random"]
+                 "mechanism_distance_final", "prune_connectivity_vs_random", "convergence"]
 VERDICTS = ("supported", "not supported", "inconclusive")
 
 
