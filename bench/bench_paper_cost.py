@@ -1,0 +1,108 @@
+"""What the `paper` profile costs in GPU-hours, estimated (not measured: no GPU was lent to this
+suite's development). For every image-track model of the composed `paper` params (each Table 1
+rung) and the few-shot ImageNet pre-trainings, one training step (forward + backward) at batch 2
+is run on the CPU under ``torch.utils.flop_counter.FlopCounterMode``; the FLOPs per training
+sample, times the training-set size, the epochs and the seeds, give the training FLOPs, and
+
+    GPU-hours = FLOPs / (sustained FLOP/s) / 3600
+
+at an assumed sustained rate (``--tflops``, default 100 TFLOP/s: about 10% of an H100's dense
+bf16 peak, typical for models of this size with attention over 256-1024 modules). The step time on
+this CPU is measured too and printed beside it. Evaluation, data loading and the tracks (Tables 2
+and 3, NLVR: a few percent of the total at their sizes) are not counted.
+
+    python bench/bench_paper_cost.py [--tflops 100] [--out bench/results/paper_cost.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from nac.config import ModelConfig  # noqa: E402
+from nac.model import build_model, count_parameters  # noqa: E402
+from nac.pipeline.params import compose  # noqa: E402
+from nac.pipeline.runs import prior_settings  # noqa: E402
+from nac.tracks.image import image_model_config  # noqa: E402
+
+TRAIN_SIZES = {"tiny_imagenet": 100_000, "imagenet": 1_281_167}   # training images (docs/reference.md)
+CLASSES = {"tiny_imagenet": 200, "imagenet": 1000}
+BATCH = 2
+
+
+def step_flops(model: torch.nn.Module, image_size: int, num_classes: int) -> tuple[float, float]:
+    """(FLOPs per training sample of one forward + backward, CPU seconds of that step at BATCH)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 256, (BATCH, 3, image_size, image_size), dtype=torch.uint8, generator=g)
+    y = torch.randint(0, num_classes, (BATCH,), generator=g)
+    model.train()
+    with FlopCounterMode(display=False) as counter:
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+    t = time.process_time()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    return counter.get_total_flops() / BATCH, time.process_time() - t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tflops", type=float, default=100.0, help="assumed sustained TFLOP/s of one GPU")
+    ap.add_argument("--out", default="bench/results/paper_cost.json")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    p = compose(["profile=paper"])
+    image, seeds = p["image"], len(p["seeds"])
+    size = image["model"]["tokenizer"]["image_size"]
+    rows = []
+    for run in image["ladder"]:
+        model = build_model(image_model_config(p, run, 0, CLASSES[image["dataset"]]), fit_signatures=False)
+        flops, cpu_s = step_flops(model, size, CLASSES[image["dataset"]])
+        epochs = image["train"]["epochs"]
+        total = flops * TRAIN_SIZES[image["dataset"]] * epochs * seeds
+        rows.append({"what": f"Table 1: {run}", "parameters": count_parameters(model), "gflops_per_sample": flops / 1e9,
+                     "cpu_s_per_step_batch2": cpu_s, "epochs": epochs, "runs": seeds, "train_flops": total})
+        print(f"{run:28s} {flops / 1e9:8.2f} GFLOP/sample  cpu {cpu_s:5.2f} s/step  {total / 1e18:8.1f} EFLOP", flush=True)
+    pre = (p.get("fewshot") or {}).get("pretrain")
+    if pre:
+        tok = pre["model"]["tokenizer"]
+        for name in ("nac", "perceiver_io"):
+            cfg = dict(pre["model"], num_classes=CLASSES[pre["dataset"]])
+            if name == "perceiver_io":   # as nac/tracks/pretrain.py builds them
+                cfg.update(variant="perceiver_io", **(pre.get("perceiver_io") or {}))
+            else:
+                cfg.update(variant="nac", **prior_settings(p))
+            model = build_model(ModelConfig.from_dict(cfg), fit_signatures=False)
+            flops, cpu_s = step_flops(model, tok["image_size"], CLASSES[pre["dataset"]])
+            epochs = pre["train"]["epochs"]
+            total = flops * TRAIN_SIZES[pre["dataset"]] * epochs
+            rows.append({"what": f"Figure 4 pre-training: {name}", "parameters": count_parameters(model),
+                         "gflops_per_sample": flops / 1e9, "cpu_s_per_step_batch2": cpu_s, "epochs": epochs, "runs": 1,
+                         "train_flops": total})
+            print(f"pretrain {name:19s} {flops / 1e9:8.2f} GFLOP/sample  cpu {cpu_s:5.2f} s/step  {total / 1e18:8.1f} EFLOP",
+                  flush=True)
+    rate = args.tflops * 1e12
+    for r in rows:
+        r["gpu_hours"] = r["train_flops"] / rate / 3600
+    total_h = sum(r["gpu_hours"] for r in rows)
+    print(f"\nestimated at {args.tflops:g} TFLOP/s sustained: {total_h:,.0f} GPU-hours "
+          f"(Table 1 {sum(r['gpu_hours'] for r in rows if r['what'].startswith('Table 1')):,.0f}, "
+          f"pre-training {sum(r['gpu_hours'] for r in rows if r['what'].startswith('Figure 4')):,.0f})")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"assumed_tflops": args.tflops, "total_gpu_hours": total_h, "rows": rows,
+                               "machine": {"platform": platform.platform(), "torch": torch.__version__, "threads": 1},
+                               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
