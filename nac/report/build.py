@@ -43,8 +43,8 @@ def _convergence_table(conv: dict, histories: dict[str, list[list[dict]]]) -> pd
         if own:
             row[f"this pipeline: val Acc@1 after {len(own[0])} epochs (mean over {len(own)} seeds)"] = round(
                 float(np.mean([h[-1]["val_acc1"] for h in own])), 2)
-            row["gain over its last epoch"] = round(float(np.mean([h[-1]["val_acc1"] - h[-2]["val_acc1"]
-                                                                   for h in own if len(h) > 1])), 2)
+            gains = [h[-1]["val_acc1"] - h[-2]["val_acc1"] for h in own if len(h) > 1]
+            row["gain over its last epoch"] = round(float(np.mean(gains)), 2) if gains else "n/a (one epoch)"
         for epochs, res in sorted(by_len.items(), key=lambda kv: int(kv[0])):
             row[f"{epochs} epochs, seed {conv['seed']}: val Acc@1"] = round(res["val_acc1"][-1], 2)
         rows.append(row)
