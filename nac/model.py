@@ -27,7 +27,7 @@ class NAC(nn.Module):
     conditional circuit generator reads.
     """
 
-    sampler_impl = "prepared"  # nac.circuits.kernel.SAMPLER_IMPLS; "plain" is the reference form
+    sampler_impl = "sparse"  # nac.circuits.kernel.SAMPLER_IMPLS; "plain" is the reference form
 
     def __init__(self, config: ModelConfig, fit_signatures: bool = True):
         super().__init__()

@@ -8,7 +8,9 @@ is consumed identically (the pipeline's reproducibility depends on it).
   attention backward) vs ``"plain"`` (``log(max(K_hat, 1e-30))``);
 * ``SKMDPA.attn_impl``: ``"explicit"`` attention with the kernel bias vs PyTorch's ``"sdpa"``;
 * ``NAC.sampler_impl``: ``"prepared"`` (``KernelSampler``: logit(P) once per forward, the
-  formula on linked entries only) vs ``"plain"`` (``sample_kernel`` per layer);
+  formula on linked entries only) vs ``"plain"`` (``sample_kernel`` per layer); ``"sparse"``
+  (the default) draws the same sample as a ``SparseKernel`` whose attention bias is computed on
+  the linked entries only;
 * ``nac.regularizer.BLAS_THREADS``: 1 (the matching's numpy products on one thread) vs None
   (numpy's default threads): bitwise the same.
 """
@@ -19,7 +21,7 @@ import torch.nn.functional as F
 
 from nac import build_model
 from nac.circuits.attention import SKMDPA, explicit_attention, log_normalized_kernel
-from nac.circuits.kernel import KernelSampler, link_probabilities, sample_kernel
+from nac.circuits.kernel import KernelSampler, SparseKernel, link_probabilities, sample_kernel
 from tests.conftest import make_tiny_config
 
 
@@ -99,6 +101,53 @@ def test_kernel_sampler_equals_sample_kernel_and_consumes_the_same_randomness(ba
         assert torch.equal(a == 0, b == 0)
         _close(a, b)
     _close(grad_p, grad_r)
+
+
+# ------------------------------------------------------------------ sparse kernel sample and bias
+@pytest.mark.parametrize("batch", [4, None])
+def test_sparse_kernel_gives_the_dense_sample_bias_and_gradients(batch):
+    """``impl="sparse"``: the same draw as ``"prepared"`` (bitwise, same generator use), and its
+    attention bias (computed on linked entries only) equals the dense masked bias, ``-inf`` on
+    exactly the same entries, with the same gradients to the signatures."""
+    s, P = _truncated_P(n=32)
+    out = {}
+    for impl in ("sparse", "prepared"):
+        torch.manual_seed(3)
+        sampler = KernelSampler(P, 0.5, impl=impl)
+        Ks = [sampler(batch) for _ in range(2)]
+        after = torch.rand(3)
+        dense = [K.dense() if isinstance(K, SparseKernel) else K for K in Ks]
+        biases = [log_normalized_kernel(K, delta=1e-6) for K in Ks]
+        w = [torch.randn(b.shape, generator=torch.Generator().manual_seed(i)) for i, b in enumerate(biases)]
+        loss = sum((b.masked_fill(b.isinf(), 0.0) * wi).sum() for b, wi in zip(biases, w))
+        out[impl] = (Ks, dense, biases, after, torch.autograd.grad(loss, s, retain_graph=True)[0])
+    (Ks, ds, bs, after_s, gs), (Kp, dp, bp, after_p, gp) = out["sparse"], out["prepared"]
+    assert all(isinstance(K, SparseKernel) for K in Ks) and not any(isinstance(K, SparseKernel) for K in Kp)
+    assert torch.equal(after_s, after_p)
+    for a, b in zip(ds, dp):
+        assert torch.equal(a, b)
+    for a, b in zip(bs, bp):
+        assert torch.equal(a.isinf(), b.isinf()) and a.isinf().float().mean() > 0.1
+        _close(a.masked_fill(a.isinf(), 0.0), b.masked_fill(b.isinf(), 0.0))
+    _close(gs, gp)
+
+
+def test_sparse_kernel_bias_takes_the_dense_form_for_its_special_cases():
+    """A row without links (a read-out module cut from every processor) and a linked entry
+    below the floor fall back to the dense masked bias exactly."""
+    _, P = _truncated_P(n=16, requires_grad=False)
+    P_empty = torch.cat([P, torch.zeros(1, P.shape[1])])
+    torch.manual_seed(0)
+    K = KernelSampler(P_empty, 0.5, impl="sparse")(3)
+    assert K.empty_rows
+    assert torch.equal(log_normalized_kernel(K), log_normalized_kernel(K.dense()))
+    torch.manual_seed(0)
+    K = KernelSampler(P, 0.5, impl="sparse")(3)
+    K.values = K.values.clone()
+    K.values[0, 1] = 1e-37  # K_hat below the 1e-30 floor
+    assert not K.empty_rows
+    assert torch.equal(log_normalized_kernel(K), log_normalized_kernel(K.dense()))
+    assert torch.equal(log_normalized_kernel(K, impl="plain"), log_normalized_kernel(K.dense(), impl="plain"))
 
 
 @pytest.mark.parametrize("mode", ["expectation", "threshold", "dense"])
