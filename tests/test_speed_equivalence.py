@@ -81,6 +81,21 @@ def test_explicit_attention_equals_sdpa_with_a_learnable_bias():
         _close(a, b)
 
 
+def test_explicit_attention_adds_the_bias_in_place_bitwise():
+    """The in-place bias add gives the out-of-place form's outputs and gradients to the bit."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 7, 4, requires_grad=True) for _ in range(3))
+    _, P = _truncated_P(n=7)
+    bias = log_normalized_kernel(sample_kernel(P, 0.5, batch_size=2)).unsqueeze(1)
+    g = torch.randn(2, 3, 7, 4)
+
+    def out_of_place(q, k, v, bias):
+        return torch.matmul((torch.matmul(q * 0.5, k.transpose(-1, -2)) + bias).softmax(-1), v)
+    res = [(y, *torch.autograd.grad((y * g).sum(), (q, k, v, P), retain_graph=True))
+           for y in (explicit_attention(q, k, v, bias), out_of_place(q, k, v, bias))]
+    assert all(torch.equal(a, b) for a, b in zip(*res))
+
+
 # ------------------------------------------------------------------ sampler: prepared vs plain
 @pytest.mark.parametrize("batch, per_sample", [(4, False), (None, False), (None, True)])
 def test_kernel_sampler_equals_sample_kernel_and_consumes_the_same_randomness(batch, per_sample):

@@ -89,10 +89,12 @@ def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: 
     PyTorch's CPU SDPA falls back to its math path, which adds a NaN-safe softmax (an all-row
     ``-inf`` scan and a ``where`` over ``[B, H, U, V]``) and slower strided products; written out
     it is ~25% cheaper forward + backward. The kernel bias never has an all ``-inf`` row
-    (``log_normalized_kernel``), so the safe softmax buys nothing here. q, k, v ``[B, H, U|V, e]``,
-    bias broadcastable to ``[B, H, U, V]``."""
-    scores = torch.matmul(q * (1.0 / math.sqrt(q.shape[-1])), k.transpose(-1, -2)) + bias
-    return torch.matmul(scores.softmax(dim=-1), v)
+    (``log_normalized_kernel``), so the safe softmax buys nothing here. The bias is added in place
+    to the product's output (the product's backward does not need it): the same numbers without
+    allocating a second ``[B, H, U, V]`` buffer (~10% of the attention's forward + backward).
+    q, k, v ``[B, H, U|V, e]``, bias broadcastable to ``[B, H, U, V]``."""
+    scores = torch.matmul(q * (1.0 / math.sqrt(q.shape[-1])), k.transpose(-1, -2))
+    return torch.matmul(scores.add_(bias).softmax(dim=-1), v)
 
 
 class SKMDPA(nn.Module):
