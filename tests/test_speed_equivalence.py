@@ -174,17 +174,23 @@ def test_kernel_sampler_eval_modes_are_sample_kernel(mode):
 
 # ------------------------------------------------------------------ the whole model
 def _set_impls(model, plain: bool):
-    model.sampler_impl = "plain" if plain else "prepared"
+    model.sampler_impl = "plain" if plain else "sparse"
     for m in model.modules():
         if isinstance(m, SKMDPA):
             m.bias_impl, m.attn_impl = ("plain", "sdpa") if plain else ("masked", "explicit")
 
 
 @pytest.mark.parametrize("train", [True, False])
-def test_nac_fast_paths_give_the_plain_step(train):
+def test_nac_fast_paths_give_the_plain_step(train, monkeypatch):
     """A NAC as the bench trains it (truncation 0.9, straight-through, learnable bandwidth,
     signatures fitted to the prior, regularizer): same logits, loss and parameter gradients,
     and the same random-number stream, with every optimisation on or off."""
+    from nac.circuits import attention
+
+    sparse_biases = []
+    real = attention._sparse_log_normalized_kernel
+    monkeypatch.setattr(attention, "_sparse_log_normalized_kernel",
+                        lambda *a: sparse_biases.append(real(*a)) or sparse_biases[-1])
     torch.manual_seed(0)
     cfg = make_tiny_config(variant="nac", n_processor=24, depth=3, signature_fit_steps=50)
     model = build_model(cfg)
@@ -205,6 +211,10 @@ def test_nac_fast_paths_give_the_plain_step(train):
         grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
         results[plain] = (logits.detach(), loss.detach(), grads, torch.rand(4))
     (lf, Lf, gf, rf), (lp, Lp, gp, rp) = results[False], results[True]
+    if train:  # the sparse bias was taken (every layer, no fallback to the dense form)
+        assert len(sparse_biases) == 4 and all(b is not None for b in sparse_biases)
+    else:
+        assert not sparse_biases
     _close(lf, lp)
     _close(Lf, Lp)
     assert gf.keys() == gp.keys() and "generator.signatures" in gf and "bandwidth" in gf
