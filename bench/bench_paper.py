@@ -9,7 +9,10 @@
     (256 processor modules, ConvNeXt 3/3/9 tokenizer, 64 px, batch 32, one thread) with 0% and
     87.5% of the processor modules dropped (``drop_modules`` ranked by ``random_connectivity``;
     untrained weights), for the executor alone (tokens and circuit design precomputed) and the
-    whole model; images/s per timed repeat, mean and 95% t CI (``nac.stats.mean_ci``).
+    whole model; images/s per timed repeat, mean and 95% t CI (``nac.stats.mean_ci``);
+(d) NAC / Perceiver IO training-step time at the mini profile's image sizes (params.yaml
+    ``image.model``, batch 64, 32 px), trained as the pipeline trains them, interleaved blocks of
+    steps (what decides the mini pipeline's budget).
 
     python bench/bench_paper.py [--repeats 10] [--threads 1] [--out bench/results/paper.json]
 
@@ -35,6 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from nac import ModelConfig, build_model, regularizer  # noqa: E402
 from nac.circuits.readin import READIN_IMPLS, ReadIn  # noqa: E402
 from nac.stats import mean_ci  # noqa: E402
+from nac.training import loop  # noqa: E402
+from nac.training.loop import make_adamw  # noqa: E402
 
 # bench/bench_circuits.py's defaults
 SIZES = {"batch": 8, "modules": 256, "tokens": 64, "width": 384, "depth": 8}
@@ -77,7 +82,7 @@ def bench_train_step(repeats: int) -> dict:
         model = build_model(cfg)
         if variant == "nac_plain":
             _reference_impls(model)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        opt = make_adamw(model.parameters(), lr=1e-4)
         x = torch.randint(0, 256, (s["batch"], 3, 32, 32), dtype=torch.uint8)
         y = torch.randint(0, 100, (s["batch"],))
 
@@ -101,6 +106,67 @@ def bench_train_step(repeats: int) -> dict:
             t[v].append(_time(fn))
             c[v].append(time.process_time() - c0)
     out = {**SIZES}
+    for v in steps:
+        out[f"{v}_s"], out[f"{v}_cpu_s"] = _ci(t[v]), _ci(c[v])
+    for v in ("nac", "nac_plain"):
+        name = "nac_over_pio" if v == "nac" else "nac_plain_over_pio"
+        out[name] = _ci([a / b for a, b in zip(t[v], t["perceiver_io"])])
+        out[f"{name}_cpu"] = _ci([a / b for a, b in zip(c[v], c["perceiver_io"])])
+    return out
+
+
+def bench_mini_step(blocks: int, steps_per_block: int = 5, num_classes: int = 10) -> dict:
+    """(d) The mini profile's image models (params.yaml ``image.model``, ``image.train`` batch,
+    32 px): Perceiver IO, the NAC (scale-free prior) and the NAC with its plain forms, trained as
+    ``nac.training.loop`` does (AdamW with decay / no-decay groups, label smoothing, the graph
+    regularizer, gradient clipping), ``blocks`` interleaved blocks of ``steps_per_block`` steps
+    each; seconds per step (wall, CPU) and the per-block NAC / PIO ratios."""
+    import yaml
+
+    from nac.tracks.image import image_model_config
+
+    params = yaml.safe_load(Path("params.yaml").read_text())
+    tr = params["image"]["train"]
+    size = int(params["image"]["model"]["tokenizer"].get("image_size", 32))
+    steps = {}
+    for variant, run in (("perceiver_io", "perceiver_io"), ("nac", "nac-scale_free"), ("nac_plain", "nac-scale_free")):
+        torch.manual_seed(0)
+        model = build_model(image_model_config(params, run, seed=0, num_classes=num_classes))
+        if variant == "nac_plain":
+            _reference_impls(model)
+        decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "signatures" not in n and "codes" not in n]
+        no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "signatures" not in n and "codes" not in n)]
+        opt = make_adamw([{"params": decay, "weight_decay": tr["weight_decay"]},
+                          {"params": no_decay, "weight_decay": 0.0}], lr=tr["lr"])
+        g = torch.Generator().manual_seed(0)
+        x = torch.randint(0, 256, (tr["batch_size"], 3, size, size), dtype=torch.uint8, generator=g)
+        y = torch.randint(0, num_classes, (tr["batch_size"],), generator=g)
+
+        def step(model=model, opt=opt, x=x, y=y, plain=variant == "nac_plain"):
+            regularizer.BLAS_THREADS = None if plain else 1
+            try:
+                loss = F.cross_entropy(model(x), y, label_smoothing=tr["label_smoothing"])
+                loss = loss + tr["reg_weight"] * model.graph_regularizer()
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), tr["grad_clip"])
+                opt.step()
+            finally:
+                regularizer.BLAS_THREADS = 1
+        steps[variant] = step
+    for fn in steps.values():  # warm-up
+        fn(), fn()
+    t = {v: [] for v in steps}
+    c = {v: [] for v in steps}
+    for _ in range(blocks):
+        for v, fn in steps.items():
+            c0, t0 = time.process_time(), time.perf_counter()
+            for _ in range(steps_per_block):
+                fn()
+            t[v].append((time.perf_counter() - t0) / steps_per_block)
+            c[v].append((time.process_time() - c0) / steps_per_block)
+    out = {"batch": tr["batch_size"], "image_size": size, "model": "params.yaml image.model",
+           "steps": blocks * steps_per_block, "steps_per_block": steps_per_block}
     for v in steps:
         out[f"{v}_s"], out[f"{v}_cpu_s"] = _ci(t[v]), _ci(c[v])
     for v in ("nac", "nac_plain"):
@@ -201,15 +267,22 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batch", type=int, default=32, help="(c)'s inference batch")
     ap.add_argument("--out", default="bench/results/paper.json")
-    ap.add_argument("--only-step", action="store_true", help="(a) only")
+    ap.add_argument("--only-step", action="store_true", help="(a) (and (d)) only")
+    ap.add_argument("--mini-blocks", type=int, default=6,
+                    help="(d)'s interleaved blocks of 5 steps at the mini profile's image sizes (0: skip)")
+    ap.add_argument("--adamw", choices=["default", "foreach", "fused"], default="default",
+                    help="AdamW implementation for (a) and (d) (nac.training.loop.ADAMW_IMPL; the pipeline's is default)")
     a = ap.parse_args()
+    loop.ADAMW_IMPL = None if a.adamw == "default" else a.adamw
     torch.set_num_threads(a.threads)
     t0 = time.perf_counter()
     res = {"machine": {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
-                       "torch": torch.__version__, "repeats": a.repeats, "cores": os.cpu_count(),
+                       "torch": torch.__version__, "repeats": a.repeats, "cores": os.cpu_count(), "adamw": a.adamw,
                        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                        "load_average_start": list(os.getloadavg())}}
     res["train_step"] = bench_train_step(a.repeats)
+    if a.mini_blocks:
+        res["mini_step"] = bench_mini_step(a.mini_blocks)
     if not a.only_step:
         res["readin"] = bench_readin(a.repeats)
         res["figure5b"] = bench_throughput(a.repeats, a.batch)
@@ -226,6 +299,14 @@ def main() -> None:
              f"| (a) NAC, plain forms (before issue 14's optimisations) ms | {fmt(ts['nac_plain_s'], 1e3)} |",
              f"| (a) NAC plain forms / PIO | {fmt(ts['nac_plain_over_pio'], digits=2)} |",
              f"| (a) NAC plain forms / PIO, CPU time | {fmt(ts['nac_plain_over_pio_cpu'], digits=2)} |"]
+    ms = res.get("mini_step")
+    if ms is not None:
+        lines += [
+             f"| (d) mini image.model step B={ms['batch']}: Perceiver IO ms | {fmt(ms['perceiver_io_s'], 1e3)} |",
+             f"| (d) mini step: NAC ms | {fmt(ms['nac_s'], 1e3)} |",
+             f"| (d) mini NAC / PIO step-time ratio | {fmt(ms['nac_over_pio'], digits=2)} |",
+             f"| (d) mini NAC / PIO, CPU time | {fmt(ms['nac_over_pio_cpu'], digits=2)} |",
+             f"| (d) mini NAC plain forms / PIO | {fmt(ms['nac_plain_over_pio'], digits=2)} |"]
     if ri is not None:
         lines += [
              f"| (b) read-in U=256 T=64 d=384 B=8 fwd+bwd: fast ms | {fmt(ri['fast_s'], 1e3)} |",
@@ -239,7 +320,7 @@ def main() -> None:
         lines += [f"| (c) speed-up at 87.5% dropped, executor | x{f5['executor_speedup']:.2f} |",
                   f"| (c) speed-up at 87.5% dropped, whole model | x{f5['whole_speedup']:.2f} |"]
     m = res["machine"]
-    print(f"threads={torch.get_num_threads()} repeats={a.repeats} wall={m['wall_s']:.0f}s "
+    print(f"threads={torch.get_num_threads()} repeats={a.repeats} adamw={a.adamw} wall={m['wall_s']:.0f}s "
           f"load {m['load_average_start'][0]:.1f} -> {m['load_average_end'][0]:.1f} ({m['cores']} cores)")
     print("\n".join(lines))
 

@@ -27,7 +27,7 @@ class NAC(nn.Module):
     conditional circuit generator reads.
     """
 
-    sampler_impl = "prepared"  # nac.circuits.kernel.SAMPLER_IMPLS; "plain" is the reference form
+    sampler_impl = "sparse"  # nac.circuits.kernel.SAMPLER_IMPLS; "plain" is the reference form
 
     def __init__(self, config: ModelConfig, fit_signatures: bool = True):
         super().__init__()
@@ -120,11 +120,15 @@ class NAC(nn.Module):
 
     def _sampler(self, P: torch.Tensor | None) -> KernelSampler | None:
         """``_kernel(P, B)`` as ``sampler(B)``, ``P``'s logits computed once for all layers
-        (``KernelSampler``; ``sampler_impl = "plain"`` draws with ``sample_kernel`` itself)."""
+        (``KernelSampler``; ``sampler_impl = "plain"`` draws with ``sample_kernel`` itself;
+        ``"sparse"``, the default, applies on CPU, elsewhere ``"prepared"``)."""
         if P is None:
             return None
         mode = "sample" if self.training else self.config.eval_kernel
-        return KernelSampler(P, self.config.tau, mode=mode, impl=self.sampler_impl)
+        impl = self.sampler_impl
+        if impl == "sparse" and P.device.type != "cpu":  # a CPU optimisation; no host syncs on CUDA
+            impl = "prepared"
+        return KernelSampler(P, self.config.tau, mode=mode, impl=impl)
 
     # -- the executor -------------------------------------------------------------------------
     def forward(self, inputs, mask=None, cond=None, cond_mask=None, design: CircuitDesign | None = None) -> torch.Tensor:

@@ -8,7 +8,9 @@ is consumed identically (the pipeline's reproducibility depends on it).
   attention backward) vs ``"plain"`` (``log(max(K_hat, 1e-30))``);
 * ``SKMDPA.attn_impl``: ``"explicit"`` attention with the kernel bias vs PyTorch's ``"sdpa"``;
 * ``NAC.sampler_impl``: ``"prepared"`` (``KernelSampler``: logit(P) once per forward, the
-  formula on linked entries only) vs ``"plain"`` (``sample_kernel`` per layer);
+  formula on linked entries only) vs ``"plain"`` (``sample_kernel`` per layer); ``"sparse"``
+  (the default) draws the same sample as a ``SparseKernel`` whose attention bias is computed on
+  the linked entries only;
 * ``nac.regularizer.BLAS_THREADS``: 1 (the matching's numpy products on one thread) vs None
   (numpy's default threads): bitwise the same.
 """
@@ -19,7 +21,7 @@ import torch.nn.functional as F
 
 from nac import build_model
 from nac.circuits.attention import SKMDPA, explicit_attention, log_normalized_kernel
-from nac.circuits.kernel import KernelSampler, link_probabilities, sample_kernel
+from nac.circuits.kernel import KernelSampler, SparseKernel, link_probabilities, sample_kernel
 from tests.conftest import make_tiny_config
 
 
@@ -79,6 +81,21 @@ def test_explicit_attention_equals_sdpa_with_a_learnable_bias():
         _close(a, b)
 
 
+def test_explicit_attention_adds_the_bias_in_place_bitwise():
+    """The in-place bias add gives the out-of-place form's outputs and gradients to the bit."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 7, 4, requires_grad=True) for _ in range(3))
+    _, P = _truncated_P(n=7)
+    bias = log_normalized_kernel(sample_kernel(P, 0.5, batch_size=2)).unsqueeze(1)
+    g = torch.randn(2, 3, 7, 4)
+
+    def out_of_place(q, k, v, bias):
+        return torch.matmul((torch.matmul(q * 0.5, k.transpose(-1, -2)) + bias).softmax(-1), v)
+    res = [(y, *torch.autograd.grad((y * g).sum(), (q, k, v, P), retain_graph=True))
+           for y in (explicit_attention(q, k, v, bias), out_of_place(q, k, v, bias))]
+    assert all(torch.equal(a, b) for a, b in zip(*res))
+
+
 # ------------------------------------------------------------------ sampler: prepared vs plain
 @pytest.mark.parametrize("batch, per_sample", [(4, False), (None, False), (None, True)])
 def test_kernel_sampler_equals_sample_kernel_and_consumes_the_same_randomness(batch, per_sample):
@@ -101,6 +118,53 @@ def test_kernel_sampler_equals_sample_kernel_and_consumes_the_same_randomness(ba
     _close(grad_p, grad_r)
 
 
+# ------------------------------------------------------------------ sparse kernel sample and bias
+@pytest.mark.parametrize("batch", [4, None])
+def test_sparse_kernel_gives_the_dense_sample_bias_and_gradients(batch):
+    """``impl="sparse"``: the same draw as ``"prepared"`` (bitwise, same generator use), and its
+    attention bias (computed on linked entries only) equals the dense masked bias, ``-inf`` on
+    exactly the same entries, with the same gradients to the signatures."""
+    s, P = _truncated_P(n=32)
+    out = {}
+    for impl in ("sparse", "prepared"):
+        torch.manual_seed(3)
+        sampler = KernelSampler(P, 0.5, impl=impl)
+        Ks = [sampler(batch) for _ in range(2)]
+        after = torch.rand(3)
+        dense = [K.dense() if isinstance(K, SparseKernel) else K for K in Ks]
+        biases = [log_normalized_kernel(K, delta=1e-6) for K in Ks]
+        w = [torch.randn(b.shape, generator=torch.Generator().manual_seed(i)) for i, b in enumerate(biases)]
+        loss = sum((b.masked_fill(b.isinf(), 0.0) * wi).sum() for b, wi in zip(biases, w))
+        out[impl] = (Ks, dense, biases, after, torch.autograd.grad(loss, s, retain_graph=True)[0])
+    (Ks, ds, bs, after_s, gs), (Kp, dp, bp, after_p, gp) = out["sparse"], out["prepared"]
+    assert all(isinstance(K, SparseKernel) for K in Ks) and not any(isinstance(K, SparseKernel) for K in Kp)
+    assert torch.equal(after_s, after_p)
+    for a, b in zip(ds, dp):
+        assert torch.equal(a, b)
+    for a, b in zip(bs, bp):
+        assert torch.equal(a.isinf(), b.isinf()) and a.isinf().float().mean() > 0.1
+        _close(a.masked_fill(a.isinf(), 0.0), b.masked_fill(b.isinf(), 0.0))
+    _close(gs, gp)
+
+
+def test_sparse_kernel_bias_takes_the_dense_form_for_its_special_cases():
+    """A row without links (a read-out module cut from every processor) and a linked entry
+    below the floor fall back to the dense masked bias exactly."""
+    _, P = _truncated_P(n=16, requires_grad=False)
+    P_empty = torch.cat([P, torch.zeros(1, P.shape[1])])
+    torch.manual_seed(0)
+    K = KernelSampler(P_empty, 0.5, impl="sparse")(3)
+    assert K.empty_rows
+    assert torch.equal(log_normalized_kernel(K), log_normalized_kernel(K.dense()))
+    torch.manual_seed(0)
+    K = KernelSampler(P, 0.5, impl="sparse")(3)
+    K.values = K.values.clone()
+    K.values[0, 1] = 1e-37  # K_hat below the 1e-30 floor
+    assert not K.empty_rows
+    assert torch.equal(log_normalized_kernel(K), log_normalized_kernel(K.dense()))
+    assert torch.equal(log_normalized_kernel(K, impl="plain"), log_normalized_kernel(K.dense(), impl="plain"))
+
+
 @pytest.mark.parametrize("mode", ["expectation", "threshold", "dense"])
 def test_kernel_sampler_eval_modes_are_sample_kernel(mode):
     _, P = _truncated_P(requires_grad=False)
@@ -110,17 +174,23 @@ def test_kernel_sampler_eval_modes_are_sample_kernel(mode):
 
 # ------------------------------------------------------------------ the whole model
 def _set_impls(model, plain: bool):
-    model.sampler_impl = "plain" if plain else "prepared"
+    model.sampler_impl = "plain" if plain else "sparse"
     for m in model.modules():
         if isinstance(m, SKMDPA):
             m.bias_impl, m.attn_impl = ("plain", "sdpa") if plain else ("masked", "explicit")
 
 
 @pytest.mark.parametrize("train", [True, False])
-def test_nac_fast_paths_give_the_plain_step(train):
+def test_nac_fast_paths_give_the_plain_step(train, monkeypatch):
     """A NAC as the bench trains it (truncation 0.9, straight-through, learnable bandwidth,
     signatures fitted to the prior, regularizer): same logits, loss and parameter gradients,
     and the same random-number stream, with every optimisation on or off."""
+    from nac.circuits import attention
+
+    sparse_biases = []
+    real = attention._sparse_log_normalized_kernel
+    monkeypatch.setattr(attention, "_sparse_log_normalized_kernel",
+                        lambda *a: sparse_biases.append(real(*a)) or sparse_biases[-1])
     torch.manual_seed(0)
     cfg = make_tiny_config(variant="nac", n_processor=24, depth=3, signature_fit_steps=50)
     model = build_model(cfg)
@@ -141,6 +211,10 @@ def test_nac_fast_paths_give_the_plain_step(train):
         grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
         results[plain] = (logits.detach(), loss.detach(), grads, torch.rand(4))
     (lf, Lf, gf, rf), (lp, Lp, gp, rp) = results[False], results[True]
+    if train:  # the sparse bias was taken (every layer, no fallback to the dense form)
+        assert len(sparse_biases) == 4 and all(b is not None for b in sparse_biases)
+    else:
+        assert not sparse_biases
     _close(lf, lp)
     _close(Lf, Lp)
     assert gf.keys() == gp.keys() and "generator.signatures" in gf and "bandwidth" in gf
@@ -182,3 +256,42 @@ def test_regularizer_matching_is_bitwise_the_same_with_one_blas_thread(monkeypat
     (c0, p0, l0), (c1, p1, l1) = out[None], out[1]
     assert all(np.array_equal(a, b) for a, b in zip(c0, c1))
     assert torch.equal(p0, p1) and torch.equal(l0, l1)
+
+
+# ------------------------------------------------------------------ the optimizer: AdamW's implementations
+def _adamw_run(impl, steps=5):
+    from nac.training.loop import make_adamw
+
+    torch.manual_seed(0)
+    model = build_model(make_tiny_config(variant="nac", n_processor=12, depth=2, signature_fit_steps=10))
+    params = list(model.parameters())
+    decay = [p for p in params if p.dim() >= 2]
+    opt = make_adamw([{"params": decay, "weight_decay": 0.05},
+                      {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}], lr=1e-2, impl=impl)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=gen)
+        opt.step()
+    return [p.detach().clone() for p in params], opt
+
+
+def test_adamw_foreach_is_bitwise_the_default_and_fused_agrees_to_rounding():
+    """``ADAMW_IMPL``: "foreach" gives the default (per-parameter loop) parameters to the bit after
+    5 steps; "fused" (opt-in, off by default) to ~1e-6 relative, not bitwise; its state loads
+    into the default optimizer."""
+    ref, ref_opt = _adamw_run(None)
+    fe, _ = _adamw_run("foreach")
+    fu, fu_opt = _adamw_run("fused")
+    assert all(torch.equal(a, b) for a, b in zip(ref, fe))
+    scale = max(float(p.abs().max()) for p in ref)
+    for a, b in zip(fu, ref):
+        _close(a, b, rtol=1e-6, scale=scale)
+    ref_opt.load_state_dict(fu_opt.state_dict())
+
+
+def test_make_adamw_rejects_unknown_impl():
+    from nac.training.loop import make_adamw
+
+    with pytest.raises(ValueError, match="fused"):
+        make_adamw([torch.zeros(1, requires_grad=True)], lr=1e-3, impl="bogus")

@@ -21,6 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from nac.circuits.kernel import SparseKernel
 from nac.circuits.modfc import ModFC
 
 
@@ -45,6 +46,11 @@ def log_normalized_kernel(K: torch.Tensor, delta: float = 1e-6, impl: str = "mas
     modules with 96% of links truncated this tripled a NAC training step)."""
     if impl not in KERNEL_BIAS_IMPLS:
         raise ValueError(f"unknown kernel bias impl {impl!r}; valid choices: {', '.join(KERNEL_BIAS_IMPLS)}")
+    if isinstance(K, SparseKernel):
+        bias = _sparse_log_normalized_kernel(K, delta) if impl == "masked" else None
+        if bias is not None:
+            return bias
+        K = K.dense()
     K = K.float()
     K_hat = K / (delta + K.sum(dim=-1, keepdim=True))
     bias = torch.log(K_hat.clamp_min(_LOG_FLOOR))
@@ -52,6 +58,25 @@ def log_normalized_kernel(K: torch.Tensor, delta: float = 1e-6, impl: str = "mas
         return bias
     floored = K_hat.detach() <= _LOG_FLOOR
     return bias.masked_fill(floored & ~floored.all(dim=-1, keepdim=True), float("-inf"))
+
+
+def _sparse_log_normalized_kernel(K: SparseKernel, delta: float) -> torch.Tensor | None:
+    """``log_normalized_kernel(K.dense(), delta, "masked")`` from the linked entries alone:
+    ``log(K_ij / (delta + sum_j K_ij))`` there, ``-inf`` on every cut link. The row sums run over
+    the linked values (the other entries are exactly 0), so the result agrees with the dense form
+    to float rounding (summation order). Where that form's special cases could arise (a row
+    without links, or a linked entry at or below the floor) it returns None and the caller takes
+    the dense form."""
+    if K.empty_rows:
+        return None
+    vals = K.values.float()
+    lead = vals.shape[:-1]
+    row_sum = vals.new_zeros(*lead, K.shape[-2]).index_add(-1, K.rows, vals)
+    K_hat = vals / (delta + row_sum.index_select(-1, K.rows))
+    if bool((K_hat.detach() <= _LOG_FLOOR).any()):
+        return None
+    bias = vals.new_full((*lead, K.shape[-2] * K.shape[-1]), float("-inf"))
+    return bias.index_copy(-1, K.flat_index, torch.log(K_hat)).view(K.shape)
 
 
 ATTN_IMPLS = ("explicit", "sdpa")
@@ -64,10 +89,12 @@ def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: 
     PyTorch's CPU SDPA falls back to its math path, which adds a NaN-safe softmax (an all-row
     ``-inf`` scan and a ``where`` over ``[B, H, U, V]``) and slower strided products; written out
     it is ~25% cheaper forward + backward. The kernel bias never has an all ``-inf`` row
-    (``log_normalized_kernel``), so the safe softmax buys nothing here. q, k, v ``[B, H, U|V, e]``,
-    bias broadcastable to ``[B, H, U, V]``."""
-    scores = torch.matmul(q * (1.0 / math.sqrt(q.shape[-1])), k.transpose(-1, -2)) + bias
-    return torch.matmul(scores.softmax(dim=-1), v)
+    (``log_normalized_kernel``), so the safe softmax buys nothing here. The bias is added in place
+    to the product's output (the product's backward does not need it): the same numbers without
+    allocating a second ``[B, H, U, V]`` buffer (~10% of the attention's forward + backward).
+    q, k, v ``[B, H, U|V, e]``, bias broadcastable to ``[B, H, U, V]``."""
+    scores = torch.matmul(q * (1.0 / math.sqrt(q.shape[-1])), k.transpose(-1, -2))
+    return torch.matmul(scores.add_(bias).softmax(dim=-1), v)
 
 
 class SKMDPA(nn.Module):

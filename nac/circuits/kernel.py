@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch.distributions import RelaxedBernoulli
 
 KERNEL_MODES = ("expectation", "threshold", "sample", "dense")
-SAMPLER_IMPLS = ("prepared", "plain")
+SAMPLER_IMPLS = ("sparse", "prepared", "plain")
 
 
 def cosine_distance(s_recv: torch.Tensor, s_send: torch.Tensor | None = None) -> torch.Tensor:
@@ -81,6 +81,26 @@ def sample_kernel(P: torch.Tensor, tau: float, batch_size: int | None = None, mo
     return torch.where(P > 0, K, torch.zeros((), dtype=K.dtype, device=K.device))
 
 
+class SparseKernel:
+    """A kernel sample ``K`` (``[*lead, U, V]``) held as its values on the linked entries of a
+    shared ``P`` (``P > 0``, row-major order), ``values [*lead, nnz]``; every other entry of ``K``
+    is exactly 0. What ``KernelSampler(impl="sparse")`` draws: with ~96% of the links cut (the
+    paper's truncation at 256 modules) the attention bias ``log K_hat`` is computed on the linked
+    entries only (``nac.circuits.attention.log_normalized_kernel``) instead of by ~20 passes
+    over ``[B, U, V]``. ``dense()`` is the ``[*lead, U, V]`` tensor ``impl="prepared"`` returns."""
+
+    def __init__(self, values: torch.Tensor, sampler: "KernelSampler", shape: tuple):
+        self.values, self.shape = values, tuple(shape)
+        self.flat_index, self.rows, self.empty_rows = sampler.flat_index, sampler.rows, sampler.empty_rows
+
+    def dense(self) -> torch.Tensor:
+        zeros = self.values.new_zeros(*self.shape[:-2], self.shape[-2] * self.shape[-1])
+        return zeros.index_copy(-1, self.flat_index, self.values).view(self.shape)
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+
 class KernelSampler:
     """``sample_kernel(P, tau, batch_size, mode)`` for one ``P`` used by several layers, with
     the per-``P`` work done once: ``logit(P)`` (clamped as ``RelaxedBernoulli`` clamps it) and
@@ -91,31 +111,38 @@ class KernelSampler:
     sample's shape, same dtype and device) and computes the same formula, ``K = clamp(sigmoid(
     (logit(u) + logit(p)) / tau), tiny, 1 - eps)`` zeroed where ``P = 0``; only the summation
     order of the two logits differs, so samples and gradients agree to float rounding
-    (``tests/test_speed_equivalence.py``). ``impl="plain"`` calls ``sample_kernel`` itself."""
+    (``tests/test_speed_equivalence.py``). ``impl="plain"`` calls ``sample_kernel`` itself;
+    ``impl="sparse"`` (a shared ``P`` in training) returns the same sample as a ``SparseKernel``
+    (``impl="prepared"``: as a dense tensor)."""
 
     def __init__(self, P: torch.Tensor, tau: float, mode: str = "sample", impl: str = "prepared"):
         if impl not in SAMPLER_IMPLS:
             raise ValueError(f"unknown kernel sampler impl {impl!r}; valid choices: {', '.join(SAMPLER_IMPLS)}")
         self.P, self.tau, self.mode, self.impl = P, tau, mode, impl
-        if mode == "sample" and impl == "prepared":
+        if mode == "sample" and impl != "plain":
             fi = torch.finfo(P.dtype)
             self.linked = P > 0
             # logit(P) only where a link exists: every other entry of K is zeroed anyway
             self.sparse = P.dim() == 2
+            if self.sparse:  # the linked entries' positions in the flattened [U * V], row-major
+                self.flat_index = self.linked.flatten().nonzero().squeeze(-1)
+                self.rows = torch.div(self.flat_index, P.shape[-1], rounding_mode="floor")
+                self.empty_rows = bool((~self.linked).all(-1).any())
             p = (P[self.linked] if self.sparse else P).clamp(min=fi.eps, max=1 - fi.eps)
             self.logits = p.log() - (-p).log1p()
 
-    def __call__(self, batch_size: int | None = None) -> torch.Tensor | None:
+    def __call__(self, batch_size: int | None = None) -> torch.Tensor | SparseKernel | None:
         P = self.P
         if self.mode != "sample" or self.impl == "plain":
             return sample_kernel(P, self.tau, batch_size=batch_size, mode=self.mode)
         shape = (batch_size, *P.shape) if P.dim() == 2 and batch_size is not None else P.shape
         fi = torch.finfo(P.dtype)
         u = torch.rand(shape, dtype=P.dtype, device=P.device)  # the whole draw, as sample_kernel's
-        if self.sparse:  # the formula on linked entries only, scattered into zeros
-            u = u[..., self.linked]
+        if self.sparse:  # the formula on linked entries only (u[..., linked], by index)
+            u = u.flatten(-2).index_select(-1, self.flat_index)
         u = u.clamp(min=fi.eps, max=1 - fi.eps)
         K = torch.sigmoid((u.log() - (-u).log1p() + self.logits) / self.tau).clamp(min=fi.tiny, max=1.0 - fi.eps)
-        if self.sparse:  # row-major order on both sides: u[..., linked] and masked_scatter
-            return torch.zeros(shape, dtype=K.dtype, device=K.device).masked_scatter(self.linked.expand(shape), K)
+        if self.sparse:
+            sample = SparseKernel(K, self, shape)
+            return sample if self.impl == "sparse" else sample.dense()
         return torch.where(self.linked, K, torch.zeros((), dtype=K.dtype, device=K.device))
