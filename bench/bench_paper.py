@@ -68,6 +68,34 @@ def _reference_impls(model) -> None:
             m.bias_impl, m.attn_impl = "plain", "sdpa"
 
 
+def _interleaved_steps(steps: dict, blocks: int, per_block: int = 1) -> tuple[dict, dict]:
+    """Warm every step up twice, then time ``blocks`` interleaved blocks of ``per_block`` calls of
+    each (so load changes hit all alike); wall-clock and CPU seconds per call, per block."""
+    for fn in steps.values():  # warm-up
+        fn(), fn()
+    t = {v: [] for v in steps}
+    c = {v: [] for v in steps}
+    for _ in range(blocks):
+        for v, fn in steps.items():
+            c0, t0 = time.process_time(), time.perf_counter()
+            for _ in range(per_block):
+                fn()
+            t[v].append((time.perf_counter() - t0) / per_block)
+            c[v].append((time.process_time() - c0) / per_block)
+    return t, c
+
+
+def _step_summary(out: dict, t: dict, c: dict) -> dict:
+    """``out`` plus each step's CIs and the NAC (and plain NAC) over Perceiver IO ratios."""
+    for v in t:
+        out[f"{v}_s"], out[f"{v}_cpu_s"] = _ci(t[v]), _ci(c[v])
+    for v in ("nac", "nac_plain"):
+        name = "nac_over_pio" if v == "nac" else "nac_plain_over_pio"
+        out[name] = _ci([a / b for a, b in zip(t[v], t["perceiver_io"])])
+        out[f"{name}_cpu"] = _ci([a / b for a, b in zip(c[v], c["perceiver_io"])])
+    return out
+
+
 def bench_train_step(repeats: int) -> dict:
     """Perceiver IO, the NAC, and the NAC with its plain (pre-optimisation) forms, interleaved;
     per repeat wall-clock and CPU (``time.process_time``) seconds, and per-repeat ratios."""
@@ -96,23 +124,8 @@ def bench_train_step(repeats: int) -> dict:
             finally:
                 regularizer.BLAS_THREADS = 1
         steps[variant] = step
-    for fn in steps.values():  # warm-up
-        fn(), fn()
-    t = {v: [] for v in steps}
-    c = {v: [] for v in steps}
-    for _ in range(repeats):  # interleaved, so load changes hit both alike
-        for v, fn in steps.items():
-            c0 = time.process_time()
-            t[v].append(_time(fn))
-            c[v].append(time.process_time() - c0)
-    out = {**SIZES}
-    for v in steps:
-        out[f"{v}_s"], out[f"{v}_cpu_s"] = _ci(t[v]), _ci(c[v])
-    for v in ("nac", "nac_plain"):
-        name = "nac_over_pio" if v == "nac" else "nac_plain_over_pio"
-        out[name] = _ci([a / b for a, b in zip(t[v], t["perceiver_io"])])
-        out[f"{name}_cpu"] = _ci([a / b for a, b in zip(c[v], c["perceiver_io"])])
-    return out
+    t, c = _interleaved_steps(steps, repeats)
+    return _step_summary({**SIZES}, t, c)
 
 
 def bench_mini_step(blocks: int, steps_per_block: int = 5, num_classes: int = 10) -> dict:
@@ -154,26 +167,9 @@ def bench_mini_step(blocks: int, steps_per_block: int = 5, num_classes: int = 10
             finally:
                 regularizer.BLAS_THREADS = 1
         steps[variant] = step
-    for fn in steps.values():  # warm-up
-        fn(), fn()
-    t = {v: [] for v in steps}
-    c = {v: [] for v in steps}
-    for _ in range(blocks):
-        for v, fn in steps.items():
-            c0, t0 = time.process_time(), time.perf_counter()
-            for _ in range(steps_per_block):
-                fn()
-            t[v].append((time.perf_counter() - t0) / steps_per_block)
-            c[v].append((time.process_time() - c0) / steps_per_block)
-    out = {"batch": tr["batch_size"], "image_size": size, "model": "params.yaml image.model",
-           "steps": blocks * steps_per_block, "steps_per_block": steps_per_block}
-    for v in steps:
-        out[f"{v}_s"], out[f"{v}_cpu_s"] = _ci(t[v]), _ci(c[v])
-    for v in ("nac", "nac_plain"):
-        name = "nac_over_pio" if v == "nac" else "nac_plain_over_pio"
-        out[name] = _ci([a / b for a, b in zip(t[v], t["perceiver_io"])])
-        out[f"{name}_cpu"] = _ci([a / b for a, b in zip(c[v], c["perceiver_io"])])
-    return out
+    t, c = _interleaved_steps(steps, blocks, steps_per_block)
+    return _step_summary({"batch": tr["batch_size"], "image_size": size, "model": "params.yaml image.model",
+                          "steps": blocks * steps_per_block, "steps_per_block": steps_per_block}, t, c)
 
 
 def bench_readin(repeats: int) -> dict:
