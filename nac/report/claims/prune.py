@@ -54,6 +54,15 @@ def prune_speedup(c: Context) -> dict:
     return _result(iv, threshold_verdict(iv, 8.0, fmt="{:.2f}×".format), ours, threshold=True)
 
 
+def _largest_common_fraction(curves, at_most: float, whose: str) -> float:
+    """The largest dropped fraction in (0, ``at_most``] that every prune curve measured."""
+    common = set.intersection(*({r["dropped_fraction"] for r in cv} for cv in curves))
+    cand = [f for f in common if 0.0 < f <= at_most]
+    if not cand:
+        raise Missing(f"a dropped fraction in (0, {at_most:g}] common to {whose} in prune.json")
+    return max(cand)
+
+
 @claim("prune_vs_pio", source="§4.1 (Fig. 5a, 15)",
        statement="NACs degrade more gracefully than Perceiver IO when dropping modules",
        paper="no number (NAC stays above PIO beyond 80% dropped)",
@@ -62,11 +71,7 @@ def prune_speedup(c: Context) -> dict:
 def prune_vs_pio(c: Context) -> dict:
     head, seeds = c.head, c.m.seeds
     curves = {(run, s): c.m.prune_curve(run, s) for run in (PIO, head) for s in seeds}
-    common = set.intersection(*({r["dropped_fraction"] for r in cv} for cv in curves.values()))
-    cand = [f for f in common if 0.0 < f <= PRUNE_COMPARE_AT]
-    if not cand:
-        raise Missing(f"a dropped fraction in (0, {PRUNE_COMPARE_AT:g}] common to {PIO} and {head} in prune.json")
-    f = max(cand)
+    f = _largest_common_fraction(curves.values(), PRUNE_COMPARE_AT, f"{PIO} and {head}")
     at = lambda cv: next(r["acc1"] for r in cv if r["dropped_fraction"] == f)
     loss = {run: [curves[run, s][0]["acc1"] - at(curves[run, s]) for s in seeds] for run in (PIO, head)}
     return _diff(loss, PIO, head, what=f"Acc@1 loss at dropped fraction {f:g}: ")
@@ -83,12 +88,7 @@ def prune_vs_random(c: Context) -> dict:
     if k < 1:
         raise Missing("random-order control (prune.random_orders: 0)")
     curves = [c.m.prune_curve(head, s, order) for s in seeds for order in ("connectivity", *(f"random-{i}" for i in range(k)))]
-    common = set.intersection(*({r["dropped_fraction"] for r in cv} for cv in curves))
-    cand = [f for f in common if 0.0 < f <= PRUNE_CONTROL_AT]
-    if not cand:
-        raise Missing(f"a dropped fraction in (0, {PRUNE_CONTROL_AT:g}] common to every seed and order of {head} "
-                      "in prune.json")
-    f = max(cand)
+    f = _largest_common_fraction(curves, PRUNE_CONTROL_AT, f"every seed and order of {head}")
     at = lambda cv: next(r["acc1"] for r in cv if r["dropped_fraction"] == f)
     a = [at(c.m.prune_curve(head, s)) for s in seeds]
     b = [float(np.mean([at(c.m.prune_curve(head, s, f"random-{i}")) for i in range(k)])) for s in seeds]
