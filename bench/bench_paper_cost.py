@@ -1,5 +1,5 @@
-"""What the `paper` profile costs in GPU-hours, estimated (not measured: no GPU was lent to this
-suite's development). For every image-track model of the composed `paper` params (each Table 1
+"""What the `paper` profile costs in GPU-hours, estimated from counted FLOPs and a FLOP rate
+(assumed, or measured by bench/bench_gpu.py). For every image-track model of the composed `paper` params (each Table 1
 rung) and the few-shot ImageNet pre-trainings, one training step (forward + backward) at batch 2
 is run on the CPU under ``torch.utils.flop_counter.FlopCounterMode``; the FLOPs per training
 sample, times the training-set size, the epochs and the seeds, give the training FLOPs, and
@@ -11,7 +11,15 @@ bf16 peak, typical for models of this size with attention over 256-1024 modules)
 this CPU is measured too and printed beside it. Evaluation, data loading and the tracks (Tables 2
 and 3, NLVR: a few percent of the total at their sizes) are not counted.
 
-    python bench/bench_paper_cost.py [--tflops 100] [--out bench/results/paper_cost.json]
+With ``--measured bench/results/gpu.json`` (written by bench/bench_gpu.py on a GPU) a second
+estimate uses the FLOP rate actually achieved by the measured bf16 training step at batch 128:
+Perceiver IO's for the Perceiver IO rows, the Tiny-ImageNet NAC's for every other row (the
+NAC rungs, the baselines and the ImageNet pre-trainings, whose larger inputs should if anything
+use the GPU better, so this is an upper bound for them). ``--reuse`` takes the FLOP counts from
+the existing ``--out`` file instead of counting again.
+
+    python bench/bench_paper_cost.py [--tflops 100] [--measured bench/results/gpu.json] [--reuse]
+                                     [--out bench/results/paper_cost.json]
 """
 from __future__ import annotations
 
@@ -58,7 +66,26 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tflops", type=float, default=100.0, help="assumed sustained TFLOP/s of one GPU")
     ap.add_argument("--out", default="bench/results/paper_cost.json")
+    ap.add_argument("--measured", help="bench/bench_gpu.py's results: add the measured-rate estimate")
+    ap.add_argument("--reuse", action="store_true", help="FLOP counts from the existing --out file")
     args = ap.parse_args()
+    if args.reuse:
+        rows = json.loads(Path(args.out).read_text())["rows"]
+    else:
+        rows = count_rows()
+    finish(rows, args)
+
+
+def measured_rates(gpu_json: Path, rows: list[dict]) -> dict:
+    """Achieved FLOP/s of bench_gpu.py's bf16 steps: {'perceiver_io': .., 'nac': ..}."""
+    step = json.loads(Path(gpu_json).read_text())["step"]
+    flops = {r["what"].removeprefix("Table 1: "): r["gflops_per_sample"] * 1e9 for r in rows}
+    ips = step["bf16"]["images_per_s"]
+    return {"perceiver_io": flops["perceiver_io"] * ips["perceiver_io"],
+            "nac": flops["nac-scale_free"] * ips["nac-scale_free"]}
+
+
+def count_rows() -> list[dict]:
     torch.set_num_threads(1)
     p = compose(["profile=paper"])
     image, seeds = p["image"], len(p["seeds"])
@@ -90,16 +117,38 @@ def main() -> None:
                          "train_flops": total})
             print(f"pretrain {name:19s} {flops / 1e9:8.2f} GFLOP/sample  cpu {cpu_s:5.2f} s/step  {total / 1e18:8.1f} EFLOP",
                   flush=True)
+    return rows
+
+
+def finish(rows: list[dict], args) -> None:
     rate = args.tflops * 1e12
     for r in rows:
         r["gpu_hours"] = r["train_flops"] / rate / 3600
     total_h = sum(r["gpu_hours"] for r in rows)
+    measured = None
+    if args.measured:
+        rates = measured_rates(Path(args.measured), rows)
+        for r in rows:
+            key = "perceiver_io" if r["what"].endswith("perceiver_io") else "nac"
+            r["measured_rate_tflops"] = rates[key] / 1e12
+            r["gpu_hours_measured_rate"] = r["train_flops"] / rates[key] / 3600
+        gpu = json.loads(Path(args.measured).read_text())["machine"]["gpu"]
+        measured = {"gpu": gpu, "source": args.measured,
+                    "total_gpu_hours": sum(r["gpu_hours_measured_rate"] for r in rows),
+                    "table1_gpu_hours": sum(r["gpu_hours_measured_rate"] for r in rows if r["what"].startswith("Table 1")),
+                    "pretrain_gpu_hours": sum(r["gpu_hours_measured_rate"] for r in rows
+                                              if r["what"].startswith("Figure 4")),
+                    "rates_tflops": {k: v / 1e12 for k, v in rates.items()}}
+        print(f"at the measured bf16 rates on {gpu} (NAC {rates['nac'] / 1e12:.1f}, Perceiver IO "
+              f"{rates['perceiver_io'] / 1e12:.1f} TFLOP/s): {measured['total_gpu_hours']:,.0f} GPU-hours "
+              f"(Table 1 {measured['table1_gpu_hours']:,.0f}, pre-training {measured['pretrain_gpu_hours']:,.0f})")
     print(f"\nestimated at {args.tflops:g} TFLOP/s sustained: {total_h:,.0f} GPU-hours "
           f"(Table 1 {sum(r['gpu_hours'] for r in rows if r['what'].startswith('Table 1')):,.0f}, "
           f"pre-training {sum(r['gpu_hours'] for r in rows if r['what'].startswith('Figure 4')):,.0f})")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"assumed_tflops": args.tflops, "total_gpu_hours": total_h, "rows": rows,
+    out.write_text(json.dumps({"assumed_tflops": args.tflops, "total_gpu_hours": total_h, "measured": measured,
+                               "rows": rows,
                                "machine": {"platform": platform.platform(), "torch": torch.__version__, "threads": 1},
                                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1) + "\n")
 

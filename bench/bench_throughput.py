@@ -52,8 +52,34 @@ def grid(params_file: Path = ROOT / "params.yaml") -> list[float]:
     return [float(f) for f in yaml.safe_load(params_file.read_text())["prune"]["dropped_fraction"]]
 
 
+def pruned_forwards(model: nn.Module, x: torch.Tensor, fractions, ranking) -> dict:
+    """``{fraction: {"executor": fn, "whole": fn}}``: forwards of ``model`` with that fraction of
+    its processor modules dropped (``nac.pruning.drop_modules`` in ``ranking``'s order); ``whole``
+    from the images ``x``, ``executor`` from the tokenizer's output with the circuit design
+    precomputed (what dropping modules can speed up). Call under ``torch.no_grad()``."""
+    from nac.pruning import drop_modules
+
+    U, fns = model.config.n_processor, {}
+    for frac in fractions:
+        k = int(round(frac * U))
+        smaller = drop_modules(model, k, connectivity=ranking).to(x.device).eval() if k else model
+        tokens, design, tok = smaller.tokenizer(x), smaller.design(), smaller.tokenizer
+
+        def whole(smaller=smaller):
+            smaller(x)
+
+        def executor(smaller=smaller, tokens=tokens, design=design, tok=tok):
+            smaller.tokenizer = nn.Identity()
+            try:
+                smaller(tokens, design=design)
+            finally:
+                smaller.tokenizer = tok
+        fns[frac] = {"executor": executor, "whole": whole}
+    return fns
+
+
 def measure(repeats: int, batch: int, fractions: list[float]) -> dict:
-    from nac.pruning import drop_modules, random_connectivity
+    from nac.pruning import random_connectivity
 
     model, params = paper_nac()  # outside no_grad: the signature fit trains
     model.eval()
@@ -62,24 +88,9 @@ def measure(repeats: int, batch: int, fractions: list[float]) -> dict:
     size = int(m["tokenizer"]["image_size"])
     x = torch.randint(0, 256, (batch, 3, size, size), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     ranking = random_connectivity(U, seed=0)
-    fns, rows = {}, []
+    rows = [{"dropped_fraction": f, "kept_modules": U - int(round(f * U))} for f in fractions]
     with torch.no_grad():
-        for frac in fractions:
-            k = int(round(frac * U))
-            smaller = drop_modules(model, k, connectivity=ranking).eval() if k else model
-            tokens, design, tok = smaller.tokenizer(x), smaller.design(), smaller.tokenizer
-
-            def whole(smaller=smaller):
-                smaller(x)
-
-            def executor(smaller=smaller, tokens=tokens, design=design, tok=tok):
-                smaller.tokenizer = nn.Identity()
-                try:
-                    smaller(tokens, design=design)
-                finally:
-                    smaller.tokenizer = tok
-            fns[frac] = {"executor": executor, "whole": whole}
-            rows.append({"dropped_fraction": frac, "kept_modules": U - k})
+        fns = pruned_forwards(model, x, fractions, ranking)
         for f in fns.values():  # warm-up
             for fn in f.values():
                 fn()
