@@ -42,6 +42,40 @@ def predict(model: torch.nn.Module, data: Dataset | DataLoader, device: torch.de
     return {k: torch.cat(v).numpy() for k, v in out.items()}
 
 
+@torch.no_grad()
+def tokenize(model: torch.nn.Module, data: Dataset, device: torch.device | str = "cpu",
+             batch_size: int = 256) -> tuple[list[torch.Tensor], np.ndarray]:
+    """The eval-mode tokenizer output of ``data``'s inputs in ``predict``'s batches (kept on the
+    CPU) and the labels: ``predict_tokens(model, *tokenize(model, data))`` equals
+    ``predict(model, data)``, for ``model`` and for any copy with the same tokenizer (models with
+    modules dropped). Inputs only (no mask or condition)."""
+    device = torch.device(device)
+    was_training = model.training
+    model.eval()
+    batches, labels = [], []
+    try:
+        for batch in DataLoader(data, batch_size=batch_size, shuffle=False):
+            batches.append(model.tokenizer(batch["input"].to(device)).cpu())
+            labels.append(batch["label"])
+    finally:
+        model.train(was_training)
+    return batches, torch.cat(labels).numpy()
+
+
+@torch.no_grad()
+def predict_tokens(model: torch.nn.Module, token_batches: list[torch.Tensor], labels: np.ndarray,
+                   device: torch.device | str = "cpu") -> dict[str, np.ndarray]:
+    """``predict``'s output from ``tokenize``'s batches (``model.execute`` on each)."""
+    device = torch.device(device)
+    was_training = model.training
+    model.eval()
+    try:
+        logits = [model.execute(t.to(device)).float().cpu() for t in token_batches]
+    finally:
+        model.train(was_training)
+    return {"logits": torch.cat(logits).numpy(), "label": labels}
+
+
 def topk_accuracy(logits: np.ndarray, labels: np.ndarray, k: int = 1, classes: Sequence[int] | None = None) -> float:
     """Acc@k in percent. With ``classes``, logits outside that subset are ignored (labels must
     lie in it)."""

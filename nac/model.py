@@ -132,7 +132,13 @@ class NAC(nn.Module):
 
     # -- the executor -------------------------------------------------------------------------
     def forward(self, inputs, mask=None, cond=None, cond_mask=None, design: CircuitDesign | None = None) -> torch.Tensor:
-        tokens = self.tokenizer(inputs)
+        return self.execute(self.tokenizer(inputs), mask, cond, cond_mask, design)
+
+    def execute(self, tokens: torch.Tensor, mask=None, cond=None, cond_mask=None,
+                design: CircuitDesign | None = None) -> torch.Tensor:
+        """Everything after the tokenizer: ``forward(x) == execute(tokenizer(x))``. Dropping
+        modules leaves the tokenizer unchanged, so the prune sweep tokenizes once and executes
+        each smaller model on the same tokens (``nac.evaluation.predict_tokens``)."""
         B = tokens.shape[0]
         design = design or self.design(cond, cond_mask)
         states = self.read_in(tokens, design.states, design.codes, mask)

@@ -295,3 +295,23 @@ def test_make_adamw_rejects_unknown_impl():
 
     with pytest.raises(ValueError, match="fused"):
         make_adamw([torch.zeros(1, requires_grad=True)], lr=1e-3, impl="bogus")
+
+
+@pytest.mark.parametrize("variant", ["nac", "frozen_graph", "modfc", "perceiver_io"])
+def test_prune_sweep_tokenizing_once_equals_predict(variant, tiny_config):
+    """The prune sweep tokenizes the validation set once per model and executes every smaller
+    model on those tokens (``tokenize`` + ``predict_tokens``); the plain form runs ``predict``
+    on each smaller model. Same logits, bit for bit, with and without modules dropped."""
+    from nac.evaluation import predict, predict_tokens, tokenize
+    from nac.pruning import drop_modules, random_connectivity
+
+    model = build_model(tiny_config(variant=variant))
+    g = torch.Generator().manual_seed(0)
+    data = [{"input": torch.randint(0, 256, (3, 32, 32), dtype=torch.uint8, generator=g), "label": i % 5}
+            for i in range(23)]
+    tokens, labels = tokenize(model, data, batch_size=8)
+    assert len(tokens) == 3 and model.training  # predict's batches; the mode is restored
+    for k in (0, 5, 12):
+        smaller = drop_modules(model, k, connectivity=random_connectivity(16, seed=k)) if k else model
+        plain, fast = predict(smaller, data, batch_size=8), predict_tokens(smaller, tokens, labels)
+        assert np.array_equal(plain["logits"], fast["logits"]) and np.array_equal(plain["label"], fast["label"])

@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 from nac.baselines.analysis import baseline_analysis
 from nac.checkpoint import load_model
 from nac.config import ModelConfig
-from nac.evaluation import accuracy_by_group, predict, topk_accuracy
+from nac.evaluation import accuracy_by_group, predict, predict_tokens, tokenize, topk_accuracy
 from nac.graphs import PRIOR_DEFAULTS
 from nac.mechanism import has_graph, mechanism_numbers, processor_graph
 from nac.model import BASELINES, count_parameters
@@ -161,20 +161,21 @@ def prune_sweep(params: dict, progress: bool = True) -> list[dict[str, Any]]:
     val_set, train_set = ds.load(image["val_split"]), ds.load("train")
     calib = torch.stack([train_set[i]["input"] for i in range(min(prune["calibration_size"], len(train_set)))])
     speed_batch = torch.stack([val_set[i % len(val_set)]["input"] for i in range(prune["throughput_batch"])])
-    rows = []
+    rows, eval_batch = [], image["train"].get("eval_batch_size", 256)
     jobs = [(run, seed) for run in prune["runs"] for seed in params["seeds"]]
     for run, seed in tqdm(jobs, desc="prune", disable=not progress):
         model = load_model(image_checkpoint(run, seed), map_location=device, expect_config=image_model_config(
             params, run, seed, ds.info()["num_classes"]).to_dict()).to(device).eval()
         U = model.config.n_processor
         orders = {"connectivity": module_connectivity(model, calib.to(device))}
+        tokens, labels = tokenize(model, val_set, device, eval_batch)  # dropping modules keeps the tokenizer
         for i in range(int(prune.get("random_orders", 0))):
             orders[f"random-{i}"] = random_connectivity(U, seed=1000 * seed + i)
         for order, connectivity in orders.items():
             for frac in prune["dropped_fraction"]:
                 k = min(U - 1, int(round(frac * U)))
                 smaller = drop_modules(model, k, connectivity=connectivity)
-                out = predict(smaller, val_set, device, image["train"].get("eval_batch_size", 256))
+                out = predict_tokens(smaller, tokens, labels, device)
                 row = {"run": run, "seed": seed, "order": order, "dropped_fraction": frac, "dropped": k,
                        "modules": U - k, "acc1": topk_accuracy(out["logits"], out["label"], 1),
                        "parameters": count_parameters(smaller),
