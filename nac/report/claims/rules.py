@@ -13,10 +13,8 @@ SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE = "supported", "not supported", "inconclu
 VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE)
 DELTA = 1.0                 # default smallest effect of interest, percentage points
 
-# "nac/report/claims.py" below names the former one-file module: kept so that reports/claims.md comes out
-# byte-identical from this refactor; say `nac/report/claims/` when the report is next regenerated anyway.
 RULE = f"""\
-**Verdict rule** (applied by `nac/report/claims.py`; the checks run in the order written).
+**Verdict rule** (applied by `nac/report/claims/`; the checks run in the order written).
 
 - *95% CIs*: Student t over seeds. A difference of two models trained with the same seeds is
   **paired by seed** (paired t over the per-seed differences): runs that share a seed share the data
