@@ -9,7 +9,6 @@ the published one (a custom archive is vouched for by the ``md5`` param you give
 from __future__ import annotations
 
 import numpy as np
-import torchvision
 
 from nac.data.download import SOURCES, CorruptFileError
 from nac.data.real._common import RealBuilder, source_defaults
@@ -22,10 +21,18 @@ class _CifarBase(RealBuilder):
     Items: ``input`` uint8 [3, 32, 32], ``label`` int64 (CIFAR-100: the 100 fine labels).
     """
 
-    tv_class: type = torchvision.datasets.CIFAR10
+    tv_name = "CIFAR10"   # the torchvision.datasets class that parses the pickles
     rename = {"images": "input", "labels": "label"}
     image_keys = ("images",)
     split_alias = {"val": "test"}
+
+    @property
+    def tv_class(self) -> type:
+        # imported on use: torchvision takes ~1.5 s to import, and every pipeline stage imports
+        # this module through the dataset registry when it validates params.yaml
+        import torchvision
+
+        return getattr(torchvision.datasets, self.tv_name)
 
     def _dataset_class(self) -> type:
         canonical = (self.params.get("md5") or "").lower() == SOURCES[self.source].md5
@@ -73,7 +80,7 @@ class CIFAR10(_CifarBase):
     __doc__ = "CIFAR-10: 10 classes. " + _CifarBase.__doc__
     source = "cifar10"
     defaults = source_defaults("cifar10")
-    tv_class = torchvision.datasets.CIFAR10
+    tv_name = "CIFAR10"
 
 
 @register("cifar100")
@@ -81,4 +88,4 @@ class CIFAR100(_CifarBase):
     __doc__ = "CIFAR-100: 100 fine classes. " + _CifarBase.__doc__
     source = "cifar100"
     defaults = source_defaults("cifar100")
-    tv_class = torchvision.datasets.CIFAR100
+    tv_name = "CIFAR100"
