@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -336,3 +338,13 @@ if __name__ == "__main__":
         print(f"dvc.yaml: rewrote the nac deps of {write_exact_deps()} stage(s)")
     else:
         sys.exit("usage: python tests/test_dvc_deps.py --write   (rewrites dvc.yaml's nac deps)")
+
+
+def test_stages_do_not_import_torchvision_to_validate_params():
+    """Every stage validates params.yaml through the dataset registry, which imports every
+    builder; torchvision (~1.5 s with torch._dynamo) is imported only where CIFAR is read."""
+    code = ("import sys; from nac.pipeline.params import load_params; from nac.data.registry import available; "
+            "available(); import nac.tracks.image, nac.tracks.common, nac.tracks.fewshot; "
+            "print('torchvision' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr
