@@ -11,6 +11,9 @@ is consumed identically (the pipeline's reproducibility depends on it).
   formula on linked entries only) vs ``"plain"`` (``sample_kernel`` per layer); ``"sparse"``
   (the default) draws the same sample as a ``SparseKernel`` whose attention bias is computed on
   the linked entries only;
+* the Neural Interpreter's ``impl`` (``ModLin``, ``ModAttn``, ``LOC``; ``set_impl``): ``"fast"``
+  (modulation folded into per-function weights, one q/k/v GEMM, eqs. 7-8 without the weights
+  ``W``) vs ``"plain"`` (the equations as printed);
 * ``nac.regularizer.BLAS_THREADS``: 1 (the matching's numpy products on one thread) vs None
   (numpy's default threads): bitwise the same.
 """
@@ -20,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from nac import build_model
+from nac.baselines.neural_interpreter import ModLin, NeuralInterpreter, NeuralInterpreterConfig, set_impl
 from nac.circuits.attention import SKMDPA, explicit_attention, log_normalized_kernel
 from nac.circuits.kernel import KernelSampler, SparseKernel, link_probabilities, sample_kernel
 from tests.conftest import make_tiny_config
@@ -315,3 +319,71 @@ def test_prune_sweep_tokenizing_once_equals_predict(variant, tiny_config):
         smaller = drop_modules(model, k, connectivity=random_connectivity(16, seed=k)) if k else model
         plain, fast = predict(smaller, data, batch_size=8), predict_tokens(smaller, tokens, labels)
         assert np.array_equal(plain["logits"], fast["logits"]) and np.array_equal(plain["label"], fast["label"])
+
+
+# ------------------------------------------------ Neural Interpreter: impl "fast" vs "plain"
+def _ni_grads(fn, params, impl, seed=0):
+    """Outputs, every parameter's gradient and the RNG state after ``fn(impl)`` under ``seed``."""
+    torch.manual_seed(seed)
+    out = fn(impl)
+    grads = torch.autograd.grad((out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum(), params,
+                                allow_unused=True)
+    return out.detach(), grads, torch.get_rng_state()
+
+
+def _assert_ni_same(fn, params):
+    """Outputs and gradients agree to ``rtol=1e-5``, ``atol=max(1e-6, 1e-5 * max|plain|)`` (float32
+    rounding through the whole model: observed differences are <= 3e-6 of each tensor's scale)."""
+    (o1, g1, rng1), (o2, g2, rng2) = (_ni_grads(fn, params, impl) for impl in ("plain", "fast"))
+    assert all((a is None) == (b is None) for a, b in zip(g1, g2))
+    for a, b in zip((o1, *g1), (o2, *g2)):
+        if a is not None:
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=max(1e-6, 1e-5 * float(a.abs().max())))
+    assert torch.equal(rng1, rng2)                                      # the same random numbers drawn
+
+
+@pytest.mark.parametrize("form", ["full", "broadcast", "one_code", "batched_codes"])
+def test_ni_modlin_fast_forms_equal_plain(form):
+    torch.manual_seed(0)
+    m, B, U, V = ModLin(8, 12, 6), 3, 4, 5
+    x, c = torch.randn(B, U, V, 8, requires_grad=True), torch.randn(U, 6, requires_grad=True)
+    if form == "broadcast":                                             # x_ui = x_i: one GEMM
+        x = torch.randn(B, V, 8, requires_grad=True)
+    elif form == "one_code":
+        x, c = torch.randn(B, V, 8, requires_grad=True), torch.randn(6, requires_grad=True)
+    elif form == "batched_codes":
+        c = torch.randn(B, U, 6, requires_grad=True)
+
+    def run(impl):
+        m.impl = impl
+        return m(x.unsqueeze(1).expand(-1, U, -1, -1) if form == "broadcast" else x, c)
+    _assert_ni_same(run, [x, c, *m.parameters()])
+
+
+@pytest.mark.parametrize("train", [True, False])
+@pytest.mark.parametrize("size", ["small", "mini"])
+def test_ni_fast_model_gives_the_plain_outputs_and_gradients(train, size):
+    """The whole model (eqs. 1-14): two LOCs (a broadcast and a full input), a key mask with padded
+    tokens, train (BatchNorm batch statistics) and eval; ``mini`` has params.yaml's mini sizes."""
+    kw = (dict(tokenizer={"kind": "conv32", "dim": 16, "pos_dim": 8}, d_model=16, d_type=8, d_code=12,
+               n_functions=3, n_scripts=2, loc_layers=2) if size == "small" else
+          dict(tokenizer={"kind": "conv32", "dim": 48, "pos_dim": 16, "width": 32, "norm": "batch"},
+               n_functions=4, loc_layers=1))
+    torch.manual_seed(0)
+    model = NeuralInterpreter(NeuralInterpreterConfig(num_classes=5, heads=2, n_iterations=2, **kw))
+    images = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
+    mask = torch.ones(4, 64, dtype=torch.bool)
+    mask[1, 40:] = mask[3, ::3] = False
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+
+    def run(impl):
+        model.load_state_dict(state)                                    # BatchNorm statistics too
+        set_impl(model, impl).train(train)
+        return model(images, mask)
+    _assert_ni_same(run, list(model.parameters()))
+    assert all(m.impl == "fast" for m in model.modules() if hasattr(m, "impl"))
+
+
+def test_ni_set_impl_rejects_unknown_impl():
+    with pytest.raises(ValueError, match="valid choices: plain, fast"):
+        set_impl(ModLin(4, 4, 4), "fused")

@@ -38,9 +38,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 # The equation pieces (eqs. 2-11) live in ni_layers; re-exported here (the import path of record).
-from nac.baselines.ni_layers import (EPS, LOC, Interpreter, ModAttn, ModLin, ModMLP, TypeInference,  # noqa: F401
-                                     aggregate_streams, modulated_attention_weights,
-                                     normalize_compatibilities, truncated_kernel)
+from nac.baselines.ni_layers import (EPS, IMPLS, LOC, Interpreter, ModAttn, ModLin, ModMLP,  # noqa: F401
+                                     TypeInference, aggregate_streams, modulated_attention,
+                                     modulated_attention_weights, normalize_compatibilities,
+                                     per_function_linear, set_impl, truncated_kernel)
 from nac.circuits.tokenizers import TOKENIZERS, build_tokenizer
 from nac.config import ConfigDict
 

@@ -5,6 +5,16 @@ over functions (eq. 11). The model (functions, scripts, CLS read-out, fine-tunin
 ``nac.baselines.neural_interpreter``, which re-exports every name here.
 
 Shapes: ``B`` batch, ``V`` variables, ``U`` functions, ``d`` = ``d_model``, ``H`` heads.
+
+Speed (``impl``, a class attribute of ``ModLin``, ``ModAttn`` and ``LOC``; ``set_impl`` sets it on
+a whole model): ``"fast"`` (the default) computes the same equations in fewer, larger kernels,
+``"plain"`` exactly as printed. The fast forms: ModLin folds the modulation into a per-function
+weight (``W diag(m_u)``, one batched matmul, no ``x * m_u`` tensor); ModAttn projects q, k, v in
+one matmul, and a stream that is one input broadcast over the functions (the first LOC's input,
+``x_ui = x_i``) is normalised once and projected by one GEMM for all functions; eqs. 7-8 become
+``y_i = C_i (A (C v))_i / (eps + C_i (A C)_i)`` with ``A`` the softmax (the ``[B, U, H, V, V]``
+weights ``W`` are never formed). Equal up to float rounding, outputs and gradients:
+tests/test_speed_equivalence.py.
 """
 from __future__ import annotations
 
@@ -17,6 +27,44 @@ import torch.nn.functional as F
 from nac.circuits.kernel import link_probabilities
 
 EPS = 1e-6                                   # the paper's epsilon of eqs. 3 and 7
+IMPLS = ("plain", "fast")
+
+
+def set_impl(module: nn.Module, impl: str) -> nn.Module:
+    """Set ``impl`` (``"plain"`` or ``"fast"``) on every ModLin, ModAttn and LOC in ``module``;
+    returns module."""
+    if impl not in IMPLS:
+        raise ValueError(f"unknown impl {impl!r}; valid choices: {', '.join(IMPLS)}")
+    for m in module.modules():
+        if isinstance(m, (ModLin, ModAttn, LOC)):
+            m.impl = impl
+    return module
+
+
+def _broadcast_source(x: torch.Tensor) -> torch.Tensor | None:
+    """``x[:, 0]`` when ``x`` ``[B, U, V, d]`` is one ``[B, V, d]`` tensor broadcast over U (a
+    stride-0 expand, as the interpreter's ``x_ui = x_i``), else None."""
+    return x[:, 0] if x.dim() == 4 and x.shape[1] > 1 and x.stride(1) == 0 else None
+
+
+def per_function_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    """``x @ w^T + b`` with one weight per function: x ``[B, U, V, d_in]``, w ``[U, d_out, d_in]``
+    (or one ``[d_out, d_in]``, or any broadcastable batch) -> ``[B, U, V, d_out]``. A broadcast x
+    is one GEMM against all functions' weights; a full x one bmm over functions (rows ``B*V``)."""
+    if w.dim() == 2:
+        return F.linear(x, w, b)
+    if w.dim() == 3 and x.dim() == 4 and x.shape[1] == w.shape[0]:
+        U, d_out = w.shape[:2]
+        src = _broadcast_source(x)
+        if src is not None:                                            # [B, V, U * d_out]
+            y = F.linear(src, w.flatten(0, 1), None if b is None else b.repeat(U))
+            return y.unflatten(-1, (U, d_out)).transpose(1, 2)
+        B, _, V, d_in = x.shape
+        xu = x.transpose(0, 1).reshape(U, B * V, d_in)
+        y = torch.bmm(xu, w.mT) if b is None else torch.baddbmm(b, xu, w.mT)
+        return y.view(U, B, V, d_out).transpose(0, 1)
+    y = torch.matmul(x, w.mT)
+    return y if b is None else y + b
 
 
 # ---------------------------------------------------------------------------------------------
@@ -69,6 +117,8 @@ class ModLin(nn.Module):
     ``[d_cond]`` with x ``[..., V, d_in]`` also works.
     """
 
+    impl = "fast"
+
     def __init__(self, d_in: int, d_out: int, d_cond: int, bias: bool = True):
         super().__init__()
         self.linear = nn.Linear(d_in, d_out, bias=bias)       # W, b
@@ -79,8 +129,14 @@ class ModLin(nn.Module):
         """``LayerNorm(W_c c)``: ``[..., d_cond]`` -> ``[..., d_in]``."""
         return self.cond_norm(self.cond(c))
 
+    def weight(self, c: torch.Tensor) -> torch.Tensor:
+        """``W diag(LayerNorm(W_c c))``, the modulation folded in: ``[..., d_out, d_in]``."""
+        return self.linear.weight * self.modulation(c).unsqueeze(-2)
+
     def forward(self, x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-        return self.linear(x * self.modulation(c).unsqueeze(-2))
+        if self.impl == "plain":
+            return self.linear(x * self.modulation(c).unsqueeze(-2))
+        return per_function_linear(x, self.weight(c), self.linear.bias)
 
 
 class ModMLP(nn.Module):
@@ -117,6 +173,24 @@ def modulated_attention_weights(q: torch.Tensor, k: torch.Tensor, C: torch.Tenso
     return W / (eps + W.sum(dim=-1, keepdim=True))
 
 
+def modulated_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, C: torch.Tensor,
+                        key_mask: torch.Tensor | None = None, eps: float = EPS) -> torch.Tensor:
+    """Eqs. 7-8 without forming ``W``: ``y_i = sum_j W_ij v_j = C_i (A (C v))_i / (eps + C_i
+    (A C)_i)`` with ``A = softmax_j(q_i . k_j / sqrt(d_key))`` (``C_i`` factors out of eq. 7's
+    sum over j); ``A`` multiplies ``[C_j v_j, C_j]`` in one matmul.
+
+    q, k: ``[B, U, H, V, d_key]``; v: ``[B, U, H, V, e]``; C: ``[B, U, V]`` -> ``[B, U, H, V, e]``.
+    """
+    *batch, V, d_key = q.shape                                           # the scale inside the GEMM
+    logits = torch.baddbmm(q.new_zeros(()).expand(math.prod(batch), V, k.shape[-2]), q.reshape(-1, V, d_key),
+                           k.reshape(-1, *k.shape[-2:]).mT, beta=0, alpha=1 / math.sqrt(d_key)).view(*batch, V, -1)
+    if key_mask is not None:
+        logits = logits.masked_fill(~key_mask[:, None, None, None, :], float("-inf"))
+    Cv = C[:, :, None, :, None]                                          # C_j (and C_i): [B, U, 1, V, 1]
+    o = logits.softmax(dim=-1) @ torch.cat([v * Cv, Cv.expand(*v.shape[:-1], 1)], dim=-1)
+    return o[..., :-1] * (Cv / (eps + Cv * o[..., -1:]))
+
+
 class ModAttn(nn.Module):
     """Eqs. 6-8: per-function self-attention whose queries, keys and values are ModLins of the
     function's code (eq. 6), whose weights are modulated by ``C_ui C_uj`` and renormalised over
@@ -125,6 +199,8 @@ class ModAttn(nn.Module):
     x: ``[B, U, V, d]`` (one stream per function), c: ``[U, d_code]``, C: ``[B, U, V]`` ->
     ``[B, U, V, d]``.
     """
+
+    impl = "fast"
 
     def __init__(self, d_model: int, d_code: int, heads: int, head_dim: int):
         super().__init__()
@@ -137,6 +213,14 @@ class ModAttn(nn.Module):
     def forward(self, x: torch.Tensor, c: torch.Tensor, C: torch.Tensor,
                 key_mask: torch.Tensor | None = None) -> torch.Tensor:
         H = self.heads
+        if self.impl != "plain":                                         # one projection for q, k, v
+            qkv = (self.query, self.key, self.value)
+            b = None if any(m.linear.bias is None for m in qkv) else torch.cat([m.linear.bias for m in qkv])
+            y = per_function_linear(x, torch.cat([m.weight(c) for m in qkv], dim=-2), b)
+            q, k, v = (t.unflatten(-1, (H, -1)).transpose(-2, -3)       # [B, U, H, V, .]
+                       for t in y.split([m.linear.out_features for m in qkv], dim=-1))
+            y = modulated_attention(q, k, v, C, key_mask)                # eqs. 7-8: [B, U, H, V, d / H]
+            return self.out(y.transpose(-2, -3).flatten(-2), c)
         q = self.query(x, c).unflatten(-1, (H, -1))                      # eq. 6: [B, U, V, H, d_key]
         k = self.key(x, c).unflatten(-1, (H, -1))
         v = self.value(x, c).unflatten(-1, (H, -1))                      # [B, U, V, H, d / H]
@@ -158,6 +242,8 @@ class LOC(nn.Module):
     ``[B, U, V]`` -> ``[B, U, V, d]``.
     """
 
+    impl = "fast"
+
     def __init__(self, d_model: int, d_code: int, heads: int, head_dim: int, mlp_hidden: int):
         super().__init__()
         self.attn_norm = nn.LayerNorm(d_model)
@@ -168,7 +254,9 @@ class LOC(nn.Module):
     def forward(self, x: torch.Tensor, c: torch.Tensor, C: torch.Tensor,
                 key_mask: torch.Tensor | None = None) -> torch.Tensor:
         gate = C.unsqueeze(-1)
-        a = x + gate * self.attn(self.attn_norm(x), c, C, key_mask)     # eq. 9
+        src = _broadcast_source(x) if self.impl != "plain" else None
+        h = self.attn_norm(x) if src is None else self.attn_norm(src).unsqueeze(1).expand_as(x)  # once if x_ui = x_i
+        a = x + gate * self.attn(h, c, C, key_mask)                     # eq. 9
         return a + gate * self.mlp(self.mlp_norm(a), c)                 # eq. 10
 
 
