@@ -65,6 +65,9 @@ def test_execute_writes_ipynb_and_html(tmp_path):
     assert "jupytext" not in nb.metadata or "formats" not in nb.metadata["jupytext"]
     html = (tmp_path / "out" / "tiny.html").read_text()
     assert "hello from workdir" in html and "A tiny notebook" in html
+    first = (tmp_path / "out" / "tiny.ipynb").read_bytes()  # a rerun writes the same bytes (fixed cell ids)
+    execute(tmp_path / "src" / "tiny.py", tmp_path / "out", cwd=workdir, timeout=60)
+    assert (tmp_path / "out" / "tiny.ipynb").read_bytes() == first
 
 
 def test_execute_failing_cell_names_notebook(tmp_path):
