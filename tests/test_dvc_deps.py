@@ -342,9 +342,23 @@ if __name__ == "__main__":
 
 def test_stages_do_not_import_torchvision_to_validate_params():
     """Every stage validates params.yaml through the dataset registry, which imports every
-    builder; torchvision (~1.5 s with torch._dynamo) is imported only where CIFAR is read."""
+    builder; torchvision (~1.5 s with torch._dynamo) is imported only where CIFAR is read.
+    (Not a timing: which modules load is what makes a stage's start cheap or not.)"""
     code = ("import sys; from nac.pipeline.params import load_params; from nac.data.registry import available; "
             "available(); import nac.tracks.image, nac.tracks.common, nac.tracks.fewshot; "
             "print('torchvision' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("stage", ["download", "prepare"])
+def test_data_stages_run_without_importing_torch(stage, tmp_path):
+    """The data stages generate and cache arrays with numpy; 16 of them run on mini and smoke,
+    and importing torch would cost each about a second."""
+    code = ("import runpy, sys; sys.argv = ['x', '--help']; "
+            f"runpy.run_path({str(ROOT / 'stages' / (stage + '.py'))!r}, run_name='__main__')")
+    code = (f"import sys\ntry:\n    exec({code!r})\nexcept SystemExit:\n    pass\n"  # --help: the module-level imports
+            "from nac.data.registry import available\navailable()\n"  # params validation imports every builder
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "False", out.stdout + out.stderr

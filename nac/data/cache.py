@@ -20,10 +20,12 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 MANIFEST = "manifest.json"
 HASH = "sha256"
@@ -176,8 +178,10 @@ def _load_checked(cache_dir: Path, dataset: str, split: str, key: str, layout: A
     return arr
 
 
-class ArrayDataset(torch.utils.data.Dataset):
-    """Items are dicts of the cached arrays at one index, as tensors.
+class ArrayDataset:
+    """Items are dicts of the cached arrays at one index, as tensors (a map-style dataset for
+    ``torch.utils.data.DataLoader``; not a subclass of torch's ``Dataset``, so that the data
+    stages, which only write caches, run without importing torch).
 
     ``rename`` maps cache array names to item keys (e.g. ``{"images": "input", "labels": "label"}``);
     ``transform`` (optional) is applied to the item dict.
@@ -196,5 +200,7 @@ class ArrayDataset(torch.utils.data.Dataset):
         return self._len
 
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        import torch
+
         item = {self.rename.get(k, k): torch.from_numpy(np.array(v[i])) for k, v in self.arrays.items()}
         return self.transform(item) if self.transform else item

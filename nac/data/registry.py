@@ -13,9 +13,11 @@ looks them up and rejects unknown names with the list of valid ones.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import torch
+if TYPE_CHECKING:  # the data stages (download, prepare) run without importing torch
+    import torch
+
 
 _REGISTRY: dict[str, type["DatasetBuilder"]] = {}
 

@@ -15,13 +15,15 @@ import json
 import os
 import zlib
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
-import torch
 
 from nac.data.cache import ArrayDataset, load_arrays, read_manifest, write_cache
 from nac.data.registry import DatasetBuilder
+
+if TYPE_CHECKING:  # the data stages (download, prepare) run without importing torch
+    import torch
 
 RAW_PARAMS = "params.json"
 SPLIT_IDS = {"train": 1, "val": 2, "test": 3}

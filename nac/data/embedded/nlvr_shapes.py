@@ -24,16 +24,18 @@ pair stacked); ``"cond"`` int64 ``[max_words]``; ``"cond_mask"`` bool; ``"label"
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
-import torch
 from tqdm import tqdm
 
 from nac.data.embedded import nlvr_language as lang
 from nac.data.embedded._base import SPLIT_IDS, EmbeddedBuilder, ToItem, atomic_savez, load_npz, split_sizes
 from nac.data.embedded.drawing import draw_flat, place
 from nac.data.registry import register
+
+if TYPE_CHECKING:  # the data stages (download, prepare) run without importing torch
+    import torch
 
 RAW_FILE = "nlvr_shapes.npz"
 RGB = {"red": (0.85, 0.12, 0.12), "green": (0.15, 0.65, 0.2), "blue": (0.15, 0.3, 0.9), "yellow": (0.95, 0.82, 0.1)}
@@ -88,6 +90,8 @@ class PairItem(ToItem):
 
     def __call__(self, item: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         item = super().__call__(item)
+        import torch
+
         item["input"] = torch.stack([item["left"], item["right"]])
         return item
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import numpy as np
-from scipy.spatial.transform import Rotation
 from tqdm import tqdm
 
 from nac.data.embedded._base import SPLIT_IDS, EmbeddedBuilder, atomic_savez, balanced_labels, load_npz, split_sizes
@@ -152,6 +151,8 @@ CLASSES: tuple[str, ...] = tuple(SAMPLERS)
 def random_rotations(rng: Rng, n: int) -> np.ndarray:
     """``n`` rotations uniform on SO(3) (normalised Gaussian quaternions). float64 [n, 3, 3]."""
     q = rng.normal(size=(n, 4))
+    from scipy.spatial.transform import Rotation  # on use: every stage imports this module (dataset registry)
+
     return Rotation.from_quat(q / np.linalg.norm(q, axis=1, keepdims=True)).as_matrix()
 
 

@@ -15,10 +15,9 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
-import torch
 from PIL import Image, UnidentifiedImageError
 from tqdm.auto import tqdm
 
@@ -26,6 +25,9 @@ from nac.data.cache import ArrayDataset, load_arrays, read_manifest, write_cache
 from nac.data.download import SOURCES, CorruptFileError, extract, fetch
 from nac.data.embedded._base import ToItem
 from nac.data.registry import DatasetBuilder
+
+if TYPE_CHECKING:  # the data stages (download, prepare) run without importing torch
+    import torch
 
 #: params that only affect how files are obtained or how fast, never the cached arrays.
 DOWNLOAD_KEYS = frozenset({"url", "urls", "md5", "sha256", "md5s", "workers", "device", "batch_size", "image_dir"})

@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-import torch
 from PIL import Image, UnidentifiedImageError
 
 from nac.data.download import SOURCES, CorruptFileError, UserDataRequired, fetch
 from nac.data.real._common import RealBuilder, progress
 from nac.data.registry import register
+
+if TYPE_CHECKING:
+    import torch
 
 SPLITS = {"train": "train", "val": "dev", "test": "test1"}  # our name -> NLVR2's file name
 IMAGE_EXT = (".png", ".jpg", ".jpeg")
@@ -52,6 +54,8 @@ class OpenCLIPEncoder:
         except ImportError as e:
             raise ImportError("NLVR2 features need open_clip, an optional extra: run `pip install -e .[clip]` "
                               "(or `pip install open_clip_torch`)") from e
+        import torch
+
         self.device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
         try:
             self.model, _, self.preprocess = open_clip.create_model_and_transforms(model, pretrained=pretrained)
@@ -63,14 +67,18 @@ class OpenCLIPEncoder:
         self.tokenizer = open_clip.get_tokenizer(model)
         self.name = f"open_clip:{model}:{pretrained}"
 
-    @torch.no_grad()
     def encode_images(self, images: list[Image.Image]) -> torch.Tensor:
-        batch = torch.stack([self.preprocess(im) for im in images]).to(self.device)
-        return self.model.encode_image(batch).float().cpu()
+        import torch
 
-    @torch.no_grad()
+        with torch.no_grad():
+            batch = torch.stack([self.preprocess(im) for im in images]).to(self.device)
+            return self.model.encode_image(batch).float().cpu()
+
     def encode_texts(self, texts: list[str]) -> torch.Tensor:
-        return self.model.encode_text(self.tokenizer(texts).to(self.device)).float().cpu()
+        import torch
+
+        with torch.no_grad():
+            return self.model.encode_text(self.tokenizer(texts).to(self.device)).float().cpu()
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
