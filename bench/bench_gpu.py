@@ -9,6 +9,8 @@ Parts (``--parts``, all by default):
   bf16 autocast and in fp32. Steps are timed with ``torch.cuda.synchronize`` around blocks of
   ``--steps`` steps, the models interleaved block by block (``--blocks``), so each block gives one
   NAC / Perceiver IO ratio; mean and 95% t CI over blocks.
+* ``ladder``: the bf16 step at batch 128 of every Table 1 rung and of the two ImageNet
+  pre-training models (224 px), 3 blocks each; bench_paper_cost.py ``--measured`` uses them.
 * ``memory``: the peak CUDA memory (``torch.cuda.max_memory_allocated``) of one bf16 training
   step of the same NAC with 1024 processor modules at batch 128 (and of the 256-module one).
 * ``throughput``: Figure 5b on the GPU - images/s of the paper-size NAC (eval, bf16 autocast,
@@ -68,13 +70,14 @@ def paper_model(params: dict, run: str, n_processor: int | None = None) -> nn.Mo
     return build_model(image_model_config(p, run, seed=0, num_classes=CLASSES))
 
 
-def _inputs(batch: int, size: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+def _inputs(batch: int, size: int, device, num_classes: int = CLASSES) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, 256, (batch, 3, size, size), dtype=torch.uint8, generator=g)
-    return x.to(device), torch.randint(0, CLASSES, (batch,), generator=g).to(device)
+    return x.to(device), torch.randint(0, num_classes, (batch,), generator=g).to(device)
 
 
-def make_step(model: nn.Module, params: dict, batch: int, amp: bool, compile: bool = False):
+def make_step(model: nn.Module, params: dict, batch: int, amp: bool, compile: bool = False,
+              image_size: int | None = None, num_classes: int = CLASSES):
     """One training step as ``nac.training.loop`` takes it (without the data loader);
     ``compile``: the forward through ``torch.compile`` (not what the loop does; a measurement of
     how much of the step is Python and kernel-launch overhead)."""
@@ -83,7 +86,7 @@ def make_step(model: nn.Module, params: dict, batch: int, amp: bool, compile: bo
     model.to(device).train()
     objective = torch.compile(Objective(model)) if compile else Objective(model)
     opt = make_adamw(model.parameters(), lr=tr["lr"])
-    x, y = _inputs(batch, params["image"]["model"]["tokenizer"]["image_size"], device)
+    x, y = _inputs(batch, image_size or params["image"]["model"]["tokenizer"]["image_size"], device, num_classes)
 
     def step():
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
@@ -131,6 +134,35 @@ def part_step(params: dict, blocks: int, steps: int, modes=("bf16", "fp32")) -> 
         del fns
         torch.cuda.empty_cache()
     return out
+
+
+def part_ladder(params: dict, blocks: int, steps: int) -> dict:
+    """The bf16 training step at batch 128 (one GPU's share of the pre-training batch) of every
+    model the paper profile trains on images: each Table 1 rung and the two ImageNet
+    pre-training models; rows named as bench_paper_cost.py's."""
+    from bench_paper_cost import pretrain_model
+
+    batch = params["image"]["train"]["batch_size"]
+    models = {f"Table 1: {run}": (lambda run=run: paper_model(params, run)) for run in params["image"]["ladder"]}
+    for name in ("nac", "perceiver_io"):
+        models[f"Figure 4 pre-training: {name}"] = lambda name=name: pretrain_model(params, name)
+    rows = {}
+    for what, build in models.items():
+        try:
+            model = build()
+            size = (params["fewshot"]["pretrain"]["model"]["tokenizer"]["image_size"] if "pre-training" in what
+                    else params["image"]["model"]["tokenizer"]["image_size"])
+            step = make_step(model, params, batch, amp=True, image_size=size,
+                             num_classes=getattr(model.config, "num_classes", CLASSES))
+            t = _timed_blocks({what: step}, blocks, steps)[what]
+            rows[what] = {"s_per_step": _ci(t), "images_per_s": batch / (sum(t) / len(t)),
+                          "parameters": count_parameters(model)}
+        except Exception as e:  # out of memory, say: the row says so and the others still run
+            rows[what] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+        print(what, rows[what].get("images_per_s", rows[what].get("error")), flush=True)
+        model = step = None
+        torch.cuda.empty_cache()
+    return {"batch": batch, "amp": "bf16", "blocks": blocks, "steps_per_block": steps, "rows": rows}
 
 
 def part_memory(params: dict) -> dict:
@@ -307,6 +339,8 @@ def main() -> None:
                 res[part] = part_memory(params)
             elif part == "throughput":
                 res[part] = part_throughput(params, a.blocks, a.eval_batch)
+            elif part == "ladder":
+                res[part] = part_ladder(params, 3, a.steps)
             elif part == "compiled":
                 res[part] = part_step(params, a.blocks, a.steps, modes=("bf16_compiled",))
             elif part == "profile":
@@ -314,7 +348,7 @@ def main() -> None:
             elif part == "ddp":
                 res[part] = part_ddp(params)
             else:
-                raise SystemExit(f"unknown part {part!r}; choose from step compiled memory throughput profile ddp")
+                raise SystemExit(f"unknown part {part!r}; choose from step ladder compiled memory throughput profile ddp")
         except Exception as e:  # one part failing (out of memory, say) still leaves the others' numbers
             import traceback
             traceback.print_exc()

@@ -12,10 +12,9 @@ this CPU is measured too and printed beside it. Evaluation, data loading and the
 and 3, NLVR: a few percent of the total at their sizes) are not counted.
 
 With ``--measured bench/results/gpu.json`` (written by bench/bench_gpu.py on a GPU) a second
-estimate uses the FLOP rate actually achieved by the measured bf16 training step at batch 128:
-Perceiver IO's for the Perceiver IO rows, the Tiny-ImageNet NAC's for every other row (the
-NAC rungs, the baselines and the ImageNet pre-trainings, whose larger inputs should if anything
-use the GPU better, so this is an upper bound for them). ``--reuse`` takes the FLOP counts from
+estimate uses the FLOP rate actually achieved by a measured bf16 training step at batch 128:
+each model's own where bench_gpu.py's ``ladder`` part timed it, else Perceiver IO's for the
+Perceiver IO rows and the Tiny-ImageNet NAC's for every other row. ``--reuse`` takes the FLOP counts from
 the existing ``--out`` file instead of counting again.
 
     python bench/bench_paper_cost.py [--tflops 100] [--measured bench/results/gpu.json] [--reuse]
@@ -77,12 +76,29 @@ def main() -> None:
 
 
 def measured_rates(gpu_json: Path, rows: list[dict]) -> dict:
-    """Achieved FLOP/s of bench_gpu.py's bf16 steps: {'perceiver_io': .., 'nac': ..}."""
-    step = json.loads(Path(gpu_json).read_text())["step"]
-    flops = {r["what"].removeprefix("Table 1: "): r["gflops_per_sample"] * 1e9 for r in rows}
-    ips = step["bf16"]["images_per_s"]
-    return {"perceiver_io": flops["perceiver_io"] * ips["perceiver_io"],
-            "nac": flops["nac-scale_free"] * ips["nac-scale_free"]}
+    """Achieved FLOP/s of bench_gpu.py's bf16 steps: {'perceiver_io': .., 'nac': ..} from its
+    ``step`` part, and per row (``rows``' ``what``) from its ``ladder`` part where it ran."""
+    res = json.loads(Path(gpu_json).read_text())
+    flops = {r["what"]: r["gflops_per_sample"] * 1e9 for r in rows}
+    ips = res["step"]["bf16"]["images_per_s"]
+    rates = {"perceiver_io": flops["Table 1: perceiver_io"] * ips["perceiver_io"],
+             "nac": flops["Table 1: nac-scale_free"] * ips["nac-scale_free"]}
+    for what, m in (res.get("ladder") or {}).get("rows", {}).items():
+        if what in flops and "images_per_s" in m:
+            rates[what] = flops[what] * m["images_per_s"]
+    return rates
+
+
+def pretrain_model(p: dict, name: str, fit_signatures: bool = True):
+    """The few-shot ImageNet pre-training model ``name`` (nac | perceiver_io) of composed params
+    ``p``, as nac/tracks/pretrain.py builds it."""
+    pre = p["fewshot"]["pretrain"]
+    cfg = dict(pre["model"], num_classes=CLASSES[pre["dataset"]])
+    if name == "perceiver_io":
+        cfg.update(variant="perceiver_io", **(pre.get("perceiver_io") or {}))
+    else:
+        cfg.update(variant="nac", **prior_settings(p))
+    return build_model(ModelConfig.from_dict(cfg), fit_signatures=fit_signatures)
 
 
 def count_rows() -> list[dict]:
@@ -103,12 +119,7 @@ def count_rows() -> list[dict]:
     if pre:
         tok = pre["model"]["tokenizer"]
         for name in ("nac", "perceiver_io"):
-            cfg = dict(pre["model"], num_classes=CLASSES[pre["dataset"]])
-            if name == "perceiver_io":   # as nac/tracks/pretrain.py builds them
-                cfg.update(variant="perceiver_io", **(pre.get("perceiver_io") or {}))
-            else:
-                cfg.update(variant="nac", **prior_settings(p))
-            model = build_model(ModelConfig.from_dict(cfg), fit_signatures=False)
+            model = pretrain_model(p, name, fit_signatures=False)
             flops, cpu_s = step_flops(model, tok["image_size"], CLASSES[pre["dataset"]])
             epochs = pre["train"]["epochs"]
             total = flops * TRAIN_SIZES[pre["dataset"]] * epochs
@@ -129,7 +140,8 @@ def finish(rows: list[dict], args) -> None:
     if args.measured:
         rates = measured_rates(Path(args.measured), rows)
         for r in rows:
-            key = "perceiver_io" if r["what"].endswith("perceiver_io") else "nac"
+            key = r["what"] if r["what"] in rates else "perceiver_io" if r["what"].endswith("perceiver_io") else "nac"
+            r["measured_rate_source"] = "this model's measured step" if key == r["what"] else f"the {key} step's rate"
             r["measured_rate_tflops"] = rates[key] / 1e12
             r["gpu_hours_measured_rate"] = r["train_flops"] / rates[key] / 3600
         gpu = json.loads(Path(args.measured).read_text())["machine"]["gpu"]
@@ -139,8 +151,8 @@ def finish(rows: list[dict], args) -> None:
                     "pretrain_gpu_hours": sum(r["gpu_hours_measured_rate"] for r in rows
                                               if r["what"].startswith("Figure 4")),
                     "rates_tflops": {k: v / 1e12 for k, v in rates.items()}}
-        print(f"at the measured bf16 rates on {gpu} (NAC {rates['nac'] / 1e12:.1f}, Perceiver IO "
-              f"{rates['perceiver_io'] / 1e12:.1f} TFLOP/s): {measured['total_gpu_hours']:,.0f} GPU-hours "
+        print(f"at the measured bf16 rates on {gpu} (per model where measured; else NAC {rates['nac'] / 1e12:.1f}, "
+              f"Perceiver IO {rates['perceiver_io'] / 1e12:.1f} TFLOP/s): {measured['total_gpu_hours']:,.0f} GPU-hours "
               f"(Table 1 {measured['table1_gpu_hours']:,.0f}, pre-training {measured['pretrain_gpu_hours']:,.0f})")
     print(f"\nestimated at {args.tflops:g} TFLOP/s sustained: {total_h:,.0f} GPU-hours "
           f"(Table 1 {sum(r['gpu_hours'] for r in rows if r['what'].startswith('Table 1')):,.0f}, "
