@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -214,34 +213,22 @@ def bench_throughput(repeats: int, batch: int, fractions=(0.0, 0.875)) -> dict:
 
 
 def _throughput(model, params, repeats: int, batch: int, fractions) -> dict:
-    from nac.pruning import drop_modules, random_connectivity
+    from bench_throughput import pruned_forwards  # function level: bench_throughput imports this module
+
+    from nac.pruning import random_connectivity
 
     model.eval()
     m = params["image"]["model"]
     U = model.config.n_processor
     size = int(m["tokenizer"]["image_size"])
     x = torch.randint(0, 256, (batch, 3, size, size), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
-    ranking = random_connectivity(U, seed=0)
     out = {"model": "paper profile image.model, nac-scale_free (untrained)", "tokenizer": m["tokenizer"],
            "n_processor": U, "batch": batch, "image_size": size, "rows": []}
+    fns = pruned_forwards(model, x, fractions, random_connectivity(U, seed=0))
     for frac in fractions:
-        k = int(round(frac * U))
-        smaller = drop_modules(model, k, connectivity=ranking).eval() if k else model
-        tokens = smaller.tokenizer(x)
-        design = smaller.design()
-        tok = smaller.tokenizer
-
-        def whole():
-            smaller(x)
-
-        def executor():  # the same forward with the tokenizer's output (and the design) given
-            smaller.tokenizer = nn.Identity()
-            try:
-                smaller(tokens, design=design)
-            finally:
-                smaller.tokenizer = tok
-        row = {"dropped_fraction": frac, "kept_modules": U - k}
-        for name, fn in (("executor", executor), ("whole", whole)):
+        row = {"dropped_fraction": frac, "kept_modules": U - int(round(frac * U))}
+        for name in ("executor", "whole"):
+            fn = fns[frac][name]
             fn()  # warm-up
             row[f"{name}_images_per_s"] = _ci([batch / _time(fn) for _ in range(repeats)])
         out["rows"].append(row)
