@@ -28,7 +28,8 @@ from nac.evaluation import accuracy_by_group, predict, topk_accuracy
 from nac.graphs import _resolve as resolve_prior
 from nac.model import count_parameters
 from nac.pipeline import schema_models as schema
-from nac.pipeline.paths import track_checkpoint
+from nac.pipeline.io import write_json
+from nac.pipeline.paths import track_checkpoint, track_metrics
 from nac.pipeline.datasets import dataset_info, track_builder
 from nac.pipeline.runs import prior_settings, train_config, train_run
 from nac.training.config import TrainConfig
@@ -150,6 +151,21 @@ def evaluate_split(model: torch.nn.Module, data: Dataset, device, batch_size: in
     if groups is not None:
         res["acc1_by_type"] = accuracy_by_group(out["logits"], out["label"], np.asarray(groups), group_names)
     return res
+
+
+def train_track_jobs(params: dict, track: str) -> list[tuple[dict, str, str, int]]:
+    """A ``train_<track>`` stage's jobs, ``(params, track, run, seed)``, the NAC-like runs (the
+    slower ones) first."""
+    jobs = [(params, track, run, seed) for run in params[track]["runs"] for seed in params["seeds"]]
+    return sorted(jobs, key=lambda j: j[2] == "perceiver_io" or j[2] == "text_only")
+
+
+def train_and_evaluate_track_run(params: dict, track: str, run: str, seed: int, progress: bool = True) -> None:
+    """One job of a ``train_<track>`` stage: train, evaluate, write ``metrics/tracks/<track>/<run>-<seed>.json``."""
+    live = f"metrics/tracks/live/{track}/{run}-{seed}"
+    res = train_track_run(params, track, run, seed, live_dir=live, progress=progress)
+    if res is not None:
+        write_json(track_metrics(track, run, seed), res)
 
 
 def train_track_run(params: dict, track: str, run: str, seed: int, live_dir: str | Path | None = None,

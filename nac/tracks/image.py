@@ -27,6 +27,7 @@ from nac.pipeline import schema_models as schema
 from nac.pipeline.schema import check_prune
 from nac.pipeline.paths import image_checkpoint, parse_run
 from nac.pipeline.datasets import builder
+from nac.pipeline.io import write_json
 from nac.pipeline.runs import train_config, train_run
 from nac.pruning import drop_modules, module_connectivity, random_connectivity
 from nac.training.config import TrainConfig
@@ -88,6 +89,29 @@ def train_image_run(params: dict, run: str, seed: int, live_dir: str | Path | No
     if initial:
         res["mechanism"] = {"init": initial["numbers"], "final": mechanism_numbers(model, initial["P"])}
     return res
+
+
+# Relative training cost of a run on mini (seconds per run, 2-core CPU, 2026-11-23): only the order
+# in which ``train_image_jobs`` hands jobs to the workers (longest first), never a result.
+_COST = {"neural_interpreter": 96, "nac": 60, "frozen_graph": 59, "modfc": 55, "perceiver_io": 48,
+         "modular_network": 41}
+
+
+def train_image_jobs(params: dict) -> list[tuple[dict, str, int]]:
+    """The ``train`` stage's jobs, ``(params, run, seed)`` for every ladder run and seed, longest
+    first (so that the last job to finish is a short one)."""
+    jobs = [(params, run, seed) for run in params["image"]["ladder"] for seed in params["seeds"]]
+    return sorted(jobs, key=lambda j: -_COST.get(parse_run(j[1])[0], 60))
+
+
+def train_and_evaluate_image_run(params: dict, run: str, seed: int, progress: bool = True) -> None:
+    """One job of the ``train`` stage: train ``<run>-<seed>`` (or reload its finished checkpoint),
+    evaluate it IID and OOD, write ``metrics/image/{train,eval}/<run>-<seed>.json``."""
+    name = f"{run}-{seed}"
+    res = train_image_run(params, run, seed, live_dir=f"metrics/image/live/{name}", progress=progress)
+    if res is not None:  # the main process writes and evaluates
+        write_json(f"metrics/image/train/{name}.json", res)
+        write_json(f"metrics/image/eval/{name}.json", evaluate_image_run(params, run, seed))
 
 
 def _ood_classes(params: dict) -> list[int] | None:

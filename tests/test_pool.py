@@ -1,0 +1,57 @@
+"""nac.pipeline.pool: a stage's jobs spread over worker processes give the results of running
+them one after another (the byte-identical check on real training jobs is in test_pipeline.py),
+in job order, with the first failure raised in the stage and a bad setting rejected."""
+import os
+
+import pytest
+import torch
+
+from nac.pipeline import pool
+
+
+def _square_and_threads(x: int, progress: bool = True) -> tuple[int, int, int, bool]:
+    return x * x, torch.get_num_threads(), os.getpid(), progress
+
+
+def _fail_on(x: int, progress: bool = True) -> int:
+    if x == 2:
+        raise SystemExit(f"job {x} stopped: the checkpoint of epoch 1 is intact; rerun to resume")
+    return x
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_results_come_back_in_job_order_with_one_thread_per_job(monkeypatch, workers):
+    monkeypatch.setenv(pool.WORKERS_ENV, workers)
+    monkeypatch.delenv(pool.THREADS_ENV, raising=False)
+    out = pool.run_jobs(_square_and_threads, [(x,) for x in range(5)], device="cpu")
+    assert [o[0] for o in out] == [0, 1, 4, 9, 16]
+    assert {o[1] for o in out} == {1}  # the same thread count whatever the number of workers
+    pids = {o[2] for o in out}
+    if workers == "1":
+        assert pids == {os.getpid()} and all(o[3] for o in out)       # in this process, its bars on
+    else:
+        assert os.getpid() not in pids and not any(o[3] for o in out)  # in workers, their bars off
+
+
+def test_a_failing_job_stops_the_stage_with_its_message(monkeypatch):
+    monkeypatch.setenv(pool.WORKERS_ENV, "2")
+    with pytest.raises(SystemExit, match="job 2 stopped: the checkpoint of epoch 1 is intact"):
+        pool.run_jobs(_fail_on, [(x,) for x in range(6)], device="cpu")
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two", "1.5"])
+def test_a_bad_worker_count_is_rejected_before_any_job(monkeypatch, value):
+    monkeypatch.setenv(pool.WORKERS_ENV, value)
+    with pytest.raises(ValueError, match=f"{pool.WORKERS_ENV}=.*not a positive integer"):
+        pool.run_jobs(_fail_on, [(2,)], device="cpu")
+
+
+def test_defaults(monkeypatch):
+    for name in (pool.WORKERS_ENV, pool.THREADS_ENV, "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    assert pool.threads_for("cpu") == 1 and pool.threads_for("cuda") is None
+    assert pool.workers_for("cuda", 10) == 1             # one GPU: the jobs take turns
+    assert 1 <= pool.workers_for("cpu", 10) <= max(1, len(os.sched_getaffinity(0)))
+    assert pool.workers_for("cpu", 1) == 1               # never more workers than jobs
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert pool.workers_for("cpu", 10) == 1              # under torchrun each job is itself parallel
