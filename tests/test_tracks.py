@@ -158,6 +158,26 @@ def test_nlvr_runs_build_and_read_their_inputs():
         assert out.shape == (2, 2) and torch.isfinite(out).all()
 
 
+def test_neural_interpreter_on_a_track_reads_the_tracks_tokens():
+    """A track's neural_interpreter run is Table 1's Neural Interpreter (image.baselines) with the
+    track's tokenizer (vocabulary and length from the dataset), padding masked like the NAC's."""
+    from nac.pipeline.params import compose
+    params = compose([])
+    info = {"num_classes": 10, "vocab_size": 20, "max_length": 12}
+    cfg = track_model_config(params, "listops", "neural_interpreter", info)
+    nac_cfg = track_model_config(params, "listops", "nac", info)
+    assert cfg.tokenizer == nac_cfg.tokenizer and cfg.num_classes == 10
+    assert cfg.d_model == params["image"]["baselines"]["neural_interpreter"]["d_model"]
+    torch.manual_seed(0)
+    model = build_model(cfg).eval()
+    tokens, mask = torch.randint(1, 20, (2, 12)), torch.ones(2, 12, dtype=torch.bool)
+    mask[1, 7:] = False
+    with torch.no_grad():
+        full = model(tokens, mask=mask)
+        tokens[1, 7:] = 3  # what stands in the padding does not matter
+        assert torch.equal(model(tokens, mask=mask), full) and full.shape == (2, 10)
+
+
 def test_track_model_rejects_unknown_run():
     from nac.pipeline.params import ParamsError
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from nac.report.published import NLVR, PAPER_ROW, RUN_LABELS, TABLE1, TABLE1_COLUMNS, TRACK_RUN_LABELS
+from nac.report.published import BASELINE_RUNS, NLVR, PAPER_ROW, RUN_LABELS, TABLE1, TABLE1_COLUMNS, TRACK_RUN_LABELS
 from nac.stats import summarize, welch_ci
 
 DASH = "—"  # a cell that does not apply (never left empty, so every CSV cell is filled)
@@ -36,7 +36,7 @@ def table1(evals: list[dict[str, Any]], ladder: list[str], parameters: dict[str,
     for run in ladder:
         sub = df[df["run"] == run].sort_values("seed")
         if sub.empty:
-            raise ValueError(f"no evaluation metrics for run {run!r}; did train@{run}-<seed> run?")
+            raise ValueError(f"no evaluation metrics for run {run!r}; did the train stage run (python stages/train.py)?")
         row = {"model": RUN_LABELS.get(run, run), "seeds": int(len(sub))}
         if parameters:
             row["parameters"] = f"{parameters.get(run, 0):,}"
@@ -119,7 +119,7 @@ def comparison_table(results: dict[str, list[dict[str, Any]]], published: dict[s
     """Tables 2 and 3: the paper's rows with ours (test Acc@1, mean ± 95% CI over seeds) beside
     Perceiver IO and NAC, then NAC − Perceiver IO (95% CI, paired by seed) beside the paper's
     difference, and the test split's majority-class rate. Absolute accuracies are never subtracted
-    from the paper's (the embedded stand-ins are other datasets). ``results``: track -> metrics of runs ``perceiver_io`` and ``nac``.
+    from the paper's (the embedded stand-ins are other datasets). ``results``: track -> metrics of runs ``perceiver_io`` and ``nac`` (and of a baseline, which gets its own rows).
     Returns (display table, numbers per track for summary.json)."""
     ours_row = {label: run for run, label in PAPER_ROW.items()}
     summary: dict[str, Any] = {track: {} for track in results}
@@ -148,6 +148,21 @@ def comparison_table(results: dict[str, list[dict[str, Any]]], published: dict[s
         cells(row, track, paper, stat, signed=True)
         summary[track]["nac_minus_perceiver_io"] = {**stat, "paper": paper}
     rows.append(row)
+    # Baselines (not in the paper) on the tracks that ran them: their row, then their difference
+    # to Perceiver IO paired by seed; "not run" on the others.
+    for b in [b for b in BASELINE_RUNS if any(_values(res, b, "test_acc1") for res in results.values())]:
+        row, diff = {"model": RUN_LABELS[b], "seeds": seeds}, {"model": f"{RUN_LABELS[b]} − Perceiver IO (95% CI, paired by seed)",
+                                                             "seeds": seeds}
+        for track, res in results.items():
+            vals = _values(res, b, "test_acc1")
+            stat = summarize(vals) if vals else None
+            dstat = paired(_values(res, "perceiver_io", "test_acc1"), vals) if vals else None
+            cells(row, track, None, stat)
+            cells(diff, track, None, dstat)
+            if vals:
+                summary[track][b] = {**stat, "chance": float(np.mean(_values(res, b, "test_chance")))}
+                summary[track][f"{b}_minus_perceiver_io"] = dstat
+        rows += [row, diff]
     row = {"model": "majority-class rate (test split)", "seeds": DASH}
     for track, res in results.items():
         chance = float(np.mean([r["test_chance"] for r in res]))
@@ -228,7 +243,7 @@ def analysis_table(a: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-FEWSHOT_BASELINES = ("neural_interpreter", "modular_network")
+FEWSHOT_BASELINES = BASELINE_RUNS
 
 
 def fewshot_stats(rows: list[dict[str, Any]]) -> pd.DataFrame:

@@ -26,7 +26,7 @@ from torch.utils.data import Dataset
 from nac.config import ModelConfig
 from nac.evaluation import accuracy_by_group, predict, topk_accuracy
 from nac.graphs import _resolve as resolve_prior
-from nac.model import count_parameters
+from nac.model import BASELINES, count_parameters
 from nac.pipeline import schema_models as schema
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import track_checkpoint, track_metrics
@@ -37,9 +37,9 @@ from nac.training.config import TrainConfig
 ParamsError = schema.ParamsError
 
 TRACK_RUNS: dict[str, tuple[str, ...]] = {
-    "points": ("perceiver_io", "nac"),
-    "listops": ("perceiver_io", "nac"),
-    "text": ("perceiver_io", "nac"),
+    "points": ("perceiver_io", "nac", "neural_interpreter"),
+    "listops": ("perceiver_io", "nac", "neural_interpreter"),
+    "text": ("perceiver_io", "nac", "neural_interpreter"),
     "nlvr": ("conditional", "text_only", "image_only"),
 }
 TRACK_TITLES = {"points": "Point clouds (Table 2)", "listops": "ListOps (Table 3)", "text": "Byte-level text (Table 3)",
@@ -61,8 +61,10 @@ def _with_vocab(tokenizer: dict[str, Any], info: dict[str, Any], cond: bool = Fa
     return tok
 
 
-def track_model_config(params: dict, track: str, run: str, info: dict[str, Any]) -> ModelConfig:
-    """The model of one run of a track, from ``<track>.model`` and the dataset's info."""
+def track_model_config(params: dict, track: str, run: str, info: dict[str, Any]):
+    """The model config of one run of a track, from ``<track>.model`` and the dataset's info; for
+    ``neural_interpreter``, Table 1's Neural Interpreter (``image.baselines.neural_interpreter``)
+    reading this track's tokens (``<track>.model.tokenizer``)."""
     if run not in TRACK_RUNS[track]:
         raise ParamsError(f"{track}: unknown run {run!r}; valid: {', '.join(TRACK_RUNS[track])}")
     model = dict(params[track]["model"])
@@ -74,6 +76,10 @@ def track_model_config(params: dict, track: str, run: str, info: dict[str, Any])
         if int(ngram.get("n", 0)) < 1 or int(ngram.get("buckets", 0)) < 2:
             raise ParamsError(f"{track}.ngram must be {{n: >= 1, buckets: >= 2}}, got {ngram}")
         info = dict(info, vocab_size=int(ngram["buckets"]) + 1)
+    if run == "neural_interpreter":  # Table 1's Neural Interpreter (image.baselines) reading the track's tokens
+        ni = dict((params.get("image", {}).get("baselines") or {}).get(run) or {})
+        ni.update(tokenizer=_with_vocab(model["tokenizer"], info), num_classes=int(info["num_classes"]))
+        return BASELINES[run][0].from_dict(ni)
     cfg = dict(model, num_classes=int(info["num_classes"]))
     cfg["tokenizer"] = _with_vocab(model["tokenizer"], info)
     if run == "perceiver_io":

@@ -1,5 +1,5 @@
 """Validation of the ``fewshot`` section (on top of ``nac.pipeline.params.validate``), read by the
-``pretrain`` and ``fewshot@<target>`` stages."""
+``pretrain`` and ``fewshot`` stages."""
 from __future__ import annotations
 
 from typing import Any
