@@ -1,10 +1,13 @@
 """A stage's independent jobs (one trained model, or one few-shot target, each) run side by side
 in worker processes.
 
-Why: the mini models are too small for a second intra-op thread to pay. One epoch of the mini
-NAC (``stages/train.py``, 2-core VM) took 16.4 s on two threads and 15.9 s on one, and two
-one-thread processes side by side took 16.0 s each; so one process per core halves a training
-stage, where two threads in one process gain nothing.
+Why: one process that trains several models (instead of one DVC stage, one Python start-up and
+one round of DVC bookkeeping per model) and, on a CPU, two one-thread jobs side by side rather
+than one two-thread job after another. Measured on the 2-core VM with the mini NAC
+(``bench/bench_pool.py``, ``bench/results/pool.json``): a second intra-op thread speeds one job up
+by about 1.45x, two one-thread jobs side by side finish about 1.2x sooner than the same two jobs
+one after the other on two threads, and the per-stage overhead this removes was the larger part
+of the old stages' cost.
 
 Results do not depend on how many workers run: every job runs with the same number of intra-op
 threads (``NAC_THREADS``; default 1 on a CPU, torch's own on a GPU) and seeds itself, whether it

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -59,7 +60,8 @@ def _provenance(params: dict) -> dict[str, str]:
         commit += " (with uncommitted code changes)" if dirty else ""
     except (OSError, subprocess.CalledProcessError):
         commit = "unknown (not a git checkout)"
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU ({platform.machine()}, {torch.get_num_threads()} threads)"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU ({platform.machine()}, {cores} cores)"
     return {"profile": params["profile"], "commit": commit, "date": dt.date.today().isoformat(),
             "machine": f"{platform.node() or 'unknown host'}, {device}", "torch": torch.__version__}
 
