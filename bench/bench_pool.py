@@ -28,6 +28,10 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from nac.pipeline.pool import usable_cores  # noqa: E402
+
 _JOB = """
 import sys
 from nac.pipeline.params import load_params
@@ -75,7 +79,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--out", default="bench/results/pool.json")
     a = ap.parse_args()
-    cores = len(os.sched_getaffinity(0))
+    cores = usable_cores()
     configs = {"one job, all threads": (1, cores, [0]), "one job, one thread": (1, 1, [0]),
                "two jobs one after another, all threads": (1, cores, [0, 1]),
                "two jobs side by side, one thread each": (2, 1, [0, 1])}

@@ -2,7 +2,8 @@
 Tiny-ImageNet-R is to its 62 classes), and accuracy per group (rendition style, reasoning type)."""
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -21,6 +22,17 @@ def model_kwargs(batch: dict, device: torch.device) -> dict:
     return kw
 
 
+@contextmanager
+def eval_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """``model`` in eval mode inside the block, its previous train/eval mode restored after."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
 @torch.no_grad()
 def predict(model: torch.nn.Module, data: Dataset | DataLoader, device: torch.device | str = "cpu",
             batch_size: int = 256, keep: Iterable[str] = ()) -> dict[str, np.ndarray]:
@@ -28,17 +40,13 @@ def predict(model: torch.nn.Module, data: Dataset | DataLoader, device: torch.de
     and any item fields named in ``keep`` (e.g. ``style``)."""
     device = torch.device(device)
     loader = data if isinstance(data, DataLoader) else DataLoader(data, batch_size=batch_size, shuffle=False)
-    was_training = model.training
-    model.eval()
     out: dict[str, list] = {"logits": [], "label": [], **{k: [] for k in keep}}
-    try:
+    with eval_mode(model):
         for batch in loader:
             out["logits"].append(model(**model_kwargs(batch, device)).float().cpu())
             out["label"].append(batch["label"])
             for k in keep:
                 out[k].append(batch[k])
-    finally:
-        model.train(was_training)
     return {k: torch.cat(v).numpy() for k, v in out.items()}
 
 
@@ -50,15 +58,11 @@ def tokenize(model: torch.nn.Module, data: Dataset, device: torch.device | str =
     ``predict(model, data)``, for ``model`` and for any copy with the same tokenizer (models with
     modules dropped). Inputs only (no mask or condition)."""
     device = torch.device(device)
-    was_training = model.training
-    model.eval()
     batches, labels = [], []
-    try:
+    with eval_mode(model):
         for batch in DataLoader(data, batch_size=batch_size, shuffle=False):
             batches.append(model.tokenizer(batch["input"].to(device)).cpu())
             labels.append(batch["label"])
-    finally:
-        model.train(was_training)
     return batches, torch.cat(labels).numpy()
 
 
@@ -67,12 +71,8 @@ def predict_tokens(model: torch.nn.Module, token_batches: list[torch.Tensor], la
                    device: torch.device | str = "cpu") -> dict[str, np.ndarray]:
     """``predict``'s output from ``tokenize``'s batches (``model.execute`` on each)."""
     device = torch.device(device)
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         logits = [model.execute(t.to(device)).float().cpu() for t in token_batches]
-    finally:
-        model.train(was_training)
     return {"logits": torch.cat(logits).numpy(), "label": labels}
 
 

@@ -14,19 +14,17 @@ process evaluates).
 import argparse
 
 from nac.pipeline.params import load_params
-from nac.pipeline.pool import run_jobs
+from nac.pipeline.pool import add_job_arguments, one_job, run_jobs
 from nac.tracks.image import train_and_evaluate_image_run, train_image_jobs, validate
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--run", help="one run: perceiver_io | modfc | frozen_graph | a baseline | nac-<prior>[-<control>]")
-    ap.add_argument("--seed", type=int, help="with --run: its seed")
+    add_job_arguments(ap, "one run: perceiver_io | modfc | frozen_graph | a baseline | nac-<prior>[-<control>]")
     args = ap.parse_args()
-    if (args.run is None) != (args.seed is None):
-        ap.error("--run and --seed go together (give both for one job, neither for the whole ladder)")
+    single = one_job(ap, args, "the whole ladder")
     params = load_params(check=[validate])
-    jobs = train_image_jobs(params) if args.run is None else [(params, args.run, args.seed)]
+    jobs = [(params, args.run, args.seed)] if single else train_image_jobs(params)
     run_jobs(train_and_evaluate_image_run, jobs, device=params.get("device", "auto"), desc="train",
              label=lambda job: f"{job[1]}-{job[2]}")
 

@@ -10,20 +10,18 @@ when interrupted. ``--run R --seed S`` trains that one job in this process, e.g.
 import argparse
 
 from nac.pipeline.params import load_params
-from nac.pipeline.pool import run_jobs
+from nac.pipeline.pool import add_job_arguments, one_job, run_jobs
 from nac.tracks.common import TRACK_RUNS, train_and_evaluate_track_run, train_track_jobs, validator
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("track", choices=sorted(TRACK_RUNS))
-    ap.add_argument("--run", help="one run of the track")
-    ap.add_argument("--seed", type=int, help="with --run: its seed")
+    add_job_arguments(ap, "one run of the track")
     args = ap.parse_args()
-    if (args.run is None) != (args.seed is None):
-        ap.error("--run and --seed go together (give both for one job, neither for every run of the track)")
+    single = one_job(ap, args, "every run of the track")
     params = load_params(check=[validator(args.track)])
-    jobs = train_track_jobs(params, args.track) if args.run is None else [(params, args.track, args.run, args.seed)]
+    jobs = [(params, args.track, args.run, args.seed)] if single else train_track_jobs(params, args.track)
     run_jobs(train_and_evaluate_track_run, jobs, device=params.get("device", "auto"), desc=f"train_{args.track}",
              label=lambda job: f"{job[2]}-{job[3]}")
 

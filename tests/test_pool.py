@@ -55,3 +55,17 @@ def test_defaults(monkeypatch):
     assert pool.workers_for("cpu", 1) == 1               # never more workers than jobs
     monkeypatch.setenv("WORLD_SIZE", "4")
     assert pool.workers_for("cpu", 10) == 1              # under torchrun each job is itself parallel
+
+
+def test_run_and_seed_go_together():
+    import argparse
+
+    from nac.pipeline.pool import add_job_arguments, one_job
+
+    ap = argparse.ArgumentParser()
+    add_job_arguments(ap, "one run")
+    assert one_job(ap, ap.parse_args(["--run", "nac", "--seed", "0"]), "all") is True
+    assert one_job(ap, ap.parse_args([]), "all") is False
+    for half in (["--run", "nac"], ["--seed", "1"]):
+        with pytest.raises(SystemExit):
+            one_job(ap, ap.parse_args(half), "every run")

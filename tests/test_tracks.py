@@ -310,3 +310,18 @@ def test_typical_examples_and_graph():
     G = graph_of(P)
     assert sorted(G.edges()) == [(0, 1), (1, 2)] and G.number_of_nodes() == 3
     assert G[0][1]["weight"] > G[1][2]["weight"]  # closer signatures attract more
+
+
+def test_eval_mode_restores_the_previous_mode_even_on_error():
+    from nac.evaluation import eval_mode
+
+    model = torch.nn.Sequential(torch.nn.Dropout(0.5))
+    for before in (True, False):
+        model.train(before)
+        with eval_mode(model):
+            assert not model.training
+        assert model.training is before
+    model.train()
+    with pytest.raises(RuntimeError), eval_mode(model):
+        raise RuntimeError("inside")
+    assert model.training

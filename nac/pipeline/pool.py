@@ -5,7 +5,7 @@ Why: one process that trains several models (instead of one DVC stage, one Pytho
 one round of DVC bookkeeping per model) and, on a CPU, two one-thread jobs side by side rather
 than one two-thread job after another. Measured on the 2-core VM with the mini NAC
 (``bench/bench_pool.py``, ``bench/results/pool.json``): a second intra-op thread speeds one job up
-by about 1.45x, two one-thread jobs side by side finish about 1.2x sooner than the same two jobs
+by about 1.42x, two one-thread jobs side by side finish about 1.2x sooner than the same two jobs
 one after the other on two threads, and the per-stage overhead this removes was the larger part
 of the old stages' cost.
 
@@ -18,6 +18,7 @@ under ``torchrun``, where the job itself is parallel).
 """
 from __future__ import annotations
 
+import argparse
 import multiprocessing as mp
 import os
 import sys
@@ -38,11 +39,26 @@ def _positive_env(name: str) -> int | None:
     return int(raw)
 
 
-def _cores() -> int:
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask where the OS has one)."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+def add_job_arguments(ap: argparse.ArgumentParser, run_help: str) -> None:
+    """``--run R --seed S``: a stage's one job, trained in the calling process (e.g. under torchrun)."""
+    ap.add_argument("--run", help=run_help)
+    ap.add_argument("--seed", type=int, help="with --run: its seed")
+
+
+def one_job(ap: argparse.ArgumentParser, args: argparse.Namespace, every: str) -> bool:
+    """Whether ``args`` name one job (``--run`` and ``--seed``); exits with a usage error when only
+    one of them is given. ``every``: what the stage runs without them."""
+    if (args.run is None) != (args.seed is None):
+        ap.error(f"--run and --seed go together (give both for one job, neither for {every})")
+    return args.run is not None
 
 
 def _distributed() -> bool:
@@ -62,7 +78,7 @@ def workers_for(device: str, n_jobs: int) -> int:
     """Worker processes for ``n_jobs`` jobs on ``device`` (the params' ``device``)."""
     asked = _positive_env(WORKERS_ENV)
     if asked is None:
-        asked = 1 if (_distributed() or _on_gpu(device)) else _cores()
+        asked = 1 if (_distributed() or _on_gpu(device)) else usable_cores()
     return max(1, min(asked, n_jobs))
 
 

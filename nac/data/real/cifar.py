@@ -80,7 +80,6 @@ class CIFAR10(_CifarBase):
     __doc__ = "CIFAR-10: 10 classes. " + _CifarBase.__doc__
     source = "cifar10"
     defaults = source_defaults("cifar10")
-    tv_name = "CIFAR10"
 
 
 @register("cifar100")
