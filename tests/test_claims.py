@@ -168,6 +168,12 @@ def good_spec() -> dict:
                 "nac-ring_of_cliques": tight(26.0), "nac-erdos_renyi": tight(25.0), NOREG: tight(24.0),
                 RANDINIT: tight(24.0), NI: tight(20.0), MN: tight(15.0)},
         "parameters": {NI: 50_000, "perceiver_io": 80_000},
+        # bench/bench_convergence.py's longer runs, per length: per-seed final IID / OOD Acc@1 (a 48-epoch
+        # run on one seed only: the claims read the longest length with every seed, 24)
+        # (and, for the NAC, with dense attention at evaluation)
+        "longer": {"24": {"perceiver_io": ([70.0, 71.0, 70.5], [30.0, 30.5, 31.0]),
+                          HEAD: ([75.0, 76.5, 75.8], [34.0, 35.0, 34.2], [72.0, 74.0, 73.1])},
+                   "48": {"perceiver_io": ([60.0], [20.0]), HEAD: ([50.0], [10.0])}},
         # the Modular Network's per-layer I(module; class), its shuffled control and exp(entropy), per seed
         "modular_usage": [{"mi": [0.30 + 0.01 * s, 0.40], "mi_shuffled": [0.01, 0.02], "exp_entropy": [3.5, 2.8 + 0.1 * s],
                            "counts": [[[1]], [[1]]]} for s in range(3)],
@@ -245,6 +251,15 @@ def write_metrics(root: Path, spec: dict, seeds=(0, 1, 2)) -> Path:
                       {"run": run, "seed": s, "val_acc1": accs[i], "test_acc1": accs[i],
                        "val_chance": runs["chance"], "test_chance": runs["chance"]})
     _dump(root / "nlvr/analysis.json", spec["analysis"])
+    runs: dict = {}
+    for epochs, by_run in spec.get("longer", {}).items():
+        for run, (iid, ood, *dense) in by_run.items():
+            runs.setdefault(run, {})[epochs] = {
+                str(seeds[i]): {"val_acc1": [iid[i]], "eval": {"iid_acc1": iid[i], "ood_acc1": ood[i],
+                                                              **({"iid_acc1_dense": dense[0][i]} if dense else {})}}
+                for i in range(min(len(iid), len(seeds)))}
+    if runs:   # beside the metrics tree, as bench/results/ is beside metrics/ in the repository
+        _dump(root.parent / "bench/results/convergence.json", {"mini_epochs": 6, "profile": "test", "runs": runs})
     return root
 
 
@@ -308,6 +323,32 @@ def test_all_supported_on_good_metrics(tmp_path):
     assert pb["estimate"] == pytest.approx(np.mean(np.subtract([0.20, 0.21, 0.19], [0.030, 0.035, 0.032])))
     km = rows["kernel_matters"]
     assert km["estimate"] == pytest.approx(5.0) and "5 models" in km["ours"]
+
+
+def test_gain_claims_near_the_plateau_read_the_longest_length_with_every_seed(tmp_path):
+    g = good_spec()
+    rows = by_id(C.evaluate_claims(make_params(), write_metrics(tmp_path / "metrics", g)))
+    (iid_h, ood_h, dense_h), (iid_p, ood_p) = g["longer"]["24"][HEAD], g["longer"]["24"]["perceiver_io"]
+    km = rows["kernel_matters_long"]
+    assert km["verdict"] == SUPPORTED and km["estimate"] == pytest.approx(np.mean(iid_h) - np.mean(dense_h))
+    for cid, a, b in (("iid_gain_long", iid_h, iid_p), ("ood_gain_long", ood_h, ood_p)):
+        ci = stats.ttest_rel(a, b).confidence_interval()   # paired by seed, the 48-epoch seed ignored
+        r = rows[cid]
+        assert r["estimate"] == pytest.approx(np.mean(a) - np.mean(b)) and r["n"] == 3 and "after 24 epochs" in r["ours"]
+        assert (r["lo"], r["hi"]) == (pytest.approx(ci.low), pytest.approx(ci.high))
+    # with the 48-epoch runs on every seed, those are read; a seed missing at every length: not measured
+    g["longer"]["48"] = {"perceiver_io": ([60.0, 61.0, 60.2], [20.0, 21.0, 20.1]),
+                         HEAD: ([58.0, 58.5, 57.0], [10.0, 11, 12], [58.0, 58.6, 57.1])}
+    rows = by_id(C.evaluate_claims(make_params(), write_metrics(tmp_path / "m48" / "metrics", g)))
+    assert "after 48 epochs" in rows["iid_gain_long"]["ours"] and rows["iid_gain_long"]["verdict"] == NOT_SUPPORTED
+    assert rows["kernel_matters_long"]["verdict"] == NOT_SUPPORTED   # the CI lies below δ
+    rows = by_id(C.evaluate_claims(make_params(seeds=(0, 1, 2, 3)), tmp_path / "m48" / "metrics"))
+    assert rows["ood_gain_long"]["reason"].startswith("not measured: bench/results/convergence.json: no length")
+    # another profile's bench runs are not this profile's measurement
+    other = make_params()
+    other["profile"] = "paper"
+    rows = by_id(C.evaluate_claims(other, tmp_path / "m48" / "metrics"))
+    assert "holds profile 'test'" in rows["iid_gain_long"]["reason"] and rows["iid_gain_long"]["verdict"] == INCONCLUSIVE
 
 
 def test_type_structure_compares_with_the_untrained_control(tmp_path):
@@ -680,8 +721,8 @@ def test_claim_ids():
     assert ids[ids.index("prune_vs_random") + 1:ids.index("points_gap")] == ("fewshot_cub", "fewshot_cifar10")
     assert ids[ids.index("prune_vs_pio") + 1] == "prune_vs_random"
     i = ids.index("prior_tradeoff_ood") + 1
-    assert ids[i:i + 5] == ("graph_follows_prior", "regularizer_sparse", "prior_beyond_init", "kernel_matters",
-                            "prune_fraction")
+    assert ids[i:i + 6] == ("graph_follows_prior", "regularizer_sparse", "prior_beyond_init", "kernel_matters",
+                            "kernel_matters_long", "prune_fraction")
     assert "nlvr_structure_learned" not in ids
     assert ids[ids.index("nlvr_type_structure") + 1] == "nlvr_diversity"
     assert len(set(ids)) == len(ids)
@@ -734,8 +775,8 @@ def test_noninferiority_verdict(iv, verdict):
 from nac.report.claims import registry as R  # noqa: E402
 
 REPORT_ORDER = (   # the report order of reports/claims.md before the registry (the target-independent claims)
-    "ood_gain", "iid_gain", "modfc_alone", "learned_graph", "priors_similar", "prior_tradeoff_ood",
-    "graph_follows_prior", "regularizer_sparse", "prior_beyond_init", "kernel_matters",
+    "ood_gain", "iid_gain", "ood_gain_long", "iid_gain_long", "modfc_alone", "learned_graph", "priors_similar", "prior_tradeoff_ood",
+    "graph_follows_prior", "regularizer_sparse", "prior_beyond_init", "kernel_matters", "kernel_matters_long",
     "prune_fraction", "prune_speedup", "prune_vs_pio", "prune_vs_random",
     "points_gap", "listops_gap", "text_gap", "above_chance",
     "nlvr_vs_zeroshot", "nlvr_uses_both", "nlvr_type_structure", "nlvr_diversity",
@@ -767,6 +808,11 @@ REGISTERED_IDS = C.claim_ids(full_params())
 FAILS = {
     "ood_gain": lambda s: s["ood"].update({HEAD: [18.0, 18.3, 18.4]}),
     "iid_gain": lambda s: s["iid"].update({HEAD: [45.0, 45.3, 45.4]}),
+    "ood_gain_long": lambda s: s["longer"]["24"].update({HEAD: ([75.0, 76.5, 75.8], [29.0, 29.2, 30.5])}),
+    "iid_gain_long": lambda s: s["longer"]["24"].update({HEAD: ([70.0, 71.5, 70.1], [34.0, 35.0, 34.2])}),
+    # (without the dense-attention numbers the kernel claim is not measured; the gain claims still are)
+    "kernel_matters_long": lambda s: s["longer"]["24"].update({HEAD: ([75.0, 76.5, 75.8], [34.0, 35.0, 34.2],
+                                                                      [75.5, 76.0, 76.3])}),
     "modfc_alone": lambda s: s["iid"].update(modfc=[53.0, 53.3, 53.4]),
     "learned_graph": lambda s: s["iid"].update(frozen_graph=[55.0, 55.1, 55.5]),
     "priors_similar": lambda s: s["iid"].update({"nac-erdos_renyi": [58.0, 58.3, 58.4]}),
@@ -801,7 +847,7 @@ FAILS = {
 
 @pytest.fixture(scope="module")
 def full_rows(tmp_path_factory) -> dict[str, dict]:
-    return by_id(C.evaluate_claims(full_params(), write_metrics(tmp_path_factory.mktemp("full"), full_spec())))
+    return by_id(C.evaluate_claims(full_params(), write_metrics(tmp_path_factory.mktemp("full") / "metrics", full_spec())))
 
 
 def test_registry_order_is_the_report_order():

@@ -292,15 +292,28 @@ def test_figure_5b_paper_size_is_drawn_from_the_bench_results(tmp_path, cpu_cloc
 def test_convergence_figure_and_table_from_bench_results(tmp_path):
     from nac.report import build, figures
 
-    conv = {"seed": 0, "mini_epochs": 3, "profile": "mini",
-            "runs": {"perceiver_io": {"8": {"val_acc1": [10, 20, 30, 40, 50, 55, 58, 60]}},
-                     "nac-scale_free": {"8": {"val_acc1": [11, 22, 33, 44, 55, 60, 64, 66]}}}}
+    run = lambda accs, ood=None: {"val_acc1": accs, **({"eval": {"ood_acc1": ood}} if ood is not None else {})}  # noqa: E731
+    conv = {"mini_epochs": 3, "profile": "mini",
+            "runs": {"perceiver_io": {"8": {"0": run([10, 20, 30, 40, 50, 55, 58, 60], 30.0),
+                                            "1": run([10, 20, 30, 40, 50, 55, 58, 62], 32.0)}},
+                     "nac-scale_free": {"8": {"0": {"val_acc1": [11, 22, 33, 44, 55, 60, 64, 66],
+                                              "eval": {"ood_acc1": 35.0, "iid_acc1": 66.0, "iid_acc1_dense": 64.5},
+                                              "mechanism": {"final": {"sparsity": 0.9}}}},
+                                        "16": {"0": run(list(range(50, 66)), 40.0)}}}}
     hist = lambda accs: [{"val_acc1": a} for a in accs]  # noqa: E731
     histories = {"perceiver_io": [hist([10, 20, 25]), hist([12, 18, 27])], "nac-scale_free": [hist([11, 21, 26])]}
     paths = figures.figure_convergence(conv, histories, {}, tmp_path)
     assert paths and all(p.exists() and p.stat().st_size > 0 for p in paths)
-    table = build._convergence_table(conv, histories)
-    pio = table.set_index("model").loc[build.RUN_LABELS.get("perceiver_io", "perceiver_io")]
-    assert pio["this pipeline: val Acc@1 after 3 epochs (mean over 2 seeds)"] == 26.0
-    assert pio["gain over its last epoch"] == 7.0          # (5 + 9) / 2
-    assert pio["8 epochs, seed 0: val Acc@1"] == 60
+    assert "8 epochs (2 seeds)" in paths[1].read_text()
+    table = build._convergence_table(conv, histories).set_index("model")
+    pio = table.loc[build.RUN_LABELS.get("perceiver_io", "perceiver_io")]
+    ci = stats.t.ppf(0.975, 1) * np.std([25, 27], ddof=1) / np.sqrt(2)
+    assert pio["this pipeline: val Acc@1 after 3 epochs"] == f"26.00 ± {ci:.2f} (2 seeds)"
+    assert pio["its gain over the last epoch"] == 7.0          # (5 + 9) / 2
+    assert pio["8 epochs: val Acc@1"].startswith("61.00 ± ") and pio["8 epochs: OOD Acc@1"].startswith("31.00 ± ")
+    nac = table.loc[build.RUN_LABELS.get("nac-scale_free", "nac-scale_free")]
+    assert nac["8 epochs: val Acc@1"] == "66.00 (1 seed)" and nac["8 epochs: OOD Acc@1"] == "35.00 (1 seed)"
+    assert nac["8 epochs: kernel − dense attention (IID Acc@1)"] == "1.50 (1 seed)"
+    assert pio["8 epochs: kernel − dense attention (IID Acc@1)"] == "—"
+    assert nac["8 epochs: links with P = 0 (%)"] == "90.00 (1 seed)" and pd.isna(pio["8 epochs: links with P = 0 (%)"])
+    assert nac["16 epochs: OOD Acc@1"] == "40.00 (1 seed)" and pd.isna(pio["16 epochs: val Acc@1"])

@@ -311,26 +311,27 @@ def figure_5b_paper_size(results: dict, out_dir) -> list[Path]:
 def figure_convergence(results: dict, histories: dict[str, list[list[dict]]], labels: dict[str, str],
                        out_dir) -> list[Path]:
     """How far the profile's image-track training is from a plateau: validation Acc@1 per epoch of
-    the longer runs of ``bench/bench_convergence.py`` (one seed; the cosine schedule stretched to
-    their length, solid) beside the pipeline's own runs of the same seed (dashed, ending at the
-    profile's epoch count, marked by the vertical line)."""
-    seed, mini_epochs = results["seed"], results["mini_epochs"]
+    the longer runs of ``bench/bench_convergence.py`` (the cosine schedule stretched to their
+    length; solid: mean over the seeds run at that length) beside the pipeline's own runs (dashed,
+    mean over seeds, ending at the profile's epoch count, marked by the vertical line)."""
+    mini_epochs = results["mini_epochs"]
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for run, by_len in results["runs"].items():
         color = None
-        for epochs, res in sorted(by_len.items(), key=lambda kv: int(kv[0])):
-            y = res["val_acc1"]
+        for epochs, by_seed in sorted(by_len.items(), key=lambda kv: int(kv[0])):
+            y = np.mean([r["val_acc1"] for r in by_seed.values()], axis=0)
+            n = len(by_seed)
             line, = ax.plot(range(1, len(y) + 1), y, marker="o", ms=2.5, color=color,
-                            label=f"{labels.get(run, run)}: {epochs} epochs (seed {seed})")
+                            label=f"{labels.get(run, run)}: {epochs} epochs ({n} seed{'s' if n > 1 else ''})")
             color = line.get_color()
         own = [h for h in histories.get(run, []) if h]
-        if own and len(own) > seed:
-            y = [e["val_acc1"] for e in own[seed]]
+        if own:
+            y = np.mean([[e["val_acc1"] for e in h] for h in own], axis=0)
             ax.plot(range(1, len(y) + 1), y, ls="--", marker="s", ms=3, color=color,
-                    label=f"{labels.get(run, run)}: this pipeline ({len(y)} epochs)")
+                    label=f"{labels.get(run, run)}: this pipeline ({len(y)} epochs, {len(own)} seeds)")
     ax.axvline(mini_epochs, color="grey", lw=0.8, ls=":")
     ax.set_xlabel("epoch")
     ax.set_ylabel("validation Acc@1 (%)")
     ax.legend(fontsize=7)
-    ax.set_title(f"How far `{results['profile']}` is from a plateau (image track, seed {seed})", fontsize=9)
+    ax.set_title(f"How far `{results['profile']}` is from a plateau (image track)", fontsize=9)
     return save(fig, out_dir, "convergence")

@@ -96,3 +96,15 @@ def kernel_matters(c: Context) -> dict:
     name, low = min(ivs, key=lambda t: t[1].estimate)
     ours = f"smallest cost of removing the kernel: {name} {_ci_text(low)} points ({len(ivs)} models)"
     return _result(low, combine(parts, "models"), ours)
+
+
+@claim("kernel_matters_long", source="§2 (eq. 2-3)", statement="The kernel matters at evaluation, trained near the plateau",
+       paper="implied (the kernel is the mechanism of every NAC result)",
+       measure=lambda c: f"{c.head}: d = IID Acc@1 with the kernel − with dense attention at evaluation (same weights), "
+                         f"after bench/bench_convergence.py's longest length with every seed; paired-by-seed CI; {D1}")
+def kernel_matters_long(c: Context) -> dict:
+    epochs, acc = c.m.longer([c.head], "iid_acc1")
+    _, dense = c.m.longer([c.head], "iid_acc1_dense")
+    iv = paired_ci(acc[c.head], dense[c.head])
+    ours = f"after {epochs} epochs: cost of removing the kernel {_ci_text(iv)} points; n = {iv.n} seed(s)"
+    return _result(iv, difference_verdict(iv), ours)

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 PIO, NAC = "perceiver_io", "nac"
+# bench/bench_convergence.py's results, beside the metrics tree (``<metrics>/../bench/results/``)
+CONVERGENCE = Path("bench/results/convergence.json")
 NLVR_CONTROLS = ("text_only", "image_only")   # the NLVR single-modality controls
 
 
@@ -105,6 +107,33 @@ class Metrics:
                 raise Missing(f"mechanism numbers ({phase}) in {self.label(rel)}")
             out.append(t["mechanism"][phase])
         return out
+
+    def longer(self, runs: Sequence[str], key: str) -> tuple[int, dict[str, list[float]]]:
+        """``(epochs, {run: [key per seed]})`` from the evaluations of ``bench/bench_convergence.py``'s
+        longer image-track runs (``CONVERGENCE`` beside the metrics tree): the longest length at which
+        every run has ``key`` for every seed of ``params["seeds"]``."""
+        path = self.root.parent / CONVERGENCE
+        if not path.is_file():
+            raise Missing(f"{CONVERGENCE} (python bench/bench_convergence.py --seeds "
+                          f"{' '.join(map(str, self.seeds))})")
+        try:
+            conv = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"malformed {path}: {e}") from e
+        if not isinstance(conv, dict):
+            raise ValueError(f"malformed {path}: expected an object")
+        if conv.get("profile") != self.params.get("profile"):
+            raise Missing(f"{CONVERGENCE} holds profile {conv.get('profile')!r}'s runs, not {self.params.get('profile')!r}'s "
+                          "(run python bench/bench_convergence.py under this profile)")
+        by_run = conv.get("runs", {})
+        lengths = set.intersection(*[set((by_run.get(r) or {}).keys()) for r in runs]) if runs else set()
+        for epochs in sorted(lengths, key=int, reverse=True):
+            per = {r: by_run[r][epochs] for r in runs}
+            if all(isinstance(per[r], dict) and all(key in ((per[r].get(str(s)) or {}).get("eval") or {})
+                                                    for s in self.seeds) for r in runs):
+                return int(epochs), {r: [number(per[r][str(s)]["eval"], key, f"{CONVERGENCE} {r} {epochs} epochs seed {s}")
+                                         for s in self.seeds] for r in runs}
+        raise Missing(f"{CONVERGENCE}: no length with {key} for seeds {self.seeds} of {', '.join(runs)}")
 
     def image_eval(self, run: str, key: str) -> list[Any]:
         """``key`` of a ladder run's evaluation metrics per seed, any type (a baseline's analysis block)."""
