@@ -134,6 +134,7 @@ if world.is_main:
 """
 
 
+@pytest.mark.slow  # two torchrun launches, ~15 s; .ci/run runs the slow tests after the default run
 def test_ddp_two_processes_match_single_process(tmp_path):
     """DDP with gloo on CPU: 2 processes x 4 samples == 1 process x 8 samples (same global batch).
     ``modfc`` with no augmentation has no per-sample randomness, so the runs must agree. The
