@@ -45,7 +45,7 @@ def _convergence_table(conv: dict, histories: dict[str, list[list[dict]]]) -> pd
     and its gain over the last epoch (means over seeds), then for each longer length the final
     validation Acc@1, OOD Acc@1 and, for models with a kernel, the kernel ablation (IID Acc@1 with
     the kernel minus with dense attention at evaluation) and the share of links with P = 0 at the
-    end, each mean ± 95% CI over the seeds run at that length."""
+    end, each mean ± 95% CI over the seeds run at that length; "—" where a model has no value."""
     rows = []
     for run, by_len in conv["runs"].items():
         own = [h for h in histories.get(run, []) if h]
@@ -65,7 +65,8 @@ def _convergence_table(conv: dict, histories: dict[str, list[list[dict]]]) -> pd
             if sparsity:
                 row[f"{epochs} epochs: links with P = 0 (%)"] = _mean_text(sparsity)
         rows.append(row)
-    return pd.DataFrame(rows)
+    # a cell a model has no value for (no graph, or a length it was not run at) reads "—", not "nan"
+    return pd.DataFrame(rows).astype(object).fillna("—")
 
 
 def _provenance(params: dict) -> dict[str, str]:
