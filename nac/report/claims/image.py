@@ -36,7 +36,7 @@ def iid_gain(c: Context) -> dict:
 
 def _longer(c: Context, key: str) -> dict:
     epochs, vals = c.m.longer([c.head, PIO], key)
-    return _diff(vals, c.head, PIO, what=f"after {epochs} epochs: ")
+    return _diff(vals[key], c.head, PIO, what=f"after {epochs} epochs: ")
 
 
 LONGER = ("bench/bench_convergence.py: the same models trained longer (its longest length with every seed; the "

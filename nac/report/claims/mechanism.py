@@ -103,8 +103,7 @@ def kernel_matters(c: Context) -> dict:
        measure=lambda c: f"{c.head}: d = IID Acc@1 with the kernel − with dense attention at evaluation (same weights), "
                          f"after bench/bench_convergence.py's longest length with every seed; paired-by-seed CI; {D1}")
 def kernel_matters_long(c: Context) -> dict:
-    epochs, acc = c.m.longer([c.head], "iid_acc1")
-    _, dense = c.m.longer([c.head], "iid_acc1_dense")
-    iv = paired_ci(acc[c.head], dense[c.head])
+    epochs, vals = c.m.longer([c.head], "iid_acc1", "iid_acc1_dense")   # both from the same runs
+    iv = paired_ci(vals["iid_acc1"][c.head], vals["iid_acc1_dense"][c.head])
     ours = f"after {epochs} epochs: cost of removing the kernel {_ci_text(iv)} points; n = {iv.n} seed(s)"
     return _result(iv, difference_verdict(iv), ours)

@@ -108,32 +108,34 @@ class Metrics:
             out.append(t["mechanism"][phase])
         return out
 
-    def longer(self, runs: Sequence[str], key: str) -> tuple[int, dict[str, list[float]]]:
-        """``(epochs, {run: [key per seed]})`` from the evaluations of ``bench/bench_convergence.py``'s
+    def longer(self, runs: Sequence[str], *keys: str) -> tuple[int, dict[str, dict[str, list[float]]]]:
+        """``(epochs, {key: {run: [key per seed]}})`` from the evaluations of ``bench/bench_convergence.py``'s
         longer image-track runs (``CONVERGENCE`` beside the metrics tree): the longest length at which
-        every run has ``key`` for every seed of ``params["seeds"]``."""
-        path = self.root.parent / CONVERGENCE
-        if not path.is_file():
-            raise Missing(f"{CONVERGENCE} (python bench/bench_convergence.py --seeds "
-                          f"{' '.join(map(str, self.seeds))})")
+        every run has every key for every seed of ``params["seeds"]``, so that values read together
+        (e.g. accuracy with and without the kernel) come from the same runs."""
         try:
-            conv = json.loads(path.read_text())
-        except json.JSONDecodeError as e:
-            raise ValueError(f"malformed {path}: {e}") from e
+            conv = self.json(f"../{CONVERGENCE}")
+        except Missing:
+            raise Missing(f"{CONVERGENCE} (python bench/bench_convergence.py --seeds "
+                          f"{' '.join(map(str, self.seeds))})") from None
         if not isinstance(conv, dict):
-            raise ValueError(f"malformed {path}: expected an object")
+            raise ValueError(f"malformed {self.root.parent / CONVERGENCE}: expected an object")
         if conv.get("profile") != self.params.get("profile"):
             raise Missing(f"{CONVERGENCE} holds profile {conv.get('profile')!r}'s runs, not {self.params.get('profile')!r}'s "
                           "(run python bench/bench_convergence.py under this profile)")
         by_run = conv.get("runs", {})
         lengths = set.intersection(*[set((by_run.get(r) or {}).keys()) for r in runs]) if runs else set()
+
+        def evals(run: str, epochs: str) -> list[dict]:
+            per = by_run[run][epochs]
+            return [((per.get(str(s)) or {}).get("eval") or {}) if isinstance(per, dict) else {} for s in self.seeds]
+
         for epochs in sorted(lengths, key=int, reverse=True):
-            per = {r: by_run[r][epochs] for r in runs}
-            if all(isinstance(per[r], dict) and all(key in ((per[r].get(str(s)) or {}).get("eval") or {})
-                                                    for s in self.seeds) for r in runs):
-                return int(epochs), {r: [number(per[r][str(s)]["eval"], key, f"{CONVERGENCE} {r} {epochs} epochs seed {s}")
-                                         for s in self.seeds] for r in runs}
-        raise Missing(f"{CONVERGENCE}: no length with {key} for seeds {self.seeds} of {', '.join(runs)}")
+            if all(key in e for r in runs for e in evals(r, epochs) for key in keys):
+                return int(epochs), {key: {r: [number(e, key, f"{CONVERGENCE} {r} {epochs} epochs seed {s}")
+                                               for s, e in zip(self.seeds, evals(r, epochs))] for r in runs}
+                                     for key in keys}
+        raise Missing(f"{CONVERGENCE}: no length with {', '.join(keys)} for seeds {self.seeds} of {', '.join(runs)}")
 
     def image_eval(self, run: str, key: str) -> list[Any]:
         """``key`` of a ladder run's evaluation metrics per seed, any type (a baseline's analysis block)."""
