@@ -32,6 +32,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from nac.report.switches import bench_params  # noqa: E402
 from nac.tracks.image import evaluate_image_run, train_image_run  # noqa: E402
 
 
@@ -81,7 +82,10 @@ def _merge(out_path: Path, run: str, epochs: int, seed: int, entry: dict, machin
     with open(out_path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         results = json.loads(out_path.read_text()) if out_path.exists() else {}
-        results.update(machine=machine, profile=params["profile"], mini_epochs=params["image"]["train"]["epochs"])
+        if results.get("params") != bench_params(params):  # runs of other settings would not pair with these
+            results = {}
+        results.update(machine=machine, profile=params["profile"], mini_epochs=params["image"]["train"]["epochs"],
+                       params=bench_params(params))
         results.setdefault("runs", {}).setdefault(run, {}).setdefault(str(epochs), {})[str(seed)] = entry
         tmp = out_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(results, indent=1) + "\n")

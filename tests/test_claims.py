@@ -16,6 +16,7 @@ from scipy import stats
 
 from nac.report import claims as C
 from nac.report.claims import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, Interval
+from nac.report.switches import bench_params
 
 ROOT = Path(__file__).resolve().parents[1]
 PRIORS = ["nac-scale_free", "nac-planted_partition", "nac-ring_of_cliques", "nac-erdos_renyi"]
@@ -259,7 +260,8 @@ def write_metrics(root: Path, spec: dict, seeds=(0, 1, 2)) -> Path:
                                                               **({"iid_acc1_dense": dense[0][i]} if dense and i < len(dense[0]) else {})}}
                 for i in range(min(len(iid), len(seeds)))}
     if runs:   # beside the metrics tree, as bench/results/ is beside metrics/ in the repository
-        _dump(root.parent / "bench/results/convergence.json", {"mini_epochs": 6, "profile": "test", "runs": runs})
+        _dump(root.parent / "bench/results/convergence.json",   # trained under these params (bench_params)
+              {"mini_epochs": 6, "profile": "test", "runs": runs, "params": bench_params(make_params(seeds))})
     return root
 
 
@@ -951,3 +953,20 @@ def test_ni_fewshot_is_paired_per_episode_with_perceiver_io(tmp_path):
     params["fewshot"]["runs"] = ["perceiver_io", "nac"]
     row = by_id(C.evaluate_claims(params, write_metrics(tmp_path / "m2", spec)))["ni_fewshot"]
     assert row["verdict"] == INCONCLUSIVE and "fewshot.runs lacks" in row["reason"]
+
+
+def test_longer_runs_under_other_settings_are_not_measured(tmp_path):
+    """bench_convergence's runs answer for the model they trained: a file that records other model or
+    training settings than the committed params (or none, as files written before the switches) gives
+    'not measured', never a verdict about a different model."""
+    params = make_params()
+    root = write_metrics(tmp_path / "metrics", good_spec())
+    conv = root.parent / "bench/results/convergence.json"
+    data = json.loads(conv.read_text())
+    assert by_id(C.evaluate_claims(params, root))["ood_gain_long"]["verdict"] == SUPPORTED
+    for stale in ({**data, "params": {**data["params"], "image": {"model": {"truncation_mode": "masked"}}}},
+                  {k: v for k, v in data.items() if k != "params"}):
+        conv.write_text(json.dumps(stale))
+        C.clear_cache() if hasattr(C, "clear_cache") else None
+        row = by_id(C.evaluate_claims(params, root))["ood_gain_long"]
+        assert row["reason"].startswith("not measured") and "other model or training settings" in row["reason"], row

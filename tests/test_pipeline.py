@@ -26,7 +26,7 @@ REPORT_FIGURES = ["figure3_graph_priors", "figure4_fewshot", "figure5a_prune_acc
 # (no convergence figure or table: bench/results/convergence.json holds mini's runs, not smoke's)
 REPORT_TABLES = ["table1", "table1_numeric", "table1_ood_by_style", "figure4_fewshot", "figure4_fewshot_numeric", "table2",
                  "table3", "nlvr", "nlvr_by_type", "nlvr_analysis", "mechanism", "mechanism_distance_init",
-                 "mechanism_distance_final", "prune_connectivity_vs_random"]
+                 "mechanism_distance_final", "prune_connectivity_vs_random", "switches"]
 VERDICTS = ("supported", "not supported", "inconclusive")
 
 

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from nac.report.switches import bench_params
+
 PIO, NAC = "perceiver_io", "nac"
 # bench/bench_convergence.py's results, beside the metrics tree (``<metrics>/../bench/results/``)
 CONVERGENCE = Path("bench/results/convergence.json")
@@ -123,6 +125,9 @@ class Metrics:
         if conv.get("profile") != self.params.get("profile"):
             raise Missing(f"{CONVERGENCE} holds profile {conv.get('profile')!r}'s runs, not {self.params.get('profile')!r}'s "
                           "(run python bench/bench_convergence.py under this profile)")
+        if conv.get("params") != bench_params(self.params):
+            raise Missing(f"{CONVERGENCE} was trained under other model or training settings than the committed params "
+                          "(rerun python bench/bench_convergence.py)")
         by_run = conv.get("runs", {})
         lengths = set.intersection(*[set((by_run.get(r) or {}).keys()) for r in runs]) if runs else set()
 

@@ -1,0 +1,96 @@
+"""The authors' model, switch by switch: the three mechanism switches of `docs/reference.md`
+("Switches") measured on the image track, each turned alone away from the default, paired by seed
+with the pipeline's own default NAC (`metrics/image/{train,eval}/nac-<prior>-<seed>.json`, same
+seeds, same initialisation of every other parameter, same data order).
+
+    python bench/bench_switches.py [--switches truncation_mode signature_fit matching] [--seeds 0 1 2]
+                                   [--out bench/results/switches.json]
+
+Each switch run trains `nac-<prior.name>` with the committed `params.yaml` except for one model
+key (`SWITCHES`), in a scratch folder (its checkpoint is not the pipeline's), evaluates it as the
+`train` stage does (IID validation, OOD, the kernel ablation) and records its mechanism numbers at
+initialisation and at the end. The file records the params it ran under, so the report uses it only
+while they are the committed ones. Several invocations may run side by side (one per core,
+`--threads 1`): results are merged under a lock. Needs the prepared image data
+(`dvc repro prepare@shapes prepare@shapes_r`). Not a test: a run takes about a minute and a half on
+one CPU thread.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import fcntl
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from nac.report.switches import SWITCHES, bench_params  # noqa: E402
+from nac.tracks.image import evaluate_image_run, train_image_run  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--switches", nargs="+", default=list(SWITCHES), choices=list(SWITCHES))
+    ap.add_argument("--seeds", nargs="+", type=int, default=None, help="default: params.yaml's seeds")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", default="bench/results/switches.json")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    data_root = (ROOT / params["data"]["root"]).resolve()
+    run = f"nac-{params['prior']['name']}"
+    machine = {"platform": platform.platform(), "torch": torch.__version__, "threads": args.threads,
+               "cpus": os.cpu_count()}
+    for name in args.switches:
+        key, value = SWITCHES[name]["key"], SWITCHES[name]["value"]
+        for seed in args.seeds if args.seeds is not None else params["seeds"]:
+            p = copy.deepcopy(params)
+            p["image"]["model"][key] = value
+            p["data"]["root"] = str(data_root)
+            with tempfile.TemporaryDirectory() as tmp:
+                cwd = os.getcwd()
+                os.chdir(tmp)
+                try:
+                    t0 = time.time()
+                    res = train_image_run(p, run, seed, progress=False)
+                    wall = time.time() - t0
+                    ev = evaluate_image_run(p, run, seed)
+                finally:
+                    os.chdir(cwd)
+            entry = {"run": run, "key": key, "value": value,
+                     "eval": {k: v for k, v in ev.items() if k not in ("run", "seed")},
+                     "mechanism": res.get("mechanism"), "val_acc1": [h["val_acc1"] for h in res["history"]],
+                     "wall_s": round(wall, 1), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            _merge(ROOT / args.out, name, seed, entry, machine, params)
+            print(f"{name}={value} {run} seed {seed}: IID Acc@1 {ev['iid_acc1']:.1f}, OOD {ev['ood_acc1']:.1f} "
+                  f"({wall:.0f} s)", flush=True)
+
+
+def _merge(out_path: Path, name: str, seed: int, entry: dict, machine: dict, params: dict) -> None:
+    """Add one result to the JSON file, under an exclusive lock (runs may go side by side). A file
+    written under other params is started afresh: its runs would not pair with this pipeline's."""
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(out_path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        results = json.loads(out_path.read_text()) if out_path.exists() else {}
+        if results.get("params") != bench_params(params):
+            results = {}
+        results.update(machine=machine, profile=params["profile"], params=bench_params(params))
+        results.setdefault("switches", {}).setdefault(name, {})[str(seed)] = entry
+        tmp = out_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+        tmp.replace(out_path)
+
+
+if __name__ == "__main__":
+    main()
