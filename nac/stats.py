@@ -3,7 +3,6 @@ verdicts, the NLVR analysis, benchmarks): a mean with a one-sample Student t CI 
 ``summarize``), a Welch CI for a difference of means, and a paired t CI."""
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -25,23 +24,27 @@ class Interval:
 
 
 def t_half_width(values: Sequence[float]) -> float:
-    """Half-width of the one-sample 95% Student t CI of the mean; 0 for fewer than 2 values."""
+    """Half-width of the one-sample 95% Student t CI of the mean (scipy's ``ttest_1samp``); 0 for fewer
+    than 2 values or no spread."""
     x = np.asarray(values, dtype=float)
-    if len(x) < 2:
+    if len(x) < 2 or not x.std() > 0:
         return 0.0
-    return float(stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+    ci = stats.ttest_1samp(x, 0.0).confidence_interval()
+    return float(ci.high - ci.low) / 2
 
 
 def mean_ci(values: Sequence[float]) -> Interval:
-    """Mean with a one-sample Student t CI; fewer than 2 values: no CI (lo = hi = None)."""
+    """Mean with a one-sample Student t CI (scipy's ``ttest_1samp``); fewer than 2 values: no CI
+    (lo = hi = None); no spread: the point."""
     x = np.asarray(values, dtype=float)
     if len(x) == 0:
         raise ValueError("mean_ci of no values")
     mean = float(x.mean())
     if len(x) < 2:
         return Interval(mean, None, None, len(x))
-    half = t_half_width(x)
-    return Interval(mean, mean - half, mean + half, len(x))
+    if not x.std() > 0:
+        return Interval(mean, mean, mean, len(x))
+    return _interval(mean, stats.ttest_1samp(x, 0.0).confidence_interval(), len(x))
 
 
 def summarize(values: Sequence[float]) -> dict[str, float]:
@@ -51,23 +54,24 @@ def summarize(values: Sequence[float]) -> dict[str, float]:
     return {"mean": float(arr.mean()), "ci95": t_half_width(arr), "n": int(len(arr))}
 
 
+def _interval(estimate: float, ci, n: int) -> Interval:
+    return Interval(estimate, float(ci.low), float(ci.high), n)
+
+
 def welch_ci(a: Sequence[float], b: Sequence[float]) -> Interval:
-    """mean(a) − mean(b) with a Welch (unequal variances, Satterthwaite df) CI; n = min(|a|, |b|)."""
+    """mean(a) − mean(b) with a Welch (unequal variances, Satterthwaite df) CI, scipy's
+    ``ttest_ind(a, b, equal_var=False)``; n = min(|a|, |b|). Every function here returns a − b."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     d, n = float(a.mean() - b.mean()), min(len(a), len(b))
     if n < 2:
         return Interval(d, None, None, n)
-    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
-    se = math.sqrt(va + vb)
-    if se == 0.0:  # no spread at all: the interval is the point
+    if not (a.std() > 0 or b.std() > 0):  # no spread at all: the interval is the point (scipy: nan)
         return Interval(d, d, d, n)
-    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
-    half = float(stats.t.ppf(0.975, df) * se)
-    return Interval(d, d - half, d + half, n)
+    return _interval(d, stats.ttest_ind(a, b, equal_var=False).confidence_interval(), n)
 
 
 def paired_ci(a: Sequence[float], b: Sequence[float]) -> Interval:
-    """Mean of the paired differences a − b with a paired t CI."""
+    """Mean of the paired differences a − b with a paired t CI (scipy's ``ttest_rel(a, b)``)."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if a.shape != b.shape:
         raise ValueError(f"paired_ci needs equally long samples, got {len(a)} and {len(b)}")

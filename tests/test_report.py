@@ -94,36 +94,47 @@ def _csv_is_full(path: Path) -> pd.DataFrame:
 
 @pytest.mark.parametrize("a, b", [([70.1, 72.5, 69.8], [74.0, 73.2, 77.9]), ([1.0, 2.0, 4.0, 8.0], [3.0, 3.5, 9.0])])
 def test_welch_ci_equals_scipy(a, b):
-    ci = stats.ttest_ind(b, a, equal_var=False).confidence_interval(0.95)
+    ci = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
     res = tables.welch(a, b)
-    assert res["mean"] == pytest.approx(np.mean(b) - np.mean(a))
+    assert res["mean"] == pytest.approx(np.mean(a) - np.mean(b))
     assert res["ci95"] == pytest.approx((ci.high - ci.low) / 2)
 
 
 def test_paired_ci_equals_scipy_and_single_values_have_no_ci():
     a, b = [10.0, 20.0, 30.0, 45.0], [14.0, 21.0, 37.0, 46.0]
-    ci = stats.ttest_rel(b, a).confidence_interval(0.95)
+    ci = stats.ttest_rel(a, b).confidence_interval(0.95)
+    assert tables.paired(a, b)["mean"] == pytest.approx(np.mean(a) - np.mean(b))
     assert tables.paired(a, b)["ci95"] == pytest.approx((ci.high - ci.low) / 2)
     assert summarize([1.0, 2.0, 6.0])["ci95"] == pytest.approx(stats.t.ppf(0.975, 2) * np.std([1, 2, 6], ddof=1) / np.sqrt(3))
-    assert tables.welch([50.0], [60.0]) == {"mean": 10.0, "ci95": 0.0, "n": 1}
-    assert tables.welch([50.0, 50.0], [60.0, 60.0])["ci95"] == 0.0
+    assert tables.welch([60.0], [50.0]) == {"mean": 10.0, "ci95": 0.0, "n": 1}
+    assert tables.welch([60.0, 60.0], [50.0, 50.0])["ci95"] == 0.0
 
 
-def test_one_t_interval_equals_the_three_it_replaced_exactly():
-    """``nac.stats.t_half_width`` replaced three copies of the one-sample t interval (the image
-    track's ``summarize``, the NLVR analysis' ``_ci95``, ``mean_ci``): bit-identical results."""
+def test_one_sign_convention_a_minus_b_everywhere():
+    """``tables.paired``/``tables.welch`` and ``stats.paired_ci``/``stats.welch_ci`` all return a − b
+    (they once disagreed: the tables' forms returned b − a), with scipy's intervals."""
+    from nac.stats import paired_ci, welch_ci
+
+    a, b = [5.0, 7.0, 6.5], [1.0, 2.0, 4.0]
+    for iv, ref in ((paired_ci(a, b), stats.ttest_rel(a, b)), (welch_ci(a, b), stats.ttest_ind(a, b, equal_var=False))):
+        ci = ref.confidence_interval()
+        assert iv.estimate > 0 and (iv.lo, iv.hi) == (pytest.approx(ci.low), pytest.approx(ci.high))
+    assert tables.paired(a, b)["mean"] > 0 and tables.welch(a, b)["mean"] > 0
+
+
+def test_t_intervals_equal_the_textbook_formula():
     from nac.stats import mean_ci, t_half_width
 
     rng = np.random.default_rng(0)
     for n in (2, 3, 5, 17):
         x = rng.normal(50, 7, n)
-        old_summarize = float(stats.t.ppf(0.975, n - 1) * np.asarray(x, dtype=float).std(ddof=1) / np.sqrt(n))
-        old_nlvr = float(stats.t.ppf(0.975, n - 1) * np.std(x, ddof=1) / np.sqrt(n))
-        assert summarize(x.tolist())["ci95"] == old_summarize == old_nlvr == t_half_width(x)
+        textbook = float(stats.t.ppf(0.975, n - 1) * np.std(x, ddof=1) / np.sqrt(n))
+        assert summarize(x.tolist())["ci95"] == pytest.approx(textbook, rel=1e-12) == t_half_width(x)
         assert summarize(x.tolist())["mean"] == float(x.mean()) and summarize(x.tolist())["n"] == n
         iv = mean_ci(x)
-        assert (iv.lo, iv.hi) == (float(x.mean()) - t_half_width(x), float(x.mean()) + t_half_width(x))
+        assert (iv.lo, iv.hi) == (pytest.approx(x.mean() - textbook, rel=1e-12), pytest.approx(x.mean() + textbook, rel=1e-12))
     assert summarize([3.0]) == {"mean": 3.0, "ci95": 0.0, "n": 1} and t_half_width([3.0]) == 0.0
+    assert (mean_ci([2.0, 2.0]).lo, mean_ci([2.0, 2.0]).hi) == (2.0, 2.0)
 
 
 def test_tables_2_and_3_have_every_cell_and_the_right_numbers(tmp_path):
@@ -135,7 +146,7 @@ def test_tables_2_and_3_have_every_cell_and_the_right_numbers(tmp_path):
     assert len(df) == len(TABLE3) + 2 and "Linformer" in set(df["model"])
     nac = [r["test_acc1"] for r in results["listops"] if r["run"] == "nac"]
     pio = [r["test_acc1"] for r in results["listops"] if r["run"] == "perceiver_io"]
-    s, d = summarize(nac), tables.paired(pio, nac)
+    s, d = summarize(nac), tables.paired(nac, pio)
     row = df.set_index("model").loc["NAC (ours: scale-free prior)"]
     assert row["ListOps: ours"] == f"{s['mean']:.2f} ± {s['ci95']:.2f}"
     assert not any("ours − paper" in c for c in df.columns)  # absolute accuracies of other datasets: never subtracted

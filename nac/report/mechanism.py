@@ -48,7 +48,7 @@ def mechanism_table(trains: list[dict[str, Any]], evals: list[dict[str, Any]], l
             row[f"distance to own prior, {phase}"] = f"{s['mean']:.4f}"
         es = evals_by[run]
         if es and all("iid_acc1_dense" in e for e in es):
-            d = paired([e["iid_acc1_dense"] for e in es], [e["iid_acc1"] for e in es])
+            d = paired([e["iid_acc1"] for e in es], [e["iid_acc1_dense"] for e in es])
             row["kernel ablation: IID Acc@1 kernel − dense"] = f"{d['mean']:+.2f}" + (f" ± {d['ci95']:.2f}" if d["n"] > 1 else "")
         else:
             row["kernel ablation: IID Acc@1 kernel − dense"] = DASH

@@ -54,7 +54,7 @@ def table1(evals: list[dict[str, Any]], ladder: list[str], parameters: dict[str,
             if run == "perceiver_io" or list(base["seed"]) != list(sub["seed"]):
                 row[label] = DASH
                 continue
-            d = paired(base[col].tolist(), sub[col].tolist())
+            d = paired(sub[col].tolist(), base[col].tolist())
             ours = f"{d['mean']:+.2f}" + (f" ± {d['ci95']:.2f}" if d["n"] > 1 else "")
             row[label] = f"{ours} [{paper:+.2f}]" if np.isfinite(paper) else f"{ours} [{DASH}]"
         display.append(row)
@@ -93,15 +93,16 @@ def write_table(df: pd.DataFrame, out_dir: str | Path, name: str, floatfmt: str 
 
 
 def welch(a: list[float], b: list[float]) -> dict[str, float]:
-    """``mean(b) - mean(a)`` with Welch's 95% CI half-width (``nac.stats.welch_ci``); 0 when
-    either side has fewer than two values or both have no spread."""
-    iv = welch_ci(b, a)
+    """``mean(a) - mean(b)`` with Welch's 95% CI half-width (``nac.stats.welch_ci``, the same sign
+    convention); 0 when either side has fewer than two values or both have no spread."""
+    iv = welch_ci(a, b)
     return {"mean": iv.estimate, "ci95": 0.0 if iv.hi is None else float(iv.hi - iv.estimate), "n": int(iv.n)}
 
 
 def paired(a: list[float], b: list[float]) -> dict[str, float]:
-    """``b - a`` paired element-wise: mean and Student-t 95% CI of the differences (paired t)."""
-    return summarize((np.asarray(b, dtype=float) - np.asarray(a, dtype=float)).tolist())
+    """``a - b`` paired element-wise (as ``nac.stats.paired_ci``): mean and Student-t 95% CI
+    half-width of the differences (paired t)."""
+    return summarize((np.asarray(a, dtype=float) - np.asarray(b, dtype=float)).tolist())
 
 
 def read_track(metrics: str | Path, track: str, runs: list[str], seeds: list[int]) -> list[dict[str, Any]]:
@@ -146,7 +147,7 @@ def comparison_table(results: dict[str, list[dict[str, Any]]], published: dict[s
         rows.append(row)
     row = {"model": "NAC − Perceiver IO (95% CI, paired by seed)", "seeds": seeds}
     for track, res in results.items():
-        stat = paired(_values(res, "perceiver_io", "test_acc1"), _values(res, "nac", "test_acc1"))
+        stat = paired(_values(res, "nac", "test_acc1"), _values(res, "perceiver_io", "test_acc1"))
         paper = published["NAC"][track] - published["Perceiver IO"][track]
         cells(row, track, paper, stat, signed=True)
         summary[track]["nac_minus_perceiver_io"] = {**stat, "paper": paper}
@@ -159,7 +160,7 @@ def comparison_table(results: dict[str, list[dict[str, Any]]], published: dict[s
         for track, res in results.items():
             vals = _values(res, b, "test_acc1")
             stat = summarize(vals) if vals else None
-            dstat = paired(_values(res, "perceiver_io", "test_acc1"), vals) if vals else None
+            dstat = paired(vals, _values(res, "perceiver_io", "test_acc1")) if vals else None
             cells(row, track, None, stat)
             cells(diff, track, None, dstat)
             if vals:
@@ -198,7 +199,7 @@ def nlvr_tables(results: list[dict[str, Any]], runs: list[str], analysis: dict[s
                                 "test_chance": chance["test"], "paper_val_acc1": paper}
     if "conditional" in runs:
         for control in (r for r in runs if r != "conditional"):
-            d = {split: paired(_values(results, control, f"{split}_acc1"), _values(results, "conditional", f"{split}_acc1"))
+            d = {split: paired(_values(results, "conditional", f"{split}_acc1"), _values(results, control, f"{split}_acc1"))
                  for split in ("val", "test")}
             acc.append({"model": f"Conditional − {TRACK_RUN_LABELS.get(control, control).split(' (')[0]} (95% CI, paired by seed)",
                         "seeds": str(d["val"]["n"]), "val Acc@1": fmt(d["val"]["mean"], d["val"]["ci95"], d["val"]["n"]),
@@ -315,7 +316,7 @@ def prune_control_table(prune: pd.DataFrame, runs: list[str]) -> pd.DataFrame:
             if a.empty or list(a["seed"]) != list(b["seed"]):
                 continue
             sa, sb = summarize(a["acc1"].tolist()), summarize(b["acc1"].tolist())
-            d = paired(b["acc1"].tolist(), a["acc1"].tolist())
+            d = paired(a["acc1"].tolist(), b["acc1"].tolist())
             rows.append({"model": RUN_LABELS.get(run, run), "dropped fraction": f,
                          "Acc@1, ranked": fmt(sa["mean"], sa["ci95"], sa["n"]),
                          "Acc@1, random orders": fmt(sb["mean"], sb["ci95"], sb["n"]),
