@@ -14,7 +14,7 @@ import seaborn as sns
 
 from nac.graphs import PRIORS, sample_prior_graph
 from nac.report.published import PRIOR_LABELS, RUN_LABELS
-from nac.report.style import save
+from nac.report.style import legend_outside, save, series_style
 from nac.report.tables import random_order_mean
 from nac.stats import summarize
 
@@ -65,7 +65,7 @@ def _ci_lines(ax, df: pd.DataFrame, x: str, y: str, runs: list[str], labels: dic
         xs = np.array([s[0] for s in stats])
         mean = np.array([s[1]["mean"] for s in stats])
         ci = np.array([s[1]["ci95"] for s in stats])
-        line, = ax.plot(xs, mean, **{"marker": "o", "ms": 3.5, **(styles or {}).get(run, {})}, label=labels.get(run, run))
+        line, = ax.plot(xs, mean, **{"ms": 3.5, **series_style(run), **(styles or {}).get(run, {})}, label=labels.get(run, run))
         ax.fill_between(xs, mean - ci, mean + ci, alpha=0.2, color=line.get_color())
 
 
@@ -91,12 +91,12 @@ def _dash_controls(ax) -> None:
 def figure5a(prune: pd.DataFrame, out_dir, runs: list[str]) -> list[Path]:
     fig, ax = plt.subplots(figsize=(5.8, 4.2))
     df, drawn, labels = _with_random_control(prune, runs)
-    _ci_lines(ax, df, "dropped", "acc1", drawn, labels)
+    _ci_lines(ax, df, "dropped_fraction", "acc1", drawn, labels)   # fractions, as Figure 15
     _dash_controls(ax)
-    ax.set_xlabel("processor modules dropped (least connected first; dashed: random order)")
+    ax.set_xlabel("fraction of processor modules dropped\n(least connected first; dashed: random order)")
     ax.set_ylabel("validation Acc@1 (%)")
     ax.set_title("Figure 5a: accuracy as modules are dropped (mean, 95% CI over seeds)", fontsize=10)
-    ax.legend(fontsize=7)
+    legend_outside(ax)
     return save(fig, out_dir, "figure5a_prune_accuracy")
 
 
@@ -110,13 +110,13 @@ def figure5b(prune: pd.DataFrame, out_dir, runs: list[str], device_label: str) -
         stats = [summarize(list(v) if isinstance(v, (list, tuple, np.ndarray)) else [v]) for v in sub["images_per_s"]]
         mean = np.array([st["mean"] for st in stats])
         ci = np.array([st["ci95"] for st in stats])
-        line, = ax.plot(sub["dropped"], mean, marker="o", ms=3.5, label=RUN_LABELS.get(run, run))
-        ax.fill_between(sub["dropped"], mean - ci, mean + ci, alpha=0.2, color=line.get_color())
-    ax.set_xlabel("processor modules dropped")
+        line, = ax.plot(sub["dropped_fraction"], mean, ms=3.5, **series_style(run), label=RUN_LABELS.get(run, run))
+        ax.fill_between(sub["dropped_fraction"], mean - ci, mean + ci, alpha=0.2, color=line.get_color())
+    ax.set_xlabel("fraction of processor modules dropped")
     ax.set_ylabel(f"inference throughput (images/s, {device_label})")
     ax.set_title("Figure 5b (mini models): inference speed as modules are dropped\n(mean, 95% CI over timed repeats)",
                  fontsize=10)
-    ax.legend(fontsize=8)
+    legend_outside(ax)
     return save(fig, out_dir, "figure5b_prune_throughput")
 
 
@@ -136,21 +136,29 @@ def figure15(prune: pd.DataFrame, out_dir, runs: list[str]) -> list[Path]:
     ax.set_xlabel("fraction of processor modules dropped (dashed: random order)")
     ax.set_ylabel("Acc@1 relative to the full model (%)")
     ax.set_title("Figure 15: sparsification, NAC priors vs Perceiver IO", fontsize=10)
-    ax.legend(fontsize=6, ncol=2)
+    legend_outside(ax, fontsize=6)
     return save(fig, out_dir, "figure15_prune_relative")
 
 
 def learning_curves(histories: dict[str, list[list[dict]]], out_dir) -> list[Path]:
-    """Validation Acc@1 and training loss per epoch, mean over seeds, one line per ladder entry."""
-    rows = [{"run": RUN_LABELS.get(run, run), "seed": i, **h} for run, hs in histories.items()
-            for i, hist in enumerate(hs) for h in hist]
-    df = pd.DataFrame(rows)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    sns.lineplot(df, x="epoch", y="val_acc1", hue="run", ax=axes[0], errorbar=None, marker="o", markersize=3)
-    sns.lineplot(df, x="epoch", y="train_loss", hue="run", ax=axes[1], errorbar=None, legend=False)
-    axes[0].set_ylabel("validation Acc@1 (%)")
-    axes[1].set_ylabel("training loss")
-    axes[0].legend(fontsize=7)
+    """Validation Acc@1 and training loss per epoch, mean over seeds, one line per ladder entry. The
+    Modular Network's training loss is its EM objective, not a cross-entropy: it is left off the loss
+    axis (its accuracy stays on the left)."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    for run, hs in histories.items():
+        hs = [h for h in hs if h]
+        if not hs:
+            continue
+        epochs = [e["epoch"] for e in hs[0]]
+        style = {**series_style(run), "ms": 3}
+        axes[0].plot(epochs, np.mean([[e["val_acc1"] for e in h] for h in hs], axis=0), **style,
+                     label=RUN_LABELS.get(run, run))
+        if run != "modular_network":
+            axes[1].plot(epochs, np.mean([[e["train_loss"] for e in h] for h in hs], axis=0), **style)
+    axes[0].set(xlabel="epoch", ylabel="validation Acc@1 (%)")
+    axes[1].set(xlabel="epoch", ylabel="training loss (cross-entropy)")
+    axes[1].set_title("the Modular Network's EM objective is not a cross-entropy: not drawn", fontsize=8)
+    legend_outside(axes[1], *axes[0].get_legend_handles_labels())
     fig.suptitle("Learning curves (mean over seeds)")
     return save(fig, out_dir, "learning_curves_image")
 
@@ -176,7 +184,7 @@ def figure4(stats: dict[str, pd.DataFrame], shots: list[int], ways: int, labels:
         ax.set_xlabel("labelled examples per class (shots)")
         ax.set_ylabel("query Acc@1 (%)")
         ax.set_title(f"{target}: {ways}-way episodes", fontsize=10)
-        ax.legend(fontsize=8)
+    legend_outside(axes[0, -1], fontsize=8)
     fig.suptitle("Figure 4: few-shot adaptation (mean, 95% CI over episodes)", y=1.02)
     return save(fig, out_dir, "figure4_fewshot")
 
@@ -235,7 +243,7 @@ def learning_curves_tracks(histories: dict[str, dict[str, list[list[dict]]]], ch
         ax.axhline(chance[track], ls="--", lw=0.8, color="grey", label="majority class")
         ax.set(xlabel="epoch", ylabel="validation Acc@1 (%)" if ax is axes[0, 0] else "", title=titles.get(track, track))
         ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
-        ax.legend(fontsize=7)
+        legend_outside(ax)
     fig.suptitle("Learning curves of the other tracks (mean, 95% CI over seeds)", y=1.03)
     return save(fig, out_dir, "learning_curves_tracks")
 
@@ -298,7 +306,7 @@ def figure_5b_paper_size(results: dict, out_dir) -> list[Path]:
     ax_up.set_xlabel("fraction of processor modules dropped")
     ax_up.set_ylabel("speed-up over 0% dropped")
     ax_up.axhline(1.0, color="grey", lw=0.8)
-    ax.legend(fontsize=8)
+    legend_outside(ax_up, fontsize=8)
     tok = res.get("tokenizer", {})
     fig.suptitle(f"Figure 5b (paper-size model, untrained weights, this CPU): {res['n_processor']} processor modules, "
                  f"{tok.get('kind', '')} tokenizer, {res['image_size']} px, batch {res['batch']}, "
@@ -317,13 +325,12 @@ def figure_convergence(results: dict, histories: dict[str, list[list[dict]]], la
     mini_epochs = results["mini_epochs"]
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for run, by_len in results["runs"].items():
-        color = None
-        for epochs, by_seed in sorted(by_len.items(), key=lambda kv: int(kv[0])):
+        color = series_style(run)["color"]
+        for j, (epochs, by_seed) in enumerate(sorted(by_len.items(), key=lambda kv: int(kv[0]))):
             y = np.mean([r["val_acc1"] for r in by_seed.values()], axis=0)
             n = len(by_seed)
-            line, = ax.plot(range(1, len(y) + 1), y, marker="o", ms=2.5, color=color,
-                            label=f"{labels.get(run, run)}: {epochs} epochs ({n} seed{'s' if n > 1 else ''})")
-            color = line.get_color()
+            ax.plot(range(1, len(y) + 1), y, marker="os^D"[j % 4], ms=2.5, color=color, alpha=1.0 - 0.25 * (j % 3),
+                    label=f"{labels.get(run, run)}: {epochs} epochs ({n} seed{'s' if n > 1 else ''})")
         own = [h for h in histories.get(run, []) if h]
         if own:
             y = np.mean([[e["val_acc1"] for e in h] for h in own], axis=0)
@@ -332,6 +339,6 @@ def figure_convergence(results: dict, histories: dict[str, list[list[dict]]], la
     ax.axvline(mini_epochs, color="grey", lw=0.8, ls=":")
     ax.set_xlabel("epoch")
     ax.set_ylabel("validation Acc@1 (%)")
-    ax.legend(fontsize=7)
-    ax.set_title(f"How far `{results['profile']}` is from a plateau (image track)", fontsize=9)
+    legend_outside(ax)
+    ax.set_title(f"How far {results['profile']} is from a plateau (image track)", fontsize=9)
     return save(fig, out_dir, "convergence")
