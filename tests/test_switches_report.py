@@ -49,7 +49,9 @@ def test_bench_used_only_under_its_own_params_and_seeds():
     bench = _bench({s: _run(50, 20, 40, 0.9, 0.01, 0.05) for s in (0, 1, 2)})
     assert S.bench_status(None, PARAMS).endswith("(python bench/bench_switches.py)")
     other = {**PARAMS, "image": {**PARAMS["image"], "model": {"d_model": 16}}}
-    assert "other params" in S.bench_status(bench, other)
+    assert "other params or code" in S.bench_status(bench, other)
+    stale = {**bench, "params": {**bench["params"], "code": "0" * 16}}   # trained by other code
+    assert "other params or code" in S.bench_status(stale, PARAMS)
     more = {**PARAMS, "seeds": [0, 1, 2, 3]}
     assert "lacks switch" in S.bench_status(bench, more) and "[3]" in S.bench_status(bench, more)
 

@@ -11,10 +11,13 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from nac.checkpoint import source_fingerprint
 from nac.stats import paired_ci
 
 REGISTRY = Path(__file__).with_name("switches.yaml")
 BENCH = Path("bench/results/switches.json")
+# the modules whose import closure trains and evaluates an image-track run (as a checkpoint's fingerprint)
+CODE = ("nac.training.loop", "nac.data.registry", "nac.tracks.image")
 
 # The measured switches: each run sets one image.model key to nac-repro's earlier choice.
 SWITCHES = {"truncation_mode": {"key": "truncation_mode", "value": "masked"},
@@ -34,13 +37,15 @@ EFFECTS = {
 
 
 def bench_params(params: dict) -> dict[str, Any]:
-    """What a switch run depends on besides its one key: the image track's data, model and training
-    settings and the prior (not the seeds: which seeds a file holds is checked where they are read). The
-    report uses a bench file only while these are unchanged."""
+    """What a bench run of the image track (``bench_switches``, ``bench_convergence``) depends on besides
+    the key it varies: the image track's data, model and training settings, the prior (not the seeds:
+    which seeds a file holds is checked where they are read), and the code that trains and evaluates
+    (the hash of the sources a checkpoint's fingerprint covers, ``nac.checkpoint.source_fingerprint``).
+    The report uses a bench file only while these are unchanged."""
     image, data = params.get("image") or {}, params.get("data") or {}
     return {"image": {k: image.get(k) for k in ("dataset", "val_split", "ood_dataset", "ood_split", "model", "train")},
             "data": {str(d): data.get(d) for d in (image.get("dataset"), image.get("ood_dataset"))},
-            "prior": params.get("prior")}
+            "prior": params.get("prior"), "code": source_fingerprint(CODE)[:16]}
 
 
 def registry() -> list[dict[str, Any]]:
@@ -59,7 +64,8 @@ def bench_status(bench: dict | None, params: dict) -> str | None:
     if bench is None:
         return f"{BENCH} is missing (python bench/bench_switches.py)"
     if bench.get("params") != bench_params(params):
-        return f"{BENCH} was measured under other params than the committed ones (rerun python bench/bench_switches.py)"
+        return (f"{BENCH} was measured under other params or code than the committed ones "
+                "(rerun python bench/bench_switches.py)")
     for name in SWITCHES:
         have = set((bench.get("switches") or {}).get(name) or {})
         lacking = [s for s in params["seeds"] if str(s) not in have]

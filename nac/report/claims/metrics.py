@@ -126,8 +126,8 @@ class Metrics:
             raise Missing(f"{CONVERGENCE} holds profile {conv.get('profile')!r}'s runs, not {self.params.get('profile')!r}'s "
                           "(run python bench/bench_convergence.py under this profile)")
         if conv.get("params") != bench_params(self.params):
-            raise Missing(f"{CONVERGENCE} was trained under other model or training settings than the committed params "
-                          "(rerun python bench/bench_convergence.py)")
+            raise Missing(f"{CONVERGENCE} was trained under other model or training settings, or other code, than "
+                          "the committed ones (rerun python bench/bench_convergence.py)")
         by_run = conv.get("runs", {})
         lengths = set.intersection(*[set((by_run.get(r) or {}).keys()) for r in runs]) if runs else set()
 
