@@ -61,7 +61,7 @@ def fit_signatures_to_graph(
       for unlinked pairs (pushed to ``d >= t``: cut). No margin (a pair stops pulling once it
       reaches ``t``), no class balancing (the sparse graph's links weigh ``1 / n^2`` each, like
       the far more numerous non-edges), no early stop, output **not normalised** (rows keep
-      the norm Adam leaves them, ~0.53 at 256 x 64: the orthogonal init gives ``sqrt(d_sig / n)``).
+      the norm Adam leaves them, ~0.53 at 256 x 64; the orthogonal init gives ``sqrt(d_sig / n)`` for ``n >= d_sig``).
       The diagonal counts as the adjacency says (a graph without self-loops: unlinked), a constant
       ``t / n`` in the loss with no gradient, since ``d_ii = 0`` whatever the signatures.
     * ``"margin"`` (this project's earlier fit, an option): linked pairs pay
