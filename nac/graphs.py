@@ -10,12 +10,15 @@ Conventions shared by every prior:
 * Node ``k`` (0-based) is the paper's ``i = k + 1``; blocks / cliques are contiguous node ranges
   of equal size: as in the authors' code, ``n`` must be divisible by ``n_blocks`` (else a
   ValueError names both and the sizes that would divide).
-* Diagonal: every target has ``G_ii = 1``. The kernel always gives ``P_ii = 1`` (``cos(s, s) = 1``,
-  ``nac.circuits.kernel.link_probabilities``), so with any other diagonal the regularizer would
-  carry a constant that no signature can remove (it changes neither the gradient nor the best
-  permutation, because ``sum_t (P_{pi(t)pi(t)} - G_tt)^2`` is the same for every ``pi``). The
-  authors' raw formulas (``p_in`` on the SBM diagonal, ``sqrt(N) / (c i)`` for scale-free) differ
-  from this only on the diagonal.
+* Diagonal (``prior_target(diagonal=...)``): ``"formula"`` (default, the authors' targets)
+  keeps each formula's own value on the diagonal: ``p_in`` for the planted partition and the
+  ring of cliques (1 on the first node of each clique, which its ring row sets to 1),
+  ``clip(sqrt(N) / (c i), 0, 1)`` for scale-free, ``p`` for this project's Erdos-Renyi target.
+  ``"one"`` (this project's earlier targets, an option) sets ``G_ii = 1``, the value the kernel
+  always gives (``cos(s, s) = 1``). The diagonal changes neither the gradient nor a matching that
+  scores the whole permuted matrix (``sum_t (P_{pi(t)pi(t)} - G_tt)^2 = sum_t (1 - G_tt)^2`` for
+  every ``pi``), but it shifts the loss by that constant and enters the authors' Hungarian
+  row cost (``nac.regularizer``).
 * Targets are symmetric ``float32`` numpy arrays ``[n, n]`` with values in ``[0, 1]``.
 """
 from __future__ import annotations
@@ -27,6 +30,7 @@ import numpy as np
 
 
 PRIORS = ("scale_free", "planted_partition", "ring_of_cliques", "erdos_renyi")
+DIAGONALS = ("formula", "one")
 
 # One parameter namespace per prior, shared by ``prior_target`` and ``sample_prior_graph``.
 # scale_free: ``c`` shapes the target matrix, ``m`` the Barabasi-Albert sample (Figure 3).
@@ -105,42 +109,54 @@ def _sbm_matrix(sizes: list[int], p_in: float, p_out: float) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- targets
-def prior_target(name: str, n: int, **params) -> np.ndarray:
+def prior_target(name: str, n: int, diagonal: str = "formula", **params) -> np.ndarray:
     """Target link-probability matrix ``G`` ``[n, n]`` (float32) of a graph prior.
 
     Section 2 "Regularization via Graph Priors"; authors' code per docs/reference.md. Parameters
-    default to ``PRIOR_DEFAULTS[name]``; the diagonal is 1 for every prior (module docstring).
+    default to ``PRIOR_DEFAULTS[name]``. ``diagonal``: ``"formula"`` (the authors': each
+    formula's value, listed below) or ``"one"`` (``G_ii = 1``); see the module docstring.
 
     * ``scale_free`` (``c=16``): ``G_ij = clip(sqrt(N) / (c sqrt(i j)), 0, 1)``, ``i, j = 1..N``
-      (a Chung-Lu-style expected adjacency: expected degree of node i falls like ``1/sqrt(i)``).
+      (a Chung-Lu-style expected adjacency: expected degree of node i falls like ``1/sqrt(i)``);
+      diagonal ``clip(sqrt(N) / (c i), 0, 1)``.
     * ``planted_partition`` (``n_blocks=10, p_in=0.9, p_out=0.05``): the expected adjacency of
       ``networkx.stochastic_block_model`` (``planted_partition_graph`` when sizes are equal):
-      ``p_in`` within a block, ``p_out`` between blocks, blocks as equal as possible.
+      ``p_in`` within a block, ``p_out`` between blocks, blocks as equal as possible; diagonal
+      ``p_in``.
     * ``ring_of_cliques`` (same parameters): that SBM plus links of 1.0 from the first node of
       each clique to every node of its own clique and the next one, with no wrap-around from the
-      last clique to the first (the authors' construction, ``ring_links``).
+      last clique to the first (the authors' construction, ``ring_links``); diagonal ``p_in``
+      but 1 on each clique's first node (its ring row and column, which include itself).
     * ``erdos_renyi`` (``p=0.1, seed=0``): not in the authors' code; defined here as the
-      adjacency of one ``networkx.gnp_random_graph(n, p, seed)`` sample (binary, diagonal 1).
+      adjacency of one ``networkx.gnp_random_graph(n, p, seed)`` sample (binary off the
+      diagonal); diagonal ``p``, the formula's link probability (there is no authors' version).
       ``p=0.1`` keeps the density close to the planted partition's (0.135 when n divides
       into the default 10 blocks; 0.12 at n=64, 0.13 at n=256); the scale-free target is far
       sparser (0.03 at n=64, 0.014 at n=256).
 
-    Raises ValueError for an unknown prior, unknown parameter or out-of-range value.
+    Raises ValueError for an unknown prior, diagonal, unknown parameter or out-of-range value.
     """
+    if diagonal not in DIAGONALS:
+        raise ValueError(f"unknown target diagonal {diagonal!r}; valid choices: {', '.join(DIAGONALS)}")
     p = _resolve(name, n, params)
     if name == "scale_free":
         idx = np.arange(1, n + 1, dtype=np.float64)
+        # the diagonal is the formula's sqrt(N) / (c i), clipped
         G = np.clip(math.sqrt(n) / (float(p["c"]) * np.sqrt(np.outer(idx, idx))), 0.0, 1.0)
     elif name in ("planted_partition", "ring_of_cliques"):
         sizes = block_sizes(n, int(p["n_blocks"]))
-        G = _sbm_matrix(sizes, float(p["p_in"]), float(p["p_out"]))
+        G = _sbm_matrix(sizes, float(p["p_in"]), float(p["p_out"]))  # diagonal p_in
         if name == "ring_of_cliques":
             for u, v in ring_links(n, int(p["n_blocks"])):
                 G[u, v] = G[v, u] = 1.0
+            first = np.arange(0, n, n // int(p["n_blocks"]))
+            G[first, first] = 1.0  # the authors' slice c*s:(c+2)*s of row c*s includes c*s itself
     else:  # erdos_renyi
         graph = nx.gnp_random_graph(n, float(p["p"]), seed=int(p["seed"]))
         G = nx.to_numpy_array(graph, nodelist=range(n), dtype=np.float64)
-    np.fill_diagonal(G, 1.0)
+        np.fill_diagonal(G, float(p["p"]))
+    if diagonal == "one":
+        np.fill_diagonal(G, 1.0)
     return G.astype(np.float32)
 
 
@@ -152,7 +168,7 @@ def sample_prior_graph(name: str, n: int, seed: int, **params) -> nx.Graph:
     * ``ring_of_cliques``: that sample plus the ring links of ``prior_target`` (links of
       probability 1), so every prior's sample is a Bernoulli draw of its target.
     * ``erdos_renyi``: ``networkx.gnp_random_graph(n, p, seed)``; the ``seed`` argument wins
-      over a ``seed`` parameter, so ``prior_target(..., seed=s)`` is this sample plus the diagonal.
+      over a ``seed`` parameter, so ``prior_target(..., seed=s)`` is this sample plus its diagonal.
     """
     params = {k: v for k, v in params.items() if not (name == "erdos_renyi" and k == "seed")}
     p = _resolve(name, n, params)

@@ -2,23 +2,28 @@
 
 The generated link-probability matrix ``P`` (eq. 2, ``nac.circuits.kernel.link_probabilities``,
 no sampling, no normalisation) is compared with a prior's target ``G`` (``nac.graphs``) after
-permuting P's rows and columns by the closest permutation. Authors' code (docs/reference.md,
-"Graph-structure regularizer"): Hungarian matching of P's rows to G's rows, computed without
-gradient, the same permutation applied to rows and columns, loss ``mse(P_perm, G)`` (a KL
-variant exists), weight 0.1, processor modules only (weight and module choice are the caller's).
+permuting P's rows and columns by a matching computed without gradient. Authors' code
+(docs/reference.md, "Graph-structure regularizer"): **one** Hungarian matching of P's rows to G's
+rows, the same permutation applied to rows and columns, loss ``mse(P_perm, G)`` (a KL variant
+exists), weight 0.1, processor modules only (weight and module choice are the caller's).
 
-``closest_permutation`` keeps the authors' matching as one candidate and adds better ones; see
-its docstring for the exact procedure.
+``matching`` selects the permutation (``MATCHINGS``): ``"hungarian"`` (default, the authors' one
+step, ``hungarian_permutation``) or ``"search"`` (this project's wider search,
+``closest_permutation``: the authors' step plus sorted-row, Weisfeiler-Lehman and refinement
+candidates, never worse). ``match_async`` computes either on a worker thread, so that a caller
+can take the matching off the critical path and finish with ``loss_from_permutation``.
 """
 from __future__ import annotations
 
 import contextlib
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 
 import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
 
 LOSS_KINDS = ("mse", "kl")
+MATCHINGS = ("hungarian", "search")
 KL_EPS = 1e-6
 _TIE_RTOL = 1e-9  # cost entries this close (relative) count as ties in the anchored search
 _WL_DIM = 16  # random Fourier features per Weisfeiler-Lehman round
@@ -245,27 +250,138 @@ def _closest_permutation(Pn: np.ndarray, Gn: np.ndarray, refine_steps: int, wl_r
     return best_perm
 
 
-def graph_structure_loss(P: torch.Tensor, G, kind: str = "mse", **match_kwargs) -> torch.Tensor:
-    """Graph Structure Regularizer: scalar loss between the closest permutation of P and G.
+def _check_pair(P: torch.Tensor, G: torch.Tensor) -> None:
+    if P.dim() != 2 or P.shape[0] != P.shape[1] or P.shape != G.shape:
+        raise ValueError(
+            f"P and G must both be square [n, n] with the same n; got {tuple(P.shape)} and {tuple(G.shape)}"
+        )
 
-    P: ``[n, n]`` link probabilities (eq. 2), differentiable; G: ``[n, n]`` target
-    (``nac.graphs.prior_target``; numpy array or tensor). ``perm = closest_permutation(P, G)``
-    (no gradient) and ``P_perm = P[perm][:, perm]``; then
+
+def _host(P: torch.Tensor, G) -> tuple[np.ndarray, np.ndarray]:
+    """P and G as float64 numpy arrays on the host (no gradient)."""
+    G = torch.as_tensor(G)
+    _check_pair(P, G)
+    return P.detach().to("cpu", torch.float64).numpy(), G.detach().to("cpu", torch.float64).numpy()
+
+
+def _match_host(Pn: np.ndarray, Gn: np.ndarray, matching: str, match_kwargs: dict) -> np.ndarray:
+    """The permutation (numpy ``[n]``) of ``matching`` for host arrays."""
+    with _blas_limit():
+        if matching == "hungarian":
+            return _hungarian(_sq_dist(Gn, Pn))
+        settings = {"refine_steps": 5, "wl_rounds": 32, "max_anchors": 16, **match_kwargs}  # closest_permutation's
+        return _closest_permutation(Pn, Gn, **settings)
+
+
+def _check_matching(matching: str, match_kwargs: dict) -> None:
+    if matching not in MATCHINGS:
+        raise ValueError(f"unknown graph matching {matching!r}; valid choices: {', '.join(MATCHINGS)}")
+    if matching == "hungarian" and match_kwargs:
+        raise ValueError(
+            f"the authors' one-step Hungarian matching takes no search settings (got {sorted(match_kwargs)}); "
+            f"pass matching='search' to use them"
+        )
+    allowed = {"refine_steps", "wl_rounds", "max_anchors"}
+    if set(match_kwargs) - allowed:
+        raise ValueError(f"unknown matching setting(s) {sorted(set(match_kwargs) - allowed)}; valid: {sorted(allowed)}")
+    if any(int(v) < 0 for v in match_kwargs.values()):
+        raise ValueError(
+            f"refine_steps, wl_rounds and max_anchors must be >= 0; got {match_kwargs}"
+        )
+
+
+@torch.no_grad()
+def hungarian_permutation(P: torch.Tensor, G) -> torch.Tensor:
+    """The authors' matching: **one** Hungarian step (``scipy.optimize.linear_sum_assignment``) of
+    P's rows to G's rows with cost ``C[t, i] = mean_j (G[t, j] - P[i, j])^2``.
+
+    P, G: ``[n, n]``; computed without gradient in float64 on the CPU (the cost as a sum over
+    ``j``, the same assignment as the mean); returns LongTensor ``[n]`` on P's device,
+    ``perm[t] = i``: P's module ``i`` plays target node ``t``. The rows are compared without
+    aligning columns, so even an exact permuted copy of G is not in general matched exactly
+    (``closest_permutation`` searches further). Exact ties in the cost (identical rows in P or
+    G) are broken by the cost's float rounding, as in any implementation of the step; ties
+    between identical target rows (a block of a planted partition with the formula's diagonal)
+    are symmetries of G, so every tie-break gives the same loss and gradient.
+    """
+    Pn, Gn = _host(P, G)
+    return torch.as_tensor(_match_host(Pn, Gn, "hungarian", {}), dtype=torch.long, device=P.device)
+
+
+def match_permutation(P: torch.Tensor, G, matching: str = "hungarian", **match_kwargs) -> torch.Tensor:
+    """The regularizer's permutation (LongTensor ``[n]`` on P's device, no gradient):
+    ``hungarian_permutation`` for ``"hungarian"``, ``closest_permutation(P, G, **match_kwargs)``
+    for ``"search"``."""
+    _check_matching(matching, match_kwargs)
+    if matching == "hungarian":
+        return hungarian_permutation(P, G)
+    return closest_permutation(P, torch.as_tensor(G).to(P.device), **match_kwargs)
+
+
+_EXECUTOR: ThreadPoolExecutor | None = None
+
+
+def match_async(P: torch.Tensor, G, matching: str = "hungarian", executor: Executor | None = None,
+                **match_kwargs) -> Future:
+    """``match_permutation`` on a worker thread: a Future of the permutation (CPU LongTensor ``[n]``).
+
+    P and G are copied to the host here, in the caller's thread (so later in-place changes to
+    them, e.g. an optimizer step, do not reach the matching); the numpy and scipy work then runs
+    on ``executor`` (default: one shared worker thread) while the caller goes on, e.g. with the
+    forward pass. Finish with ``loss_from_permutation(P, G, future.result(), kind)``: the same
+    permutation and loss as ``graph_structure_loss`` (``tests/test_regularizer.py``).
+    """
+    global _EXECUTOR
+    _check_matching(matching, match_kwargs)
+    Pn, Gn = _host(P, G)
+    if executor is None:
+        if _EXECUTOR is None:
+            _EXECUTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nac-matching")
+        executor = _EXECUTOR
+
+    def work() -> torch.Tensor:
+        return torch.as_tensor(_match_host(Pn, Gn, matching, match_kwargs), dtype=torch.long)
+
+    return executor.submit(work)
+
+
+def loss_from_permutation(P: torch.Tensor, G, perm: torch.Tensor, kind: str = "mse") -> torch.Tensor:
+    """The regularizer's loss at a fixed permutation ``perm`` ``[n]`` (from ``match_permutation``
+    or ``match_async``): ``P_perm = P[perm][:, perm]``, then
 
     * ``"mse"`` (authors' default): ``mean((P_perm - G)^2)``;
     * ``"kl"``: mean elementwise Bernoulli ``KL(G || P_perm) = G log(G / P) + (1 - G)
       log((1 - G) / (1 - P))``, both clamped to ``[1e-6, 1 - 1e-6]`` (``P_ii = 1`` would be
-      infinite otherwise); the matching is the same as for ``"mse"``.
+      infinite otherwise).
 
-    ``match_kwargs`` go to ``closest_permutation``. Raises ValueError for an unknown ``kind``.
+    P: ``[n, n]``, differentiable; G: ``[n, n]`` (numpy array or tensor). Returns a scalar.
     """
     if kind not in LOSS_KINDS:
         raise ValueError(f"unknown graph-structure loss kind {kind!r}; valid choices: {', '.join(LOSS_KINDS)}")
     G = torch.as_tensor(G).to(device=P.device, dtype=P.dtype)
-    perm = closest_permutation(P, G, **match_kwargs)
+    _check_pair(P, G)
+    perm = perm.to(P.device)
     P_perm = P[perm][:, perm]
     if kind == "mse":
         return torch.mean((P_perm - G) ** 2)
     p = P_perm.clamp(KL_EPS, 1.0 - KL_EPS)
     g = G.clamp(KL_EPS, 1.0 - KL_EPS)
     return torch.mean(g * torch.log(g / p) + (1.0 - g) * torch.log((1.0 - g) / (1.0 - p)))
+
+
+def graph_structure_loss(P: torch.Tensor, G, kind: str = "mse", matching: str = "hungarian",
+                         **match_kwargs) -> torch.Tensor:
+    """Graph Structure Regularizer: scalar loss between the matched permutation of P and G.
+
+    P: ``[n, n]`` link probabilities (eq. 2), differentiable; G: ``[n, n]`` target
+    (``nac.graphs.prior_target``; numpy array or tensor). ``perm = match_permutation(P, G,
+    matching, **match_kwargs)`` (no gradient): ``"hungarian"`` (default) is the authors' one
+    Hungarian step, ``"search"`` this project's ``closest_permutation`` (``match_kwargs`` are its
+    settings). Then ``loss_from_permutation(P, G, perm, kind)``: ``"mse"`` (authors' default)
+    or ``"kl"``. Raises ValueError for an unknown ``kind`` or ``matching``.
+    """
+    if kind not in LOSS_KINDS:
+        raise ValueError(f"unknown graph-structure loss kind {kind!r}; valid choices: {', '.join(LOSS_KINDS)}")
+    G = torch.as_tensor(G).to(device=P.device, dtype=P.dtype)
+    perm = match_permutation(P, G, matching, **match_kwargs)
+    return loss_from_permutation(P, G, perm, kind)
