@@ -151,6 +151,18 @@ def _covers(dep: str, rel: str) -> bool:
     return rel == dep or rel.startswith(dep + "/")
 
 
+def _data_files(root: Path, files: set[str]) -> set[str]:
+    """Non-Python files of ``nac`` that a reached module reads: a file beside the module whose name
+    its source spells (``Path(__file__).with_name("switches.yaml")``)."""
+    out = set()
+    for f in files:
+        src = (root / f).read_text()
+        for p in (root / f).parent.iterdir():
+            if p.is_file() and p.suffix not in (".py", ".pyc") and p.name in src:
+                out.add(p.relative_to(root).as_posix())
+    return out
+
+
 def check_stage(name: str, stage: dict, root: Path = ROOT) -> tuple[list[str], list[str]]:
     """(missing, unused): reached files no dep covers (plus undeclared scripts the stage runs),
     and declared ``nac/...`` deps that cover no reached file, or folders that also cover source
@@ -161,6 +173,7 @@ def check_stage(name: str, stage: dict, root: Path = ROOT) -> tuple[list[str], l
         if s in EXECUTES:
             scripts += sorted(p.relative_to(root).as_posix() for p in root.glob(EXECUTES[s]))
     files = {f.relative_to(root).as_posix() for f in reached(root, [root / s for s in scripts])}
+    files |= _data_files(root, files)
     needed = sorted(files | set(scripts))
     missing = [f for f in needed if not any(_covers(d, f) for d in deps)]
     unused = []
@@ -362,3 +375,15 @@ def test_data_stages_run_without_importing_torch(stage, tmp_path):
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "False", out.stdout + out.stderr
+
+
+def test_a_data_file_a_reached_module_reads_is_a_dep(tmp_path):
+    for rel, text in {"stages/s.py": "from nac import t\n", "nac/__init__.py": "",
+                      "nac/t.py": "ROWS = Path(__file__).with_name('rows.yaml')\n", "nac/rows.yaml": "[]\n",
+                      "nac/other.yaml": "[]\n"}.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    stage = {"cmd": "python stages/s.py", "deps": ["stages/s.py", "nac/__init__.py", "nac/t.py"]}
+    assert check_stage("s", stage, root=tmp_path) == (["nac/rows.yaml"], [])
+    stage["deps"].append("nac/rows.yaml")
+    assert check_stage("s", stage, root=tmp_path) == ([], [])
