@@ -1,5 +1,6 @@
 """Reading the metrics files the stages wrote, for every stage that aggregates them (the report,
-and the prune, few-shot and NLVR-analysis stages checking what they are about to publish).
+and the prune, few-shot and NLVR-analysis stages checking what they are about to publish); the
+``staged`` writer that publishes their outputs all at once is ``nac.pipeline.io.staged``.
 
 Exactly the files ``params.yaml`` implies are read (``<run>-<seed>.json`` of every configured run
 and seed, by ``nac.pipeline.paths``'s names): a missing one, an extra ``*.json`` beside them (a
@@ -54,9 +55,12 @@ def _non_finite(obj: Any, where: str = "") -> str | None:
     """The key path of the first NaN or infinite number anywhere in ``obj``, else None."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return where or "(top level)"
-    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
-    for k, v in items:
-        bad = _non_finite(v, f"{where}.{k}" if where and isinstance(k, str) else f"{where}[{k}]" if where else str(k))
+    if isinstance(obj, dict):
+        items = [(f"{where}.{k}" if where else str(k), v) for k, v in obj.items()]
+    else:
+        items = [(f"{where}[{i}]", v) for i, v in enumerate(obj)] if isinstance(obj, list) else []
+    for at, v in items:
+        bad = _non_finite(v, at)
         if bad:
             return bad
     return None
