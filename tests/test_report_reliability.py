@@ -293,3 +293,12 @@ def test_fewshot_publishes_every_target_or_none(repo, monkeypatch):
     with pytest.raises(metrics_io.MetricsError, match=r"^metrics/fewshot/\w+\.json: rows\[\d+\] repeats run"):
         mod.main()
     assert snapshot(repo) == before
+
+
+def test_the_claims_name_a_metrics_file_with_invalid_bytes(tmp_path):
+    from nac.report.claims.metrics import Metrics
+
+    (tmp_path / "image/eval").mkdir(parents=True)
+    (tmp_path / "image/eval/modfc-0.json").write_bytes(b'{"iid_acc1": 1.0, "note": "\xff"}')
+    with pytest.raises(ValueError, match=r"malformed metrics file .*modfc-0\.json"):
+        Metrics(tmp_path, {"seeds": [0]}).json("image/eval/modfc-0.json")
