@@ -32,7 +32,14 @@ ANALYSIS_KNN_KEYS = ("knn_accuracy", "knn_accuracy_ci95", "knn_shuffled", "knn_s
                      "silhouette_shuffled")
 EMBEDDING_COLUMNS = ("x", "y", "reasoning_type", "sentence")
 FEWSHOT_ROW_KEYS = ("acc1",)
-FIX = "rerun the stage that writes it (dvc repro <stage>) or restore it from git"
+STAGES = (("image/eval", "train"), ("image/train", "train"), ("image/prune", "prune"), ("nlvr/", "nlvr_analysis"),
+          ("fewshot/", "fewshot"), *((f"tracks/{t}/", f"train_{t}") for t in ("points", "listops", "text", "nlvr")))
+
+
+def fix(path: str | Path) -> str:
+    """How to get a good copy of a metrics file back: rerun the stage that writes it, or restore it."""
+    stage = next((st for part, st in STAGES if part in Path(path).as_posix()), "<stage>")
+    return f"rerun the stage that writes it (dvc repro {stage}) or restore it (git checkout -- {path})"
 
 
 class MetricsError(ValueError):
@@ -70,12 +77,12 @@ def read_text(path: str | Path) -> str:
     """The file as UTF-8 text; ``MetricsError`` naming the file and the first bad byte otherwise."""
     path = Path(path)
     if not path.is_file():
-        raise MissingMetrics(f"missing metrics file {path}; {FIX}")
+        raise MissingMetrics(f"missing metrics file {path}; {fix(path)}")
     data = path.read_bytes()
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise MetricsError(f"{path} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}); {FIX}") from None
+        raise MetricsError(f"{path} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}); {fix(path)}") from None
 
 
 def load_json(path: str | Path) -> Any:
@@ -84,10 +91,10 @@ def load_json(path: str | Path) -> Any:
     try:
         obj = json.loads(read_text(path))
     except json.JSONDecodeError as e:
-        raise MetricsError(f"{path} is not valid JSON ({e}); {FIX}") from None
+        raise MetricsError(f"{path} is not valid JSON ({e}); {fix(path)}") from None
     bad = _non_finite(obj)
     if bad:
-        raise MetricsError(f"{path}: {bad} is not a finite number (NaN or infinite); {FIX}")
+        raise MetricsError(f"{path}: {bad} is not a finite number (NaN or infinite); {fix(path)}")
     return obj
 
 
@@ -96,15 +103,15 @@ def need(obj: Any, key: str, path: str | Path, kind: str = "number", where: str 
     int, str, dict, list); ``MetricsError`` naming the file, the key and what was expected."""
     at = f"{path}{' ' + where if where else ''}"
     if not isinstance(obj, dict):
-        raise MetricsError(f"{at}: expected a JSON object with key {key!r}, found {type(obj).__name__}; {FIX}")
+        raise MetricsError(f"{at}: expected a JSON object with key {key!r}, found {type(obj).__name__}; {fix(path)}")
     if key not in obj:
-        raise MetricsError(f"{at}: missing key {key!r}; {FIX}")
+        raise MetricsError(f"{at}: missing key {key!r}; {fix(path)}")
     v = obj[key]
     ok = {"number": _is_number(v), "int": isinstance(v, int) and not isinstance(v, bool),
           "str": isinstance(v, str), "dict": isinstance(v, dict), "list": isinstance(v, list)}[kind]
     if not ok:
         expected = "a finite number" if kind == "number" else f"a {kind}"
-        raise MetricsError(f"{at}: {key} = {_describe(v)}, expected {expected}; {FIX}")
+        raise MetricsError(f"{at}: {key} = {_describe(v)}, expected {expected}; {fix(path)}")
     return v
 
 
@@ -140,7 +147,7 @@ def _named(obj: Any, run: str, seed: int, path: Path) -> dict:
     """Check a per-run file's own ``run`` and ``seed`` fields against its name."""
     if need(obj, "run", path, "str") != run or need(obj, "seed", path, "int") != seed:
         raise MetricsError(f"{path} says run {obj['run']!r} seed {obj['seed']!r}, but its name says run {run!r} "
-                           f"seed {seed}; it was copied or renamed: {FIX}")
+                           f"seed {seed}; it was copied or renamed: {fix(path)}")
     return obj
 
 
@@ -202,7 +209,7 @@ def prune_rows(path: str | Path, runs: Sequence[str], seeds: Sequence[int]) -> l
     path = Path(path)
     rows = load_json(path)
     if not isinstance(rows, list):
-        raise MetricsError(f"{path}: expected a JSON list of rows, found {type(rows).__name__}; {FIX}")
+        raise MetricsError(f"{path}: expected a JSON list of rows, found {type(rows).__name__}; {fix(path)}")
     seen = set()
     for i, r in enumerate(rows):
         where = f"row {i}"
@@ -210,16 +217,16 @@ def prune_rows(path: str | Path, runs: Sequence[str], seeds: Sequence[int]) -> l
         numbers(r, PRUNE_KEYS, path, where)
         key = (run, seed, r.get("order", "connectivity"), r["dropped_fraction"])
         if key in seen:
-            raise MetricsError(f"{path}: {where} repeats run {run!r} seed {seed} order {key[2]!r} fraction {key[3]}; {FIX}")
+            raise MetricsError(f"{path}: {where} repeats run {run!r} seed {seed} order {key[2]!r} fraction {key[3]}; {fix(path)}")
         seen.add(key)
         if run not in runs or seed not in seeds:
             raise MetricsError(f"{path}: {where} is of run {run!r} seed {seed}, which params.yaml does not configure "
-                               f"(prune.runs, seeds); {FIX}")
+                               f"(prune.runs, seeds); {fix(path)}")
         if "images_per_s" in r and not all(_is_number(v) for v in need(r, "images_per_s", path, "list", where)):
-            raise MetricsError(f"{path} {where}: images_per_s must be a list of finite numbers; {FIX}")
+            raise MetricsError(f"{path} {where}: images_per_s must be a list of finite numbers; {fix(path)}")
     absent = [f"{run}-{seed}" for run in runs for seed in seeds if not any(k[:2] == (run, seed) for k in seen)]
     if absent:
-        raise MetricsError(f"{path}: no rows for {', '.join(absent)}; {FIX}")
+        raise MetricsError(f"{path}: no rows for {', '.join(absent)}; {fix(path)}")
     return rows
 
 
@@ -244,7 +251,7 @@ def nlvr_examples(path: str | Path) -> dict:
         need(ex, "sentence", path, "str", f"examples[{i}]")
         P = need(ex, "P", path, "list", f"examples[{i}]")
         if not P or not all(isinstance(row, list) and len(row) == len(P) and all(map(_is_number, row)) for row in P):
-            raise MetricsError(f"{path} examples[{i}]: P must be a square matrix of finite numbers; {FIX}")
+            raise MetricsError(f"{path} examples[{i}]: P must be a square matrix of finite numbers; {fix(path)}")
     return e
 
 
@@ -254,18 +261,18 @@ def nlvr_embedding(path: str | Path) -> pd.DataFrame:
     try:
         df = pd.read_csv(io.StringIO(read_text(path)))
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as e:
-        raise MetricsError(f"{path} is not a valid CSV file ({e}); {FIX}") from None
+        raise MetricsError(f"{path} is not a valid CSV file ({e}); {fix(path)}") from None
     missing = [c for c in EMBEDDING_COLUMNS if c not in df.columns]
     if missing:
-        raise MetricsError(f"{path}: missing column(s) {', '.join(missing)} (has {', '.join(map(str, df.columns))}); {FIX}")
+        raise MetricsError(f"{path}: missing column(s) {', '.join(missing)} (has {', '.join(map(str, df.columns))}); {fix(path)}")
     if df.empty:
-        raise MetricsError(f"{path}: no rows; {FIX}")
+        raise MetricsError(f"{path}: no rows; {fix(path)}")
     for c in ("x", "y"):
         v = pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=float)
         bad = np.flatnonzero(~np.isfinite(v))
         if len(bad):
-            raise MetricsError(f"{path}: column {c} row {int(bad[0]) + 1} = {df[c].iloc[bad[0]]!r}, expected a finite "
-                               f"number ({len(bad)} such row(s)); {FIX}")
+            raise MetricsError(f"{path}: column {c} row {int(bad[0]) + 1} (line {int(bad[0]) + 2}) = "
+                               f"{str(df[c].iloc[bad[0]])!r}, expected a finite number ({len(bad)} such row(s)); {fix(path)}")
         df[c] = v
     return df
 
@@ -276,7 +283,7 @@ def fewshot_target(path: str | Path, target: str) -> dict:
     path = Path(path)
     fs = load_json(path)
     if need(fs, "target", path, "str") != target:
-        raise MetricsError(f"{path} says target {fs['target']!r}, but its name says {target!r}; {FIX}")
+        raise MetricsError(f"{path} says target {fs['target']!r}, but its name says {target!r}; {fix(path)}")
     need(fs, "source", path, "str")
     need(fs, "protocol", path, "dict")
     seen = set()
@@ -286,7 +293,7 @@ def fewshot_target(path: str | Path, target: str) -> dict:
                need(r, "episode", path, "int", where))
         numbers(r, FEWSHOT_ROW_KEYS, path, where)
         if key in seen:
-            raise MetricsError(f"{path}: {where} repeats run {key[0]!r} shots {key[1]} episode {key[2]}; {FIX}")
+            raise MetricsError(f"{path}: {where} repeats run {key[0]!r} shots {key[1]} episode {key[2]}; {fix(path)}")
         seen.add(key)
     return fs
 

@@ -141,7 +141,7 @@ def test_non_finite_embedding_coordinates_are_refused(repo, bad):
     df = pd.read_csv(path, dtype=str, keep_default_na=False)
     df.loc[3, "y"] = bad
     df.to_csv(path, index=False)
-    with pytest.raises(metrics_io.MetricsError, match=r"embedding\.csv: column y row 4 = .*expected a finite number"):
+    with pytest.raises(metrics_io.MetricsError, match=r"embedding\.csv: column y row 4 \(line 5\) = .*expected a finite number"):
         metrics_io.nlvr_embedding(path)
 
 
