@@ -3,14 +3,21 @@ every target dataset (Figure 4); writes metrics/fewshot/<target>.json and .csv.
 
 The targets run side by side in worker processes (``nac.pipeline.pool``; ``NAC_WORKERS``
 overrides; the results do not depend on it). ``python stages/fewshot.py <target>`` runs one
-target in this process.
+target in this process. The targets' files are written to a staging folder, checked, and replace
+the previous ones only when every target is done: a failed run leaves metrics/fewshot/ as it was.
 """
 import argparse
+import sys
+from pathlib import Path
 
+from nac import metrics_io
+from nac.pipeline.io import staged
 from nac.pipeline.params import load_params
 from nac.pipeline.pool import run_jobs
 from nac.tracks import fewshot_params
 from nac.tracks.fewshot import run_target
+
+OUT = Path("metrics/fewshot")
 
 
 def main() -> None:
@@ -19,9 +26,15 @@ def main() -> None:
     args = ap.parse_args()
     params = load_params(check=[fewshot_params.validate])
     targets = params["fewshot"]["targets"] if args.target is None else [args.target]
-    run_jobs(run_target, [(params, t) for t in targets], device=params.get("device", "auto"), desc="fewshot",
-             label=lambda job: job[1])
+    with staged(OUT) as (stage,), metrics_io.published_as(stage, OUT):
+        run_jobs(run_target, [(params, t, str(stage)) for t in targets], device=params.get("device", "auto"),
+                 desc="fewshot", label=lambda job: job[1])
+        for t in targets:
+            metrics_io.fewshot_target(stage / f"{t}.json", t)
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except metrics_io.MetricsError as e:
+        sys.exit(f"fewshot: {e}")

@@ -1,14 +1,30 @@
 """DVC stage nlvr_analysis: the generated link-probability matrices of the conditional NAC on
 every validation sentence -> PCA -> t-SNE, reasoning-type structure measures, example graphs
-(Figure 6). Writes metrics/nlvr/analysis.json, embedding.csv and examples.json."""
+(Figure 6). Writes metrics/nlvr/analysis.json, embedding.csv and examples.json, all three or none
+(written to a staging folder, checked, then moved into place)."""
+import sys
+from pathlib import Path
+
+from nac import metrics_io
+from nac.pipeline.io import staged
 from nac.pipeline.params import load_params
 from nac.tracks.common import validator
 from nac.tracks.nlvr import run_analysis
 
+OUT = Path("metrics/nlvr")
+
 
 def main() -> None:
-    run_analysis(load_params(check=[validator("nlvr")]))
+    params = load_params(check=[validator("nlvr")])
+    with staged(OUT) as (stage,), metrics_io.published_as(stage, OUT):
+        run_analysis(params, out_dir=str(stage))
+        metrics_io.nlvr_analysis(stage / "analysis.json")
+        metrics_io.nlvr_embedding(stage / "embedding.csv")
+        metrics_io.nlvr_examples(stage / "examples.json")
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except metrics_io.MetricsError as e:
+        sys.exit(f"nlvr_analysis: {e}")

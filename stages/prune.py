@@ -1,20 +1,33 @@
 """DVC stage prune: drop processor modules by connectivity, and in random orders as the control,
 in steps (Figures 5a, 5b, 15)."""
+import sys
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
-from nac.pipeline.io import write_json
+from nac import metrics_io
+from nac.pipeline.io import staged, write_json
 from nac.pipeline.params import load_params
 from nac.tracks.image import prune_sweep, validate, validate_prune
 
+OUT = Path("metrics/image")
+
 
 def main() -> None:
-    rows = prune_sweep(load_params(check=[validate, validate_prune]))
-    write_json("metrics/image/prune.json", rows)
-    flat = pd.DataFrame(rows)  # dvc plots: one throughput number per row (the mean of the timed repeats)
-    flat["images_per_s"] = [float(np.mean(v)) if isinstance(v, list) else np.nan for v in flat.get("images_per_s", [])]
-    flat.to_csv("metrics/image/prune.csv", index=False)
+    params = load_params(check=[validate, validate_prune])
+    rows = prune_sweep(params)
+    # prune.json and prune.csv replace the previous ones together, and only once the rows are checked
+    with staged(OUT) as (stage,), metrics_io.published_as(stage, OUT):
+        write_json(stage / "prune.json", rows)
+        metrics_io.prune_rows(stage / "prune.json", params["prune"]["runs"], params["seeds"])
+        flat = pd.DataFrame(rows)  # dvc plots: one throughput number per row (the mean of the timed repeats)
+        flat["images_per_s"] = [float(np.mean(v)) if isinstance(v, list) else np.nan for v in flat.get("images_per_s", [])]
+        flat.to_csv(stage / "prune.csv", index=False)
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except metrics_io.MetricsError as e:
+        sys.exit(f"prune: {e}")

@@ -42,6 +42,11 @@ def fewshot_image_run(params: dict, run: str) -> str:
     return run if run in ("perceiver_io", *FEWSHOT_BASELINES) else f"nac-{params['prior']['name']}"
 
 
+def run_file(run: str, seed: int, suffix: str = ".json") -> str:
+    """``<run>-<seed><suffix>``: the name of one trained model's metrics file (and checkpoint, ``.pt``)."""
+    return f"{run}-{int(seed)}{suffix}"
+
+
 def image_checkpoint(run: str, seed: int) -> Path:
     return Path("models") / "image" / f"{run}-{seed}.pt"
 

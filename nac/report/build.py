@@ -17,7 +17,8 @@ import torch
 
 from nac.checkpoint import load_model
 from nac.pipeline.datasets import builder
-from nac.pipeline.io import write_json
+from nac import metrics_io
+from nac.pipeline.io import staged, write_json
 from nac.pipeline.paths import image_checkpoint, parse_run
 from nac.report import figures, mechanism, switches, tables
 from nac.report.published import (DISCREPANCIES, FEWSHOT_CLAIM, LRA_LEADERBOARD_TRANSFORMER, PRIOR_LABELS, RUN_LABELS,
@@ -83,37 +84,57 @@ def _provenance(params: dict) -> dict[str, str]:
             "machine": f"{platform.node() or 'unknown host'}, {device}", "torch": torch.__version__}
 
 
-def _select(rows: list[dict], runs: list[str], seeds: list[int]) -> list[dict]:
-    return [r for r in rows if r["run"] in runs and r["seed"] in seeds]
-
-
 def build_report(params: dict, out: str | Path = "reports", metrics: str | Path = "metrics") -> dict[str, Any]:
     """Every table, figure and the index README, then ``reports/claims.md``; returns summary.json."""
     from nac.report.claims import write_claims  # at call time: the tests stand in a fake registry
 
     setup()
     out, metrics = Path(out), Path(metrics)
+    validate_inputs(params, metrics)  # every file it reads, before anything is written
     md: dict[str, str] = {}
     figs: dict[str, list[Path]] = {}
-    summary = {"provenance": _provenance(params), **_image(params, out, metrics, md, figs)}
-    _switches(params, metrics, out, md)
-    summary["table2"] = _comparison(params, out, metrics, md, ["points"], TABLE2, "table2")
-    summary["table3"] = _comparison(params, out, metrics, md, ["listops", "text"], TABLE3, "table3")
-    summary["nlvr"] = _nlvr(params, out, metrics, md, figs)
-    summary["fewshot"] = _fewshot(params, out, metrics, md, figs)
-    _track_curves(params, out, metrics, figs)
-    _write_readme(out, params, summary, md, figs)
-    write_json(out / "tables" / "summary.json", summary)
-    write_json(metrics / "summary.json", _headline(summary))
-    write_claims(params, metrics=metrics, out=out)
+    # all or nothing: built in staging folders that replace the files of out/ and metrics/summary.json
+    # only when every table, figure and claim is done; on any error the previous report is untouched
+    with staged(out, metrics, clean=("tables", "figures", "plots")) as (stage, stage_metrics):
+        summary = {"provenance": _provenance(params), **_image(params, stage, metrics, md, figs)}
+        _switches(params, metrics, stage, md)
+        summary["table2"] = _comparison(params, stage, metrics, md, ["points"], TABLE2, "table2")
+        summary["table3"] = _comparison(params, stage, metrics, md, ["listops", "text"], TABLE3, "table3")
+        summary["nlvr"] = _nlvr(params, stage, metrics, md, figs)
+        summary["fewshot"] = _fewshot(params, stage, metrics, md, figs)
+        _track_curves(params, stage, metrics, figs)
+        _write_readme(stage, params, summary, md, figs)
+        write_json(stage / "tables" / "summary.json", summary)
+        write_json(stage_metrics / "summary.json", _headline(summary))
+        write_claims(params, metrics=metrics, out=stage)
     return summary
+
+
+def validate_inputs(params: dict, metrics: str | Path = "metrics") -> None:
+    """Read and check every metrics file the report reads (``nac.metrics_io``): exactly
+    the configured runs, seeds and targets, no extra file, every key typed and finite; raises
+    ``MetricsError`` naming the first bad file. The sections of ``params`` absent are skipped."""
+    metrics, seeds = Path(metrics), params["seeds"]
+    if "image" in params:
+        for kind in ("eval", "train"):
+            metrics_io.image_runs(metrics, kind, params["image"]["ladder"], seeds)
+        metrics_io.prune_rows(metrics / "image" / "prune.json", params["prune"]["runs"], seeds)
+    for track in TRACKS:
+        if track in params:
+            metrics_io.track_runs(metrics, track, params[track]["runs"], seeds)
+    if "nlvr" in params:
+        metrics_io.nlvr_analysis(metrics / "nlvr" / "analysis.json")
+        metrics_io.nlvr_embedding(metrics / "nlvr" / "embedding.csv")
+        metrics_io.nlvr_examples(metrics / "nlvr" / "examples.json")
+    if "fewshot" in params:
+        metrics_io.fewshot_targets(metrics, params["fewshot"]["targets"])
 
 
 def _image(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dict[str, list[Path]]) -> dict[str, Any]:
     """Table 1, Figures 3, 5a, 5b, 15 and the image learning curves."""
     ladder, seeds = params["image"]["ladder"], params["seeds"]
-    evals = _select(tables.read_runs(metrics / "image" / "eval"), ladder, seeds)
-    trains = _select(tables.read_runs(metrics / "image" / "train"), ladder, seeds)
+    evals = metrics_io.image_runs(metrics, "eval", ladder, seeds)    # exactly the configured runs and seeds
+    trains = metrics_io.image_runs(metrics, "train", ladder, seeds)
     parameters = {t["run"]: int(t["parameters"]) for t in trains if "parameters" in t}
     t1, t1_numeric = tables.table1(evals, ladder, parameters)
     md["table1"] = tables.write_table(t1, out / "tables", "table1")
@@ -133,7 +154,7 @@ def _image(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dic
             model = load_model(image_checkpoint(run, seeds[0]))
             learned[prior] = model.link_probabilities().detach().numpy()
     figs["figure3"] = figures.figure3(learned, params["image"]["model"]["n_processor"], out / "figures")
-    prune = pd.DataFrame(_select(json.loads((metrics / "image" / "prune.json").read_text()), ladder, seeds))
+    prune = pd.DataFrame(metrics_io.prune_rows(metrics / "image" / "prune.json", params["prune"]["runs"], seeds))
     prune_runs = [r for r in params["prune"]["runs"] if r in set(prune["run"])]
     # Figure 5a: the NAC of the chosen `prior` group against Perceiver IO (paper: scale-free)
     main_runs = [r for r in (f"nac-{params['prior']['name']}", "perceiver_io") if r in prune_runs] or prune_runs
@@ -207,15 +228,15 @@ def _nlvr(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dict
     """The NLVR accuracy, per-type and circuit-analysis tables and Figure 6."""
     runs = params["nlvr"]["runs"]
     results = tables.read_track(metrics, "nlvr", runs, params["seeds"])
-    analysis = json.loads((metrics / "nlvr" / "analysis.json").read_text())
+    analysis = metrics_io.nlvr_analysis(metrics / "nlvr" / "analysis.json")
     clip = ("not computed: no zero-shot CLIP stage in this suite" if params["profile"] == "paper"
             else "not computed: no CLIP weights offline / embedded profile")
     acc, by_type, measures, summary = tables.nlvr_tables(results, runs, analysis, clip)
     md["nlvr"] = tables.write_table(acc, out / "tables", "nlvr", ".2f")
     md["nlvr_by_type"] = tables.write_table(by_type, out / "tables", "nlvr_by_type", ".2f")
     md["nlvr_analysis"] = tables.write_table(measures, out / "tables", "nlvr_analysis", ".2f")
-    embedding = pd.read_csv(metrics / "nlvr" / "embedding.csv")
-    examples = json.loads((metrics / "nlvr" / "examples.json").read_text())
+    embedding = metrics_io.nlvr_embedding(metrics / "nlvr" / "embedding.csv")
+    examples = metrics_io.nlvr_examples(metrics / "nlvr" / "examples.json")
     figs["figure6"] = figures.figure6(embedding, examples, out / "figures")
     return summary
 
@@ -223,7 +244,7 @@ def _nlvr(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dict
 def _fewshot(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dict[str, list[Path]]) -> dict[str, Any]:
     """Figure 4, its table (per target and shot count) and the curves for `dvc plots`."""
     fs = params["fewshot"]
-    rows = {t: pd.DataFrame(json.loads((metrics / "fewshot" / f"{t}.json").read_text())["rows"]) for t in fs["targets"]}
+    rows = {t: pd.DataFrame(f["rows"]) for t, f in metrics_io.fewshot_targets(metrics, fs["targets"]).items()}
     stats = {t: tables.fewshot_stats(df.to_dict("records")) for t, df in rows.items()}
     md["figure4"] = tables.write_table(tables.fewshot_table(stats), out / "tables", "figure4_fewshot", ".2f")
     numeric = pd.concat([df.assign(target=t) for t, df in stats.items()])[["target", "shots", "run", "mean", "ci95", "n"]]

@@ -2,7 +2,6 @@
 and differences between models beside the paper's differences."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from nac.model import BASELINES
+from nac import metrics_io
 from nac.report.published import NLVR, PAPER_ROW, RUN_LABELS, TABLE1, TABLE1_COLUMNS, TRACK_RUN_LABELS
 from nac.stats import summarize, welch_ci
 
@@ -17,10 +17,6 @@ BASELINE_RUNS = tuple(BASELINES)   # the baselines' run names (not in the paper)
 
 DASH = "—"  # a cell that does not apply (never left empty, so every CSV cell is filled)
 COLUMN_LABELS = {"iid_acc1": "IID Acc@1", "iid_acc5": "IID Acc@5", "ood_acc1": "OOD Acc@1", "ood_acc5": "OOD Acc@5"}
-
-
-def read_runs(folder: str | Path) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in sorted(Path(folder).glob("*.json"))]
 
 
 def fmt(mean: float, ci: float, n: int) -> str:
@@ -107,11 +103,7 @@ def paired(a: list[float], b: list[float]) -> dict[str, float]:
 
 def read_track(metrics: str | Path, track: str, runs: list[str], seeds: list[int]) -> list[dict[str, Any]]:
     """``metrics/tracks/<track>/<run>-<seed>.json`` of every configured run and seed."""
-    paths = [Path(metrics) / "tracks" / track / f"{run}-{seed}.json" for run in runs for seed in seeds]
-    missing = [str(p) for p in paths if not p.exists()]
-    if missing:
-        raise FileNotFoundError(f"missing metrics of track {track!r}: {', '.join(missing)}; did train_{track} run?")
-    return [json.loads(p.read_text()) for p in paths]
+    return metrics_io.track_runs(metrics, track, runs, seeds)   # validated; exactly these files, no extra
 
 
 def _values(results: list[dict[str, Any]], run: str, key: str) -> list[float]:

@@ -48,7 +48,7 @@ class Metrics:
                 raise Missing(self.label(rel))
             try:
                 self._cache[rel] = json.loads(path.read_text())
-            except json.JSONDecodeError as e:
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:   # bad JSON, or bytes that are not UTF-8
                 raise ValueError(f"malformed metrics file {path}: {e}") from e
         return self._cache[rel]
 
