@@ -81,7 +81,8 @@ def check_field_types(obj: Any) -> None:
     for name, tp in _field_types(type(obj)):
         value = getattr(obj, name)
         if not _is_type(value, tp):
-            got = "None" if value is None else "a bool" if isinstance(value, bool) else f"a {type(value).__name__}"
+            kind = "bool" if isinstance(value, bool) else type(value).__name__
+            got = "None" if value is None else f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
             hint = " (remove the quotes)" if isinstance(value, str) and _numeric_text(value) else ""
             raise ConfigTypeError(f"{type(obj).__name__}: {section}.{name}={value!r} is {got}; expected "
                                   f"{_type_name(tp)}{hint}")

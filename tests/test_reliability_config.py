@@ -124,7 +124,7 @@ def test_pruning_a_baseline_is_refused_naming_the_entry(baseline):
     ({"d_model": "64"}, r"model\.d_model='64' is a str; expected int \(remove the quotes\)"),
     ({"tau": "hot"}, r"model\.tau='hot' is a str; expected float"),
     ({"n_processor": 8.0}, r"model\.n_processor=8\.0 is a float; expected int"),
-    ({"gated_ffn": 1}, r"model\.gated_ffn=1 is a int; expected bool"),
+    ({"gated_ffn": 1}, r"model\.gated_ffn=1 is an int; expected bool"),
     ({"tokenizer": None}, r"model\.tokenizer=None is None; expected dict"),
 ])
 def test_model_config_checks_types_before_arithmetic(kw, message):
