@@ -2,7 +2,11 @@
 at what size. It is what a checkpoint stores to rebuild the model (plain JSON-able values)."""
 from __future__ import annotations
 
+import numbers
+import types
+import typing
 from dataclasses import asdict, dataclass, field, fields
+from functools import lru_cache
 from typing import Any
 
 from nac.circuits.kernel import KERNEL_MODES
@@ -20,6 +24,76 @@ GENERATORS = ("unconditional", "conditional")
 PRIORS = ("scale_free", "planted_partition", "ring_of_cliques", "erdos_renyi")
 REGULARIZER_KINDS = ("mse", "kl", "none")   # none: the regularizer-off control
 SIGNATURE_INITS = ("prior", "random")
+
+
+class ConfigTypeError(TypeError, ValueError):
+    """A config field holds a value of the wrong type (a ValueError too, so callers that turn a bad
+    config into a params error catch it)."""
+
+
+@lru_cache(maxsize=None)
+def _field_types(cls: type) -> tuple[tuple[str, Any], ...]:
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, hints.get(f.name, Any)) for f in fields(cls))
+
+
+def _is_type(value: Any, tp: Any) -> bool:
+    """Whether ``value`` has the annotated type ``tp`` (an int is a float; a bool is no number;
+    a tuple is a list); annotations other than these builtins and their unions pass."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return True
+    if tp is None or tp is type(None):
+        return value is None
+    if origin is typing.Union or origin is types.UnionType:
+        return any(_is_type(value, a) for a in args)
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if tp is str:
+        return isinstance(value, str)
+    if tp in (list, tuple) or origin in (list, tuple):
+        return isinstance(value, (list, tuple)) and (origin is not list or not args
+                                                     or all(_is_type(v, args[0]) for v in value))
+    if tp is dict or origin is dict:
+        return isinstance(value, dict)
+    return True
+
+
+def _type_name(tp: Any) -> str:
+    if tp is None or tp is type(None):
+        return "None"
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if typing.get_origin(tp) is not None:
+        return str(tp).replace("typing.", "")
+    return getattr(tp, "__name__", str(tp))
+
+
+def check_field_types(obj: Any) -> None:
+    """Check every field of the dataclass ``obj`` against its annotation before any arithmetic
+    on it, so ``ModelConfig(d_model="64")`` names the field and the type instead of failing deep
+    inside; raises ``ConfigTypeError``. Covers every field, including ones added later."""
+    section = getattr(obj, "section", type(obj).__name__).split()[0]
+    for name, tp in _field_types(type(obj)):
+        value = getattr(obj, name)
+        if not _is_type(value, tp):
+            kind = "bool" if isinstance(value, bool) else type(value).__name__
+            got = "None" if value is None else f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+            hint = " (remove the quotes)" if isinstance(value, str) and _numeric_text(value) else ""
+            raise ConfigTypeError(f"{type(obj).__name__}: {section}.{name}={value!r} is {got}; expected "
+                                  f"{_type_name(tp)}{hint}")
+
+
+def _numeric_text(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 class ConfigDict:
@@ -79,6 +153,7 @@ class ModelConfig(ConfigDict):
     signature_fit_steps: int = 1000                   # authors' preset fit: Adam steps at lr 1e-3
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         if self.d_code is None:
             self.d_code = self.d_model
         self.validate()

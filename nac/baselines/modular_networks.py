@@ -47,7 +47,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from nac.config import ConfigDict
+from nac.config import ConfigDict, check_field_types
 
 VARIANT = "modular_network"
 
@@ -74,6 +74,7 @@ class ModularNetworkConfig(ConfigDict):
     selection_seed: int = 0                                                 # a*'s uniform random initialisation
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         self.conv_layers = [int(c) for c in self.conv_layers]
         self.dense_layers = [int(u) for u in self.dense_layers]
         self.pool_after = sorted(int(i) for i in self.pool_after)

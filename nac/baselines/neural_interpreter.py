@@ -43,7 +43,7 @@ from nac.baselines.ni_layers import (EPS, IMPLS, LOC, Interpreter, ModAttn, ModL
                                      modulated_attention_weights, normalize_compatibilities,
                                      per_function_linear, set_impl, truncated_kernel)
 from nac.circuits.tokenizers import TOKENIZERS, build_tokenizer
-from nac.config import ConfigDict
+from nac.config import ConfigDict, check_field_types
 
 PRESET_TRUNCATION = 1.4202567871309753       # the authors' only preset (presets/digits.yml)
 
@@ -87,6 +87,7 @@ class NeuralInterpreterConfig(ConfigDict):
     added_functions: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         if self.d_code is None:
             self.d_code = self.d_model
         if self.head_dim is None:

@@ -22,6 +22,42 @@ import torch.nn as nn
 TOKENIZERS = ("conv32", "convnext", "points", "sequence", "features", "image_pair")
 
 
+def _check_tensor(who: str, x, expected: str, rank: int | tuple[int, ...], floating: bool, integer: bool) -> None:
+    """Refuse an input of the wrong kind, rank or dtype with what was ``expected`` and what came,
+    before it reaches conv / embedding internals (whose errors name neither)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{who} expected a torch.Tensor {expected}, got a {type(x).__name__}")
+    ranks = (rank,) if isinstance(rank, int) else rank
+    ok = (floating and x.dtype.is_floating_point) or (integer and not x.dtype.is_floating_point
+                                                      and not x.dtype.is_complex and x.dtype != torch.bool)
+    if not ok:
+        raise TypeError(f"{who} expected {expected}, got dtype {x.dtype} (shape {list(x.shape)})")
+    if x.dim() not in ranks:
+        raise ValueError(f"{who} expected {expected}, got a {x.dim()}-D tensor of shape {list(x.shape)}"
+                         + (" (a single example? add the batch dimension: x.unsqueeze(0))" if x.dim() + 1 in ranks else ""))
+
+
+def _check_images(who: str, images, lead: int = 1) -> None:
+    """Images ``[*lead dims, 3, H, W]`` (channels first), uint8 or float."""
+    shape = "[B, 2, 3, H, W]" if lead == 2 else "[B, 3, H, W]"
+    expected = f"uint8 (0-255) or float (0-1) images {shape}, channels first"
+    if isinstance(images, torch.Tensor) and images.dtype != torch.uint8 and not images.dtype.is_floating_point:
+        raise TypeError(f"{who} expected {expected}, got dtype {images.dtype} (shape {list(images.shape)}); "
+                        "convert with images.to(torch.uint8) for 0-255 values or images.float() / 255")
+    _check_tensor(who, images, expected, lead + 3, floating=True, integer=True)
+    c = images.shape[lead]
+    if c == 3:
+        return
+    got = f"shape {list(images.shape)}"
+    if images.shape[-1] == 3:
+        perm = "x.permute(0, 1, 4, 2, 3)" if lead == 2 else "x.permute(0, 3, 1, 2)"
+        raise ValueError(f"{who} expected {expected}, got {got}, which looks channels-last; permute it: {perm}")
+    if c == 1:
+        raise ValueError(f"{who} expected {expected}, got {got}: one channel (grayscale); repeat it to 3 channels: "
+                         f"x.expand({', '.join(['-1'] * lead)}, 3, -1, -1)")
+    raise ValueError(f"{who} expected {expected}, got {got}: {c} channels at dim {lead} instead of 3")
+
+
 def _to_float(images: torch.Tensor) -> torch.Tensor:
     x = images.float() / 255.0 if images.dtype == torch.uint8 else images.float()
     return (x - 0.5) / 0.25
@@ -40,6 +76,7 @@ class ImageTokenizer(nn.Module):
         self.d_out = channels + pos_dim
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
+        _check_images("image tokenizer", images)
         fmap = self.trunk(_to_float(images))
         if fmap.shape[-1] != self.grid or fmap.shape[-2] != self.grid:
             raise ValueError(f"image tokenizer expected a {self.grid}x{self.grid} feature map, got {tuple(fmap.shape[-2:])}: "
@@ -116,6 +153,11 @@ class PointTokenizer(nn.Module):
         self.d_out = dim
 
     def forward(self, points: torch.Tensor) -> torch.Tensor:
+        _check_tensor("point tokenizer", points, "float points [B, N, 3]", 3, floating=True, integer=False)
+        if points.shape[-1] != 3:
+            raise ValueError(f"point tokenizer expected float points [B, N, 3] (xyz last), got shape {list(points.shape)}"
+                             + ("; it looks like [B, 3, N]: transpose it: points.transpose(1, 2)"
+                                if points.shape[1] == 3 else ""))
         angles = points.float().unsqueeze(-1) * self.freqs              # [B, N, 3, F]
         feats = torch.cat([points.float(), angles.sin().flatten(2), angles.cos().flatten(2)], dim=-1)
         return self.mlp(feats)
@@ -150,6 +192,7 @@ class SequenceTokenizer(nn.Module):
         self.d_out = dim
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        _check_tensor("sequence tokenizer", ids, "integer token ids [B, T]", 2, floating=False, integer=True)
         if ids.shape[1] > self.max_length:
             raise ValueError(f"sequence of length {ids.shape[1]} exceeds the tokenizer's max_length {self.max_length}")
         return self.embed(ids.long()) + self.pos[: ids.shape[1]]
@@ -164,6 +207,12 @@ class FeatureTokenizer(nn.Module):
         self.d_out = dim
 
     def forward(self, feats: torch.Tensor) -> torch.Tensor:
+        d = self.proj.in_features
+        _check_tensor("feature tokenizer", feats, f"float features [B, N, {d}] or [B, {d}]", (2, 3), floating=True,
+                      integer=False)
+        if feats.shape[-1] != d:
+            raise ValueError(f"feature tokenizer expected float features [B, N, {d}] or [B, {d}] (d_feat={d}), got "
+                             f"shape {list(feats.shape)}")
         return self.proj(feats.float() if feats.dim() == 3 else feats.float().unsqueeze(1))
 
 
@@ -177,6 +226,10 @@ class ImagePairTokenizer(nn.Module):
         self.d_out = image_tokenizer.d_out
 
     def forward(self, pair: torch.Tensor) -> torch.Tensor:
+        _check_images("image-pair tokenizer", pair, lead=2)
+        if pair.shape[1] != 2:
+            raise ValueError(f"image-pair tokenizer expected two images per example [B, 2, 3, H, W], got shape "
+                             f"{list(pair.shape)}")
         B = pair.shape[0]
         tokens = self.image(pair.flatten(0, 1)).unflatten(0, (B, 2))     # [B, 2, T, d]
         return (tokens + self.side[None, :, None, :]).flatten(1, 2)

@@ -33,6 +33,53 @@ class CorruptFileError(RuntimeError):
     """A file inside a dataset could not be decoded; the message names it."""
 
 
+class ArchiveTooLargeError(UnsafeArchiveError):
+    """The selected members exceed the extraction limits (total uncompressed size, member count)
+    or the free disk space; nothing was written."""
+
+
+class ExtractionError(OSError):
+    """Writing a member failed (e.g. the disk filled up); the message names the archive and the member."""
+
+
+#: Without a known size, an archive may expand to at most this multiple of its own size (text
+#: compresses ~10x; a zip bomb of zeros ~1000x) and hold at most this many members.
+DEFAULT_RATIO = 50
+DEFAULT_MAX_MEMBERS = 1_000_000
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:,.1f} MB"
+
+
+def _check_budget(archive: Path, sizes: list[tuple[str, int]], max_bytes: int, max_members: int,
+                  target: Path) -> None:
+    """Refuse, before anything is written, ``sizes`` (member name, uncompressed bytes) over the
+    limits or over the free space at ``target``, naming the archive and the largest member."""
+    fix = ("If the archive is genuine, raise the limit (extract(max_bytes=, max_members=); in the pipeline the "
+           "dataset's max_extract_mb / max_extract_files params)")
+    if len(sizes) > max_members:
+        raise ArchiveTooLargeError(f"{archive}: {len(sizes):,} members selected, over the limit of {max_members:,} "
+                                   f"(first over it: {sizes[max_members][0]!r}); refusing to extract, nothing was "
+                                   f"written. {fix}")
+    total = sum(n for _, n in sizes)
+    name, biggest = max(sizes, key=lambda x: x[1], default=("", 0))
+    if total > max_bytes:
+        raise ArchiveTooLargeError(f"{archive}: the selected members expand to {_mb(total)} ({total:,} bytes), over "
+                                   f"the limit of {_mb(max_bytes)}; the largest is member {name!r} ({_mb(biggest)}); "
+                                   f"refusing to extract, nothing was written. {fix}")
+    free = shutil.disk_usage(target).free
+    if total > free:
+        raise ArchiveTooLargeError(f"{archive}: extracting needs {_mb(total)} (largest member {name!r}, "
+                                   f"{_mb(biggest)}) but only {_mb(free)} is free at {target}; free some space "
+                                   f"and rerun; nothing was written")
+
+
+def _write_error(archive: Path, member: str, size: int, total: int, target: Path, e: OSError) -> ExtractionError:
+    return ExtractionError(e.errno, f"{archive}: cannot write member {member!r} ({_mb(size)}; the extraction needs "
+                                    f"{_mb(total)} in all) under {target}: {e.strerror or e}")
+
+
 # ------------------------------------------------------------------------------------ extracting
 def _check_name(archive: Path, name: str) -> str:
     """Return the member's normalised relative name, or raise if it would escape the target."""
@@ -185,7 +232,8 @@ def archive_kind(path: str | Path) -> str:
     raise ValueError(f"{path}: not a zip, tar or gzip archive (first bytes do not match any)")
 
 
-def extract(archive: str | Path, dest: str | Path, members: Callable[[str], bool] | None = None) -> Path:
+def extract(archive: str | Path, dest: str | Path, members: Callable[[str], bool] | None = None,
+            max_bytes: int | None = None, max_members: int | None = None) -> Path:
     """Extract ``archive`` into the folder ``dest`` and return it.
 
     ``members`` (optional) selects member names to extract (e.g. one task of LRA's 7 GB tar).
@@ -194,9 +242,20 @@ def extract(archive: str | Path, dest: str | Path, members: Callable[[str], bool
     naming it. Extraction goes to ``<dest>.partial`` and is renamed into place, replacing an
     older ``dest``, so an interrupted extraction never looks complete. A plain .gz becomes
     ``dest/<name without .gz>``.
+
+    Bounds, checked on the members' declared sizes before anything is written (zip and tar write
+    no more than a member declares; a plain .gz is counted as it streams): at most ``max_bytes``
+    uncompressed in all (default ``DEFAULT_RATIO`` times the archive's size) and ``max_members``
+    members (default ``DEFAULT_MAX_MEMBERS``), and no more than the free disk space
+    (``ArchiveTooLargeError``). A failed write raises ``ExtractionError`` naming the archive and
+    the member.
     """
     archive, dest = Path(archive), Path(dest)
     kind = archive_kind(archive)
+    if max_bytes is None:
+        max_bytes = DEFAULT_RATIO * max(archive.stat().st_size, 1 << 20)
+    if max_members is None:
+        max_members = DEFAULT_MAX_MEMBERS
     tmp = dest.with_name(dest.name + ".partial")
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -207,8 +266,17 @@ def extract(archive: str | Path, dest: str | Path, members: Callable[[str], bool
                 infos = [i for i in zf.infolist() if members is None or members(i.filename)]
                 for i in infos:
                     _check_zip_member(archive, i)
+                _check_budget(archive, [(i.filename, i.file_size) for i in infos], max_bytes, max_members, tmp)
+                total = sum(i.file_size for i in infos)
                 for i in tqdm(infos, desc=f"extract {archive.name}", unit="file", mininterval=1.0):
-                    zf.extract(i, tmp)
+                    try:
+                        zf.extract(i, tmp)
+                    except (zipfile.BadZipFile, zlib.error, EOFError) as e:
+                        raise CorruptFileError(f"cannot extract {archive}: member {i.filename!r}: {e}. The archive is "
+                                               f"corrupt or truncated; delete it (and any {archive.name}.sha256 / "
+                                               f".verified beside it) and rerun the download stage") from e
+                    except OSError as e:
+                        raise _write_error(archive, i.filename, i.file_size, total, tmp, e) from e
         elif kind == "tar":
             with tarfile.open(archive, "r:*") as tf:
                 chosen = [m for m in tf.getmembers() if members is None or members(m.name)]
@@ -218,16 +286,36 @@ def extract(archive: str | Path, dest: str | Path, members: Callable[[str], bool
                 while tf.fileobj.read(CHUNK):
                     pass
                 _check_tar_members(archive, chosen)
+                sizes = [(m.name, m.size if m.isfile() else 0) for m in chosen]
+                _check_budget(archive, sizes, max_bytes, max_members, tmp)
+                total = sum(n for _, n in sizes)
                 kw = _tar_filter()
                 for m in tqdm(chosen, desc=f"extract {archive.name}", unit="file", mininterval=1.0):
                     try:
                         tf.extract(m, tmp, **kw)
                     except getattr(tarfile, "FilterError", ()) as e:
                         raise UnsafeArchiveError(f"{archive}: member {m.name!r}: {e}; refusing to extract") from e
+                    except (tarfile.ReadError, tarfile.CompressionError, EOFError, zlib.error) as e:
+                        raise CorruptFileError(f"cannot extract {archive}: member {m.name!r}: {e}. The archive is "
+                                               f"corrupt or truncated; delete it (and any {archive.name}.sha256 / "
+                                               f".verified beside it) and rerun the download stage") from e
+                    except OSError as e:
+                        raise _write_error(archive, m.name, m.size, total, tmp, e) from e
         else:
             out = tmp / (archive.name[:-3] if archive.name.endswith(".gz") else archive.name + ".out")
+            written = 0
             with gzip.open(archive, "rb") as src, open(out, "wb") as dst:
-                shutil.copyfileobj(src, dst, CHUNK)
+                while chunk := src.read(CHUNK):  # a .gz declares no trustworthy size: count as it streams
+                    written += len(chunk)
+                    if written > max_bytes:
+                        raise ArchiveTooLargeError(
+                            f"{archive}: member {out.name!r} expands past the limit of {_mb(max_bytes)}; refusing to "
+                            f"extract further, nothing was kept. If the archive is genuine, raise the limit "
+                            f"(extract(max_bytes=); in the pipeline the dataset's max_extract_mb param)")
+                    try:
+                        dst.write(chunk)
+                    except OSError as e:
+                        raise _write_error(archive, out.name, written, written, tmp, e) from e
     except (tarfile.ReadError, tarfile.CompressionError, zipfile.BadZipFile, EOFError, zlib.error,
             gzip.BadGzipFile) as e:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -25,6 +25,7 @@ import re
 import types
 import typing
 from functools import lru_cache
+from pathlib import PurePosixPath
 from typing import Any
 
 import yaml
@@ -223,6 +224,17 @@ def check_table(where: str, section: Any, table: dict[str, tuple]) -> dict:
     return section
 
 
+def check_unique(where: str, values: list) -> None:
+    """A list that names runs (or targets) must name each once: a repeated run would be trained,
+    evaluated and reported twice, as two rows of one table."""
+    seen: set = set()
+    for i, v in enumerate(values):
+        if v in seen:
+            raise ParamsError(f"{where}[{i}]={v!r} repeats an earlier entry of {where} {values}; list each run once "
+                              f"(seeds come from `seeds`)")
+        seen.add(v)
+
+
 @lru_cache(maxsize=None)
 def _hints(cls: type) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
@@ -266,6 +278,7 @@ def check_data(params: dict) -> None:
     check_keys("data", data, ["root", "datasets", *names], ["datasets"])
     if "root" in data:
         check_type("data.root", data["root"], str)
+        check_data_root(data["root"])
     datasets = data["datasets"]
     check_type("data.datasets", datasets, list[str])
     for ds in datasets:
@@ -302,6 +315,21 @@ def check_data(params: dict) -> None:
                 and merged["min_length"] > merged["max_length"]:
             raise ParamsError(f"{where}.min_length={merged['min_length']} exceeds {where}.max_length="
                               f"{merged['max_length']}")
+
+
+def check_data_root(root: str) -> None:
+    """``data.root`` holds DVC outputs (``<root>/raw/<dataset>``, ``<root>/cache/<dataset>``), and
+    DVC 3 tracks no output outside the repository (nor through a symlinked folder): it must be a
+    relative path that stays inside the repository, refused here before any download."""
+    path = PurePosixPath(root.replace("\\", "/"))
+    outside = path.is_absolute() or re.match(r"^[A-Za-z]:", root) or root.startswith("~") or ".." in path.parts
+    if outside or not root.strip() or path == PurePosixPath("."):
+        raise ParamsError(
+            f"data.root={root!r} must be a relative folder inside the repository (e.g. data): DVC 3 tracks no "
+            f"output outside the repository, nor through a symlinked folder, and would refuse the downloads only "
+            f"after fetching them. To keep the data on another disk, keep data.root: data and bind-mount the disk "
+            f"there (`mkdir -p data && sudo mount --bind /mnt/disk/nac-data data`), or put DVC's cache on it "
+            f"(`dvc cache dir /mnt/disk/dvc-cache && dvc config cache.type symlink`)")
 
 
 def check_batch_fits(params: dict, where: str, dataset: Any, train: Any) -> None:
@@ -350,6 +378,7 @@ def check_schema(params: Any) -> None:
 
 def check_prune(params: dict) -> None:
     check_table("prune", params["prune"], PRUNE_KEYS)
+    check_unique("prune.runs", params["prune"]["runs"])
 
 
 def check_prior(params: dict) -> None:

@@ -16,7 +16,7 @@ from nac.model import BASELINES
 from nac.pipeline.schema import (IMAGE_MODEL_SET, MODEL_RANGES, NGRAM_KEYS, NLVR_ANALYSIS_KEYS, NONNEG, POS,
                                  PROTOCOL_RANGES, TRACK_MODEL_SET, TRAIN_RANGES, TRAIN_SET, ParamsError,
                                  check_batch_fits, check_dataclass, check_keys, check_range, check_split_read,
-                                 check_table, check_type)
+                                 check_table, check_type, check_unique)
 from nac.training.config import TrainConfig
 
 
@@ -88,6 +88,7 @@ def check_image(params: dict) -> None:
     for key in ("dataset", "ood_dataset"):
         check_type(f"image.{key}", image[key], str)
     check_type("image.ladder", image["ladder"], list[str])
+    check_unique("image.ladder", image["ladder"])
     check_model("image.model", image["model"], IMAGE_MODEL_SET)
     check_train("image.train", image["train"])
     check_split_read(params, "image.dataset (train)", image["dataset"], "train")
@@ -124,8 +125,10 @@ def check_fewshot(params: dict, protocol: type) -> None:
     fs = check_keys("fewshot", params["fewshot"], ["source", "runs", "targets", "seed", "protocol", "pretrain"])
     if "runs" in fs:
         check_type("fewshot.runs", fs["runs"], list[str])
+        check_unique("fewshot.runs", fs["runs"])
     if "targets" in fs:
         check_type("fewshot.targets", fs["targets"], list[str])
+        check_unique("fewshot.targets", fs["targets"])
     if "seed" in fs:
         check_type("fewshot.seed", fs["seed"], int)
         check_range("fewshot.seed", fs["seed"], NONNEG)
@@ -158,6 +161,7 @@ def check_track(params: dict, track: str) -> None:
     check_keys(track, sec, valid)
     check_type(f"{track}.dataset", sec["dataset"], str)
     check_type(f"{track}.runs", sec["runs"], list[str])
+    check_unique(f"{track}.runs", sec["runs"])
     check_model(f"{track}.model", sec["model"], TRACK_MODEL_SET)
     check_train(f"{track}.train", sec["train"])
     if sec.get("ngram") is not None:

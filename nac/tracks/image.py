@@ -246,6 +246,11 @@ def validate_prune(params: dict[str, Any]) -> None:
     bad = [r for r in prune["runs"] if r not in params["image"]["ladder"]]
     if bad:
         raise ParamsError(f"prune.runs {bad} are not trained (not in image.ladder {params['image']['ladder']})")
+    for i, run in enumerate(prune["runs"]):  # module dropping ranks a NAC-family model's processor modules
+        if parse_run(run)[0] in BASELINES:
+            raise ParamsError(f"prune.runs[{i}]={run!r} cannot be pruned: module dropping ranks the processor modules "
+                              f"of a NAC-family model by their graph (perceiver_io, modfc, frozen_graph, nac-<prior>), "
+                              f"and the baselines ({', '.join(BASELINES)}) have none; remove it from prune.runs")
     fr = prune["dropped_fraction"]
     if not fr or not all(0 <= f < 1 for f in fr) or 0.0 not in fr or sorted(fr) != list(fr):
         raise ParamsError(f"prune.dropped_fraction must be increasing fractions in [0, 1) starting at 0.0 "

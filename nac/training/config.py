@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nac.config import ConfigDict
+from nac.config import ConfigDict, check_field_types
 
 
 @dataclass
@@ -31,6 +31,7 @@ class TrainConfig(ConfigDict):
     eval_batch_size: int = 256
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         for name in ("epochs", "batch_size", "eval_batch_size"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)!r}")

@@ -30,7 +30,8 @@ if TYPE_CHECKING:  # the data stages (download, prepare) run without importing t
     import torch
 
 #: params that only affect how files are obtained or how fast, never the cached arrays.
-DOWNLOAD_KEYS = frozenset({"url", "urls", "md5", "sha256", "md5s", "workers", "device", "batch_size", "image_dir"})
+DOWNLOAD_KEYS = frozenset({"url", "urls", "md5", "sha256", "md5s", "workers", "device", "batch_size", "image_dir",
+                           "max_extract_mb", "max_extract_files"})
 EXTRACTED = "extracted"
 
 
@@ -47,6 +48,8 @@ def source_defaults(key: str) -> dict[str, Any]:
         out["sha256"] = src.sha256
     else:
         out["md5"] = src.md5
+    if src.max_extract_mb is not None:  # extraction bounds (nac.data.archives.extract), overridable
+        out.update(max_extract_mb=src.max_extract_mb, max_extract_files=src.max_extract_files)
     return out
 
 
@@ -80,7 +83,9 @@ class RealBuilder(DatasetBuilder):
         want = {"archive": self.archive.name, "size": self.archive.stat().st_size,
                 "mtime_ns": self.archive.stat().st_mtime_ns}
         if have != want:
-            extract(self.archive, self.extracted, members=self.members)
+            mb, files = self.params.get("max_extract_mb"), self.params.get("max_extract_files")
+            extract(self.archive, self.extracted, members=self.members, max_members=files,
+                    max_bytes=None if mb is None else int(mb) << 20)
             stamp.write_text(json.dumps(want))
 
     def require_extracted(self, *parts: str) -> Path:
