@@ -38,7 +38,7 @@ class ParamsError(ValueError):
 
 # Top-level sections of params.yaml (the keys of conf/config.yaml's composition).
 TOP_LEVEL = ("profile", "device", "seeds", "data", "image", "prune", "fewshot", "points", "listops", "text",
-             "nlvr", "prior")
+             "nlvr", "prior", "template")
 TRACKS = ("points", "listops", "text", "nlvr")
 DEVICES = ("auto", "cpu", "cuda")
 SPLITS = ("train", "val", "test")
@@ -345,7 +345,26 @@ def check_schema(params: Any) -> None:
     if "device" in params and params["device"] not in DEVICES:
         raise ParamsError(f"device={params['device']!r}; valid choices: {', '.join(DEVICES)}")
     check_prior(params)
+    check_template(params)
     check_data(params)
+
+
+def templates() -> list[str]:
+    """The model templates (``conf/template/<name>.yaml``): their switch values sit in every
+    track's ``model`` / ``train`` section, where the model config checks them."""
+    from nac.pipeline.params import CONF_DIR
+
+    return sorted(p.stem for p in (CONF_DIR / "template").glob("*.yaml"))
+
+
+def check_template(params: dict) -> None:
+    """``template``: the name of the ``template`` group's choice (a record; the values it set are
+    checked with the sections they sit in)."""
+    if "template" not in params:
+        return
+    name, known = params["template"], templates()
+    if not isinstance(name, str) or (known and name not in known):
+        raise ParamsError(f"template={name!r}; valid choices: {', '.join(known)} (pick one with `template=<name>`)")
 
 
 def check_prune(params: dict) -> None:

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from nac.config import ConfigDict
 
-DECAY_FILTERS = ("authors", "ours")  # nac.training.loop.decays
+DECAY_FILTERS = ("authors", "ours", "all")  # nac.training.loop.decays
 
 
 @dataclass
@@ -16,7 +16,7 @@ class TrainConfig(ConfigDict):
     lr: float = 1e-3                 # peak learning rate, after warm-up
     lr_batch_scaling: int | None = None  # authors: lr * global_batch / 512; None = no scaling
     weight_decay: float = 0.05
-    decay_filter: str = "authors"    # which parameters decay (nac.training.loop.decays): authors | ours (nac v1)
+    decay_filter: str = "authors"    # which parameters decay (nac.training.loop.decays): authors | ours (nac v1) | all (m2mKD)
     warmup_epochs: float = 1.0
     min_lr: float = 1e-5
     label_smoothing: float = 0.1

@@ -126,7 +126,9 @@ def decays(name: str, p: torch.Tensor, decay_filter: str = "authors") -> bool:
     filter): every parameter but those whose name ends in ``signatures`` and those with
     ``dim() == 1`` (biases, norms, LayerScale), so codes (2-d) and the 0-d bandwidths and ModFC
     gains are decayed. ``ours`` (nac v1): no decay for ``dim() < 2`` or a name containing
-    ``signatures`` or ``codes``."""
+    ``signatures`` or ``codes``. ``all`` (m2mKD, which sets no filter): every parameter."""
+    if decay_filter == "all":
+        return True
     if decay_filter == "authors":
         return not (name.endswith("signatures") or p.dim() == 1)
     if decay_filter == "ours":
