@@ -25,6 +25,7 @@ import re
 import types
 import typing
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -352,9 +353,8 @@ def check_schema(params: Any) -> None:
 def templates() -> list[str]:
     """The model templates (``conf/template/<name>.yaml``): their switch values sit in every
     track's ``model`` / ``train`` section, where the model config checks them."""
-    from nac.pipeline.params import CONF_DIR
-
-    return sorted(p.stem for p in (CONF_DIR / "template").glob("*.yaml"))
+    conf = Path(__file__).resolve().parents[2] / "conf"  # nac.pipeline.params.CONF_DIR (not imported: stage deps)
+    return sorted(p.stem for p in (conf / "template").glob("*.yaml"))
 
 
 def check_template(params: dict) -> None:
