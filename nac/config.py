@@ -9,7 +9,8 @@ from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
 from typing import Any
 
-from nac.circuits.kernel import KERNEL_MODES
+from nac.circuits.kernel import KERNEL_MODES, TRUNCATION_MODES
+from nac.circuits.modfc import MODFC_GAINS
 from nac.circuits.readin import READIN_IMPLS
 from nac.circuits.tokenizers import TOKENIZERS
 
@@ -24,6 +25,18 @@ GENERATORS = ("unconditional", "conditional")
 PRIORS = ("scale_free", "planted_partition", "ring_of_cliques", "erdos_renyi")
 REGULARIZER_KINDS = ("mse", "kl", "none")   # none: the regularizer-off control
 SIGNATURE_INITS = ("prior", "random")
+# The switches of issue 25 (docs/reference.md, "Switches"): the first choice is the default (the paper
+# where it is explicit, else the authors' TINY-INET-NC-X template), the others nac's or m2mKD's forms.
+SIGNATURE_FITS = ("authors", "margin")
+MATCHINGS = ("hungarian", "search")
+TARGET_DIAGONALS = ("formula", "one")
+DROP_PATH_SCHEDULES = ("uniform", "linear")
+INITIAL_STATES = ("mlp", "code")
+
+
+class NotImplementedSetting(NotImplementedError, ValueError):
+    """A config value that names a form this code does not implement (a ValueError too, so params
+    validation reports it by key)."""
 
 
 class ConfigTypeError(TypeError, ValueError):
@@ -140,17 +153,35 @@ class ModelConfig(ConfigDict):
     bandwidth: float = 1.0                            # eps of eq. 2 (its initial value when learnable)
     learn_bandwidth: bool = True                      # authors: a learnable scalar, no weight decay
     truncation: float | None = 0.9                    # authors' Tiny-ImageNet templates: P = 0 where 1 - cos > 0.9
-    straight_through: bool = True                     # truncated pairs get the untruncated gradient
+    straight_through: bool = True                     # authors' flag; gradient through cut pairs only with "masked"
+    truncation_mode: str = "direct"                   # authors' default: cut links get exactly zero gradient
+    kernel_per_module: bool = True                    # authors: a kernel and bandwidth per propagator and read-out
+    stochastic_kernel: bool = True                    # paper eqs. 2-3 (TINY-INET-NC-X: off)
+    sample_readout: bool = True                       # the read-out's kernel sampled too (m2mKD: not)
+    truncate_readout: bool = False                    # authors: the read-out kernel is untruncated
+    readout_residual: bool = False                    # authors' pooling: no attention residual (nac v1: true)
+    readout_norm: bool = False                        # authors' pooling scores raw states (nac v1: a LayerNorm)
+    readout_layer_scale: float | None = 0.1           # authors (Tiny, m2mKD): LayerScale 0.1 in the read-out
+    modfc_norm_affine: bool = False                   # authors: LayerNorm(W_c c) without scale or shift
+    modfc_gain: str = "one_plus_alpha"                # paper eq. 1 (TINY-INET-NC-X's class default: ln_only)
+    drop_path_schedule: str = "uniform"               # authors: one rate in every layer (nac v1: linear)
+    input_latents: int = 0                            # 0: read into the processors (eqs. 4-5); >0: not implemented
+    initial_state: str = "mlp"                        # paper section 2.2: an MLP of the code (authors: the code)
+    state_noise: float = 0.0                          # std of noise on the initial states in training
+    code_noise: float = 0.0                           # std of noise on the codes in training (m2mKD: 0.05)
     delta: float = 1e-6                               # eq. 3
     eval_kernel: str = "expectation"
     readin_impl: str = "fast"
     prior: str = "scale_free"                         # nac: the graph prior of the regularizer
     prior_params: dict[str, Any] = field(default_factory=dict)
     regularizer: str = "mse"
+    matching: str = "hungarian"                       # authors: one Hungarian matching (nac v1: the wider search)
+    target_diagonal: str = "formula"                  # authors: the target's formula on its diagonal (nac v1: 1)
     signature_init: str = "prior"                     # nac: fitted to a graph sampled from `prior`, or random
     frozen_graph_m: int = 2                           # frozen_graph: Barabasi-Albert attachment m
     graph_seed: int = 0                               # the sampled graph of a preset initialisation
     signature_fit_steps: int = 1000                   # authors' preset fit: Adam steps at lr 1e-3
+    signature_fit: str = "authors"                    # authors' plain mean hinge (nac v1: margin 0.1, balanced)
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -167,6 +198,28 @@ class ModelConfig(ConfigDict):
         _choice("regularizer", self.regularizer, REGULARIZER_KINDS)
         _choice("signature_init", self.signature_init, SIGNATURE_INITS)
         _choice("tokenizer.kind", self.tokenizer.get("kind"), TOKENIZERS)
+        _choice("truncation_mode", self.truncation_mode, TRUNCATION_MODES)
+        _choice("signature_fit", self.signature_fit, SIGNATURE_FITS)
+        _choice("matching", self.matching, MATCHINGS)
+        _choice("target_diagonal", self.target_diagonal, TARGET_DIAGONALS)
+        _choice("modfc_gain", self.modfc_gain, MODFC_GAINS)
+        _choice("drop_path_schedule", self.drop_path_schedule, DROP_PATH_SCHEDULES)
+        _choice("initial_state", self.initial_state, INITIAL_STATES)
+        if int(self.input_latents) < 0:
+            raise ValueError(f"model.input_latents must be >= 0 (0: read into the processor modules), got {self.input_latents}")
+        if self.input_latents > 0:
+            raise NotImplementedSetting(
+                f"model.input_latents={self.input_latents}: separate input latents (TINY-INET-NC-X, m2mKD) are not "
+                "implemented; how they update across layers and whether the kernel covers their links is not documented "
+                "(docs/reference.md, 'Switches'). Use 0: the processor modules read the input (paper eqs. 4-5)")
+        if self.state_noise < 0 or self.code_noise < 0:
+            raise ValueError(f"model.state_noise and model.code_noise are standard deviations and must be >= 0, got "
+                             f"{self.state_noise}, {self.code_noise}")
+        if self.readout_layer_scale is not None and not self.readout_layer_scale > 0:
+            raise ValueError(f"model.readout_layer_scale must be > 0 or null (no LayerScale), got {self.readout_layer_scale}")
+        if self.initial_state == "code" and self.d_code != self.d_model:
+            raise ValueError(f"model.initial_state='code' makes the initial states the codes, so it needs d_code == "
+                             f"d_model; got d_code={self.d_code}, d_model={self.d_model} (set d_code: null)")
         for name in ("num_classes", "d_model", "d_code", "d_sig", "n_processor", "n_readout", "depth", "heads",
                      "readin_heads", "readout_heads", "generator_heads"):
             if int(getattr(self, name)) < 1:

@@ -13,6 +13,7 @@ from nac.circuits.kernel import KernelSampler, link_probabilities, sample_kernel
 from nac.graphs import prior_target
 from nac.signatures import prior_signatures
 from nac.circuits.layers import Propagator, ReadOut
+from nac.circuits.modfc import configure_modfc
 from nac.circuits.readin import ReadIn
 from nac.circuits.tokenizers import build_tokenizer
 from nac.config import ModelConfig
@@ -42,28 +43,44 @@ class NAC(nn.Module):
         else:
             self.generator = UnconditionalCircuitGenerator(c.n_processor, c.n_readout, c.d_model, c.d_code, c.d_sig,
                                                            use_signatures=c.uses_kernel,
-                                                           learn_signatures=c.variant == "nac")
+                                                           learn_signatures=c.variant == "nac",
+                                                           initial_state=c.initial_state, code_noise=c.code_noise,
+                                                           state_noise=c.state_noise)
+        has_kernel = c.uses_kernel or c.generator == "conditional"
+        # One kernel bandwidth per attention module (authors), owned by the module; else one shared.
+        own_bw = dict(bandwidth=c.bandwidth if has_kernel and c.kernel_per_module else None,
+                      learn_bandwidth=c.learn_bandwidth)
         common = dict(modulated=c.modulated, gated=c.gated_ffn, alpha_init=c.alpha_init)
         self.read_in = ReadIn(self.tokenizer.d_out, c.d_model, c.d_code, c.readin_heads, ffn_mult=c.ffn_mult,
                               impl=c.readin_impl, **common)
         self.propagators = nn.ModuleList(
-            Propagator(c.d_model, c.d_code, c.heads, c.ffn_mult, drop_path=c.drop_path * (i + 1) / c.depth,
-                       layer_scale=c.layer_scale, delta=c.delta, **common)
+            Propagator(c.d_model, c.d_code, c.heads, c.ffn_mult, drop_path=self.drop_path_rate(i),
+                       layer_scale=c.layer_scale, delta=c.delta, **own_bw, **common)
             for i in range(c.depth))
-        self.read_out = ReadOut(c.d_model, c.d_code, c.readout_heads, c.num_classes, c.ffn_mult, delta=c.delta, **common)
-        if c.uses_kernel or c.generator == "conditional":
+        self.read_out = ReadOut(c.d_model, c.d_code, c.readout_heads, c.num_classes, c.ffn_mult, delta=c.delta,
+                                residual=c.readout_residual, norm=c.readout_norm, layer_scale=c.readout_layer_scale,
+                                **own_bw, **common)
+        if c.modulated:
+            configure_modfc(self, c.modfc_norm_affine, c.modfc_gain)
+        if has_kernel and not c.kernel_per_module:
             bw = torch.tensor(float(c.bandwidth))
-            # A scalar: the loop's 1-d rule keeps it out of weight decay, as the authors do.
             if c.learn_bandwidth:
                 self.bandwidth = nn.Parameter(bw)
             else:
                 self.register_buffer("bandwidth", bw)
         G = None
         if c.variant == "nac" and c.generator == "unconditional" and c.regularizer != "none":
-            G = torch.as_tensor(prior_target(c.prior, c.n_processor, **c.prior_params), dtype=torch.float32)
+            G = torch.as_tensor(prior_target(c.prior, c.n_processor, diagonal=c.target_diagonal, **c.prior_params),
+                                dtype=torch.float32)
         self.register_buffer("prior_target", G, persistent=False)  # rebuilt from the config, not stored
         if fit_signatures:
             self._preset_signatures()
+
+    def drop_path_rate(self, layer: int) -> float:
+        """Drop-path rate of propagator ``layer`` (0-based): ``drop_path`` in every layer
+        (``uniform``, the authors') or growing linearly to it at the last layer (``linear``, nac v1)."""
+        c = self.config
+        return c.drop_path if c.drop_path_schedule == "uniform" else c.drop_path * (layer + 1) / c.depth
 
     def _preset_signatures(self) -> None:
         """Processor signatures fitted to a sampled graph (the authors' preset initialisation,
@@ -81,7 +98,8 @@ class NAC(nn.Module):
         else:
             return
         sig, _ = prior_signatures(prior, c.n_processor, c.d_sig, seed=c.graph_seed, prior_params=params,
-                                  truncation=c.truncation, bandwidth=c.bandwidth, steps=c.signature_fit_steps)
+                                  truncation=c.truncation, bandwidth=c.bandwidth, steps=c.signature_fit_steps,
+                                  fit=c.signature_fit)
         with torch.no_grad():
             self.generator.signatures.copy_(sig)
 
@@ -93,42 +111,92 @@ class NAC(nn.Module):
             cond = self.cond_tokenizer(cond)
         return self.generator(cond, cond_mask)
 
-    def link_probabilities(self, design: CircuitDesign | None = None) -> torch.Tensor:
+    def kernel_bandwidth(self, layer: int | str | None = None) -> torch.Tensor:
+        """The bandwidth ``eps`` (0-d) of propagator ``layer`` (0-based), of the read-out
+        (``"readout"``), or of the graph (``None``: the mean over the propagators). With one shared
+        bandwidth (``kernel_per_module=False``) every answer is that one."""
+        if not self.config.kernel_per_module:
+            return self._parameters.get("bandwidth", self._buffers.get("bandwidth"))
+        if layer is None:
+            return torch.stack([p.bandwidth for p in self.propagators]).mean()
+        return self.read_out.bandwidth if layer == "readout" else self.propagators[layer].bandwidth
+
+    def graph_bandwidth(self) -> float:
+        """``kernel_bandwidth(None)`` as a float (what the mechanism numbers report)."""
+        return float(self.kernel_bandwidth(None).detach())
+
+    def __getattr__(self, name: str):
+        # ``model.bandwidth`` with per-module kernels: the graph's (mean) bandwidth, read-only, so
+        # code that reads one bandwidth (the mechanism numbers, Figure 6) keeps working.
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name == "bandwidth" and self.config.kernel_per_module and "read_out" in self._modules \
+                    and hasattr(self.read_out, "bandwidth"):
+                return self.kernel_bandwidth(None)
+            raise
+
+    def link_probabilities(self, design: CircuitDesign | None = None, layer: int | None = None) -> torch.Tensor:
         """Processor-to-processor link probabilities ``P`` (eq. 2): ``[U_p, U_p]`` for an
-        unconditional design, ``[B, U_p, U_p]`` for a conditional one."""
+        unconditional design, ``[B, U_p, U_p]`` for a conditional one.
+
+        ``layer``: the ``P`` of that propagator's kernel. ``None``: **the model's graph**, the
+        mean of the propagators' ``P`` (with one shared bandwidth, that ``P`` itself). Why the
+        mean: every propagator's kernel is regularised towards the prior alike, their cut links
+        are the same set (truncation compares the distance, not the bandwidth), so the mean has
+        exactly their zeros; a module's expected degree in it is its mean degree over the layers
+        that use it (what module dropping ranks by), and it equals each layer's ``P`` when the
+        bandwidths agree (at initialisation)."""
         design = design or self.design()
         if design.signatures is None:
             raise ValueError(f"variant {self.config.variant!r} has no signatures, so no link probabilities")
-        return self._P(design.signatures)
+        if layer is not None or not self.config.kernel_per_module:
+            return self._P(design.signatures, layer=layer)
+        return torch.stack([self._P(design.signatures, layer=i) for i in range(self.config.depth)]).mean(0)
 
-    def _P(self, s_recv: torch.Tensor, s_send: torch.Tensor | None = None) -> torch.Tensor:
-        """Eq. 2 with this model's (learnable) bandwidth and the config's truncation. The
-        bandwidth is floored at 1e-3: a step that drove it through 0 would flip the kernel."""
+    def _P(self, s_recv: torch.Tensor, s_send: torch.Tensor | None = None, layer: int | str | None = 0) -> torch.Tensor:
+        """Eq. 2 with the kernel of propagator ``layer`` (or ``"readout"``) and the config's
+        truncation (the read-out's only with ``truncate_readout``). The bandwidth is floored at
+        1e-3: a step that drove it through 0 would flip the kernel."""
         c = self.config
-        return link_probabilities(s_recv, s_send, bandwidth=self.bandwidth.clamp_min(1e-3), truncation=c.truncation,
-                                  straight_through=c.straight_through)
+        truncation = c.truncation if layer != "readout" or c.truncate_readout else None
+        return link_probabilities(s_recv, s_send, bandwidth=self.kernel_bandwidth(layer).clamp_min(1e-3),
+                                  truncation=truncation, straight_through=c.straight_through, mode=c.truncation_mode)
 
     def graph_regularizer(self, design: CircuitDesign | None = None) -> torch.Tensor:
-        """Graph-structure regularizer between ``P`` and the prior's target (0 for other rungs)."""
+        """Graph-structure regularizer between ``P`` and the prior's target (0 for other rungs);
+        with a kernel per module, the sum over every propagator's kernel (the authors'; the
+        read-out is not regularised)."""
         if self.prior_target is None:
             return torch.zeros(())
-        return graph_structure_loss(self.link_probabilities(design), self.prior_target, kind=self.config.regularizer)
+        c = self.config
+        design = design or self.design()
+        layers = range(c.depth) if c.kernel_per_module else [None]
+        return sum(graph_structure_loss(self.link_probabilities(design, layer=i), self.prior_target,
+                                        kind=c.regularizer, matching=c.matching) for i in layers)
+
+    def _kernel_mode(self, readout: bool = False) -> str:
+        """How the kernel is drawn: a Concrete sample in training with ``stochastic_kernel`` (the
+        paper's SKMDPA; the read-out's only with ``sample_readout``), else ``P`` itself; at
+        evaluation ``eval_kernel``."""
+        c = self.config
+        if not self.training:
+            return c.eval_kernel
+        return "sample" if c.stochastic_kernel and (c.sample_readout or not readout) else "expectation"
 
     def _kernel(self, P: torch.Tensor, batch_size: int) -> torch.Tensor | None:
-        mode = "sample" if self.training else self.config.eval_kernel
-        return sample_kernel(P, self.config.tau, batch_size=batch_size, mode=mode)
+        return sample_kernel(P, self.config.tau, batch_size=batch_size, mode=self._kernel_mode())
 
-    def _sampler(self, P: torch.Tensor | None) -> KernelSampler | None:
-        """``_kernel(P, B)`` as ``sampler(B)``, ``P``'s logits computed once for all layers
-        (``KernelSampler``; ``sampler_impl = "plain"`` draws with ``sample_kernel`` itself;
+    def _sampler(self, P: torch.Tensor | None, readout: bool = False) -> KernelSampler | None:
+        """``_kernel(P, B)`` as ``sampler(B)``, ``P``'s logits computed once for all the draws
+        from it (``KernelSampler``; ``sampler_impl = "plain"`` draws with ``sample_kernel`` itself;
         ``"sparse"``, the default, applies on CPU, elsewhere ``"prepared"``)."""
         if P is None:
             return None
-        mode = "sample" if self.training else self.config.eval_kernel
         impl = self.sampler_impl
         if impl == "sparse" and P.device.type != "cpu":  # a CPU optimisation; no host syncs on CUDA
             impl = "prepared"
-        return KernelSampler(P, self.config.tau, mode=mode, impl=impl)
+        return KernelSampler(P, self.config.tau, mode=self._kernel_mode(readout), impl=impl)
 
     # -- the executor -------------------------------------------------------------------------
     def forward(self, inputs, mask=None, cond=None, cond_mask=None, design: CircuitDesign | None = None) -> torch.Tensor:
@@ -142,13 +210,16 @@ class NAC(nn.Module):
         B = tokens.shape[0]
         design = design or self.design(cond, cond_mask)
         states = self.read_in(tokens, design.states, design.codes, mask)
-        P_pp = P_op = None
+        c = self.config
+        samplers, sample_op = [None] * c.depth, None
         if design.signatures is not None:
-            P_pp = self._P(design.signatures)
-            P_op = self._P(design.readout_signatures, design.signatures)
-        sample_pp, sample_op = self._sampler(P_pp), self._sampler(P_op)
-        for layer in self.propagators:
-            K = None if sample_pp is None else sample_pp(B)    # a fresh sample per layer
+            if c.kernel_per_module:  # each propagator draws from its own kernel
+                samplers = [self._sampler(self._P(design.signatures, layer=i)) for i in range(c.depth)]
+            else:  # one P, its logits computed once, a fresh sample per layer
+                samplers = [self._sampler(self._P(design.signatures, layer=None))] * c.depth
+            sample_op = self._sampler(self._P(design.readout_signatures, design.signatures, layer="readout"), readout=True)
+        for layer, sample in zip(self.propagators, samplers):
+            K = None if sample is None else sample(B)
             states = layer(states, design.codes, K)
         K_out = None if sample_op is None else sample_op(B)
         return self.read_out(design.readout_states, states, design.readout_codes, design.codes, K_out)

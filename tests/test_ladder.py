@@ -90,14 +90,15 @@ def test_nac_signatures_start_fitted_to_a_graph_from_their_own_prior(prior, tiny
 
 
 def test_bandwidth_is_a_learnable_scalar_without_weight_decay_and_gets_a_gradient(tiny_config):
-    model = build_model(tiny_config(bandwidth=0.7))
+    # one shared bandwidth (nac v1); the per-module kernels: tests/test_authors_switches.py
+    model = build_model(tiny_config(bandwidth=0.7, kernel_per_module=False))
     assert isinstance(model.bandwidth, torch.nn.Parameter) and model.bandwidth.dim() == 0
     assert model.bandwidth.item() == pytest.approx(0.7)
     model.train()
     x = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
     (model(x).logsumexp(-1).sum() + model.graph_regularizer()).backward()
     assert model.bandwidth.grad is not None and model.bandwidth.grad.abs() > 0
-    fixed = build_model(tiny_config(learn_bandwidth=False))
+    fixed = build_model(tiny_config(learn_bandwidth=False, kernel_per_module=False))
     assert "bandwidth" not in dict(fixed.named_parameters()) and "bandwidth" in dict(fixed.named_buffers())
 
 

@@ -185,7 +185,8 @@ def _set_impls(model, plain: bool):
 
 
 @pytest.mark.parametrize("train", [True, False])
-def test_nac_fast_paths_give_the_plain_step(train, monkeypatch):
+@pytest.mark.parametrize("kernels", ["per_module", "shared_masked"])
+def test_nac_fast_paths_give_the_plain_step(train, kernels, monkeypatch):
     """A NAC as the bench trains it (truncation 0.9, straight-through, learnable bandwidth,
     signatures fitted to the prior, regularizer): same logits, loss and parameter gradients,
     and the same random-number stream, with every optimisation on or off."""
@@ -196,7 +197,9 @@ def test_nac_fast_paths_give_the_plain_step(train, monkeypatch):
     monkeypatch.setattr(attention, "_sparse_log_normalized_kernel",
                         lambda *a: sparse_biases.append(real(*a)) or sparse_biases[-1])
     torch.manual_seed(0)
-    cfg = make_tiny_config(variant="nac", n_processor=24, depth=3, signature_fit_steps=50)
+    # the default (a kernel per module, direct truncation) and nac v1's (one bandwidth, masked)
+    form = {} if kernels == "per_module" else dict(kernel_per_module=False, truncation_mode="masked")
+    cfg = make_tiny_config(variant="nac", n_processor=24, depth=3, signature_fit_steps=50, **form)
     model = build_model(cfg)
     assert cfg.truncation == 0.9 and cfg.straight_through and cfg.learn_bandwidth
     model.train(train)
@@ -221,7 +224,8 @@ def test_nac_fast_paths_give_the_plain_step(train, monkeypatch):
         assert not sparse_biases
     _close(lf, lp)
     _close(Lf, Lp)
-    assert gf.keys() == gp.keys() and "generator.signatures" in gf and "bandwidth" in gf
+    bandwidths = [n for n in gf if n.endswith("bandwidth")]
+    assert gf.keys() == gp.keys() and "generator.signatures" in gf and len(bandwidths) == (cfg.depth + 1 if form == {} else 1)
     # Some gradients are zero but for rounding (e.g. biases a softmax ignores): compare every
     # tensor against the largest gradient of the model.
     scale = max(float(g.abs().max()) for g in gp.values())

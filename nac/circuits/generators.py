@@ -47,17 +47,29 @@ def _unit_scale_(mlp: nn.Sequential, probe: torch.Tensor) -> None:
 
 class UnconditionalCircuitGenerator(nn.Module):
     """Learnable signatures and codes (free parameters); initial states = a 2-layer MLP of the
-    code. ``learn_signatures=False`` keeps processor signatures fixed (a buffer): the frozen-graph
-    rung of Table 1. ``use_signatures=False`` drops signatures (dense graph: the ``modfc`` rung)."""
+    code (paper section 2.2; ``initial_state="mlp"``) or the code itself (the authors'
+    ``use_code_as_mean_state``; ``"code"``, needs ``d_code == d``). In training, ``code_noise``
+    and ``state_noise`` add Gaussian noise of that standard deviation to the codes and to the
+    initial states (the authors' noisy initial states; code noise 0.05 in m2mKD), one draw per
+    forward pass shared by the batch. ``learn_signatures=False`` keeps processor signatures fixed
+    (a buffer): the frozen-graph rung of Table 1. ``use_signatures=False`` drops signatures (dense
+    graph: the ``modfc`` rung)."""
 
     def __init__(self, n_processor: int, n_readout: int, d: int, d_code: int, d_sig: int,
-                 use_signatures: bool = True, learn_signatures: bool = True):
+                 use_signatures: bool = True, learn_signatures: bool = True, initial_state: str = "mlp",
+                 code_noise: float = 0.0, state_noise: float = 0.0):
         super().__init__()
+        if initial_state not in ("mlp", "code"):
+            raise ValueError(f"unknown initial_state {initial_state!r}; valid choices: mlp, code")
+        if initial_state == "code" and d_code != d:
+            raise ValueError(f"initial_state='code' needs d_code == d, got {d_code} and {d}")
+        self.initial_state, self.code_noise, self.state_noise = initial_state, float(code_noise), float(state_noise)
         self.codes = nn.Parameter(torch.randn(n_processor, d_code))
         self.readout_codes = nn.Parameter(torch.randn(n_readout, d_code))
-        self.state_mlp, self.readout_state_mlp = _mlp(d_code, d), _mlp(d_code, d)
-        _unit_scale_(self.state_mlp, self.codes)
-        _unit_scale_(self.readout_state_mlp, self.readout_codes)
+        if initial_state == "mlp":
+            self.state_mlp, self.readout_state_mlp = _mlp(d_code, d), _mlp(d_code, d)
+            _unit_scale_(self.state_mlp, self.codes)
+            _unit_scale_(self.readout_state_mlp, self.readout_codes)
         self.use_signatures, self.learn_signatures = use_signatures, learn_signatures
         if use_signatures:
             # Unit norm (the authors' randn has norm ~sqrt(d_sig)): Adam's absolute steps then turn
@@ -71,14 +83,22 @@ class UnconditionalCircuitGenerator(nn.Module):
                 self.register_buffer("signatures", sig)
             self.readout_signatures = nn.Parameter(F.normalize(torch.randn(n_readout, d_sig), dim=-1))
 
+    def _noisy(self, x: torch.Tensor, std: float) -> torch.Tensor:
+        return x + std * torch.randn_like(x) if self.training and std > 0 else x
+
+    def _states(self, codes: torch.Tensor, mlp: str) -> torch.Tensor:
+        states = getattr(self, mlp)(codes) if self.initial_state == "mlp" else codes
+        return self._noisy(states, self.state_noise)
+
     def forward(self, cond=None, cond_mask=None) -> CircuitDesign:
+        codes, readout_codes = self._noisy(self.codes, self.code_noise), self._noisy(self.readout_codes, self.code_noise)
         return CircuitDesign(
             signatures=self.signatures if self.use_signatures else None,
-            codes=self.codes,
-            states=self.state_mlp(self.codes),
+            codes=codes,
+            states=self._states(codes, "state_mlp"),
             readout_signatures=self.readout_signatures if self.use_signatures else None,
-            readout_codes=self.readout_codes,
-            readout_states=self.readout_state_mlp(self.readout_codes),
+            readout_codes=readout_codes,
+            readout_states=self._states(readout_codes, "readout_state_mlp"),
         )
 
     @torch.no_grad()

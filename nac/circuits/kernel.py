@@ -1,15 +1,25 @@
 """The link-probability kernel of SKMDPA (paper eq. 2), as in the authors' code.
 
 ``P_ij = exp(-d(s_i, s_j) / eps)`` with ``d = 1 - cos``: modules whose signatures point the same
-way are likely to communicate. Two details come from the authors' code (``docs/reference.md``,
-"Kernel"), which the paper does not state:
+way are likely to communicate. Details from the authors' code (``docs/reference.md``, "Kernel"
+and "Switches"), which the paper does not state:
 
 * **Truncation**: where ``d > truncation`` the link is cut, ``P = 0`` exactly (every Tiny-ImageNet
-  template uses ``truncation = 0.9``). With ``straight_through`` (their default) the forward
-  pass uses the truncated value and the backward pass the untruncated one, so a cut pair still
-  receives gradient (from the graph regularizer) and can reconnect.
-* **Learnable bandwidth**: ``eps`` is a scalar parameter (``nac.model.NAC.bandwidth``),
-  initialised from the config, without weight decay.
+  template uses ``truncation = 0.9``). Two modes (``TRUNCATION_MODES``):
+
+  - ``direct`` (the authors' default, ``nac``'s default): the cut is made in distance space
+    (``d / eps`` becomes ``+inf``) and ``P = exp(-inf) = 0``. A cut pair gets **exactly zero
+    gradient**, from the regularizer and from the attention alike; nothing pulls it back, and it
+    reconnects only as a side effect of its endpoints' other links moving. Their
+    ``straight_through`` flag (a straight-through step in distance space) changes nothing here,
+    since the derivative of ``exp`` at ``-inf`` is 0.
+  - ``masked`` (their non-default mode, what ``nac`` v1 did): ``P`` is computed untruncated and
+    the cut entries are set to 0; with ``straight_through`` the forward pass uses the truncated
+    value and the backward pass the untruncated one, so a cut pair receives the gradient of the
+    untruncated ``P`` and can be pulled back; without it, zero gradient.
+* **Learnable bandwidth**: ``eps`` is a learnable scalar; the authors keep one kernel, with its own
+  bandwidth, per attention module (every propagator and the read-out; ``nac.model.NAC``,
+  ``kernel_per_module``).
 
 Without truncation ``P >= exp(-2 / eps)`` for every pair, and for unit signatures the mean
 off-diagonal ``P`` is at least ``exp(-(1 + 1/(n-1)) / eps)`` (Jensen): 0.36 at ``eps = 1``, so the
@@ -29,6 +39,7 @@ from torch.distributions import RelaxedBernoulli
 
 KERNEL_MODES = ("expectation", "threshold", "sample", "dense")
 SAMPLER_IMPLS = ("sparse", "prepared", "plain")
+TRUNCATION_MODES = ("direct", "masked")
 
 
 def cosine_distance(s_recv: torch.Tensor, s_send: torch.Tensor | None = None) -> torch.Tensor:
@@ -41,20 +52,28 @@ def cosine_distance(s_recv: torch.Tensor, s_send: torch.Tensor | None = None) ->
 
 def link_probabilities(s_recv: torch.Tensor, s_send: torch.Tensor | None = None,
                        bandwidth: float | torch.Tensor = 1.0, truncation: float | None = None,
-                       straight_through: bool = True) -> torch.Tensor:
+                       straight_through: bool = True, mode: str = "masked") -> torch.Tensor:
     """Eq. 2: ``P_ij = exp(-(1 - cos(s_i, s_j)) / eps)``, cut to 0 where ``1 - cos > truncation``.
 
     s_recv: ``[..., U, d_sig]`` receiver signatures; s_send: ``[..., V, d_sig]`` sender
     signatures (defaults to ``s_recv``); bandwidth: a float or a scalar tensor (learnable).
-    Returns ``[..., U, V]`` in [0, 1]. ``straight_through``: gradients as if untruncated.
+    Returns ``[..., U, V]`` in [0, 1]. ``mode`` (``TRUNCATION_MODES``, see the module doc):
+    ``direct`` gives cut pairs exactly zero gradient; ``masked`` with ``straight_through`` gives
+    them the untruncated gradient. The function's default stays ``masked`` for its other callers
+    (the Neural Interpreter baseline); the NAC passes its config's ``truncation_mode``.
     """
+    if mode not in TRUNCATION_MODES:
+        raise ValueError(f"unknown truncation mode {mode!r}; valid choices: {', '.join(TRUNCATION_MODES)}")
     d = cosine_distance(s_recv, s_send)
     with torch.autocast(d.device.type, enabled=False):
-        P = torch.exp(-d / bandwidth)
         if truncation is None:
-            return P
-        cut = P.masked_fill(d > truncation, 0.0)
-        return P + (cut - P).detach() if straight_through else cut
+            return torch.exp(-d / bandwidth)
+        cut = d > truncation  # the authors compare d / eps with truncation / eps.detach(): the same set
+        if mode == "direct":  # +inf distance, exp(-inf) = 0: value and gradient exactly 0 at cut pairs
+            return torch.exp(-(d / bandwidth).masked_fill(cut, float("inf")))
+        P = torch.exp(-d / bandwidth)
+        P_cut = P.masked_fill(cut, 0.0)
+        return P + (P_cut - P).detach() if straight_through else P_cut
 
 
 def sample_kernel(P: torch.Tensor, tau: float, batch_size: int | None = None, mode: str = "sample") -> torch.Tensor | None:

@@ -33,14 +33,30 @@ class LayerScale(nn.Module):
         return x if self.gamma is None else x * self.gamma
 
 
+def register_bandwidth(module: nn.Module, bandwidth: float | None, learnable: bool = True) -> None:
+    """The kernel bandwidth ``eps`` of eq. 2 owned by an attention module (the authors keep one
+    kernel per attention module): a 0-d ``Parameter`` (learnable) or buffer named ``bandwidth``;
+    nothing when ``bandwidth`` is None (a dense model, or one shared bandwidth on the NAC)."""
+    if bandwidth is None:
+        return
+    bw = torch.tensor(float(bandwidth))
+    if learnable:
+        module.bandwidth = nn.Parameter(bw)
+    else:
+        module.register_buffer("bandwidth", bw)
+
+
 class Propagator(nn.Module):
     """One round of communication (SKMDPA among processor modules) then computation (ModFFN),
     each a pre-LayerNorm residual branch. states ``[B, U, d]``, codes ``[(B,) U, d_code]``,
-    K ``[(B,) U, U]`` or ``None`` (dense). Returns ``[B, U, d]``."""
+    K ``[(B,) U, U]`` or ``None`` (dense). Returns ``[B, U, d]``. ``bandwidth``: this layer's own
+    kernel bandwidth (``register_bandwidth``), or None."""
 
     def __init__(self, d: int, d_code: int, heads: int, ffn_mult: float = 4.0, modulated: bool = True, gated: bool = False,
-                 drop_path: float = 0.0, layer_scale: float | None = None, delta: float = 1e-6, alpha_init: float = 0.1):
+                 drop_path: float = 0.0, layer_scale: float | None = None, delta: float = 1e-6, alpha_init: float = 0.1,
+                 bandwidth: float | None = None, learn_bandwidth: bool = True):
         super().__init__()
+        register_bandwidth(self, bandwidth, learn_bandwidth)
         self.norm_attn = nn.LayerNorm(d)
         self.attn = SKMDPA(d, d_code, heads, modulated, delta, alpha_init)
         self.norm_ffn = nn.LayerNorm(d)
@@ -59,26 +75,37 @@ class ReadOut(nn.Module):
     ModFFN; each read-out module emits class logits and a confidence score, and the logits are
     the confidence-weighted sum (softmax over read-out modules, as in the authors' pooling).
 
+    The authors' pooling configs (the default): no residual around the read-out attention
+    (``residual=False``: the read-out states are the attention's output), LayerScale
+    ``layer_scale`` on both branches, and the pooling scores each module's raw state
+    (``norm=False``). ``nac`` v1: ``residual=True, norm=True, layer_scale=None``.
+
     readout_states ``[(B,) U_o, d]``, processor_states ``[B, U_p, d]``, codes as SKMDPA,
     K ``[(B,) U_o, U_p]`` or ``None``. Returns logits ``[B, num_classes]``.
     """
 
     def __init__(self, d: int, d_code: int, heads: int, num_classes: int, ffn_mult: float = 4.0, modulated: bool = True,
-                 gated: bool = False, delta: float = 1e-6, alpha_init: float = 0.1):
+                 gated: bool = False, delta: float = 1e-6, alpha_init: float = 0.1, residual: bool = False,
+                 norm: bool = False, layer_scale: float | None = 0.1, bandwidth: float | None = None,
+                 learn_bandwidth: bool = True):
         super().__init__()
+        register_bandwidth(self, bandwidth, learn_bandwidth)
+        self.residual = residual
         self.norm_recv, self.norm_send = nn.LayerNorm(d), nn.LayerNorm(d)
         self.attn = SKMDPA(d, d_code, heads, modulated, delta, alpha_init)
         self.norm_ffn = nn.LayerNorm(d)
         self.ffn = ModFFN(d, d_code, ffn_mult, modulated, gated, alpha_init=alpha_init)
-        self.norm_out = nn.LayerNorm(d)
+        self.scale_attn, self.scale_ffn = LayerScale(d, layer_scale), LayerScale(d, layer_scale)
+        self.norm_out = nn.LayerNorm(d) if norm else nn.Identity()
         self.confidence = nn.Linear(d, 1, bias=False)  # a shared bias would cancel in the softmax
         self.head = nn.Linear(d, num_classes)
 
     def forward(self, readout_states, processor_states, readout_codes, processor_codes, K=None) -> torch.Tensor:
         B = processor_states.shape[0]
         y = readout_states.expand(B, *readout_states.shape[-2:])
-        y = y + self.attn(self.norm_recv(y), self.norm_send(processor_states), readout_codes, processor_codes, K)
-        y = y + self.ffn(self.norm_ffn(y), readout_codes)
+        a = self.scale_attn(self.attn(self.norm_recv(y), self.norm_send(processor_states), readout_codes, processor_codes, K))
+        y = y + a if self.residual else a
+        y = y + self.scale_ffn(self.ffn(self.norm_ffn(y), readout_codes))
         h = self.norm_out(y)
         weight = self.confidence(h).softmax(dim=1)                      # [B, U_o, 1]
         return (weight * self.head(h)).sum(dim=1)

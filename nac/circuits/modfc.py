@@ -2,6 +2,11 @@
 
 ``ModFC(x; c) = W (x * (1 + alpha * LayerNorm(W_c c))) + b``
 
+The LayerNorm has no learnable scale or shift (the authors' ``F.layer_norm`` without weight and
+bias; ``norm_affine=True`` adds them, as ``nac`` v1 did). ``gain="ln_only"`` is the class default
+of the authors' ModFC that ``TINY-INET-NC-X`` uses: ``W (x * LayerNorm(W_c c)) + b``, no ``1 +``
+and no ``alpha`` (gain fixed at 1); the paper's eq. 1 is ``one_plus_alpha``, the default here.
+
 All U modules run at once and share ``W``, ``b``, ``W_c`` and ``alpha``; only the code differs,
 so the parameter count does not grow with the number of modules. Codes are ``[U, d_code]``
 (one circuit design for the whole batch) or ``[B, U, d_code]`` (a design per sample, from the
@@ -14,28 +19,51 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+MODFC_GAINS = ("one_plus_alpha", "ln_only")
+
 
 class ModFC(nn.Module):
     """Eq. 1. ``x``: ``[B, U, ..., d_in]`` (module axis second); ``code``: ``[U, d_code]`` or
     ``[B, U, d_code]``. Returns ``[B, U, ..., d_out]``."""
 
-    def __init__(self, d_in: int, d_out: int, d_code: int, modulated: bool = True, alpha_init: float = 0.1, bias: bool = True):
+    def __init__(self, d_in: int, d_out: int, d_code: int, modulated: bool = True, alpha_init: float = 0.1, bias: bool = True,
+                 norm_affine: bool = False, gain: str = "one_plus_alpha"):
         super().__init__()
         self.d_in, self.d_out, self.modulated = d_in, d_out, modulated
         self.linear = nn.Linear(d_in, d_out, bias=bias)
         if modulated:
             self.code_proj = nn.Linear(d_code, d_in, bias=False)  # W_c, no bias (authors' code)
-            self.code_norm = nn.LayerNorm(d_in)
-            self.alpha = nn.Parameter(torch.tensor(float(alpha_init)))
+            self.alpha_init = float(alpha_init)
+            self.set_form(norm_affine, gain)
+
+    def set_form(self, norm_affine: bool, gain: str) -> None:
+        """Choose the LayerNorm's affine parameters and the gain form (module doc); rebuilds the
+        LayerNorm and ``alpha`` at their initial values (call before training)."""
+        if gain not in MODFC_GAINS:
+            raise ValueError(f"unknown ModFC gain {gain!r}; valid choices: {', '.join(MODFC_GAINS)}")
+        if not self.modulated:
+            return
+        self.gain = gain
+        self.code_norm = nn.LayerNorm(self.d_in, elementwise_affine=norm_affine)
+        self.alpha = nn.Parameter(torch.tensor(self.alpha_init)) if gain == "one_plus_alpha" else None
 
     def modulation(self, code: torch.Tensor) -> torch.Tensor:
-        """``1 + alpha * LayerNorm(W_c c)``: ``[(B,) U, d_in]``."""
-        return 1.0 + self.alpha * self.code_norm(self.code_proj(code))
+        """``1 + alpha * LayerNorm(W_c c)`` (``ln_only``: ``LayerNorm(W_c c)``): ``[(B,) U, d_in]``."""
+        h = self.code_norm(self.code_proj(code))
+        return h if self.alpha is None else 1.0 + self.alpha * h
 
     def forward(self, x: torch.Tensor, code: torch.Tensor | None) -> torch.Tensor:
         if not self.modulated:
             return self.linear(x)
         return self.linear(x * broadcast_to_modules(self.modulation(code), x))
+
+
+def configure_modfc(module: nn.Module, norm_affine: bool, gain: str) -> None:
+    """``ModFC.set_form`` on every ModFC inside ``module`` (a whole NAC: read-in, propagators,
+    read-out), so the form is one model-wide switch without threading it through every layer."""
+    for m in module.modules():
+        if isinstance(m, ModFC):
+            m.set_form(norm_affine, gain)
 
 
 def broadcast_to_modules(m: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

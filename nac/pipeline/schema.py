@@ -25,7 +25,7 @@ import re
 import types
 import typing
 from functools import lru_cache
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
@@ -39,7 +39,7 @@ class ParamsError(ValueError):
 
 # Top-level sections of params.yaml (the keys of conf/config.yaml's composition).
 TOP_LEVEL = ("profile", "device", "seeds", "data", "image", "prune", "fewshot", "points", "listops", "text",
-             "nlvr", "prior")
+             "nlvr", "prior", "template")
 TRACKS = ("points", "listops", "text", "nlvr")
 DEVICES = ("auto", "cpu", "cuda")
 SPLITS = ("train", "val", "test")
@@ -373,7 +373,25 @@ def check_schema(params: Any) -> None:
     if "device" in params and params["device"] not in DEVICES:
         raise ParamsError(f"device={params['device']!r}; valid choices: {', '.join(DEVICES)}")
     check_prior(params)
+    check_template(params)
     check_data(params)
+
+
+def templates() -> list[str]:
+    """The model templates (``conf/template/<name>.yaml``): their switch values sit in every
+    track's ``model`` / ``train`` section, where the model config checks them."""
+    conf = Path(__file__).resolve().parents[2] / "conf"  # nac.pipeline.params.CONF_DIR (not imported: stage deps)
+    return sorted(p.stem for p in (conf / "template").glob("*.yaml"))
+
+
+def check_template(params: dict) -> None:
+    """``template``: the name of the ``template`` group's choice (a record; the values it set are
+    checked with the sections they sit in)."""
+    if "template" not in params:
+        return
+    name, known = params["template"], templates()
+    if not isinstance(name, str) or (known and name not in known):
+        raise ParamsError(f"template={name!r}; valid choices: {', '.join(known)} (pick one with `template=<name>`)")
 
 
 def check_prune(params: dict) -> None:

@@ -5,6 +5,8 @@ from dataclasses import dataclass
 
 from nac.config import ConfigDict, check_field_types
 
+DECAY_FILTERS = ("authors", "ours", "all")  # nac.training.loop.decays
+
 
 @dataclass
 class TrainConfig(ConfigDict):
@@ -14,6 +16,7 @@ class TrainConfig(ConfigDict):
     lr: float = 1e-3                 # peak learning rate, after warm-up
     lr_batch_scaling: int | None = None  # authors: lr * global_batch / 512; None = no scaling
     weight_decay: float = 0.05
+    decay_filter: str = "authors"    # which parameters decay (nac.training.loop.decays): authors | ours (nac v1) | all (m2mKD)
     warmup_epochs: float = 1.0
     min_lr: float = 1e-5
     label_smoothing: float = 0.1
@@ -41,6 +44,8 @@ class TrainConfig(ConfigDict):
             raise ValueError(f"train.warmup_epochs must be in [0, epochs={self.epochs}], got {self.warmup_epochs}")
         if self.ema is not None and not 0 < self.ema < 1:
             raise ValueError(f"train.ema must be a decay in (0, 1) or null, got {self.ema}")
+        if self.decay_filter not in DECAY_FILTERS:
+            raise ValueError(f"train.decay_filter={self.decay_filter!r}; valid choices: {', '.join(DECAY_FILTERS)}")
         from nac.training.augment import check_augment
 
         check_augment(self.augment)

@@ -36,7 +36,7 @@ from nac.training.augment import AugmentedDataset, BatchMixer, RepeatedAugSample
 from nac.training.checkpointing import (CheckpointWriteFailed, NonFiniteGradientError, NonFiniteLossError,  # noqa: F401
                                         NonFiniteTrainingError, NonFiniteWeightsError, TrainingInterrupted,
                                         TrainingStopped, _check_finite, _check_weights, _resume, _save, _State)
-from nac.training.config import TrainConfig
+from nac.training.config import DECAY_FILTERS, TrainConfig
 from nac.training.distributed import World, all_reduce_, barrier
 
 
@@ -121,6 +121,30 @@ def evaluate_accuracy(model: nn.Module, data: Dataset, device, batch_size: int) 
     return {"acc1": topk_accuracy(out["logits"], out["label"], 1), "acc5": topk_accuracy(out["logits"], out["label"], 5)}
 
 
+def decays(name: str, p: torch.Tensor, decay_filter: str = "authors") -> bool:
+    """Whether AdamW's weight decay applies to parameter ``name``. ``authors`` (their Tiny-ImageNet
+    filter): every parameter but those whose name ends in ``signatures`` and those with
+    ``dim() == 1`` (biases, norms, LayerScale), so codes (2-d) and the 0-d bandwidths and ModFC
+    gains are decayed. ``ours`` (nac v1): no decay for ``dim() < 2`` or a name containing
+    ``signatures`` or ``codes``. ``all`` (m2mKD, which sets no filter): every parameter."""
+    if decay_filter == "all":
+        return True
+    if decay_filter == "authors":
+        return not (name.endswith("signatures") or p.dim() == 1)
+    if decay_filter == "ours":
+        return not (p.dim() < 2 or "signatures" in name or "codes" in name)
+    raise ValueError(f"unknown decay_filter {decay_filter!r}; valid choices: {', '.join(DECAY_FILTERS)}")
+
+
+def decay_groups(model: nn.Module, decay_filter: str = "authors") -> tuple[list, list]:
+    """The trainable parameters split into ``(decayed, not decayed)`` by ``decays``."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            (decay if decays(name, p, decay_filter) else no_decay).append(p)
+    return decay, no_decay
+
+
 def fit(model: NAC, train_set: Dataset, val_set: Dataset | None, cfg: TrainConfig, world: World | None = None,
         checkpoint: str | Path | None = None, live_dir: str | Path | None = None, progress: bool = True,
         desc: str = "train", on_epoch_end: Callable[[int], None] | None = None,
@@ -157,10 +181,7 @@ def fit(model: NAC, train_set: Dataset, val_set: Dataset | None, cfg: TrainConfi
         train_set = WithIndex(train_set)
     objective = Objective(model)
     wrapped = DistributedDataParallel(objective) if world.distributed else objective
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        if p.requires_grad:
-            (no_decay if p.dim() < 2 or "signatures" in name or "codes" in name else decay).append(p)
+    decay, no_decay = decay_groups(model, cfg.decay_filter)
     optimizer = make_adamw([{"params": decay, "weight_decay": cfg.weight_decay},
                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.peak_lr)
     ema = None
