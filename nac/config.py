@@ -77,6 +77,7 @@ class ModelConfig(ConfigDict):
     frozen_graph_m: int = 2                           # frozen_graph: Barabasi-Albert attachment m
     graph_seed: int = 0                               # the sampled graph of a preset initialisation
     signature_fit_steps: int = 1000                   # authors' preset fit: Adam steps at lr 1e-3
+    generator_query_init: float = 1.0                 # conditional: std of the generator's queries (authors' randn)
 
     def __post_init__(self) -> None:
         if self.d_code is None:

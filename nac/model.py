@@ -38,7 +38,8 @@ class NAC(nn.Module):
         elif c.generator == "conditional":
             self.cond_tokenizer = build_tokenizer(c.cond_tokenizer)
             self.generator = ConditionalCircuitGenerator(c.n_processor, c.n_readout, c.d_model, c.d_code, c.d_sig,
-                                                         self.cond_tokenizer.d_out, c.generator_heads, c.ffn_mult)
+                                                         self.cond_tokenizer.d_out, c.generator_heads, c.ffn_mult,
+                                                         query_init=c.generator_query_init)
         else:
             self.generator = UnconditionalCircuitGenerator(c.n_processor, c.n_readout, c.d_model, c.d_code, c.d_sig,
                                                            use_signatures=c.uses_kernel,
