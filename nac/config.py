@@ -78,6 +78,7 @@ class ModelConfig(ConfigDict):
     graph_seed: int = 0                               # the sampled graph of a preset initialisation
     signature_fit_steps: int = 1000                   # authors' preset fit: Adam steps at lr 1e-3
     generator_query_init: float = 1.0                 # conditional: std of the generator's queries (authors' randn)
+    generator_regularizer: bool = False               # conditional: regularize every sample's P (paper §4.4: none)
 
     def __post_init__(self) -> None:
         if self.d_code is None:

@@ -60,7 +60,7 @@ class NAC(nn.Module):
             else:
                 self.register_buffer("bandwidth", bw)
         G = None
-        if c.variant == "nac" and c.generator == "unconditional" and c.regularizer != "none":
+        if c.variant == "nac" and c.regularizer != "none" and (c.generator == "unconditional" or c.generator_regularizer):
             G = torch.as_tensor(prior_target(c.prior, c.n_processor, **c.prior_params), dtype=torch.float32)
         self.register_buffer("prior_target", G, persistent=False)  # rebuilt from the config, not stored
         if fit_signatures:
@@ -113,7 +113,16 @@ class NAC(nn.Module):
         """Graph-structure regularizer between ``P`` and the prior's target (0 for other rungs)."""
         if self.prior_target is None:
             return torch.zeros(())
+        if self.config.generator == "conditional":
+            return self.conditional_graph_regularizer(design)
         return graph_structure_loss(self.link_probabilities(design), self.prior_target, kind=self.config.regularizer)
+
+    def conditional_graph_regularizer(self, design: CircuitDesign) -> torch.Tensor:
+        """The regularizer on a conditional design (``generator_regularizer``; not in the paper,
+        whose section 4.4 trains without one): the mean over samples of each sample's ``P``
+        ``[U_p, U_p]`` against the prior's target, one matching per sample."""
+        P = self.link_probabilities(design)
+        return torch.stack([graph_structure_loss(Pb, self.prior_target, kind=self.config.regularizer) for Pb in P]).mean()
 
     def _kernel(self, P: torch.Tensor, batch_size: int) -> torch.Tensor | None:
         mode = "sample" if self.training else self.config.eval_kernel

@@ -13,6 +13,10 @@ score of the types in that space (0 = no structure). The spread of ``P`` across 
 paper's "diversity" observation) is the mean over matrix entries of the standard deviation over
 sentences.
 
+The paper's "two large cliques" is measured on the 0.5-cut graphs against the same graphs with
+their links rewired by degree-preserving swaps (``clique_measures``): modularity and the rate of
+exactly two large clique-like communities, paired by sentence.
+
 Control: the same measures for a freshly initialised model of the same configuration. ``P`` is a
 function of the sentence, so some type structure is there before any training; only the excess
 over this control is learned.
