@@ -60,8 +60,10 @@ def lower_triangle(P: np.ndarray) -> np.ndarray:
 
 
 def analyse(P: np.ndarray, types: np.ndarray, seed: int = 0, pca_dim: int = 64, knn_k: int = 5, folds: int = 5,
-            shuffles: int = 5, perplexity: float = 30.0, embed: bool = True) -> dict[str, Any]:
-    """PCA -> t-SNE embedding of the flattened ``P`` and the structure measures (module docstring).
+            shuffles: int = 5, perplexity: float = 30.0, embed: bool = True,
+            clique_sentences: int = 200) -> dict[str, Any]:
+    """PCA -> t-SNE embedding of the flattened ``P`` and the structure measures (module docstring);
+    the clique measures on at most ``clique_sentences`` sentences (``clique_measures``).
 
     Returns ``{"embedding": [N, 2] (None without ``embed``), "pca": [N, d], **measures}``.
     """
@@ -84,7 +86,7 @@ def analyse(P: np.ndarray, types: np.ndarray, seed: int = 0, pca_dim: int = 64, 
                            "knn_k": knn_k, "folds": n_folds,
                            "chance": float(100.0 * np.bincount(types).max() / n),
                            "p_spread": float(P.std(axis=0).mean()), "p_mean": float(P.mean()),
-                           **cut_graph_measures(P), **clique_measures(P, seed=seed)}
+                           **cut_graph_measures(P), **clique_measures(P, seed=seed, max_sentences=clique_sentences)}
     if n_folds >= 2:
         cv = StratifiedKFold(n_splits=n_folds, shuffle=True, random_state=seed)
         knn = KNeighborsClassifier(n_neighbors=knn_k)
