@@ -110,6 +110,9 @@ class ModelConfig(ConfigDict):
                              f"got {self.truncation}")
         if not 0 <= self.drop_path < 1:
             raise ValueError(f"model.drop_path must be in [0, 1), got {self.drop_path}")
+        if not self.generator_query_init > 0:
+            raise ValueError(f"model.generator_query_init (std of the conditional generator's queries) must be > 0, "
+                             f"got {self.generator_query_init}")
         if self.generator == "conditional":
             if self.variant != "nac":
                 raise ValueError(f"a conditional circuit generator needs variant 'nac' (signatures and codes), got {self.variant!r}")

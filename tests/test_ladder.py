@@ -166,6 +166,7 @@ def test_conditional_regularizer_is_off_by_default_and_per_sample_when_on(tiny_c
     (dict(signature_init="orthogonal"), "prior, random"),
     (dict(tokenizer={"kind": "vit"}), "conv32"),
     (dict(generator="conditional"), "cond_tokenizer"),
+    (dict(generator_query_init=0.0), "generator_query_init"),
 ])
 def test_bad_config_is_rejected_with_the_valid_choices(bad, match, tiny_config):
     with pytest.raises(ValueError, match=match):
