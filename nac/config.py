@@ -182,6 +182,8 @@ class ModelConfig(ConfigDict):
     graph_seed: int = 0                               # the sampled graph of a preset initialisation
     signature_fit_steps: int = 1000                   # authors' preset fit: Adam steps at lr 1e-3
     signature_fit: str = "authors"                    # authors' plain mean hinge (nac v1: margin 0.1, balanced)
+    generator_query_init: float = 1.0                 # conditional: std of the generator's queries (authors' randn)
+    generator_regularizer: bool = False               # conditional: regularize every sample's P (paper §4.4: none)
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -236,6 +238,9 @@ class ModelConfig(ConfigDict):
                              f"got {self.truncation}")
         if not 0 <= self.drop_path < 1:
             raise ValueError(f"model.drop_path must be in [0, 1), got {self.drop_path}")
+        if not self.generator_query_init > 0:
+            raise ValueError(f"model.generator_query_init (std of the conditional generator's queries) must be > 0, "
+                             f"got {self.generator_query_init}")
         if self.generator == "conditional":
             if self.variant != "nac":
                 raise ValueError(f"a conditional circuit generator needs variant 'nac' (signatures and codes), got {self.variant!r}")

@@ -39,7 +39,8 @@ class NAC(nn.Module):
         elif c.generator == "conditional":
             self.cond_tokenizer = build_tokenizer(c.cond_tokenizer)
             self.generator = ConditionalCircuitGenerator(c.n_processor, c.n_readout, c.d_model, c.d_code, c.d_sig,
-                                                         self.cond_tokenizer.d_out, c.generator_heads, c.ffn_mult)
+                                                         self.cond_tokenizer.d_out, c.generator_heads, c.ffn_mult,
+                                                         query_init=c.generator_query_init)
         else:
             self.generator = UnconditionalCircuitGenerator(c.n_processor, c.n_readout, c.d_model, c.d_code, c.d_sig,
                                                            use_signatures=c.uses_kernel,
@@ -69,7 +70,7 @@ class NAC(nn.Module):
             else:
                 self.register_buffer("bandwidth", bw)
         G = None
-        if c.variant == "nac" and c.generator == "unconditional" and c.regularizer != "none":
+        if c.variant == "nac" and c.regularizer != "none" and (c.generator == "unconditional" or c.generator_regularizer):
             G = torch.as_tensor(prior_target(c.prior, c.n_processor, diagonal=c.target_diagonal, **c.prior_params),
                                 dtype=torch.float32)
         self.register_buffer("prior_target", G, persistent=False)  # rebuilt from the config, not stored
@@ -170,6 +171,8 @@ class NAC(nn.Module):
         if self.prior_target is None:
             return torch.zeros(())
         c = self.config
+        if c.generator == "conditional":
+            return self.conditional_graph_regularizer(design)
         design = design or self.design()
         layers = range(c.depth) if c.kernel_per_module else [None]
         return sum(graph_structure_loss(self.link_probabilities(design, layer=i), self.prior_target,
@@ -183,6 +186,14 @@ class NAC(nn.Module):
         if not self.training:
             return c.eval_kernel
         return "sample" if c.stochastic_kernel and (c.sample_readout or not readout) else "expectation"
+
+    def conditional_graph_regularizer(self, design: CircuitDesign) -> torch.Tensor:
+        """The regularizer on a conditional design (``generator_regularizer``; not in the paper,
+        whose section 4.4 trains without one): the mean over samples of each sample's ``P``
+        ``[U_p, U_p]`` against the prior's target, one matching per sample."""
+        P = self.link_probabilities(design)
+        return torch.stack([graph_structure_loss(Pb, self.prior_target, kind=self.config.regularizer,
+                                                 matching=self.config.matching) for Pb in P]).mean()
 
     def _kernel(self, P: torch.Tensor, batch_size: int) -> torch.Tensor | None:
         return sample_kernel(P, self.config.tau, batch_size=batch_size, mode=self._kernel_mode())

@@ -227,6 +227,29 @@ def test_conditional_generator_gives_different_graphs_for_different_inputs():
     assert torch.allclose(link_probabilities(again.signatures)[0], P[0], atol=1e-6)
 
 
+def test_conditional_generator_starts_sparse_and_sentence_dependent():
+    """The defect of issue 25 (item 9): with its queries at 0.02 every module attended alike and
+    every generated signature pointed the same way, so the graph was complete for every input
+    (truncation 0.9, the 0.5 cut). At the authors' unit scale (the default) the untrained
+    generator gives sparse graphs that differ between inputs."""
+    torch.manual_seed(0)
+    cond = torch.randn(16, 8, 24)
+    off = ~torch.eye(32, dtype=torch.bool)
+
+    def cut_graphs(query_init):
+        torch.manual_seed(1)
+        gen = ConditionalCircuitGenerator(32, 4, d=64, d_code=64, d_sig=32, d_cond=24, heads=4, query_init=query_init)
+        with torch.no_grad():
+            return link_probabilities(gen(cond).signatures, truncation=0.9)[:, off] > 0.5   # [B, U(U-1)]
+
+    old, new = cut_graphs(0.02), cut_graphs(1.0)
+    assert old.float().mean() > 0.95                       # the old init: (nearly) complete graphs
+    assert new.float().mean() < 0.75 and not new.all(dim=1).any()
+    assert len(torch.unique(new, dim=0)) == len(new)       # every input its own graph
+    with pytest.raises(ValueError, match="generator_query_init"):
+        ConditionalCircuitGenerator(4, 1, d=8, d_code=8, d_sig=4, d_cond=6, heads=2, query_init=0.0)
+
+
 def test_conditional_generator_respects_padding_mask():
     gen = ConditionalCircuitGenerator(4, 1, d=8, d_code=8, d_sig=4, d_cond=6, heads=2)
     cond = torch.randn(1, 5, 6)

@@ -9,7 +9,8 @@ import torch
 from nac.model import build_model
 from nac.tracks import fewshot as fs
 from nac.tracks.common import RunInputs, majority_rate, sentence_reasoning_type, track_model_config
-from nac.tracks.nlvr import analyse, graph_of, lower_triangle, typical_examples
+from nac.tracks.nlvr import (analyse, clique_measures, community_structure, degree_preserving_shuffle, graph_of,
+                             lower_triangle, typical_examples)
 
 
 # ------------------------------------------------------------------------------------ few-shot
@@ -310,6 +311,43 @@ def test_typical_examples_and_graph():
     G = graph_of(P)
     assert sorted(G.edges()) == [(0, 1), (1, 2)] and G.number_of_nodes() == 3
     assert G[0][1]["weight"] > G[1][2]["weight"]  # closer signatures attract more
+
+
+def _two_cliques(U: int, rng, bridges: int = 2) -> np.ndarray:
+    """``P`` of two cliques of U/2 random modules each, ``bridges`` links between them."""
+    A = np.zeros((U, U))
+    perm = rng.permutation(U)
+    a, b = perm[:U // 2], perm[U // 2:]
+    A[np.ix_(a, a)] = A[np.ix_(b, b)] = 0.9
+    A[a[:bridges], b[:bridges]] = A[b[:bridges], a[:bridges]] = 0.9
+    return A
+
+
+def test_degree_preserving_shuffle_keeps_degrees_and_breaks_cliques():
+    rng = np.random.default_rng(0)
+    A = _two_cliques(20, rng) > 0.5
+    np.fill_diagonal(A, False)
+    S = degree_preserving_shuffle(A, seed=0)
+    assert (S == S.T).all() and not S.diagonal().any()
+    assert (S.sum(0) == A.sum(0)).all() and S.sum() == A.sum() and (S != A).any()
+    assert community_structure(A) == (pytest.approx(community_structure(A)[0]), 2)
+    assert community_structure(S)[0] < community_structure(A)[0] - 0.1
+    full = ~np.eye(8, dtype=bool)                                  # no swap possible: unchanged
+    assert (degree_preserving_shuffle(full, seed=0) == full).all()
+
+
+def test_clique_measures_tell_two_cliques_from_their_controls():
+    rng = np.random.default_rng(0)
+    U = 24
+    cliques = clique_measures(np.stack([_two_cliques(U, rng) for _ in range(12)]), seed=0)
+    assert cliques["clique_two_fraction"] == 1.0 and cliques["clique_two_fraction_null"] < 0.2
+    assert cliques["clique_modularity_gap"] - cliques["clique_modularity_gap_ci95"] > 0.1 and cliques["clique_n"] == 12
+    complete = clique_measures(np.ones((12, U, U)), seed=0)        # the old conditional NAC's graphs
+    assert complete["clique_two_fraction"] == 0.0 and complete["clique_modularity_gap"] == 0.0
+    noise = rng.random((12, U, U))
+    random = clique_measures(np.triu(noise, 1) + np.triu(noise, 1).transpose(0, 2, 1), seed=0)  # Erdos-Renyi, p = 0.5
+    assert abs(random["clique_modularity_gap"]) < 0.03 and random["clique_two_fraction"] < 0.5
+    assert clique_measures(np.stack([_two_cliques(U, rng) for _ in range(30)]), seed=0, max_sentences=10)["clique_n"] == 10
 
 
 def test_eval_mode_restores_the_previous_mode_even_on_error():

@@ -73,7 +73,8 @@ PRUNE_KEYS = {"runs": (list[str], None, True), "dropped_fraction": (list[float],
               "throughput_repeats": (int, POS, True), "random_orders": (int, NONNEG, False)}
 NLVR_ANALYSIS_KEYS = {"run": (str, None, False), "seed": (int, NONNEG, False), "pca_dim": (int, POS, False),
                       "knn_k": (int, POS, False), "folds": (int, (2, True, None, False), False),
-                      "shuffles": (int, POS, False), "perplexity": (float, (0, False, None, False), False)}
+                      "shuffles": (int, POS, False), "perplexity": (float, (0, False, None, False), False),
+                      "clique_sentences": (int, (2, True, None, False), False)}
 NGRAM_KEYS = {"n": (int, POS, True), "buckets": (int, (2, True, None, False), True)}
 
 

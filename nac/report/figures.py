@@ -200,14 +200,31 @@ def circuit_graph(P: np.ndarray, threshold: float, bandwidth: float) -> nx.Graph
     return g
 
 
+def _module_order(Ps: list[np.ndarray]) -> np.ndarray:
+    """One module order for every drawn matrix: average-linkage clustering of the signature
+    distances ``-log P`` averaged over the shown sentences (modules that tend to link sit together)."""
+    from scipy.cluster.hierarchy import leaves_list, linkage
+    from scipy.spatial.distance import squareform
+
+    D = np.mean([-np.log(np.clip(P, 1e-6, 1.0)) for P in Ps], axis=0)
+    D = (D + D.T) / 2
+    np.fill_diagonal(D, 0.0)
+    return leaves_list(linkage(squareform(D, checks=False), "average")) if len(D) > 2 else np.arange(len(D))
+
+
 def figure6(embedding: pd.DataFrame, examples: dict, out_dir, seed: int = 0) -> list[Path]:
     """Left: t-SNE of the link-probability matrices of the validation sentences, coloured by
-    reasoning type. Right: the circuits of one typical sentence per type (force-directed; node
-    colour = module index, the same colour map in every drawing)."""
+    reasoning type. Right, one column per typical sentence of a type (at most 4): top, its
+    circuit (edges where ``P > threshold``, force-directed; node colour = module index, the same in
+    every drawing); bottom, the same graph as an adjacency matrix with the modules in one order for
+    all sentences (``_module_order``), so that the sentences' graphs can be compared link by link.
+    Titles give each graph's link density."""
     shown = [ex["reasoning_type"] for ex in examples["examples"]]
     types = list(dict.fromkeys(shown + list(embedding["reasoning_type"])))  # the paper's order where given
-    fig = plt.figure(figsize=(15, 7))
-    grid = fig.add_gridspec(2, 3, width_ratios=[1.4, 1, 1])
+    exs = examples["examples"][:4]
+    cols = max(len(exs), 1)
+    fig = plt.figure(figsize=(5.5 + 3.4 * cols, 7.5))
+    grid = fig.add_gridspec(2, 1 + cols, width_ratios=[1.6] + [1] * cols, height_ratios=[1.25, 1])
     ax = fig.add_subplot(grid[:, 0])
     sns.scatterplot(embedding.assign(type=embedding["reasoning_type"].str.replace("_", " ")), x="x", y="y", hue="type",
                     hue_order=[t.replace("_", " ") for t in types], s=18, ax=ax)
@@ -215,20 +232,33 @@ def figure6(embedding: pd.DataFrame, examples: dict, out_dir, seed: int = 0) -> 
     ax.legend(fontsize=8, title=None)
     threshold, bandwidth = examples["threshold"], examples["bandwidth"]
     cmap = plt.get_cmap("turbo")
-    for k, ex in enumerate(examples["examples"][:4]):
-        P = np.asarray(ex["P"], dtype=float)
+    Ps = [np.asarray(ex["P"], dtype=float) for ex in exs]
+    order = _module_order(Ps) if Ps else np.arange(0)
+    graph_axes = []
+    for k, (ex, P) in enumerate(zip(exs, Ps)):
         g = circuit_graph(P, threshold, bandwidth)
-        axg = fig.add_subplot(grid[k // 2, 1 + k % 2])
+        U = len(P)
+        density = 2 * g.number_of_edges() / max(U * (U - 1), 1)
+        axg = fig.add_subplot(grid[0, 1 + k])
+        graph_axes.append(axg)
         pos = nx.spring_layout(g, weight="weight", seed=seed)
         nx.draw_networkx_edges(g, pos, ax=axg, alpha=0.3, width=0.5)
-        nx.draw_networkx_nodes(g, pos, ax=axg, node_size=max(8.0, 600.0 / len(P)),
-                               node_color=[cmap(i / max(len(P) - 1, 1)) for i in g.nodes])
-        axg.set_title(f"{ex['reasoning_type'].replace('_', ' ')}:\n" + textwrap.fill(ex["sentence"], 42), fontsize=8)
+        nx.draw_networkx_nodes(g, pos, ax=axg, node_size=max(8.0, 600.0 / U),
+                               node_color=[cmap(i / max(U - 1, 1)) for i in g.nodes])
+        axg.set_title(f"{ex['reasoning_type'].replace('_', ' ')}: {100 * density:.0f}% of links\n"
+                      + textwrap.fill(ex["sentence"], 42), fontsize=8)
         axg.set_axis_off()
-    U = len(examples["examples"][0]["P"]) if examples["examples"] else 1
+        axm = fig.add_subplot(grid[1, 1 + k])
+        A = (P > threshold) & ~np.eye(U, dtype=bool)
+        axm.imshow(A[np.ix_(order, order)], cmap="Greys", vmin=0, vmax=1, interpolation="nearest")
+        axm.set(xticks=[], yticks=[], xlabel="module (common order)" if k == 0 else "")
+        axm.set_title(f"P > {threshold}", fontsize=8)
+        axm.grid(False)
+    U = len(Ps[0]) if Ps else 1
     bar = plt.cm.ScalarMappable(cmap=cmap, norm=plt.Normalize(0, max(U - 1, 1)))
-    fig.colorbar(bar, ax=fig.axes[1:], fraction=0.02, pad=0.01, label="module index")
-    fig.suptitle(f"Figure 6: circuits the conditional NAC designs per sentence (edges where P > {threshold})", y=1.04)
+    if graph_axes:
+        fig.colorbar(bar, ax=graph_axes, fraction=0.02, pad=0.01, label="module index")
+    fig.suptitle(f"Figure 6: circuits the conditional NAC designs per sentence (edges where P > {threshold})", y=1.02)
     return save(fig, out_dir, "figure6_nlvr_circuits")
 
 

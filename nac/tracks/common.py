@@ -89,7 +89,8 @@ def track_model_config(params: dict, track: str, run: str, info: dict[str, Any])
     elif run == "conditional":
         if not cond_tok:
             raise ParamsError(f"{track}.model.cond_tokenizer is required for the conditional NAC")
-        cfg.update(variant="nac", generator="conditional", cond_tokenizer=_with_vocab(cond_tok, info, cond=True))
+        cfg.update(variant="nac", generator="conditional", cond_tokenizer=_with_vocab(cond_tok, info, cond=True),
+                   **(prior_settings(params) if model.get("generator_regularizer") else {}))  # its prior: the `prior` group
     elif run == "text_only":
         if not cond_tok:
             raise ParamsError(f"{track}.model.cond_tokenizer is required for the text-only control")

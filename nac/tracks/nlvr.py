@@ -13,6 +13,10 @@ score of the types in that space (0 = no structure). The spread of ``P`` across 
 paper's "diversity" observation) is the mean over matrix entries of the standard deviation over
 sentences.
 
+The paper's "two large cliques" is measured on the 0.5-cut graphs against the same graphs with
+their links rewired by degree-preserving swaps (``clique_measures``): modularity and the rate of
+exactly two large clique-like communities, paired by sentence.
+
 Control: the same measures for a freshly initialised model of the same configuration. ``P`` is a
 function of the sentence, so some type structure is there before any training; only the excess
 over this control is learned.
@@ -56,8 +60,10 @@ def lower_triangle(P: np.ndarray) -> np.ndarray:
 
 
 def analyse(P: np.ndarray, types: np.ndarray, seed: int = 0, pca_dim: int = 64, knn_k: int = 5, folds: int = 5,
-            shuffles: int = 5, perplexity: float = 30.0, embed: bool = True) -> dict[str, Any]:
-    """PCA -> t-SNE embedding of the flattened ``P`` and the structure measures (module docstring).
+            shuffles: int = 5, perplexity: float = 30.0, embed: bool = True,
+            clique_sentences: int = 200) -> dict[str, Any]:
+    """PCA -> t-SNE embedding of the flattened ``P`` and the structure measures (module docstring);
+    the clique measures on at most ``clique_sentences`` sentences (``clique_measures``).
 
     Returns ``{"embedding": [N, 2] (None without ``embed``), "pca": [N, d], **measures}``.
     """
@@ -80,7 +86,7 @@ def analyse(P: np.ndarray, types: np.ndarray, seed: int = 0, pca_dim: int = 64, 
                            "knn_k": knn_k, "folds": n_folds,
                            "chance": float(100.0 * np.bincount(types).max() / n),
                            "p_spread": float(P.std(axis=0).mean()), "p_mean": float(P.mean()),
-                           **cut_graph_measures(P)}
+                           **cut_graph_measures(P), **clique_measures(P, seed=seed, max_sentences=clique_sentences)}
     if n_folds >= 2:
         cv = StratifiedKFold(n_splits=n_folds, shuffle=True, random_state=seed)
         knn = KNeighborsClassifier(n_neighbors=knn_k)
@@ -106,6 +112,83 @@ def cut_graph_measures(P: np.ndarray, cut: float = 0.5) -> dict[str, float]:
     _, counts = np.unique(A, axis=0, return_counts=True)
     return {"cut_density": float(A.mean()), "cut_complete_fraction": float(A.all(axis=1).mean()),
             "cut_distinct_fraction": float(1.0 - counts.max() / len(A))}
+
+
+# "Two large cliques" (section 4.4): a community of the 0.5-cut graph (greedy modularity) is
+# large when it holds at least LARGE_FRACTION of the modules, clique-like when at least
+# CLIQUE_DENSITY of its possible links are present.
+LARGE_FRACTION = 0.2
+CLIQUE_DENSITY = 0.8
+
+
+def community_structure(A: np.ndarray) -> tuple[float, int]:
+    """Modularity of a greedy-modularity partition of the undirected graph with adjacency ``A``
+    ``[U, U]`` (bool, symmetric, no self-loops) and the number of its large clique-like communities
+    (``LARGE_FRACTION``, ``CLIQUE_DENSITY``). A graph with no links has modularity 0 and none."""
+    import networkx as nx
+    from networkx.algorithms.community import greedy_modularity_communities, modularity
+
+    G = nx.from_numpy_array(A.astype(np.int8))
+    if G.number_of_edges() == 0:
+        return 0.0, 0
+    parts = greedy_modularity_communities(G)
+    large = 0
+    for c in parts:
+        k = len(c)
+        if k >= max(2, LARGE_FRACTION * len(A)) and G.subgraph(c).number_of_edges() >= CLIQUE_DENSITY * k * (k - 1) / 2:
+            large += 1
+    return float(modularity(G, parts)), large
+
+
+def degree_preserving_shuffle(A: np.ndarray, seed: int, swaps_per_edge: int = 10) -> np.ndarray:
+    """The control graph: ``A`` with its links rewired by double edge swaps (``10 x`` links
+    attempted, at most 10 tries per swap), which keeps every module's degree and destroys any other
+    structure. A graph where no swap is possible (complete, or too few links) comes back unchanged."""
+    import networkx as nx
+
+    G = nx.from_numpy_array(A.astype(np.int8))
+    U, E = len(A), G.number_of_edges()
+    if 2 <= E < U * (U - 1) // 2:
+        try:
+            nx.double_edge_swap(G, nswap=swaps_per_edge * E, max_tries=10 * swaps_per_edge * E, seed=seed)
+        except (nx.NetworkXAlgorithmError, nx.NetworkXError):
+            pass  # fewer swaps than asked (a dense graph): the ones done stay
+    return nx.to_numpy_array(G, nodelist=range(len(A)), dtype=np.int8).astype(bool)
+
+
+def clique_measures(P: np.ndarray, seed: int = 0, cut: float = 0.5, max_sentences: int = 200,
+                    shuffles: int = 1) -> dict[str, float]:
+    """The paper's "two large cliques, with nodes that bridge them", judged against graphs of the
+    same degrees: for (at most ``max_sentences``, drawn with ``seed``) sentence graphs ``P > cut``
+    (``P`` ``[N, U, U]``), the modularity and whether the graph has exactly two large clique-like
+    communities, each minus the mean over ``shuffles`` degree-preserving shuffles of the same graph
+    (``degree_preserving_shuffle``). The differences are paired by sentence; 95% t CIs.
+
+    Returns ``clique_n``, ``clique_modularity`` / ``_null`` / ``_gap`` / ``_gap_ci95``,
+    ``clique_two_fraction`` / ``_null`` / ``_gap`` / ``_gap_ci95`` (fractions, the gap in
+    percentage points) and ``clique_large_mean`` (large clique-like communities per graph)."""
+    rng = np.random.default_rng(seed)
+    idx = np.arange(len(P)) if len(P) <= max_sentences else np.sort(rng.choice(len(P), max_sentences, replace=False))
+    off = ~np.eye(P.shape[-1], dtype=bool)
+    q, q0, two, two0, large = [], [], [], [], []
+    for i in idx:
+        A = (P[i] > cut) & off
+        A = A | A.T                                   # P is symmetric; guard against rounding
+        qi, li = community_structure(A)
+        null = [community_structure(degree_preserving_shuffle(A, seed=int(rng.integers(2**31)))) for _ in range(shuffles)]
+        q.append(qi)
+        q0.append(np.mean([n[0] for n in null]))
+        two.append(float(li == 2))
+        two0.append(np.mean([float(n[1] == 2) for n in null]))
+        large.append(li)
+    q, q0, two, two0 = map(np.asarray, (q, q0, two, two0))
+    return {"clique_n": int(len(idx)), "clique_shuffles": int(shuffles),
+            "clique_modularity": float(q.mean()), "clique_modularity_null": float(q0.mean()),
+            "clique_modularity_gap": float((q - q0).mean()), "clique_modularity_gap_ci95": t_half_width(q - q0),
+            "clique_two_fraction": float(two.mean()), "clique_two_fraction_null": float(two0.mean()),
+            "clique_two_gap": float(100.0 * (two - two0).mean()),
+            "clique_two_gap_ci95": t_half_width(100.0 * (two - two0)),
+            "clique_large_mean": float(np.mean(large))}
 
 
 def typical_examples(Z: np.ndarray, types: np.ndarray) -> dict[int, int]:
@@ -163,7 +246,8 @@ def run_analysis(params: dict, out_dir: str = "metrics/nlvr", progress: bool = T
     control = analyse(link_matrices(fresh, data, device, bs), types, seed=seed, embed=False, **cfg)
     res["untrained"] = {k: control[k] for k in ("knn_accuracy", "knn_accuracy_ci95", "knn_shuffled", "silhouette",
                                                 "silhouette_shuffled", "p_spread", "p_mean", "cut_density",
-                                                "cut_complete_fraction", "cut_distinct_fraction") if k in control}
+                                                "cut_complete_fraction", "cut_distinct_fraction",
+                                                "clique_modularity_gap", "clique_two_fraction") if k in control}
     res.update(run=run, seed=seed, split=split, reasoning_types=names, modules=int(P.shape[-1]),
                bandwidth=float(model.bandwidth.detach()),
                count_by_type={names[int(t)]: int((types == t).sum()) for t in np.unique(types)})
