@@ -262,7 +262,7 @@ def test_a_bad_track_param_stops_the_first_stage_before_work(tmp_path):
 
     root = Path(__file__).resolve().parents[1]
     p = _params(**{"points.runs": ["nac", "transformer"]})
-    p["data"]["root"] = str(tmp_path / "data")
+    p["data"]["root"] = "data"   # relative to the repository (here tmp_path, the stage's working directory)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(p))
     proc = subprocess.run([sys.executable, str(root / "stages" / "train_track.py"), "points", "--run", "nac",
                            "--seed", "0"], cwd=tmp_path, capture_output=True, text=True)
