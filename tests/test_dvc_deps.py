@@ -387,3 +387,10 @@ def test_a_data_file_a_reached_module_reads_is_a_dep(tmp_path):
     assert check_stage("s", stage, root=tmp_path) == (["nac/rows.yaml"], [])
     stage["deps"].append("nac/rows.yaml")
     assert check_stage("s", stage, root=tmp_path) == ([], [])
+
+
+def test_every_stage_says_what_it_does():
+    """`dvc stage list` shows each stage's `desc:` (under `do:` for foreach stages)."""
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    lacking = [n for n, st in stages.items() if not (st.get("desc") or (st.get("do") or {}).get("desc"))]
+    assert not lacking, f"stages without desc: {lacking}"
