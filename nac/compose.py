@@ -57,12 +57,63 @@ def write_params(path: str | Path = "params.yaml", overrides: list[str] | None =
     return path
 
 
+def groups(conf_dir: Path = CONF_DIR) -> dict[str, list[str]]:
+    """The config groups (folders of ``conf/``) and their options, and each group's default."""
+    return {d.name: sorted(p.stem for p in d.glob("*.yaml")) for d in sorted(conf_dir.iterdir()) if d.is_dir()}
+
+
+def _defaults(conf_dir: Path = CONF_DIR) -> dict[str, str]:
+    out = {}
+    for entry in yaml.safe_load((conf_dir / "config.yaml").read_text()).get("defaults", []):
+        if isinstance(entry, dict):
+            out.update({str(k): str(v) for k, v in entry.items()})
+    return out
+
+
+def _usage() -> str:
+    defaults = _defaults()
+    menu = "\n".join(f"  {g:<10} {', '.join(o)}" + (f"   (default: {defaults[g]})" if g in defaults else
+                                                      "   (optional: +" + g + "=<option>)")
+                     for g, o in groups().items())
+    return f"""usage: python -m nac.compose [--print] [override ...]
+
+Compose conf/ (Hydra) into params.yaml, validate every section, and replace params.yaml only if valid
+(as `dvc exp run -S ...` composes it). Overrides are Hydra's: a group choice (`profile=smoke`) or any
+key (`image.train.epochs=2`).
+
+config groups (conf/<group>/<option>.yaml):
+{menu}
+
+options:
+  --print    print the composed params.yaml to stdout instead of writing it
+  -h, --help show this message
+
+examples:
+  python -m nac.compose profile=smoke
+  python -m nac.compose --print prior=ring_of_cliques image.train.epochs=20
+"""
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Recompose params.yaml; an invalid composition leaves the old file and exits with status 2."""
-    overrides = list(sys.argv[1:] if argv is None else argv)
+    """Recompose params.yaml (or ``--print`` it); an invalid composition leaves the old file and exits 2."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if {"-h", "--help"} & set(args):
+        print(_usage())
+        return
+    show = "--print" in args
+    overrides = [a for a in args if a != "--print"]
+    unknown = [a for a in overrides if a.startswith("-")]
+    if unknown:
+        print(f"error: unknown option {unknown[0]!r}\n\n{_usage()}", file=sys.stderr)
+        raise SystemExit(2)
     from hydra.errors import HydraException
 
     try:
+        if show:
+            with tempfile.TemporaryDirectory() as tmp:
+                path = write_params(Path(tmp) / "params.yaml", overrides)
+                print(path.read_text(), end="")
+            return
         path = write_params("params.yaml", overrides)
     except (ParamsError, HydraException) as e:
         print(f"error: {e}\nparams.yaml was not changed ({' '.join(overrides) or 'defaults'})", file=sys.stderr)

@@ -91,3 +91,20 @@ def test_conf_prior_group_is_the_code_s_priors():
     assert sorted(files) == sorted(PRIORS)
     for name, group in files.items():
         assert group == {"name": name, "params": PRIOR_DEFAULTS[name]}, f"conf/prior/{name}.yaml differs from PRIOR_DEFAULTS"
+
+
+def test_composer_help_lists_groups_and_print_writes_nothing(tmp_path, capsys, monkeypatch):
+    """`python -m nac.compose --help` lists every group with its options and default (it was a Hydra
+    lexer error); `--print` shows the composition and leaves params.yaml alone."""
+    from nac import compose as C
+
+    C.main(["--help"])
+    out = capsys.readouterr().out
+    for group, options in C.groups().items():
+        assert group in out and all(o in out for o in options)
+    assert "(default: mini)" in out and "(default: scale_free)" in out
+    monkeypatch.chdir(tmp_path)
+    C.main(["--print", "profile=smoke"])
+    assert capsys.readouterr().out.startswith("profile: smoke") and not (tmp_path / "params.yaml").exists()
+    with pytest.raises(SystemExit):
+        C.main(["--bogus"])
