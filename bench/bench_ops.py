@@ -200,7 +200,10 @@ def _host_patches(t: _Tracker, stack: ExitStack) -> None:
             out = _orig(*a, **k)
             if isinstance(src, torch.Tensor):
                 return out
-            if k.get("device") is not None:  # Python / numpy data put on the device: a blocking copy
+            dev = k.get("device")
+            # Python / numpy data put on the model's device (a torch.device: on CUDA the GPU) is a
+            # blocking copy; the literal "cpu" is the host on CUDA too
+            if dev is not None and not (isinstance(dev, str) and dev == "cpu"):
                 t.sync(f"blocking copy from host (torch.{_name}(..., device=))")
             else:
                 try:
