@@ -26,7 +26,7 @@ autograd node (by sequence number). Host syncs, as CUDA would have them: data-de
 tensor made from Python or numpy data on the device, a host tensor moved with
 ``non_blocking=False``): PyTorch synchronises the stream after a blocking host <-> device copy.
 
-    python bench/bench_ops.py [--batch 2] [--pairs tiny imagenet] [--label after] [--out bench/results/ops.json]
+    python bench/bench_ops.py [--batch 2] [--pairs tiny imagenet] [--adamw foreach|fused] [--label after]
 
 Writes ``ops.json`` (every label kept: run it before and after a change) and ``ops.md``.
 """
@@ -244,6 +244,8 @@ def _instrument(model: nn.Module, t: _Tracker, stack: ExitStack) -> None:
     for name in ("_check_finite", "_check_weights", "_check_step"):
         if hasattr(loop, name):
             _wrap(loop, name, "checks", t, stack)
+    if hasattr(loop, "_StepChecks"):
+        _wrap(loop._StepChecks, "record", "checks", t, stack)
     if hasattr(loop, "_ema_update"):
         _wrap(loop, "_ema_update", "ema", t, stack)
 
@@ -296,9 +298,9 @@ def count_fit(model: nn.Module, steps: int, batch: int, size: int, classes: int,
     return t
 
 
-def measure(model: nn.Module, batch: int, size: int, classes: int, cfg: dict) -> dict:
-    a = count_fit(model, 2, batch, size, classes, cfg)
-    b = count_fit(model, 3, batch, size, classes, cfg)
+def measure(model: nn.Module, batch: int, size: int, classes: int, cfg: dict, adamw: str = "foreach") -> dict:
+    a = count_fit(model, 2, batch, size, classes, cfg, adamw)
+    b = count_fit(model, 3, batch, size, classes, cfg, adamw)
     ops = {p: b.ops[p] - a.ops[p] for p in PARTS if b.ops[p] - a.ops[p]}
     syncs = {p: b.syncs[p] - a.syncs[p] for p in PARTS if b.syncs[p] - a.syncs[p]}
     kinds = {k: b.sync_kinds[k] - a.sync_kinds[k] for k in sorted(b.sync_kinds) if b.sync_kinds[k] - a.sync_kinds[k]}
@@ -350,6 +352,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--pairs", nargs="+", default=["tiny", "imagenet"], choices=["tiny", "imagenet"])
     ap.add_argument("--label", default="after", help="the key the results are kept under (before / after)")
+    ap.add_argument("--adamw", choices=["foreach", "fused"], default="foreach",
+                    help="AdamW's form (foreach: PyTorch's default on CUDA; fused: train.adamw=fused)")
     ap.add_argument("--out", default="bench/results/ops.json")
     a = ap.parse_args()
     torch.set_num_threads(1)
@@ -359,11 +363,11 @@ def main() -> None:
     for pair, (models, size, classes, train) in pairs(a.pairs).items():
         res[pair] = {}
         for name, model in models.items():
-            res[pair][name] = measure(model, a.batch, size, classes, train)
+            res[pair][name] = measure(model, a.batch, size, classes, train, a.adamw)
             print(pair, name, res[pair][name]["ops_total"], "ops", res[pair][name]["syncs_total"], "syncs", flush=True)
     results[a.label] = {**results.get(a.label, {}), **res}
     results.setdefault("machine", {})[a.label] = {
-        "torch": torch.__version__, "batch": a.batch,
+        "torch": torch.__version__, "batch": a.batch, "adamw": a.adamw,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))
