@@ -59,6 +59,16 @@ from nac.tracks.image import image_model_config  # noqa: E402
 from nac.training import loop  # noqa: E402
 from nac.training.config import TrainConfig  # noqa: E402
 
+NOTES = """Notes. Ops are aten calls (kernel launches on CUDA, each ~40 us of host time there); the
+backward's ops go to the part whose forward made them ("backward (other)": nodes outside the
+named parts, e.g. the loss, the DDP wrapper, accumulation). AdamW's foreach form (CUDA's default)
+reads each parameter's step count on the host (2 host ops per parameter, no device sync); the
+fused one is 8 ops. The NAC's remaining syncs are the regularizer's (P and the target copied to
+the host for the matching, the permutation back), issue 21's "matching on a thread" item. The
+NAC/PIO ops goal (<= 1.3) needs the batched code modulation (propagators, read-in and read-out
+are ~2.4x Perceiver IO's) and P computed once per step, not reached here.
+"""
+
 PARTS = ("data", "tokenizer", "generator", "read_in", "kernel", "propagators", "read_out", "model (other)",
          "regularizer", "loss", "backward (other)", "grad norm", "optimizer", "checks", "ema", "loop")
 SYNC_OPS = {"nonzero", "_local_scalar_dense", "is_nonzero", "masked_select", "unique", "_unique", "_unique2",
@@ -375,7 +385,7 @@ def main() -> None:
     out.with_suffix(".md").write_text(
         "# Aten ops and host syncs per steady-state training step (bench/bench_ops.py)\n\n"
         "CUDA's code paths taken on the CPU, fp32, paper-profile sizes; one step = fit(3 steps) - fit(2 steps).\n\n"
-        + md + "\n")
+        + md + "\n\n" + NOTES)
     print(md)
 
 
