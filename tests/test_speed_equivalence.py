@@ -125,7 +125,8 @@ def test_kernel_sampler_equals_sample_kernel_and_consumes_the_same_randomness(ba
 # ------------------------------------------------------------------ sparse kernel sample and bias
 @pytest.mark.parametrize("batch", [4, None])
 def test_sparse_kernel_gives_the_dense_sample_bias_and_gradients(batch):
-    """``impl="sparse"``: the same draw as ``"prepared"`` (bitwise, same generator use), and its
+    """``impl="sparse"``: the same draw as ``"prepared"`` (the same generator use; equal to float
+    rounding: "prepared" computes densely, issue 21), and its
     attention bias (computed on linked entries only) equals the dense masked bias, ``-inf`` on
     exactly the same entries, with the same gradients to the signatures."""
     s, P = _truncated_P(n=32)
@@ -143,8 +144,9 @@ def test_sparse_kernel_gives_the_dense_sample_bias_and_gradients(batch):
     (Ks, ds, bs, after_s, gs), (Kp, dp, bp, after_p, gp) = out["sparse"], out["prepared"]
     assert all(isinstance(K, SparseKernel) for K in Ks) and not any(isinstance(K, SparseKernel) for K in Kp)
     assert torch.equal(after_s, after_p)
-    for a, b in zip(ds, dp):
-        assert torch.equal(a, b)
+    for a, b in zip(ds, dp):  # the same formula elementwise; vectorised log / log1p round by position
+        assert torch.equal(a == 0, b == 0)
+        _close(a, b, rtol=1e-6)
     for a, b in zip(bs, bp):
         assert torch.equal(a.isinf(), b.isinf()) and a.isinf().float().mean() > 0.1
         _close(a.masked_fill(a.isinf(), 0.0), b.masked_fill(b.isinf(), 0.0))

@@ -43,11 +43,12 @@ def log_normalized_kernel(K: torch.Tensor, delta: float = 1e-6, impl: str = "mas
     float tolerance (``tests/test_speed_equivalence.py``); rows with no entry above the floor
     are unchanged. Why it matters: those ~1e-30 weights turn into subnormal floats in the
     attention backward, and CPU matrix products on subnormals run 10-30x slower (at 256
-    modules with 96% of links truncated this tripled a NAC training step)."""
+    modules with 96% of links truncated this tripled a NAC training step). The dense forms have
+    no data-dependent shape and no host sync (the CUDA path; ``tests/test_speed_sync.py``)."""
     if impl not in KERNEL_BIAS_IMPLS:
         raise ValueError(f"unknown kernel bias impl {impl!r}; valid choices: {', '.join(KERNEL_BIAS_IMPLS)}")
-    if isinstance(K, SparseKernel):
-        bias = _sparse_log_normalized_kernel(K, delta) if impl == "masked" else None
+    if isinstance(K, SparseKernel):  # (CPU only: its special-case checks sync with a device)
+        bias = _sparse_log_normalized_kernel(K, delta) if impl == "masked" and K.values.device.type == "cpu" else None
         if bias is not None:
             return bias
         K = K.dense()

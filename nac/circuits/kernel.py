@@ -131,18 +131,25 @@ class KernelSampler:
     (logit(u) + logit(p)) / tau), tiny, 1 - eps)`` zeroed where ``P = 0``; only the summation
     order of the two logits differs, so samples and gradients agree to float rounding
     (``tests/test_speed_equivalence.py``). ``impl="plain"`` calls ``sample_kernel`` itself;
-    ``impl="sparse"`` (a shared ``P`` in training) returns the same sample as a ``SparseKernel``
-    (``impl="prepared"``: as a dense tensor)."""
+    ``impl="sparse"`` (a shared ``P`` in training, on the CPU) returns the same sample as a
+    ``SparseKernel``; ``impl="prepared"`` (the CUDA path) computes it densely, with no
+    data-dependent shape and no host sync (no ``nonzero``, boolean indexing or ``bool(tensor)``:
+    ``tests/test_speed_sync.py``). Both draw the same ``u`` and give the same values on the
+    linked entries (elementwise, the same formula), and 0 elsewhere. ``"sparse"`` on another
+    device than the CPU is taken as ``"prepared"`` (finding the linked entries syncs)."""
 
     def __init__(self, P: torch.Tensor, tau: float, mode: str = "sample", impl: str = "prepared"):
         if impl not in SAMPLER_IMPLS:
             raise ValueError(f"unknown kernel sampler impl {impl!r}; valid choices: {', '.join(SAMPLER_IMPLS)}")
+        if impl == "sparse" and P.device.type != "cpu":  # nonzero / bool(...) below would sync with the device
+            impl = "prepared"
         self.P, self.tau, self.mode, self.impl = P, tau, mode, impl
         if mode == "sample" and impl != "plain":
             fi = torch.finfo(P.dtype)
             self.linked = P > 0
-            # logit(P) only where a link exists: every other entry of K is zeroed anyway
-            self.sparse = P.dim() == 2
+            # sparse (CPU): logit(P) only where a link exists, every other entry of K is zeroed
+            # anyway; prepared: on all of P (the clamp keeps a cut link's logit finite), then zeroed
+            self.sparse = P.dim() == 2 and impl == "sparse"
             if self.sparse:  # the linked entries' positions in the flattened [U * V], row-major
                 self.flat_index = self.linked.flatten().nonzero().squeeze(-1)
                 self.rows = torch.div(self.flat_index, P.shape[-1], rounding_mode="floor")
@@ -162,6 +169,5 @@ class KernelSampler:
         u = u.clamp(min=fi.eps, max=1 - fi.eps)
         K = torch.sigmoid((u.log() - (-u).log1p() + self.logits) / self.tau).clamp(min=fi.tiny, max=1.0 - fi.eps)
         if self.sparse:
-            sample = SparseKernel(K, self, shape)
-            return sample if self.impl == "sparse" else sample.dense()
+            return SparseKernel(K, self, shape)
         return torch.where(self.linked, K, torch.zeros((), dtype=K.dtype, device=K.device))

@@ -32,6 +32,11 @@ class TrainConfig(ConfigDict):
     seed: int = 0
     device: str = "auto"             # auto | cpu | cuda
     eval_batch_size: int = 256
+    # AdamW's implementation (nac.training.loop.make_adamw): default | foreach | fused. "fused" is
+    # one kernel over all parameters (capturable on CUDA: no host reads, CUDA-graph ready); it
+    # rounds differently from the default, parameters differing by ~1 ulp per step
+    # (tests/test_speed_equivalence.py), so a run's numbers change beyond float rounding.
+    adamw: str = "default"
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -49,8 +54,18 @@ class TrainConfig(ConfigDict):
         from nac.training.augment import check_augment
 
         check_augment(self.augment)
+        if self.adamw not in ("default", "foreach", "fused"):
+            raise ValueError(f"train.adamw={self.adamw!r}; valid choices: default, foreach, fused")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"train.device={self.device!r}; valid choices: auto, cpu, cuda")
+
+    def to_dict(self) -> dict:
+        """All fields, less ``adamw`` at its default: checkpoints written before the field
+        existed keep matching (and resuming)."""
+        d = super().to_dict()
+        if d.get("adamw") == "default":
+            del d["adamw"]
+        return d
 
     @property
     def peak_lr(self) -> float:

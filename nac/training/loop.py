@@ -8,7 +8,11 @@ exactly as the uninterrupted run would (same batches, same kernel samples, same 
 
 Reliability: every step checks the loss, the total gradient norm and the weights; a non-finite
 one stops training (``NonFiniteTrainingError``) before anything is saved, so a checkpoint only
-ever holds finite tensors (``save_checkpoint`` enforces it too). One training at a time holds a
+ever holds finite tensors (``save_checkpoint`` enforces it too). The checks run on the device
+(``_StepChecks``: the first non-finite step is recorded there) and the host reads them every
+``SYNC_EVERY`` steps and at each epoch end, before anything is evaluated or saved, so a step has
+no host sync: the error names the step that went wrong, only raised up to ``SYNC_EVERY`` steps
+later. The epoch's metrics are summed on the device too and read at the epoch end. One training at a time holds a
 checkpoint (an OS lock on ``<checkpoint>.lock``); a checkpoint written with other settings is
 moved aside, never overwritten in place. Ctrl-C and a full disk end with one line saying which
 checkpoint is intact (``TrainingStopped``, a ``SystemExit``: a stage exits non-zero without a
@@ -17,7 +21,9 @@ traceback). Resuming, saving, the finiteness checks and these errors are in
 """
 from __future__ import annotations
 
+import itertools
 import math
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
@@ -46,17 +52,29 @@ from nac.training.distributed import World, all_reduce_, barrier
 # bench/bench_paper.py's sizes, ~5 ms of a mini image step), but its arithmetic rounds differently
 # (parameters differ by ~1 ulp per step, tests/test_speed_equivalence.py), so a trained model's
 # numbers change beyond float rounding: off by default.
+# On CUDA, None means PyTorch's foreach form (its default there), which reads each parameter's
+# step count on the host (a host tensor: no sync); "fused" is also made ``capturable`` on CUDA
+# (step counts on the device, what a CUDA graph needs). Selectable per run: ``train.adamw``.
 ADAMW_IMPL: str | None = None
 ADAMW_IMPLS = (None, "foreach", "fused")
+
+# The host reads the device-side finiteness record (and the progress bar's loss) every SYNC_EVERY
+# steps and at each epoch end; no other read happens in a step.
+SYNC_EVERY = 32
 
 
 def make_adamw(param_groups, lr: float, impl: str | None = None) -> torch.optim.AdamW:
     """``torch.optim.AdamW(param_groups, lr=lr)`` in implementation ``impl`` (default
     ``ADAMW_IMPL``; see there)."""
-    impl = ADAMW_IMPL if impl is None else impl
+    impl = ADAMW_IMPL if impl in (None, "default") else impl
     if impl not in ADAMW_IMPLS:
-        raise ValueError(f"unknown AdamW impl {impl!r}; valid choices: None, foreach, fused")
+        raise ValueError(f"unknown AdamW impl {impl!r}; valid choices: default, foreach, fused")
     kw = {"foreach": True} if impl == "foreach" else {"fused": True} if impl == "fused" else {}
+    if impl == "fused":
+        groups = list(param_groups)
+        params = [p for g in groups for p in (g["params"] if isinstance(g, dict) else [g])]
+        kw["capturable"] = bool(params) and params[0].device.type == "cuda"
+        param_groups = groups
     return torch.optim.AdamW(param_groups, lr=lr, **kw)
 
 
@@ -183,7 +201,8 @@ def fit(model: NAC, train_set: Dataset, val_set: Dataset | None, cfg: TrainConfi
     wrapped = DistributedDataParallel(objective) if world.distributed else objective
     decay, no_decay = decay_groups(model, cfg.decay_filter)
     optimizer = make_adamw([{"params": decay, "weight_decay": cfg.weight_decay},
-                            {"params": no_decay, "weight_decay": 0.0}], lr=cfg.peak_lr)
+                            {"params": no_decay, "weight_decay": 0.0}], lr=cfg.peak_lr,
+                           impl=getattr(cfg, "adamw", None))
     ema = None
     if cfg.ema:
         ema = torch.optim.swa_utils.AveragedModel(model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(cfg.ema),
@@ -257,11 +276,15 @@ def _train_epochs(model: NAC, wrapped: nn.Module, optimizer, ema, loader, sample
     ckpt_path, desc = state.ckpt_path, state.desc
     use_amp = cfg.amp and device.type == "cuda"
     own_objective = hasattr(model, "training_loss")
+    checks = _StepChecks(model, device)
+    ema_groups = _ema_groups(ema, model) if ema is not None else None
+    ema_copy = ema is not None and int(ema.n_averaged) == 0  # read once: the first update copies
     for epoch in range(start_epoch, cfg.epochs):
         state.epoch, state.step = epoch + 1, 0
         torch.manual_seed(_epoch_seed(cfg.seed, epoch, world.rank))
         sampler.set_epoch(epoch)
         wrapped.train()
+        checks.reset()
         sums = torch.zeros(4, dtype=torch.float64, device=device)  # loss, reg, correct, count
         for i, batch in enumerate(loader):
             step = epoch * steps_per_epoch + i
@@ -270,13 +293,13 @@ def _train_epochs(model: NAC, wrapped: nn.Module, optimizer, ema, loader, sample
             kw = model_kwargs(batch, device)
             if cfg.augment is True:
                 kw["inputs"] = augment_images(kw["inputs"])
-            labels = batch["label"].to(device).long()
+            labels = batch["label"].to(device, non_blocking=True).long()
             targets = None
             if mixer is not None:  # soft targets (label smoothing included); accuracy against `labels`
                 kw["inputs"], targets = mixer(kw["inputs"], labels, epoch, world.rank, step)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp):
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp), checks.guard(state):
                 if own_objective:
-                    indices = batch["index"].to(device).long() if "index" in batch else None
+                    indices = batch["index"].to(device, non_blocking=True).long() if "index" in batch else None
                     logits, loss = wrapped(**kw, labels=labels, indices=indices, step=step,
                                            label_smoothing=cfg.label_smoothing)
                     ce = loss = loss.float()
@@ -288,25 +311,28 @@ def _train_epochs(model: NAC, wrapped: nn.Module, optimizer, ema, loader, sample
                     else:
                         ce = F.cross_entropy(logits.float(), labels, label_smoothing=cfg.label_smoothing)
                     loss = ce + cfg.reg_weight * reg.float()
-            _check_finite(loss, "loss", NonFiniteLossError, state, world)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if cfg.grad_clip:
                 grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             else:  # the same norm, nothing rescaled
                 grad_norm = nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
-            _check_finite(grad_norm, "gradient norm", NonFiniteGradientError, state)  # same on every process
             optimizer.step()
-            _check_weights(model, state)
+            checks.record(i, loss, grad_norm)
             if ema is not None:
-                ema.update_parameters(model)
+                _ema_update(ema, ema_groups, cfg.ema, copy=ema_copy)
+                ema_copy = False
             with torch.no_grad():
-                sums += torch.stack([ce.detach().double() * len(labels), reg.detach().double() * len(labels),
+                n = len(labels)
+                sums += torch.stack([ce.detach().double() * n, reg.detach().double() * n,
                                      (logits.argmax(-1) == labels).sum().double(),
-                                     torch.tensor(float(len(labels)), dtype=torch.float64, device=device)])
+                                     torch.full((), float(n), dtype=torch.float64, device=device)])
             bar.update(1)
-            bar.set_postfix(loss=f"{ce.item():.3f}", epoch=epoch + 1)
             state.step = i + 1
+            if (i + 1) % SYNC_EVERY == 0:  # the host's periodic read: finiteness, and the bar's loss
+                checks.raise_if_bad(state, world)
+                bar.set_postfix(loss=f"{ce.item():.3f}", epoch=epoch + 1)
+        checks.raise_if_bad(state, world)  # before anything is evaluated or saved
         all_reduce_(sums)
         entry = {"epoch": epoch + 1, "train_loss": (sums[0] / sums[3]).item(), "train_reg": (sums[1] / sums[3]).item(),
                  "train_acc": (100 * sums[2] / sums[3]).item(), "lr": optimizer.param_groups[0]["lr"]}
@@ -325,6 +351,97 @@ def _train_epochs(model: NAC, wrapped: nn.Module, optimizer, ema, loader, sample
         barrier()
         if on_epoch_end:
             on_epoch_end(epoch + 1)
+
+
+class _StepChecks:
+    """The loop's finiteness checks, kept on the device: ``record`` notes (no host sync) the
+    first step of the epoch whose loss, total gradient norm or weights (one fused norm over the
+    parameters) is not finite, as ``3 * step + kind`` (kind 0 loss, 1 gradient norm, 2 weights:
+    the order the old per-step checks raised in); ``raise_if_bad`` reads it (one sync; under DDP
+    the minimum over the processes, so all stop together) and raises the error the per-step
+    check raised, naming that step. A non-finite weight norm whose weights are all finite (an
+    overflowing norm) is not an error, as before; the record then starts again."""
+
+    NONE = 2**62
+
+    def __init__(self, model: nn.Module, device):
+        # detached once: views of the same storage, so they see every in-place optimizer update
+        # (a detach per parameter per step would be ~300 ops of a NAC step)
+        self.model, self.params = model, [p.detach() for p in model.parameters()]
+        self.kinds = torch.arange(3, device=device)
+        self.first = torch.full((), self.NONE, dtype=torch.long, device=device)
+
+    def reset(self) -> None:
+        self.first.fill_(self.NONE)
+
+    @torch.no_grad()
+    def record(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
+        weights = nn.utils.get_total_norm(self.params)
+        values = torch.stack([loss.detach().float(), grad_norm.detach().float(), weights.float()])
+        codes = torch.where(torch.isfinite(values), self.NONE, self.kinds + 3 * step)
+        torch.minimum(self.first, codes.min(), out=self.first)
+
+    @contextmanager
+    def guard(self, state: _State):
+        """Non-finite weights can make a later forward fail (the regularizer's matching refuses
+        a NaN ``P``) before the record is read: an error there is reported as the non-finite
+        step it came from, when there is one (this process's record: no collective)."""
+        try:
+            yield
+        except Exception:
+            self.raise_if_bad(state, None)
+            raise
+
+    def raise_if_bad(self, state: _State, world: World | None) -> None:
+        first = self.first
+        if world is not None and world.distributed:
+            import torch.distributed as dist
+
+            first = all_reduce_(first.clone(), op=dist.ReduceOp.MIN)
+        code = int(first)
+        if code == self.NONE:
+            return
+        step, kind = divmod(code, 3)
+        seen, state.step = state.step, step  # the messages name state.step + 1
+        nan = torch.tensor(float("nan"))
+        try:
+            if kind == 0:
+                _check_finite(nan, "loss", NonFiniteLossError, state)
+            if kind == 1:
+                _check_finite(nan, "gradient norm", NonFiniteGradientError, state)
+            _check_weights(self.model, state)
+        finally:
+            state.step = seen
+        self.reset()  # an overflowing norm of finite weights: not an error
+
+
+def _ema_groups(ema, model: nn.Module) -> dict:
+    """The EMA's tensors and the model's, paired as ``AveragedModel(use_buffers=True)`` pairs
+    them (parameters, then buffers), grouped by dtype: ``{dtype: (averaged, current)}``."""
+    groups: dict = {}
+    for a, m in zip(itertools.chain(ema.module.parameters(), ema.module.buffers()),
+                    itertools.chain(model.parameters(), model.buffers())):
+        avg, cur = groups.setdefault(a.dtype, ([], []))
+        avg.append(a.detach())
+        cur.append(m.detach())
+    return groups
+
+
+@torch.no_grad()
+def _ema_update(ema, groups: dict, decay: float, copy: bool) -> None:
+    """``ema.update_parameters(model)`` for an EMA of ``decay`` without its host read of
+    ``n_averaged`` (``copy``: the first update, known on the host) and with one foreach op per
+    dtype: the same arithmetic (``torch._foreach_lerp_(avg, cur, 1 - decay)``, PyTorch's EMA),
+    so the same bits (``tests/test_loop_sync.py``)."""
+    for dtype, (avg, cur) in groups.items():
+        if copy:
+            torch._foreach_copy_(avg, cur)
+        elif dtype.is_floating_point or dtype.is_complex:
+            torch._foreach_lerp_(avg, cur, 1 - decay)
+        else:  # integer buffers (BatchNorm's batch count), as PyTorch's EMA treats them
+            for a, c in zip(avg, cur):
+                a.copy_(a * decay + c * (1 - decay))
+    ema.n_averaged += 1
 
 
 def _open_live(live_dir, history):
