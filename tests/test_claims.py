@@ -733,7 +733,7 @@ def test_write_claims(tmp_path):
     assert text.index("Verdict rule") < text.index("| id")
     header = next(line for line in text.splitlines() if line.startswith("| id"))
     assert [c.strip() for c in header.strip("|").split("|")] == [
-        "id", "source", "claim", "paper", "our measurement (95% CI)", "verdict", "reason"]
+        "id", "verdict", "claim", "our measurement (95% CI)", "paper", "source", "reason"]   # the verdict beside the claim
     for cid in C.claim_ids(params):
         assert f"| {cid} " in text
     csv = pd.read_csv(tmp_path / "reports/tables/claims.csv")

@@ -13,6 +13,7 @@ from scipy import stats
 
 from nac.stats import summarize
 from nac.report import build, figures, tables
+from nac.report.claims import headline as real_headline
 from nac.report.published import TABLE2, TABLE3, TRACK_LABELS
 
 SEEDS = [0, 1, 2]
@@ -237,8 +238,16 @@ def test_build_report_writes_every_table_figure_and_section(tmp_path, monkeypatc
                 "prune": {"perceiver_io": {"full_acc1": 1.0, "max_fraction_within_3pts": 0.5, "speedup_at_that_fraction": 1.5,
                                            "speedup_ci95": 0.1}}}
 
+    rows = [{"id": "points_gap", "verdict": "supported", "reason": "CI above 0", "estimate": 1.5, "lo": 0.5, "hi": 2.5,
+             "n": 3},
+            {"id": "iid_gain", "verdict": "inconclusive", "reason": "CI spans 0", "estimate": 0.1, "lo": -1.0, "hi": 1.2,
+             "n": 3},
+            {"id": "nlvr_vs_zeroshot", "verdict": "inconclusive", "reason": "not measured: no CLIP", "estimate": None,
+             "lo": None, "hi": None, "n": 0}]
     claims = types.ModuleType("nac.report.claims")
-    claims.write_claims = lambda params, metrics, out: calls.append((metrics, out)) or out / "claims.md"
+    claims.evaluate_claims = lambda params, metrics: rows
+    claims.headline = real_headline
+    claims.write_claims = lambda params, metrics, out, rows: calls.append((metrics, out)) or out / "claims.md"
     monkeypatch.setitem(sys.modules, "nac.report.claims", claims)
     monkeypatch.setattr(build, "_image", fake_image)
     summary = build.build_report(_params(), out=tmp_path / "reports", metrics=metrics)
@@ -266,12 +275,16 @@ def test_build_report_writes_every_table_figure_and_section(tmp_path, monkeypatc
     assert "nan" not in readme.lower()
     # no bench/bench_throughput.py results in this directory: the paper-size Figure 5b says it is skipped
     assert "Figure 5b (mini, trained)" in readme and "Figure 5b at the paper's size: skipped" in readme
-    headline = json.loads((metrics / "summary.json").read_text())
-    assert set(headline["table2_test_acc1"]) == {"perceiver_io", "nac"}
-    assert set(headline["table3_test_acc1"]) == {"listops", "text"}
+    headline = json.loads((metrics / "summary.json").read_text())   # the DVC metric: verdict counts, headline claims
+    assert headline["claims"] == {"supported": 1, "not_supported": 0, "inconclusive": 2}
+    assert headline["points_gap"] == {"estimate": 1.5, "lo": 0.5, "hi": 2.5, "n": 3}
+    # the findings come first: what holds, what does not, what is undecided, what was not measured
+    findings = readme[readme.index("## Findings"):readme.index("## Table 1")]
+    assert "**Supported** (1): `points_gap`" in findings and "**Undecided** (1" in findings
+    assert "**Not measured** here (1): `nlvr_vs_zeroshot`" in findings
     fs = summary["fewshot"]["targets"]
     expected = np.mean([fs[t][str(k)]["nac_minus_perceiver_io"]["mean"] for t in TARGETS for k in (1, 2, 4)])
-    assert headline["fewshot_nac_minus_perceiver_io_shots_1_4"] == pytest.approx(expected)
+    assert summary["fewshot"]["nac_minus_perceiver_io_shots_1_4"] == pytest.approx(expected)
     assert json.loads((reports / "tables" / "summary.json").read_text())["nlvr"]["analysis"]["knn_accuracy"] == 70.0
 
 

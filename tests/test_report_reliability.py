@@ -178,7 +178,9 @@ def test_a_failure_late_in_the_build_leaves_the_previous_report(tmp_path, monkey
                                            "speedup_at_that_fraction": 1.5, "speedup_ci95": 0.1}}}
 
     claims = types.ModuleType("nac.report.claims")
-    claims.write_claims = lambda params, metrics, out: (out / "claims.md").write_text("claims\n")
+    claims.evaluate_claims = lambda params, metrics: []
+    claims.headline = lambda rows: {"claims": {}}
+    claims.write_claims = lambda params, metrics, out, rows: (out / "claims.md").write_text("claims\n")
     monkeypatch.setitem(sys.modules, "nac.report.claims", claims)
     monkeypatch.setattr(build, "_image", fake_image)
     reports = tmp_path / "reports"
@@ -191,7 +193,7 @@ def test_a_failure_late_in_the_build_leaves_the_previous_report(tmp_path, monkey
     assert (reports / "notebooks" / "nb.html").exists() and (reports / "claims.md").exists()
     before = snapshot(tmp_path)
 
-    def broken(params, metrics, out):
+    def broken(params, metrics, out, rows):
         (out / "claims.md").write_text("half\n")
         raise RuntimeError("claims failed")
 

@@ -25,6 +25,7 @@ from nac.report.published import (DISCREPANCIES, FEWSHOT_CLAIM, LRA_LEADERBOARD_
                                    TABLE2, TABLE3, TRACK_LABELS, TRACK_RUN_LABELS)
 from nac.pipeline.pool import usable_cores
 from nac.report.claims.metrics import CONVERGENCE
+from nac.report.claims.rules import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED
 from nac.report.style import setup
 from nac.stats import mean_ci
 
@@ -86,7 +87,7 @@ def _provenance(params: dict) -> dict[str, str]:
 
 def build_report(params: dict, out: str | Path = "reports", metrics: str | Path = "metrics") -> dict[str, Any]:
     """Every table, figure and the index README, then ``reports/claims.md``; returns summary.json."""
-    from nac.report.claims import write_claims  # at call time: the tests stand in a fake registry
+    from nac.report.claims import evaluate_claims, headline, write_claims  # at call time: tests stand in a fake registry
 
     setup()
     out, metrics = Path(out), Path(metrics)
@@ -103,10 +104,12 @@ def build_report(params: dict, out: str | Path = "reports", metrics: str | Path 
         summary["nlvr"] = _nlvr(params, stage, metrics, md, figs)
         summary["fewshot"] = _fewshot(params, stage, metrics, md, figs)
         _track_curves(params, stage, metrics, figs)
+        rows = evaluate_claims(params, metrics)
+        md["findings"] = _findings(rows)
         _write_readme(stage, params, summary, md, figs)
         write_json(stage / "tables" / "summary.json", summary)
-        write_json(stage_metrics / "summary.json", _headline(summary))
-        write_claims(params, metrics=metrics, out=stage)
+        write_json(stage_metrics / "summary.json", headline(rows))
+        write_claims(params, metrics=metrics, out=stage, rows=rows)
     return summary
 
 
@@ -175,6 +178,13 @@ def _image(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dic
         figs["baselines"] = baseline_fig
     histories = {run: [t["history"] for t in trains if t["run"] == run] for run in ladder}
     figs["learning_curves"] = figures.learning_curves(histories, out / "figures")
+    # `dvc plots show`: Table 1's curves together, and accuracy as modules are dropped, one line per model
+    curve = pd.DataFrame([{"run": t["run"], **h} for t in trains for h in t["history"]])
+    _plot_csv(curve.pivot_table(index="epoch", columns="run", values="val_acc1")[ladder].reset_index(),
+              out / "plots" / "learning_curves", "image")
+    conn = prune[prune["order"] == "connectivity"] if "order" in prune else prune
+    _plot_csv(conn.pivot_table(index="dropped_fraction", columns="run", values="acc1")[prune_runs].reset_index(),
+              out / "plots", "prune")
     conv = json.loads(CONVERGENCE.read_text()) if CONVERGENCE.exists() else None
     if conv is not None and conv.get("profile") == params["profile"]:   # another profile's runs say nothing of this one
         figs["convergence"] = figures.figure_convergence(conv, histories, RUN_LABELS, out / "figures")
@@ -282,21 +292,6 @@ def _plot_csv(df: pd.DataFrame, out_dir: Path, name: str) -> None:
     df.to_csv(out_dir / f"{name}.csv", index=False)
 
 
-def _headline(summary: dict[str, Any]) -> dict[str, Any]:
-    """The DVC metric: the numbers `dvc exp show` / `dvc metrics diff` compare (means only)."""
-    table1: dict[str, dict[str, float]] = {}
-    for key, v in summary["table1"].items():  # "<run>/<metric>"
-        run, metric = key.split("/")
-        table1.setdefault(run, {})[metric] = v["mean"]
-    test_acc = lambda table, track: {run: summary[table][track][run]["mean"] for run in ("perceiver_io", "nac")}  # noqa: E731
-    return {"table1": table1,
-            "prune_max_fraction_within_3pts": {run: v["max_fraction_within_3pts"] for run, v in summary["prune"].items()},
-            "table2_test_acc1": test_acc("table2", "points"),
-            "table3_test_acc1": {t: test_acc("table3", t) for t in ("listops", "text")},
-            "nlvr_conditional_val_acc1": summary["nlvr"]["runs"]["conditional"]["val_acc1"]["mean"],
-            "fewshot_nac_minus_perceiver_io_shots_1_4": summary["fewshot"]["nac_minus_perceiver_io_shots_1_4"]}
-
-
 def _prune_summary(prune: pd.DataFrame, runs: list[str]) -> dict[str, Any]:
     """Per run, connectivity order: the largest fraction of modules dropped before Acc@1 (mean over
     seeds) first falls more than 3 percentage points below the full model's, and the throughput
@@ -318,6 +313,22 @@ def _prune_summary(prune: pd.DataFrame, runs: list[str]) -> dict[str, Any]:
     return res
 
 
+def _findings(rows: list[dict]) -> str:
+    """A few lines: which claims hold, which do not, which are undecided (ids link to claims.md)."""
+    def ids(verdict: str, measured: bool = True) -> list[str]:
+        return [f"`{r['id']}`" for r in rows if r["verdict"] == verdict
+                and (not r["reason"].startswith("not measured")) == measured]
+
+    lines = [f"- **Supported** ({len(ids(SUPPORTED))}): {', '.join(ids(SUPPORTED)) or 'none'}.",
+             f"- **Not supported** ({len(ids(NOT_SUPPORTED))}): {', '.join(ids(NOT_SUPPORTED)) or 'none'}.",
+             f"- **Undecided** ({len(ids(INCONCLUSIVE))}, the CI spans the threshold): "
+             f"{', '.join(ids(INCONCLUSIVE)) or 'none'}."]
+    unmeasured = ids(INCONCLUSIVE, measured=False)
+    if unmeasured:
+        lines.append(f"- **Not measured** here ({len(unmeasured)}): {', '.join(unmeasured)}.")
+    return "\n".join(lines)
+
+
 def _write_readme(out: Path, params: dict, summary: dict, md: dict[str, str], figs: dict[str, list[Path]]) -> None:
     p = summary["provenance"]
     rel = lambda paths: paths[0].relative_to(out).as_posix()  # noqa: E731
@@ -331,8 +342,12 @@ def _write_readme(out: Path, params: dict, summary: dict, md: dict[str, str], fi
         "Numbers are ours unless marked *paper*. Where the profile is not `paper`, the datasets are the embedded",
         "stand-ins (see the repository README), so compare directions and gaps, not absolute values.",
         "",
-        "See also: [claims.md](claims.md) (each claim of the paper with our verdict: supported, not supported or",
-        "inconclusive), [notebooks/](notebooks/) (the executed analysis notebooks, HTML) and the",
+        "## Findings", "",
+        "Each claim of the paper, judged by one rule against a control that could beat it "
+        "([claims.md](claims.md): the claim, our measurement with its 95% CI, the verdict and why):", "",
+        md["findings"], "",
+        "See also: [notebooks/](notebooks/) (the executed analysis notebooks, HTML), "
+        "[the authors' model, switch by switch](#the-authors-model-switch-by-switch) and the",
         "[Discrepancies](#discrepancies) between the paper, the authors' code and this suite.",
         "",
         "## Table 1: ablation ladder and graph priors (IID validation / OOD renditions)",

@@ -44,15 +44,17 @@ from nac.stats import Interval, mean_ci, paired_ci, welch_ci
 CLAIM_IDS: tuple[str, ...] = tuple(c.name for c in registered() if c.per is None)
 
 
-def write_claims(params: dict, metrics: Path | str = Path("metrics"), out: Path | str = Path("reports")) -> Path:
-    """Write ``out/claims.md`` (profile, rule, one table row per claim) and ``out/tables/claims.csv``."""
+def write_claims(params: dict, metrics: Path | str = Path("metrics"), out: Path | str = Path("reports"),
+                 rows: list[dict] | None = None) -> Path:
+    """Write ``out/claims.md`` (profile, rule, one table row per claim, the verdict beside the claim)
+    and ``out/tables/claims.csv``; ``rows``: ``evaluate_claims``'s, when the caller has them."""
     out = Path(out)
-    rows = evaluate_claims(params, metrics)
+    rows = evaluate_claims(params, metrics) if rows is None else rows
     (out / "tables").mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows, columns=list(FIELDS)).to_csv(out / "tables" / "claims.csv", index=False)
     esc = lambda s: str(s).replace("|", "\\|").replace("\n", " ")  # noqa: E731
-    table = pd.DataFrame([{"id": r["id"], "source": r["source"], "claim": esc(r["claim"]), "paper": esc(r["paper"]),
-                           "our measurement (95% CI)": esc(r["ours"]), "verdict": f"**{r['verdict']}**",
+    table = pd.DataFrame([{"id": r["id"], "verdict": f"**{r['verdict']}**", "claim": esc(r["claim"]),
+                           "our measurement (95% CI)": esc(r["ours"]), "paper": esc(r["paper"]), "source": r["source"],
                            "reason": esc(r["reason"])} for r in rows])
     counts = pd.Series([r["verdict"] for r in rows]).value_counts()
     profile = params.get("profile", "?")
@@ -69,7 +71,26 @@ def write_claims(params: dict, metrics: Path | str = Path("metrics"), out: Path 
     return md
 
 
-__all__ = ["CLAIM_IDS", "FIELDS", "RULE", "Interval", "claim_ids", "evaluate_claims", "write_claims", "mean_ci",
+# The claims `dvc exp show` / `dvc metrics diff` show (metrics/summary.json), beside the verdict counts.
+HEADLINE_CLAIMS = ("iid_gain", "ood_gain", "learned_graph", "regularizer_sparse", "prune_fraction", "points_gap",
+                   "listops_gap")
+
+
+def headline(rows: list[dict]) -> dict:
+    """The DVC metric: how many claims are supported / not supported / inconclusive, and for the
+    ``HEADLINE_CLAIMS`` their estimate with its 95% CI and n (None where not measured)."""
+    counts = pd.Series([r["verdict"] for r in rows]).value_counts()
+    out: dict = {"claims": {v.replace(" ", "_"): int(counts.get(v, 0)) for v in (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE)}}
+    by_id = {r["id"]: r for r in rows}
+    for cid in HEADLINE_CLAIMS:
+        if cid in by_id:
+            r = by_id[cid]
+            out[cid] = {k: (None if r[k] is None or r[k] != r[k] else (int(r[k]) if k == "n" else float(r[k])))
+                        for k in ("estimate", "lo", "hi", "n")}
+    return out
+
+
+__all__ = ["CLAIM_IDS", "FIELDS", "HEADLINE_CLAIMS", "RULE", "Interval", "claim_ids", "evaluate_claims", "headline", "write_claims", "mean_ci",
            "welch_ci", "paired_ci", "difference_verdict", "equivalence_verdict", "noninferiority_verdict",
            "threshold_verdict", "combine", "seed_ci", "max_fraction_within", "knn_gap", "SUPPORTED", "NOT_SUPPORTED",
            "INCONCLUSIVE", "VERDICTS", "DELTA", "Claim", "claim", "registered", "ZERO_SHOT_RUN", "SPREAD_MIN",
