@@ -7,6 +7,7 @@ target in this process.
 """
 import argparse
 
+from nac.pipeline.lifeline import run_stage
 from nac.pipeline.params import load_params
 from nac.pipeline.pool import run_jobs
 from nac.tracks import fewshot_params
@@ -24,4 +25,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main, "fewshot")
