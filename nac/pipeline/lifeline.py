@@ -4,7 +4,7 @@
 like ``SIGINT``: they raise ``KeyboardInterrupt`` where the process is, so a training ends with
 the one line that says which checkpoint is intact (``nac.training.checkpointing.TrainingInterrupted``).
 
-A stage started by ``dvc repro`` watches its launcher: when the ``dvc`` process dies (even by
+A stage started by ``dvc repro`` (or ``dvc exp run``) watches its launcher: when the ``dvc`` process dies (even by
 ``kill -9``, which it cannot forward), the stage sends itself ``SIGTERM`` within a second, and its
 worker processes, which die with their parent (Linux ``PR_SET_PDEATHSIG``) and watch it too, stop
 the same way; the per-epoch checkpoints are written atomically, so a rerun resumes them. The
@@ -30,10 +30,12 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-def handle_stop_signals() -> None:
-    """SIGTERM and SIGHUP raise ``KeyboardInterrupt`` in the main thread, as SIGINT does."""
+def handle_stop_signals(handler=_interrupt) -> None:
+    """SIGTERM and SIGHUP raise ``KeyboardInterrupt`` in the main thread, as SIGINT does; a signal
+    this process was started ignoring stays ignored (``nohup`` ignores SIGHUP)."""
     for sig in STOP_SIGNALS:
-        signal.signal(sig, _interrupt)
+        if signal.getsignal(sig) != signal.SIG_IGN:
+            signal.signal(sig, handler)
 
 
 def die_with_parent(sig: int = signal.SIGTERM) -> None:
@@ -104,9 +106,12 @@ def watch(idents: list[tuple[int, float]], sig: int = signal.SIGTERM, poll_s: fl
 
 
 def stage_process() -> None:
-    """For a stage script's main process: stop signals like Ctrl-C, and stop when the launcher dies."""
+    """For a stage script's main process: stop signals like Ctrl-C, and, when DVC started it (DVC
+    sets ``DVC_STAGE`` for a stage's command), stop when that launcher dies. A script started by
+    hand is not watched: ``nohup python stages/train.py &`` outlives its shell, as it should."""
     handle_stop_signals()
-    watch(launchers())
+    if os.environ.get("DVC_STAGE"):
+        watch(launchers())
 
 
 BUSY = [False]  # a worker process is running a job (set by nac.pipeline.pool)
@@ -121,8 +126,7 @@ def _worker_interrupt(signum, frame):
 def worker_process(parent_pid: int) -> None:
     """For a stage's worker process (started by ``parent_pid``): stop signals like Ctrl-C while a
     job runs (an idle worker just exits), and stop when the stage dies."""
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, _worker_interrupt)
+    handle_stop_signals(_worker_interrupt)
     die_with_parent()
     if os.getppid() != parent_pid:  # the stage died before the line above took effect
         os.kill(os.getpid(), signal.SIGTERM)

@@ -20,6 +20,7 @@ SLURM; as for the pool on this machine).
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -43,12 +44,13 @@ class Job:
 
     def __call__(self) -> Any:
         from nac.pipeline.pool import _run_one
-        lifeline.handle_stop_signals()  # not under SLURM's own handlers: submitit installs those after
+        # submitit's own handlers stay (SIGTERM bypassed, USR2 requeues through ``checkpoint``); the
+        # stage's death interrupts with SIGINT, what cancelling a local job sends
         if self.watch_pid is not None:
             ident = lifeline._identity(self.watch_pid)
             if ident is None:
                 raise SystemExit(f"the stage (pid {self.watch_pid}) that submitted this job is gone")
-            lifeline.watch([ident])
+            lifeline.watch([ident], sig=signal.SIGINT)
         placement.pin(self.slot)
         return _run_one(self.fn, self.args, self.threads, False)
 
