@@ -106,3 +106,75 @@ def test_killing_the_launcher_stops_the_stage_and_its_workers(tmp_path):
 
     out = pool.run_jobs(toy_job, [(0, str(tmp_path), 30)], device="cpu", desc="toy")
     assert out[0]["epochs_run"] == list(range(epochs[0] + 1, 31))  # resumed
+
+
+def _repo_processes(repo: Path) -> list[psutil.Process]:
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if p.pid != os.getpid() and Path(p.cwd()).is_relative_to(repo):
+                out.append(p)
+        except (psutil.Error, OSError):
+            pass
+    return out
+
+
+@pytest.mark.slow  # about 60 s: the smoke data stages, then training until a checkpoint
+def test_kill_9_of_dvc_repro_leaves_no_trainer_and_a_resumable_checkpoint(tmp_path):
+    """``dvc repro train_points`` (two jobs in two workers) in a temporary copy of the repository;
+    ``kill -9`` of the dvc process once both jobs have a checkpoint; within seconds no process of
+    the copy is left (before the fix the stage, reparented to PID 1, and its workers trained on);
+    the stage run again resumes both checkpoints, and SIGTERM stops it with its one line."""
+    import shutil
+
+    import yaml
+
+    from nac.compose import write_params
+    from test_pipeline import COPY, _env as pipeline_env
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for name in COPY:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, repo / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        else:
+            shutil.copy(src, repo / name)
+    write_params(repo / "params.yaml", ["profile=smoke"])
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["points"]["train"]["epochs"] = 200  # still training when killed
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    env = pipeline_env(repo)
+    for cmd in (["git", "init", "-q"], [sys.executable, "-m", "dvc", "init", "-q"], ["git", "add", "-A"],
+                ["git", "-c", "user.name=test", "-c", "user.email=test@example.invalid", "commit", "-qm", "copy"]):
+        subprocess.run(cmd, cwd=repo, env=env, check=True, capture_output=True)
+    ckpts = [repo / "models/points" / f"{run}-0.pt" for run in params["points"]["runs"]]
+    dvc = subprocess.Popen([sys.executable, "-m", "dvc", "repro", "train_points"], cwd=repo, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(ckpts, dvc, timeout=600)
+        trainers = [p for p in _repo_processes(repo) if p.pid != dvc.pid]
+        assert any("stages/train_track.py" in " ".join(p.cmdline()) for p in trainers), trainers
+        dvc.send_signal(signal.SIGKILL)
+        dvc.wait()
+        _, alive = psutil.wait_procs(trainers, timeout=30)
+        assert not alive, f"still running after dvc was killed: {[p.cmdline() for p in alive]}"
+    finally:
+        for p in _repo_processes(repo):
+            p.kill()
+    saved = [torch.load(c, weights_only=True)["epoch"] for c in ckpts]
+    rerun = subprocess.Popen([sys.executable, "stages/train_track.py", "points"], cwd=repo, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        seen, deadline = "", time.time() + 300
+        while seen.count("resuming from") < 2 and time.time() < deadline:
+            seen += rerun.stdout.readline()
+        rerun.send_signal(signal.SIGTERM)
+        rest, _ = rerun.communicate(timeout=120)
+    finally:
+        rerun.kill()
+    for ckpt, epoch in zip(ckpts, saved):
+        assert f"resuming from models/points/{ckpt.name} after epoch" in seen, seen[-3000:]
+        assert torch.load(ckpt, weights_only=True)["epoch"] >= epoch
+    assert rerun.returncode == 1 and "Traceback" not in seen + rest, (seen + rest)[-3000:]
+    assert "train_track: interrupted (SIGTERM)" in rest or "interrupted at epoch" in rest, rest[-3000:]

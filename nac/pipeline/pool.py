@@ -139,6 +139,24 @@ def _run_here(fn: Callable, jobs: list, threads: int | None, slot: placement.Slo
             os.sched_setaffinity(0, affinity)
 
 
+STOP_GRACE_S = 30.0  # a stopped worker's time to end its epoch's line before it is killed
+
+
+def _stop(procs: list) -> None:
+    """Stop running workers: SIGTERM (each training ends with its one line, checkpoint intact),
+    then SIGKILL for any still there after ``STOP_GRACE_S`` (e.g. one blocked on a queue lock that
+    a killed worker held), so the stage never hangs on them."""
+    for p in procs:
+        p.terminate()
+    deadline = time.monotonic() + STOP_GRACE_S
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
 def run_jobs(fn: Callable, jobs: Sequence[tuple], *, device: str = "auto", desc: str = "jobs",
              label: Callable[[tuple], str] = lambda job: "-".join(map(str, job))) -> list[Any]:
     """``[fn(*job, progress=...) for job in jobs]``, with the jobs spread over ``workers_for(device)``
@@ -186,7 +204,6 @@ def run_jobs(fn: Callable, jobs: Sequence[tuple], *, device: str = "auto", desc:
     finally:
         bar.close()
         if pending:  # a job failed (or this process was interrupted) with others still queued or running
-            for p in list(getattr(ex, "_processes", {}).values()):  # running jobs: stop, not wait
-                p.terminate()
+            _stop(list(getattr(ex, "_processes", {}).values()))
         ex.shutdown(wait=True, cancel_futures=True)
     return results
