@@ -193,3 +193,25 @@ def test_gpu_workers_one_per_visible_gpu_times_jobs_per_gpu_round_robin(clean_en
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "5" and os.environ[placement.PLACED_ENV] == "cuda:1"
     clean_env.setenv("WORLD_SIZE", "2")
     assert pool.workers_for("cuda", 10) == 1 and pool.slots_for("cuda") == []  # under torchrun: the job is parallel
+
+
+def test_slurm_executor_takes_the_nac_slurm_settings(clean_env, tmp_path):
+    """No cluster here: the SLURM executor's parameters (what its sbatch script says) come from
+    the NAC_SLURM_* variables, and a malformed one names itself."""
+    import submitit
+
+    from nac.pipeline import slurm
+
+    clean_env.setattr(submitit.SlurmExecutor, "affinity", classmethod(lambda cls: 1))  # "srun is there"
+    clean_env.setenv("NAC_SUBMITIT_DIR", str(tmp_path))
+    for name, value in {"NAC_SLURM_PARTITION": "gpu", "NAC_SLURM_TIME": "90", "NAC_SLURM_GPUS": "2",
+                        "NAC_SLURM_CPUS": "12", "NAC_SLURM_ACCOUNT": "lab"}.items():
+        clean_env.setenv(name, value)
+    ex = slurm.make_executor("slurm", "train")
+    text = ex._executor._make_submission_file_text("python -m job", "uid")
+    for line in ("#SBATCH --partition=gpu", "#SBATCH --time=90", "#SBATCH --gpus-per-node=2",
+                 "#SBATCH --cpus-per-task=12", "#SBATCH --account=lab", "#SBATCH --job-name=nac-train"):
+        assert line in text, text
+    clean_env.setenv("NAC_SLURM_TIME", "1:30")
+    with pytest.raises(EnvError, match="NAC_SLURM_TIME='1:30' is not a positive integer"):
+        slurm.make_executor("slurm", "train")

@@ -13,7 +13,8 @@ and resumes the same way; a job that raises fails the stage with its last line.
 Settings (environment variables; none changes a result): ``NAC_SUBMITIT_DIR`` (logs and
 pickles, default ``.submitit/``), ``NAC_SLURM_PARTITION``, ``NAC_SLURM_ACCOUNT``,
 ``NAC_SLURM_QOS``, ``NAC_SLURM_TIME`` (minutes per job, default 240), ``NAC_SLURM_GPUS``
-(GPUs per job, default 1), ``NAC_SLURM_CPUS`` (CPU cores per job, default 8),
+(GPUs per job, default 1; 0: CPU-only jobs, each on ``NAC_THREADS`` threads, default 1),
+``NAC_SLURM_CPUS`` (CPU cores per job, default 8),
 ``NAC_SLURM_MEM_GB`` (default 32). ``NAC_WORKERS`` caps the jobs in flight (default: every job on
 SLURM; as for the pool on this machine).
 """
@@ -64,6 +65,11 @@ def _folder() -> Path:
     return Path(raw("NAC_SUBMITIT_DIR") or ".submitit")
 
 
+def _gpus() -> int:
+    gpus = positive_int("NAC_SLURM_GPUS", "1 (0: CPU-only jobs)", minimum=0)
+    return 1 if gpus is None else gpus
+
+
 def make_executor(kind: str, desc: str):
     """A submitit executor: ``local`` (this machine) or ``slurm`` with the ``NAC_SLURM_*`` settings."""
     import submitit
@@ -76,7 +82,7 @@ def make_executor(kind: str, desc: str):
     ex = submitit.AutoExecutor(folder=folder, cluster="slurm")
     params: dict[str, Any] = dict(
         name=f"nac-{desc}", timeout_min=positive_int("NAC_SLURM_TIME", "240 (minutes)") or 240,
-        nodes=1, tasks_per_node=1, gpus_per_node=positive_int("NAC_SLURM_GPUS", "1") or 1,
+        nodes=1, tasks_per_node=1, gpus_per_node=_gpus(),
         cpus_per_task=positive_int("NAC_SLURM_CPUS", "8") or 8, mem_gb=positive_int("NAC_SLURM_MEM_GB", "32") or 32)
     for env, key in (("NAC_SLURM_PARTITION", "slurm_partition"), ("NAC_SLURM_ACCOUNT", "slurm_account"),
                      ("NAC_SLURM_QOS", "slurm_qos")):
@@ -101,9 +107,10 @@ def run_jobs(fn: Callable, jobs: list[tuple], *, executor: str, threads: int | N
     ex = make_executor(executor, desc)
     retries = positive_int("NAC_RETRIES", "2", minimum=0)
     retries = 2 if retries is None else retries
-    if executor == "slurm":
+    if executor == "slurm":  # SLURM places each job on its node's GPUs; threads as the node's device wants
         width = positive_int("NAC_WORKERS") or len(jobs)
         slots = [None] * max(1, min(width, len(jobs)))
+        threads = positive_int("NAC_THREADS") or (None if _gpus() else 1)
     watch_pid = os.getpid() if executor == "local" else None
     results: list[Any] = [None] * len(jobs)
     free = list(range(len(slots)))  # indices of free slots
