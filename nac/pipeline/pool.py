@@ -139,22 +139,22 @@ def _run_here(fn: Callable, jobs: list, threads: int | None, slot: placement.Slo
             os.sched_setaffinity(0, affinity)
 
 
-STOP_GRACE_S = 30.0  # a stopped worker's time to end its epoch's line before it is killed
+STOP_GRACE_S = 30.0  # a stopped job's time to report back (its one line; its checkpoint is intact)
 
 
-def _stop(procs: list) -> None:
-    """Stop running workers: SIGTERM (each training ends with its one line, checkpoint intact),
-    then SIGKILL for any still there after ``STOP_GRACE_S`` (e.g. one blocked on a queue lock that
-    a killed worker held), so the stage never hangs on them."""
+def _stop(procs: list, pending: set) -> None:
+    """Stop a stage's workers: queued jobs are cancelled, running ones get SIGTERM (each ends with
+    its one line, the checkpoint of its last epoch intact) and up to ``STOP_GRACE_S`` to report
+    back; then every worker is killed (a pool worker would otherwise wait for the next job, and
+    one can block on a queue lock a stopped worker held), so the stage never hangs on them."""
+    running = {f for f in pending if not f.cancel()}
     for p in procs:
         p.terminate()
-    deadline = time.monotonic() + STOP_GRACE_S
-    for p in procs:
-        p.join(max(0.0, deadline - time.monotonic()))
+    wait(running, timeout=STOP_GRACE_S)
     for p in procs:
         if p.is_alive():
             p.kill()
-            p.join()
+        p.join()
 
 
 def run_jobs(fn: Callable, jobs: Sequence[tuple], *, device: str = "auto", desc: str = "jobs",
@@ -204,6 +204,6 @@ def run_jobs(fn: Callable, jobs: Sequence[tuple], *, device: str = "auto", desc:
     finally:
         bar.close()
         if pending:  # a job failed (or this process was interrupted) with others still queued or running
-            _stop(list(getattr(ex, "_processes", {}).values()))
+            _stop(list(getattr(ex, "_processes", {}).values()), pending)
         ex.shutdown(wait=True, cancel_futures=True)
     return results
