@@ -12,6 +12,7 @@ from pathlib import Path
 
 from nac import metrics_io
 from nac.pipeline.io import staged
+from nac.pipeline.lifeline import run_stage
 from nac.pipeline.params import load_params
 from nac.pipeline.pool import run_jobs
 from nac.tracks import fewshot_params
@@ -35,6 +36,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     try:
-        main()
+        run_stage(main, "fewshot")
     except metrics_io.MetricsError as e:
         sys.exit(f"fewshot: {e}")

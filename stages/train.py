@@ -13,6 +13,7 @@ process evaluates).
 """
 import argparse
 
+from nac.pipeline.lifeline import run_stage
 from nac.pipeline.params import load_params
 from nac.pipeline.pool import add_job_arguments, one_job, run_jobs
 from nac.tracks.image import train_and_evaluate_image_run, train_image_jobs, validate
@@ -30,4 +31,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main, "train")

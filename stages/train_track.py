@@ -9,6 +9,7 @@ when interrupted. ``--run R --seed S`` trains that one job in this process, e.g.
 """
 import argparse
 
+from nac.pipeline.lifeline import run_stage
 from nac.pipeline.params import load_params
 from nac.pipeline.pool import add_job_arguments, one_job, run_jobs
 from nac.tracks.common import TRACK_RUNS, train_and_evaluate_track_run, train_track_jobs, validator
@@ -27,4 +28,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main, "train_track")

@@ -221,3 +221,26 @@ def test_training_jobs_in_two_workers_match_one_after_another_in_one_process(smo
     assert len(pooled) == 2
     for f in pooled:
         assert (repo / "metrics/tracks/points" / f.name).read_bytes() == f.read_bytes(), f.name
+
+
+@pytest.mark.parametrize("placed", [{"NAC_DEVICES": "cpu:0,cpu:1"},
+                                    {"NAC_EXECUTOR": "local", "NAC_DEVICES": "cpu:0,cpu:1"}],
+                         ids=["two-fake-devices", "submitit-local"])
+def test_training_jobs_placed_on_two_devices_or_through_submitit_match(smoke_repo, tmp_path, placed):
+    """nac.pipeline.placement and nac.pipeline.slurm: the point-cloud stage's two jobs, each
+    pinned to its own (fake, CPU-core) device, or each a job of submitit's local executor, give
+    metrics byte-identical to the smoke pipeline's run (which the test above matches with one process)."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("two fake devices need two usable CPU cores")
+    repo = tmp_path / "placed"
+    shutil.copytree(smoke_repo, repo, symlinks=True, ignore=shutil.ignore_patterns("models", "metrics", ".dvc", ".git"))
+    env = dict(_env(repo), NAC_SUBMITIT_DIR=str(tmp_path / "submitit"), **placed)
+    env.pop("NAC_WORKERS")  # one worker per device
+    proc = subprocess.run([sys.executable, "stages/train_track.py", "points"], cwd=repo, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert ("submitit local, 2 at a time" if "NAC_EXECUTOR" in placed else "2 workers on cpu:0, cpu:1") in proc.stderr
+    pooled = sorted((smoke_repo / "metrics/tracks/points").glob("*.json"))
+    assert len(pooled) == 2
+    for f in pooled:
+        assert (repo / "metrics/tracks/points" / f.name).read_bytes() == f.read_bytes(), f.name

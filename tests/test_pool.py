@@ -69,3 +69,17 @@ def test_run_and_seed_go_together():
     for half in (["--run", "nac"], ["--seed", "1"]):
         with pytest.raises(SystemExit):
             one_job(ap, ap.parse_args(half), "every run")
+
+
+def _always_fail(x: int, progress: bool = True) -> int:
+    raise SystemExit(f"job {x} stopped")
+
+
+@pytest.mark.timeout(300)
+def test_jobs_failing_together_end_the_stage_without_hanging(monkeypatch):
+    """Every worker failing at once: the stage stops the rest (SIGTERM, then SIGKILL for one that
+    cannot end, e.g. blocked on a queue lock a stopped worker held) and raises, never hangs."""
+    monkeypatch.setenv(pool.WORKERS_ENV, "2")
+    monkeypatch.setattr(pool, "STOP_GRACE_S", 5.0)
+    with pytest.raises(SystemExit, match=r"job \d stopped"):
+        pool.run_jobs(_always_fail, [(x,) for x in range(4)], device="cpu")

@@ -13,8 +13,14 @@ Results do not depend on how many workers run: every job runs with the same numb
 threads (``NAC_THREADS``; default 1 on a CPU, torch's own on a GPU) and seeds itself, whether it
 runs in this process or in a worker that ran another job before; ``tests/test_pool.py`` checks a
 stage's metrics byte-identical with one worker and with two. The number of workers is therefore
-not a DVC parameter: ``NAC_WORKERS`` (default: the CPU cores this process may use; 1 on a GPU and
-under ``torchrun``, where the job itself is parallel).
+not a DVC parameter: ``NAC_WORKERS`` (default: the CPU cores this process may use; on a GPU one
+per visible GPU times ``NAC_JOBS_PER_GPU``; 1 under ``torchrun``, where the job itself is parallel).
+
+Placement (``nac.pipeline.placement``): each worker is pinned to one device of ``NAC_DEVICES``
+(default every visible GPU). Engine (``NAC_EXECUTOR``): ``pool`` (default) runs the workers here;
+``local`` and ``slurm`` submit every job through submitit (``nac.pipeline.slurm``), on this
+machine or on a SLURM cluster, and wait for them: the same outputs either way. Signals and the
+death of the launching ``dvc`` stop the workers (``nac.pipeline.lifeline``).
 """
 from __future__ import annotations
 
@@ -27,16 +33,15 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any
 
-WORKERS_ENV, THREADS_ENV = "NAC_WORKERS", "NAC_THREADS"
+from nac.pipeline import lifeline, placement
+from nac.pipeline.envvars import choice, positive_int
+
+WORKERS_ENV, THREADS_ENV, EXECUTOR_ENV = "NAC_WORKERS", "NAC_THREADS", "NAC_EXECUTOR"
+EXECUTORS = ("pool", "local", "slurm")
 
 
 def _positive_env(name: str) -> int | None:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return None
-    if not raw.isdigit() or int(raw) < 1:
-        raise ValueError(f"{name}={raw!r} is not a positive integer; set it to e.g. 1 or 2, or unset it for the default")
-    return int(raw)
+    return positive_int(name)
 
 
 def usable_cores() -> int:
@@ -74,11 +79,23 @@ def _on_gpu(device: str) -> bool:
     return torch.cuda.is_available()
 
 
+def slots_for(device: str) -> list[placement.Slot]:
+    """The devices workers are pinned to (none under torchrun or on an unpinned CPU)."""
+    if _distributed():
+        return []
+    return placement.devices(_on_gpu(device))
+
+
 def workers_for(device: str, n_jobs: int) -> int:
     """Worker processes for ``n_jobs`` jobs on ``device`` (the params' ``device``)."""
-    asked = _positive_env(WORKERS_ENV)
+    asked, per_device = _positive_env(WORKERS_ENV), placement.jobs_per_device()  # both read: a bad one fails
     if asked is None:
-        asked = 1 if (_distributed() or _on_gpu(device)) else usable_cores()
+        if _distributed():
+            asked = 1
+        elif slots := slots_for(device):
+            asked = len(slots) * per_device
+        else:
+            asked = 1 if _on_gpu(device) else usable_cores()
     return max(1, min(asked, n_jobs))
 
 
@@ -94,7 +111,50 @@ def _run_one(fn: Callable, args: tuple, threads: int | None, progress: bool) -> 
     if threads is not None:
         import torch
         torch.set_num_threads(threads)
-    return fn(*args, progress=progress)
+    lifeline.BUSY[0] = True
+    try:
+        return fn(*args, progress=progress)
+    finally:
+        lifeline.BUSY[0] = False
+
+
+def _init_worker(slots, parent_pid: int) -> None:
+    """A worker's start: take the next device (a queue of the workers' slots), watch the stage."""
+    lifeline.worker_process(parent_pid)
+    placement.pin(slots.get())
+
+
+def _run_here(fn: Callable, jobs: list, threads: int | None, slot: placement.Slot | None, bar) -> list[Any]:
+    """The jobs one after another in this process (pinned to ``slot``; a CPU pin is undone after)."""
+    affinity = os.sched_getaffinity(0) if slot is not None and slot.kind == "cpu" else None
+    placement.pin(slot)
+    try:
+        results = []
+        for job in jobs:
+            results.append(_run_one(fn, job, threads, True))
+            bar.update()
+        return results
+    finally:
+        if affinity is not None:
+            os.sched_setaffinity(0, affinity)
+
+
+STOP_GRACE_S = 30.0  # a stopped job's time to report back (its one line; its checkpoint is intact)
+
+
+def _stop(procs: list, pending: set) -> None:
+    """Stop a stage's workers: queued jobs are cancelled, running ones get SIGTERM (each ends with
+    its one line, the checkpoint of its last epoch intact) and up to ``STOP_GRACE_S`` to report
+    back; then every worker is killed (a pool worker would otherwise wait for the next job, and
+    one can block on a queue lock a stopped worker held), so the stage never hangs on them."""
+    running = {f for f in pending if not f.cancel()}
+    for p in procs:
+        p.terminate()
+    wait(running, timeout=STOP_GRACE_S)
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+        p.join()
 
 
 def run_jobs(fn: Callable, jobs: Sequence[tuple], *, device: str = "auto", desc: str = "jobs",
@@ -108,17 +168,27 @@ def run_jobs(fn: Callable, jobs: Sequence[tuple], *, device: str = "auto", desc:
     from tqdm.auto import tqdm
 
     jobs = list(jobs)
+    executor = choice(EXECUTOR_ENV, EXECUTORS, "pool")
     threads, n = threads_for(device), workers_for(device, len(jobs))
-    bar = tqdm(total=len(jobs), desc=f"{desc} ({n} worker{'s' if n > 1 else ''})", unit="job", dynamic_ncols=True)
+    slots = placement.assign(slots_for(device), n)
+    if executor != "pool":
+        from nac.pipeline import slurm
+        return slurm.run_jobs(fn, jobs, executor=executor, threads=threads, slots=slots, desc=desc, label=label)
+    where = f" on {', '.join(sorted({s.name for s in slots}))}" if slots[0] is not None else ""
+    bar = tqdm(total=len(jobs), desc=f"{desc} ({n} worker{'s' if n > 1 else ''}{where})", unit="job",
+               dynamic_ncols=True)
     results: list[Any] = [None] * len(jobs)
     if n == 1:
-        for i, job in enumerate(jobs):
-            results[i] = _run_one(fn, job, threads, True)
-            bar.update()
-        bar.close()
-        return results
+        try:
+            return _run_here(fn, jobs, threads, slots[0], bar)
+        finally:
+            bar.close()
     start = time.perf_counter()
-    ex = ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn"))
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    for slot in slots:
+        queue.put(slot)
+    ex = ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init_worker, initargs=(queue, os.getpid()))
     futures: dict = {}
     pending: set = set()
     try:
@@ -134,7 +204,6 @@ def run_jobs(fn: Callable, jobs: Sequence[tuple], *, device: str = "auto", desc:
     finally:
         bar.close()
         if pending:  # a job failed (or this process was interrupted) with others still queued or running
-            for p in list(getattr(ex, "_processes", {}).values()):  # running jobs: stop, not wait
-                p.terminate()
+            _stop(list(getattr(ex, "_processes", {}).values()), pending)
         ex.shutdown(wait=True, cancel_futures=True)
     return results

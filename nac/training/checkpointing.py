@@ -80,6 +80,8 @@ class _State:
         if self.stale_dest is not None:
             return (f"no checkpoint of this run was written yet ({self.ckpt_path}, written with other settings, is "
                     "untouched); rerun to start over")
+        if self.ckpt_path.exists():  # stopped while resuming it: not yet read, never written
+            return f"the checkpoint at {self.ckpt_path} is untouched; rerun to resume"
         return "no checkpoint was written yet; rerun to start over"
 
 

@@ -1,0 +1,145 @@
+"""A stage's processes stop when they are told to, and when whoever started them dies.
+
+``SIGTERM`` (what ``timeout`` and ``kill`` send) and ``SIGHUP`` (a closed terminal) are handled
+like ``SIGINT``: they raise ``KeyboardInterrupt`` where the process is, so a training ends with
+the one line that says which checkpoint is intact (``nac.training.checkpointing.TrainingInterrupted``).
+
+A stage started by ``dvc repro`` (or ``dvc exp run``) watches its launcher: when the ``dvc`` process dies (even by
+``kill -9``, which it cannot forward), the stage sends itself ``SIGTERM`` within a second, and its
+worker processes, which die with their parent (Linux ``PR_SET_PDEATHSIG``) and watch it too, stop
+the same way; the per-epoch checkpoints are written atomically, so a rerun resumes them. The
+launcher is the parent, or the grandparent when the parent is a shell (``sh -c``, as DVC may run
+a stage's command) that would outlive it.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+_SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "fish"}
+_PR_SET_PDEATHSIG = 1
+POLL_S = 0.5
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def handle_stop_signals(handler=_interrupt) -> None:
+    """SIGTERM and SIGHUP raise ``KeyboardInterrupt`` in the main thread, as SIGINT does; a signal
+    this process was started ignoring stays ignored (``nohup`` ignores SIGHUP)."""
+    for sig in STOP_SIGNALS:
+        if signal.getsignal(sig) != signal.SIG_IGN:
+            signal.signal(sig, handler)
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Ask Linux to send ``sig`` to this process when its parent dies (no-op elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except (OSError, AttributeError):  # no prctl: the watch thread still covers it
+        pass
+
+
+def _identity(pid: int) -> tuple[int, float] | None:
+    """``(pid, start time)``: a pid reused by another process is not mistaken for the launcher."""
+    import psutil
+    try:
+        return pid, psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def _alive(ident: tuple[int, float]) -> bool:
+    import psutil
+    try:
+        return psutil.Process(ident[0]).create_time() == ident[1]
+    except psutil.Error:
+        return False
+
+
+def launchers() -> list[tuple[int, float]]:
+    """The processes whose death stops this one: the parent, and its parent when the parent is a
+    shell. Nothing when the parent is init (already orphaned, or started by a service manager)."""
+    import psutil
+    out = []
+    pid = os.getppid()
+    for _ in range(2):
+        if pid <= 1:
+            break
+        ident = _identity(pid)
+        if ident is None:
+            break
+        out.append(ident)
+        try:
+            proc = psutil.Process(pid)
+            if proc.name() not in _SHELLS:
+                break
+            pid = proc.ppid()
+        except psutil.Error:
+            break
+    return out
+
+
+def watch(idents: list[tuple[int, float]], sig: int = signal.SIGTERM, poll_s: float = POLL_S) -> threading.Thread | None:
+    """A daemon thread that sends ``sig`` to this process once any of ``idents`` has died."""
+    if not idents:
+        return None
+    me = os.getpid()
+
+    def run():
+        while all(_alive(i) for i in idents):
+            time.sleep(poll_s)
+        os.kill(me, sig)
+
+    t = threading.Thread(target=run, name="nac-lifeline", daemon=True)
+    t.start()
+    return t
+
+
+def stage_process() -> None:
+    """For a stage script's main process: stop signals like Ctrl-C, and, when DVC started it (DVC
+    sets ``DVC_STAGE`` for a stage's command), stop when that launcher dies. A script started by
+    hand is not watched: ``nohup python stages/train.py &`` outlives its shell, as it should."""
+    handle_stop_signals()
+    if os.environ.get("DVC_STAGE"):
+        watch(launchers())
+
+
+BUSY = [False]  # a worker process is running a job (set by nac.pipeline.pool)
+
+
+def _worker_interrupt(signum, frame):
+    if BUSY[0]:  # in a job: the training ends with its one line, checkpoint intact
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+    os._exit(128 + signum)  # idle between jobs: nothing to save, nothing to say
+
+
+def worker_process(parent_pid: int) -> None:
+    """For a stage's worker process (started by ``parent_pid``): stop signals like Ctrl-C while a
+    job runs (an idle worker just exits), and stop when the stage dies."""
+    handle_stop_signals(_worker_interrupt)
+    die_with_parent()
+    if os.getppid() != parent_pid:  # the stage died before the line above took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+    watch([i for i in [_identity(parent_pid)] if i is not None])
+
+
+def run_stage(main, name: str) -> None:
+    """Run a stage script's ``main()`` as ``stage_process`` says; an interruption outside a
+    training (which says its own line) ends the stage with one line, not a traceback."""
+    stage_process()
+    try:
+        main()
+    except KeyboardInterrupt as e:
+        how = e.args[0] if e.args else "SIGINT"
+        raise SystemExit(f"{name}: interrupted ({how}); every finished epoch's checkpoint is intact; rerun to resume"
+                         ) from None
