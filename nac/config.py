@@ -165,7 +165,7 @@ class ModelConfig(ConfigDict):
     modfc_norm_affine: bool = False                   # authors: LayerNorm(W_c c) without scale or shift
     modfc_gain: str = "one_plus_alpha"                # paper eq. 1 (TINY-INET-NC-X's class default: ln_only)
     drop_path_schedule: str = "uniform"               # authors: one rate in every layer (nac v1: linear)
-    input_latents: int = 0                            # 0: read into the processors (eqs. 4-5); >0: not implemented
+    input_latents: int = 0                            # 0: read into the processors (eqs. 4-5); N: N input latents (authors)
     initial_state: str = "mlp"                        # paper section 2.2: an MLP of the code (authors: the code)
     state_noise: float = 0.0                          # std of noise on the initial states in training
     code_noise: float = 0.0                           # std of noise on the codes in training (m2mKD: 0.05)
@@ -209,11 +209,6 @@ class ModelConfig(ConfigDict):
         _choice("initial_state", self.initial_state, INITIAL_STATES)
         if int(self.input_latents) < 0:
             raise ValueError(f"model.input_latents must be >= 0 (0: read into the processor modules), got {self.input_latents}")
-        if self.input_latents > 0:
-            raise NotImplementedSetting(
-                f"model.input_latents={self.input_latents}: separate input latents (TINY-INET-NC-X, m2mKD) are not "
-                "implemented; how they update across layers and whether the kernel covers their links is not documented "
-                "(docs/reference.md, 'Switches'). Use 0: the processor modules read the input (paper eqs. 4-5)")
         if self.state_noise < 0 or self.code_noise < 0:
             raise ValueError(f"model.state_noise and model.code_noise are standard deviations and must be >= 0, got "
                              f"{self.state_noise}, {self.code_noise}")

@@ -7,12 +7,12 @@ import torch
 import torch.nn as nn
 
 from nac.baselines import ModularNetwork, ModularNetworkConfig, NeuralInterpreter, NeuralInterpreterConfig
-from nac.circuits.generators import (CircuitDesign, ConditionalCircuitGenerator, PerceiverLatents,
+from nac.circuits.generators import (CircuitDesign, ConditionalCircuitGenerator, InputLatents, PerceiverLatents,
                                      UnconditionalCircuitGenerator)
 from nac.circuits.kernel import KernelSampler, link_probabilities, sample_kernel
 from nac.graphs import prior_target
 from nac.signatures import prior_signatures
-from nac.circuits.layers import Propagator, ReadOut
+from nac.circuits.layers import Propagator, ReadOut, cat_modules
 from nac.circuits.modfc import configure_modfc
 from nac.circuits.readin import ReadIn
 from nac.circuits.tokenizers import build_tokenizer
@@ -26,6 +26,18 @@ class NAC(nn.Module):
     inputs: whatever the tokenizer reads (images ``[B, 3, H, W]``, points ``[B, N, 3]``, token
     ids ``[B, T]``, ...); mask ``[B, T]`` bool marks real tokens; cond / cond_mask: what the
     conditional circuit generator reads.
+
+    ``input_latents = N > 0`` (the authors' ``TINY-INET-NC-X`` and m2mKD layout): the read-in
+    reads the input into ``N`` separate input latents (``self.input_latents``, an
+    ``InputLatents``: their own codes and initial states, no kernel) instead of into the
+    processors, whose states start as their initial states; every propagator's processors attend
+    to the input latents and to each other, and the read-out to the input latents and the
+    processors. Our reading where the authors' layout is not recorded (docs/reference.md,
+    "Switches"): the input latents' states are fixed after the read-in (they only send); the
+    kernel covers processor-to-processor (and read-out-to-processor) links only, links from input
+    latents are dense (``K = 1``, so attention bias ``log 1 = 0`` before eq. 3's row
+    normalisation); input latents have no signatures, take no part in the graph, the regularizer
+    or module dropping.
     """
 
     sampler_impl = "sparse"  # nac.circuits.kernel.SAMPLER_IMPLS; "plain" is the reference form
@@ -47,6 +59,10 @@ class NAC(nn.Module):
                                                            learn_signatures=c.variant == "nac",
                                                            initial_state=c.initial_state, code_noise=c.code_noise,
                                                            state_noise=c.state_noise)
+        if c.input_latents:  # created only then: the default model's parameters and RNG draws are unchanged
+            self.input_latents = InputLatents(c.input_latents, c.d_model, c.d_code, modulated=c.modulated,
+                                              initial_state=c.initial_state, code_noise=c.code_noise,
+                                              state_noise=c.state_noise)
         has_kernel = c.uses_kernel or c.generator == "conditional"
         # One kernel bandwidth per attention module (authors), owned by the module; else one shared.
         own_bw = dict(bandwidth=c.bandwidth if has_kernel and c.kernel_per_module else None,
@@ -220,8 +236,10 @@ class NAC(nn.Module):
         each smaller model on the same tokens (``nac.evaluation.predict_tokens``)."""
         B = tokens.shape[0]
         design = design or self.design(cond, cond_mask)
-        states = self.read_in(tokens, design.states, design.codes, mask)
         c = self.config
+        if c.input_latents:
+            return self._execute_with_input_latents(tokens, mask, design)
+        states = self.read_in(tokens, design.states, design.codes, mask)
         samplers, sample_op = [None] * c.depth, None
         if design.signatures is not None:
             if c.kernel_per_module:  # each propagator draws from its own kernel
@@ -234,6 +252,32 @@ class NAC(nn.Module):
             states = layer(states, design.codes, K)
         K_out = None if sample_op is None else sample_op(B)
         return self.read_out(design.readout_states, states, design.readout_codes, design.codes, K_out)
+
+    def _samplers(self, design: CircuitDesign) -> tuple[list, KernelSampler | None]:
+        """The propagators' kernel samplers (one per layer) and the read-out's, as in ``execute``."""
+        c = self.config
+        if design.signatures is None:
+            return [None] * c.depth, None
+        if c.kernel_per_module:
+            samplers = [self._sampler(self._P(design.signatures, layer=i)) for i in range(c.depth)]
+        else:
+            samplers = [self._sampler(self._P(design.signatures, layer=None))] * c.depth
+        return samplers, self._sampler(self._P(design.readout_signatures, design.signatures, layer="readout"), readout=True)
+
+    def _execute_with_input_latents(self, tokens: torch.Tensor, mask, design: CircuitDesign) -> torch.Tensor:
+        """``execute`` with ``input_latents = N > 0``: tokens ``[B, T, d_in]`` read into the input
+        latents ``[B, N, d]``, which every propagator and the read-out receive from (dense links)."""
+        B = tokens.shape[0]
+        latent_codes, latent_states = self.input_latents()
+        latents = self.read_in(tokens, latent_states, latent_codes, mask)             # [B, N, d]
+        states = design.states.expand(B, *design.states.shape[-2:])                    # [B, U_p, d]
+        samplers, sample_op = self._samplers(design)
+        for layer, sample in zip(self.propagators, samplers):
+            K = None if sample is None else sample(B)
+            states = layer(states, design.codes, K, latents=latents, latent_codes=latent_codes)
+        K_out = None if sample_op is None else sample_op(B)
+        return self.read_out(design.readout_states, torch.cat([latents, states], dim=1), design.readout_codes,
+                             cat_modules(latent_codes, design.codes), K_out, dense_senders=latents.shape[1])
 
 
 BASELINES = {"neural_interpreter": (NeuralInterpreterConfig, NeuralInterpreter),

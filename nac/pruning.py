@@ -33,14 +33,16 @@ def expected_degree(model: NAC) -> torch.Tensor:
 
 @torch.no_grad()
 def attention_received(model: NAC, inputs, mask=None) -> torch.Tensor:
-    """``[U_p]`` mean attention each processor module receives as a sender, over a batch."""
-    received = torch.zeros(model.config.n_processor)
+    """``[U_p]`` mean attention each processor module receives as a sender, over a batch (with
+    input latents, the processors are the last ``U_p`` senders; the latents are not ranked)."""
+    U = model.config.n_processor
+    received = torch.zeros(U)
     attns = [layer.attn for layer in model.propagators] + [model.read_out.attn]
 
-    def hook(module, args, _out):
-        received.add_(module.weights(*args).float().mean(dim=(0, 1)).mean(dim=0).cpu())
+    def hook(module, args, kwargs, _out):
+        received.add_(module.weights(*args, **kwargs).float().mean(dim=(0, 1)).mean(dim=0)[-U:].cpu())
 
-    handles = [a.register_forward_hook(hook) for a in attns]
+    handles = [a.register_forward_hook(hook, with_kwargs=True) for a in attns]
     was_training = model.training
     try:
         model.eval()

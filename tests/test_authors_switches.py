@@ -256,11 +256,10 @@ def test_initial_states_from_the_code_and_noise_only_in_training():
     assert float((design.states - design.codes).detach().std()) == pytest.approx(0.1, rel=0.3)
 
 
-def test_input_latents_are_refused_clearly():
-    with pytest.raises(NotImplementedError, match=r"input_latents=64: .* not implemented"):
-        make_tiny_config(input_latents=64)
-    with pytest.raises(ValueError, match="input_latents"):  # a ValueError too: params validation names the key
-        make_tiny_config(input_latents=64)
+def test_input_latents_are_a_switch():  # the layout itself: tests/test_input_latents.py
+    assert make_tiny_config(input_latents=64).input_latents == 64
+    with pytest.raises(ValueError, match="input_latents"):  # a ValueError: params validation names the key
+        make_tiny_config(input_latents=-1)
     assert issubclass(NotImplementedSetting, ValueError)
 
 
@@ -289,7 +288,7 @@ def test_defaults_are_the_authors_where_the_paper_is_silent():
     ("nac_v1", dict(truncation_mode="masked", kernel_per_module=False, matching="search", signature_fit="margin",
                     target_diagonal="one", readout_residual=True, readout_norm=True, readout_layer_scale=None,
                     truncate_readout=True, modfc_norm_affine=True, drop_path_schedule="linear")),
-    ("m2mkd", dict(sample_readout=False, code_noise=0.05, initial_state="code")),
+    ("m2mkd", dict(sample_readout=False, code_noise=0.05, initial_state="code", input_latents=64)),
 ])
 def test_each_template_composes_validates_and_reaches_every_track(tmp_path, template, expect):
     from nac.compose import write_params

@@ -103,7 +103,9 @@ class SKMDPA(nn.Module):
 
     ``code_recv``: ``[(B,) U, d_code]``, ``code_send``: ``[(B,) V, d_code]``;
     ``K``: ``[(B,) U, V]`` kernel or ``None`` (dense); ``key_mask``: ``[B, V]`` bool, True = keep.
-    Returns ``[B, U, d]``.
+    ``dense_senders = n > 0``: the senders are ``n`` input latents then the ``V - n`` modules ``K``
+    covers (``K`` is ``[(B,) U, V - n]``); the input latents' links are dense, ``K = 1`` there,
+    and eq. 3's normalisation runs over the whole row. Returns ``[B, U, d]``.
     """
 
     def __init__(self, d: int, d_code: int, heads: int, modulated: bool = True, delta: float = 1e-6, alpha_init: float = 0.1):
@@ -127,9 +129,13 @@ class SKMDPA(nn.Module):
         return (self._split(self.q(x_recv, code_recv)), self._split(self.k(x_send, code_send)),
                 self._split(self.v(x_send, code_send)))
 
-    def _bias(self, K: torch.Tensor | None, key_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    def _bias(self, K: torch.Tensor | None, key_mask: torch.Tensor | None, dtype: torch.dtype,
+              dense_senders: int = 0) -> torch.Tensor | None:
         bias = None
         if K is not None:
+            if dense_senders:  # input latents first: linked to every receiver with K = 1
+                K = K.dense() if isinstance(K, SparseKernel) else K
+                K = torch.cat([K.new_ones(*K.shape[:-1], dense_senders), K], dim=-1)
             bias = log_normalized_kernel(K, self.delta, self.bias_impl)
             bias = bias.unsqueeze(-3) if bias.dim() == 3 else bias  # broadcast over heads
         if key_mask is not None:
@@ -138,9 +144,9 @@ class SKMDPA(nn.Module):
             bias = pad if bias is None else bias + pad
         return None if bias is None else bias.to(dtype)
 
-    def forward(self, x_recv, x_send, code_recv, code_send, K=None, key_mask=None) -> torch.Tensor:
+    def forward(self, x_recv, x_send, code_recv, code_send, K=None, key_mask=None, dense_senders: int = 0) -> torch.Tensor:
         q, k, v = self._qkv(x_recv, x_send, code_recv, code_send)
-        bias = self._bias(K, key_mask, q.dtype)
+        bias = self._bias(K, key_mask, q.dtype, dense_senders)
         # CPU only: on CUDA, SDPA's fused kernels take a bias with a gradient themselves.
         if self.attn_impl == "explicit" and K is not None and key_mask is None and q.device.type == "cpu":
             y = explicit_attention(q, k, v, bias)
@@ -149,10 +155,10 @@ class SKMDPA(nn.Module):
         return self.out(y.transpose(1, 2).flatten(2), code_recv)
 
     @torch.no_grad()
-    def weights(self, x_recv, x_send, code_recv, code_send, K=None, key_mask=None) -> torch.Tensor:
+    def weights(self, x_recv, x_send, code_recv, code_send, K=None, key_mask=None, dense_senders: int = 0) -> torch.Tensor:
         """The attention weights ``W_{i<-j}``, ``[B, H, U, V]``, computed explicitly (for
         analysis and for ranking Perceiver IO latents by the attention they receive)."""
         q, k, _ = self._qkv(x_recv, x_send, code_recv, code_send)
         scores = q @ k.transpose(-1, -2) / math.sqrt(self.d_head)
-        bias = self._bias(K, key_mask, scores.dtype)
+        bias = self._bias(K, key_mask, scores.dtype, dense_senders)
         return torch.softmax(scores if bias is None else scores + bias, dim=-1)

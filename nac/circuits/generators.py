@@ -112,6 +112,45 @@ class UnconditionalCircuitGenerator(nn.Module):
                 self.signatures = self.signatures[keep].clone()
 
 
+class InputLatents(nn.Module):
+    """The authors' separate input latents (``TINY-INET-NC-X``, m2mKD; ``ModelConfig.input_latents
+    = N > 0``): ``N`` modules that read the input in place of the processors. Each has its own
+    learnable code ``[N, d_code]`` and an initial state ``[N, d]`` made like the processors'
+    (``initial_state``: an MLP of the code, or the code itself; ``code_noise`` / ``state_noise``
+    in training, one draw per forward pass); no signatures (our reading: the kernel covers
+    processor-to-processor links only, links from input latents are dense). Unmodulated
+    (Perceiver IO): a learned latent array ``[N, d]`` and no codes.
+
+    ``forward() -> (codes [N, d_code] or None, states [N, d])``."""
+
+    def __init__(self, n: int, d: int, d_code: int, modulated: bool = True, initial_state: str = "mlp",
+                 code_noise: float = 0.0, state_noise: float = 0.0):
+        super().__init__()
+        if initial_state not in ("mlp", "code"):
+            raise ValueError(f"unknown initial_state {initial_state!r}; valid choices: mlp, code")
+        if modulated and initial_state == "code" and d_code != d:
+            raise ValueError(f"initial_state='code' needs d_code == d, got {d_code} and {d}")
+        self.modulated, self.initial_state = modulated, initial_state
+        self.code_noise, self.state_noise = float(code_noise), float(state_noise)
+        if modulated:
+            self.codes = nn.Parameter(torch.randn(n, d_code))
+            if initial_state == "mlp":
+                self.state_mlp = _mlp(d_code, d)
+                _unit_scale_(self.state_mlp, self.codes)
+        else:  # unit scale, like PerceiverLatents
+            self.latents = nn.Parameter(torch.randn(n, d))
+
+    def _noisy(self, x: torch.Tensor, std: float) -> torch.Tensor:
+        return x + std * torch.randn_like(x) if self.training and std > 0 else x
+
+    def forward(self) -> tuple[torch.Tensor | None, torch.Tensor]:
+        if not self.modulated:
+            return None, self.latents
+        codes = self._noisy(self.codes, self.code_noise)
+        states = self.state_mlp(codes) if self.initial_state == "mlp" else codes
+        return codes, self._noisy(states, self.state_noise)
+
+
 class PerceiverLatents(nn.Module):
     """Perceiver IO's learned latent array and output queries, as a degenerate circuit design:
     no signatures (dense attention) and no codes (plain linear layers)."""
@@ -188,4 +227,5 @@ class ConditionalCircuitGenerator(nn.Module):
             "sample, so drop modules from an unconditional NAC instead")
 
 
-__all__ = ["CircuitDesign", "UnconditionalCircuitGenerator", "PerceiverLatents", "ConditionalCircuitGenerator"]
+__all__ = ["CircuitDesign", "UnconditionalCircuitGenerator", "InputLatents", "PerceiverLatents",
+           "ConditionalCircuitGenerator"]

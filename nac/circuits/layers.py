@@ -46,11 +46,28 @@ def register_bandwidth(module: nn.Module, bandwidth: float | None, learnable: bo
         module.register_buffer("bandwidth", bw)
 
 
+def cat_modules(first: torch.Tensor | None, second: torch.Tensor | None) -> torch.Tensor | None:
+    """Concatenate two module sets ``[(B,) N, k]`` and ``[(B,) U, k]`` along the module axis
+    (``[(B,) N + U, k]``), expanding an unbatched one to the other's batch; ``None`` when both are
+    ``None`` (unmodulated codes)."""
+    if first is None and second is None:
+        return None
+    if first.dim() != second.dim():
+        B = first.shape[0] if first.dim() == 3 else second.shape[0]
+        first, second = (x.expand(B, *x.shape[-2:]) for x in (first, second))
+    return torch.cat([first, second], dim=-2)
+
+
 class Propagator(nn.Module):
     """One round of communication (SKMDPA among processor modules) then computation (ModFFN),
     each a pre-LayerNorm residual branch. states ``[B, U, d]``, codes ``[(B,) U, d_code]``,
     K ``[(B,) U, U]`` or ``None`` (dense). Returns ``[B, U, d]``. ``bandwidth``: this layer's own
-    kernel bandwidth (``register_bandwidth``), or None."""
+    kernel bandwidth (``register_bandwidth``), or None.
+
+    ``latents`` ``[B, N, d]`` with ``latent_codes`` ``[N, d_code]`` (or ``None``): the input latents
+    (``ModelConfig.input_latents``), senders only: the processors attend to them and to each
+    other, the latents' links dense (``K = 1``, ``SKMDPA``'s ``dense_senders``), the same
+    pre-LayerNorm on every sender; the latents themselves are not updated."""
 
     def __init__(self, d: int, d_code: int, heads: int, ffn_mult: float = 4.0, modulated: bool = True, gated: bool = False,
                  drop_path: float = 0.0, layer_scale: float | None = None, delta: float = 1e-6, alpha_init: float = 0.1,
@@ -64,9 +81,14 @@ class Propagator(nn.Module):
         self.scale_attn, self.scale_ffn = LayerScale(d, layer_scale), LayerScale(d, layer_scale)
         self.drop_path = DropPath(drop_path)
 
-    def forward(self, states, codes, K=None) -> torch.Tensor:
+    def forward(self, states, codes, K=None, latents=None, latent_codes=None) -> torch.Tensor:
         h = self.norm_attn(states)
-        states = states + self.drop_path(self.scale_attn(self.attn(h, h, codes, codes, K)))
+        if latents is None:
+            states = states + self.drop_path(self.scale_attn(self.attn(h, h, codes, codes, K)))
+        else:
+            send = torch.cat([self.norm_attn(latents), h], dim=1)
+            a = self.attn(h, send, codes, cat_modules(latent_codes, codes), K, dense_senders=latents.shape[1])
+            states = states + self.drop_path(self.scale_attn(a))
         return states + self.drop_path(self.scale_ffn(self.ffn(self.norm_ffn(states), codes)))
 
 
@@ -81,7 +103,9 @@ class ReadOut(nn.Module):
     (``norm=False``). ``nac`` v1: ``residual=True, norm=True, layer_scale=None``.
 
     readout_states ``[(B,) U_o, d]``, processor_states ``[B, U_p, d]``, codes as SKMDPA,
-    K ``[(B,) U_o, U_p]`` or ``None``. Returns logits ``[B, num_classes]``.
+    K ``[(B,) U_o, U_p]`` or ``None``. Returns logits ``[B, num_classes]``. ``dense_senders = n``:
+    the first ``n`` senders are input latents that ``K`` does not cover (``SKMDPA``; ``K`` is then
+    ``[(B,) U_o, U_p - n]``).
     """
 
     def __init__(self, d: int, d_code: int, heads: int, num_classes: int, ffn_mult: float = 4.0, modulated: bool = True,
@@ -100,10 +124,12 @@ class ReadOut(nn.Module):
         self.confidence = nn.Linear(d, 1, bias=False)  # a shared bias would cancel in the softmax
         self.head = nn.Linear(d, num_classes)
 
-    def forward(self, readout_states, processor_states, readout_codes, processor_codes, K=None) -> torch.Tensor:
+    def forward(self, readout_states, processor_states, readout_codes, processor_codes, K=None,
+                dense_senders: int = 0) -> torch.Tensor:
         B = processor_states.shape[0]
         y = readout_states.expand(B, *readout_states.shape[-2:])
-        a = self.scale_attn(self.attn(self.norm_recv(y), self.norm_send(processor_states), readout_codes, processor_codes, K))
+        a = self.scale_attn(self.attn(self.norm_recv(y), self.norm_send(processor_states), readout_codes, processor_codes, K,
+                                      dense_senders=dense_senders))
         y = y + a if self.residual else a
         y = y + self.scale_ffn(self.ffn(self.norm_ffn(y), readout_codes))
         h = self.norm_out(y)
