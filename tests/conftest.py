@@ -1,5 +1,6 @@
 import pytest
 import torch
+from tiny_models import make_tiny_config
 
 
 @pytest.fixture(autouse=True)
@@ -12,13 +13,3 @@ def _seed_and_threads():
 def tiny_config():
     """Factory for a NAC config small enough for CPU unit tests (32 px images, 8x8 tokens)."""
     return make_tiny_config
-
-
-def make_tiny_config(**overrides):
-    from nac.config import ModelConfig
-
-    base = dict(num_classes=5, tokenizer={"kind": "conv32", "dim": 16, "pos_dim": 8}, d_model=32, d_sig=8,
-                n_processor=16, n_readout=3, depth=2, heads=4, readin_heads=2, readout_heads=1, ffn_mult=2.0,
-                frozen_graph_m=2, signature_fit_steps=200)
-    base.update(overrides)
-    return ModelConfig(**base)

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from conftest import make_tiny_config
+from tiny_models import make_tiny_config
 from nac.circuits.kernel import link_probabilities
 from nac.circuits.layers import ReadOut
 from nac.circuits.modfc import ModFC, configure_modfc

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from conftest import make_tiny_config
+from tiny_models import make_tiny_config
 from nac.checkpoint import load_model, save_checkpoint
 from nac.circuits.attention import SKMDPA
 from nac.circuits.layers import cat_modules

@@ -24,7 +24,7 @@ def toy_job(seed: int, out: str, epochs: int = 2, progress: bool = True) -> dict
     """One training job as a stage runs it: a tiny NAC trained on a toy task with a per-epoch
     checkpoint, its metrics written to ``out/toy-<seed>.json``. Returns where it ran."""
     sys.path.insert(0, str(TESTS))
-    from conftest import make_tiny_config
+    from tiny_models import make_tiny_config
     from test_overfit import Quadrants
 
     from nac import build_model

@@ -119,7 +119,7 @@ def _free_port() -> int:
 DDP_SCRIPT = """
 import json, sys, torch
 sys.path.insert(0, {tests!r})
-from conftest import make_tiny_config
+from tiny_models import make_tiny_config
 from test_training import Quadrants, small_train
 from nac import build_model
 from nac.training.distributed import init_distributed
