@@ -79,7 +79,7 @@ def _processes_of(root: psutil.Process) -> list[psutil.Process]:
     return [root] + root.children(recursive=True)
 
 
-@pytest.mark.slow  # 45-55 s on the shared VM; the dvc repro test below covers the same in the default run
+@pytest.mark.slow  # 45-55 s on the shared VM; the dvc repro test below covers the same (slow too)
 def test_killing_the_launcher_stops_the_stage_and_its_workers(tmp_path):
     """A launcher (as ``dvc repro`` is: it sets DVC_STAGE) runs a stage of two jobs in two worker
     processes; ``kill -9`` of the launcher once both train; within seconds neither the stage nor a
@@ -120,6 +120,7 @@ def _repo_processes(repo: Path) -> list[psutil.Process]:
     return out
 
 
+@pytest.mark.slow  # 20-90 s (a dvc repro of two training jobs); the signal tests above cover the stop in the default run
 def test_kill_9_of_dvc_repro_leaves_no_trainer_and_a_resumable_checkpoint(tmp_path):
     """``dvc repro train_points`` (two jobs in two workers) in a temporary copy of the repository;
     ``kill -9`` of the dvc process once both jobs have a checkpoint; within seconds no process of
