@@ -22,7 +22,6 @@ import json
 import os
 import platform
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -33,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from nac.report.switches import bench_params  # noqa: E402
-from nac.tracks.image import evaluate_image_run, train_image_run  # noqa: E402
+from scratch_run import train_in_scratch  # noqa: E402  (bench/, the script's folder)
 
 
 def main() -> None:
@@ -56,16 +55,7 @@ def main() -> None:
                 p = copy.deepcopy(params)
                 p["image"]["train"]["epochs"] = epochs
                 p["data"]["root"] = str(data_root)
-                with tempfile.TemporaryDirectory() as tmp:
-                    cwd = os.getcwd()
-                    os.chdir(tmp)
-                    try:
-                        t0 = time.time()
-                        res = train_image_run(p, run, seed, progress=False)
-                        wall = time.time() - t0
-                        ev = evaluate_image_run(p, run, seed)
-                    finally:
-                        os.chdir(cwd)
+                res, ev, wall = train_in_scratch(p, run, seed)
                 entry = {"val_acc1": [h["val_acc1"] for h in res["history"]],
                          "train_acc": [h["train_acc"] for h in res["history"]],
                          "eval": {k: v for k, v in ev.items() if k not in ("run", "seed")},
