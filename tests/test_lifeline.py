@@ -49,6 +49,14 @@ def _stage_script(tmp_path: Path, jobs: int, epochs: int = 400) -> Path:
     return script
 
 
+def _default_signals() -> None:
+    """In the child: SIGINT and SIGHUP at their defaults. A runner started in the background (`cmd &`
+    ignores SIGINT) or under nohup (SIGHUP) passes the ignored signal on, and a stage keeps ignoring
+    what it was started ignoring, so the test would send a signal the stage rightly never sees."""
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def _wait_for(paths: list[Path], proc: subprocess.Popen, timeout: float = 300) -> None:
     deadline = time.time() + timeout
     while not all(p.exists() for p in paths):
@@ -61,7 +69,8 @@ def _wait_for(paths: list[Path], proc: subprocess.Popen, timeout: float = 300) -
 def test_sigterm_and_sighup_stop_training_like_ctrl_c(tmp_path, sig):
     ckpt = tmp_path / "toy-0.pt"
     proc = subprocess.Popen([sys.executable, str(_stage_script(tmp_path, jobs=1))], cwd=tmp_path,
-                            env=_env(NAC_WORKERS="1"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=_env(NAC_WORKERS="1"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_default_signals)
     try:
         _wait_for([ckpt], proc)
         proc.send_signal(sig)
