@@ -49,6 +49,7 @@ def _syncs_in_fit(tiny_config, steps: int) -> int:
     return ops.n
 
 
+@pytest.mark.slow  # ~20 s (two short fits under the op counter); CI runs it with the slow tests
 def test_a_training_step_has_no_host_sync(tiny_config, monkeypatch):
     """fit(3 steps) - fit(2 steps) = one steady-state step: no sync op in it (the old loop had
     about ten: finiteness checks, .item(), the EMA's counter)."""
@@ -74,7 +75,7 @@ def test_ema_update_is_bitwise_pytorchs(tiny_config):
         assert torch.equal(a, b), k
 
 
-@pytest.mark.parametrize("sync_every", [1, 1000])
+@pytest.mark.parametrize("sync_every", [1, pytest.param(1000, marks=pytest.mark.slow)])   # read every step / at epoch end
 def test_non_finite_loss_mid_epoch_stops_before_the_checkpoint(tmp_path, tiny_config, monkeypatch, sync_every):
     """The record is read every SYNC_EVERY steps or at the epoch end; either way the error names
     the step that went wrong and nothing is saved after it."""

@@ -223,8 +223,8 @@ def test_training_jobs_in_two_workers_match_one_after_another_in_one_process(smo
         assert (repo / "metrics/tracks/points" / f.name).read_bytes() == f.read_bytes(), f.name
 
 
-@pytest.mark.parametrize("placed", [{"NAC_DEVICES": "cpu:0,cpu:1"},
-                                    {"NAC_EXECUTOR": "local", "NAC_DEVICES": "cpu:0,cpu:1"}],
+@pytest.mark.parametrize("placed", [pytest.param({"NAC_DEVICES": "cpu:0,cpu:1"}, marks=pytest.mark.slow),  # toy jobs
+                                    {"NAC_EXECUTOR": "local", "NAC_DEVICES": "cpu:0,cpu:1"}],       # (test_placement)
                          ids=["two-fake-devices", "submitit-local"])
 def test_training_jobs_placed_on_two_devices_or_through_submitit_match(smoke_repo, tmp_path, placed):
     """nac.pipeline.placement and nac.pipeline.slurm: the point-cloud stage's two jobs, each

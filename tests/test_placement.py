@@ -93,6 +93,7 @@ def test_jobs_on_two_fake_devices_match_one_process(clean_env, tmp_path, one_pro
 
 
 @TWO_CORES
+@pytest.mark.slow  # ~13 s; the smoke stage through submitit's local executor stays in the default run (test_pipeline)
 def test_jobs_through_submitit_local_executor_match_one_process(clean_env, tmp_path, one_process):
     clean_env.setenv(pool.EXECUTOR_ENV, "local")
     clean_env.setenv(placement.DEVICES_ENV, "cpu:0,cpu:1")
