@@ -17,6 +17,8 @@ import psutil
 import pytest
 import torch
 
+from nac.pipeline import lifeline
+
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 LINE = ("toy-0: interrupted at epoch {e} after {s}/4 steps; the checkpoint of epoch {k} at {ckpt} is intact; "
@@ -57,10 +59,11 @@ def _default_signals() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
-def _wait_for(paths: list[Path], proc: subprocess.Popen, timeout: float = 300) -> None:
+def _wait_for(paths: list[Path], proc: subprocess.Popen, timeout: float = 300, log: Path | None = None) -> None:
     deadline = time.time() + timeout
     while not all(p.exists() for p in paths):
-        assert proc.poll() is None, proc.communicate()[1][-3000:] if proc.stderr else "exited"
+        assert proc.poll() is None, (log.read_text()[-3000:] if log else
+                                     proc.communicate()[1][-3000:] if proc.stderr else "exited")
         assert time.time() < deadline, "training did not write its first checkpoint"
         time.sleep(0.05)
 
@@ -96,16 +99,17 @@ def test_killing_the_launcher_stops_the_stage_and_its_workers(tmp_path):
     launcher = subprocess.Popen(
         [sys.executable, "-c", "import subprocess, sys; sys.exit(subprocess.call([sys.executable, sys.argv[1]]))",
          str(_stage_script(tmp_path, jobs=2, epochs=30))], cwd=tmp_path, env=_env(NAC_WORKERS="2", DVC_STAGE="train"),
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "stderr.txt", "w"), text=True)
     ckpts = [tmp_path / "toy-0.pt", tmp_path / "toy-1.pt"]
     try:
-        _wait_for(ckpts, launcher)
+        _wait_for(ckpts, launcher, log=tmp_path / "stderr.txt")
         tree = _processes_of(psutil.Process(launcher.pid))[1:]  # the stage and its two workers
         assert len(tree) >= 3, [p.cmdline() for p in tree]
         launcher.send_signal(signal.SIGKILL)
         launcher.wait()
-        gone, alive = psutil.wait_procs(tree, timeout=30)
-        assert not alive, f"still running after the launcher died: {[p.cmdline() for p in alive]}"
+        gone, alive = psutil.wait_procs(tree, timeout=lifeline.HARD_STOP_S + 30)
+        assert not alive, (f"still running after the launcher died: {[p.cmdline() for p in alive]}\n"
+                           f"{(tmp_path / 'stderr.txt').read_text()[-6000:]}")
     finally:
         for p in _processes_of(psutil.Process(launcher.pid)) if launcher.poll() is None else []:
             p.kill()
@@ -116,6 +120,47 @@ def test_killing_the_launcher_stops_the_stage_and_its_workers(tmp_path):
 
     out = pool.run_jobs(toy_job, [(0, str(tmp_path), 30)], device="cpu", desc="toy")
     assert out[0]["epochs_run"] == list(range(epochs[0] + 1, 31))  # resumed
+
+
+HUNG = """
+import subprocess, sys, threading, time
+from nac.pipeline import lifeline
+lifeline.handle_stop_signals()
+lifeline.watch(lifeline.launchers(), hard_stop_s=1.0)
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+print(child.pid, flush=True)  # after the watch began: the launcher may die from here on
+lock = threading.Lock()
+lock.acquire()
+try:
+    lock.acquire()  # the main thread blocked on a lock, as a stage waiting for its workers is
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    while True:  # a graceful stop that never ends
+        time.sleep(0.1)
+"""
+
+
+def test_a_hung_stop_is_killed_with_its_children_after_the_hard_stop(tmp_path):
+    """The launcher dies; the watched process's main thread, blocked on a lock, is interrupted (the
+    signal goes to it, not to whichever thread the kernel picks), then hangs in its stop: one
+    second later (``hard_stop_s``) it has said where it hung and it and its child are gone."""
+    log = tmp_path / "stderr.txt"
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys; subprocess.Popen([sys.executable, '-c', sys.argv[1]]); "
+         "import time; time.sleep(600)", HUNG], env=_env(), stdout=subprocess.PIPE, stderr=open(log, "w"), text=True)
+    try:
+        child = psutil.Process(int(launcher.stdout.readline()))
+        watched = psutil.Process(child.ppid())
+        launcher.kill()
+        launcher.wait()
+        assert launcher.stdout.readline().strip() == "interrupted"
+        _, alive = psutil.wait_procs([watched, child], timeout=30)
+        assert not alive, [p.cmdline() for p in alive]
+    finally:
+        launcher.kill()
+    text = log.read_text()
+    assert f"pid {watched.pid}: still running 1 s after its launcher died; where each thread stands:" in text, text
+    assert "Thread 0x" in text and "in <module>" in text, text
 
 
 def _repo_processes(repo: Path) -> list[psutil.Process]:
@@ -159,16 +204,20 @@ def test_kill_9_of_dvc_repro_leaves_no_trainer_and_a_resumable_checkpoint(tmp_pa
                 ["git", "-c", "user.name=test", "-c", "user.email=test@example.invalid", "commit", "-qm", "copy"]):
         subprocess.run(cmd, cwd=repo, env=env, check=True, capture_output=True)
     ckpts = [repo / "models/points" / f"{run}-0.pt" for run in params["points"]["runs"]]
-    dvc = subprocess.Popen([sys.executable, "-m", "dvc", "repro", "train_points"], cwd=repo, env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "stderr.txt"  # a file, not a pipe: nobody reads a pipe while the stage runs, and a full one blocks it
+    with open(log, "w") as err:
+        dvc = subprocess.Popen([sys.executable, "-m", "dvc", "repro", "train_points"], cwd=repo, env=env,
+                               stdout=subprocess.DEVNULL, stderr=err, text=True)
     try:
-        _wait_for(ckpts, dvc, timeout=600)
+        _wait_for(ckpts, dvc, timeout=600, log=log)
         trainers = [p for p in _repo_processes(repo) if p.pid != dvc.pid]
         assert any("stages/train_track.py" in " ".join(p.cmdline()) for p in trainers), trainers
         dvc.send_signal(signal.SIGKILL)
         dvc.wait()
-        _, alive = psutil.wait_procs(trainers, timeout=30)
-        assert not alive, f"still running after dvc was killed: {[p.cmdline() for p in alive]}"
+        # the bound is the lifeline's hard stop: a graceful stop normally ends within seconds
+        _, alive = psutil.wait_procs(trainers, timeout=lifeline.HARD_STOP_S + 30)
+        assert not alive, (f"still running after dvc was killed: {[p.cmdline() for p in alive]}\n"
+                           f"{log.read_text()[-6000:]}")
     finally:
         for p in _repo_processes(repo):
             p.kill()

@@ -9,11 +9,15 @@ A stage started by ``dvc repro`` (or ``dvc exp run``) watches its launcher: when
 worker processes, which die with their parent (Linux ``PR_SET_PDEATHSIG``) and watch it too, stop
 the same way; the per-epoch checkpoints are written atomically, so a rerun resumes them. The
 launcher is the parent, or the grandparent when the parent is a shell (``sh -c``, as DVC may run
-a stage's command) that would outlive it.
+a stage's command) that would outlive it. The stop is sent to the main thread itself (a signal the
+kernel hands to another thread would not wake a main thread blocked on a lock), and it is bounded:
+a process whose graceful stop has not ended ``HARD_STOP_S`` seconds later prints where each of its
+threads stands and kills its children and itself, so nothing outlives its launcher by more.
 """
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import os
 import signal
 import sys
@@ -24,6 +28,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 _SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "fish"}
 _PR_SET_PDEATHSIG = 1
 POLL_S = 0.5
+HARD_STOP_S = 60.0  # > nac.pipeline.pool.STOP_GRACE_S: a stage's graceful stop waits that long for its workers
 
 
 def _interrupt(signum, frame):
@@ -89,16 +94,41 @@ def launchers() -> list[tuple[int, float]]:
     return out
 
 
-def watch(idents: list[tuple[int, float]], sig: int = signal.SIGTERM, poll_s: float = POLL_S) -> threading.Thread | None:
-    """A daemon thread that sends ``sig`` to this process once any of ``idents`` has died."""
+def _hard_stop(why: str) -> None:
+    """The graceful stop did not end: say where it hung, then SIGKILL this process's children and itself."""
+    import psutil
+    try:
+        print(f"{why}; where each thread stands:", file=sys.stderr, flush=True)
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    except (OSError, ValueError):  # no stderr left: the kill matters more than the report
+        pass
+    try:
+        children = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        children = []
+    for child in children:
+        try:
+            child.kill()
+        except psutil.Error:
+            pass
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def watch(idents: list[tuple[int, float]], sig: int = signal.SIGTERM, poll_s: float = POLL_S,
+          hard_stop_s: float | None = HARD_STOP_S) -> threading.Thread | None:
+    """A daemon thread that sends ``sig`` to this process's main thread once any of ``idents`` has
+    died, and kills the process (children first) if it is still running ``hard_stop_s`` later."""
     if not idents:
         return None
-    me = os.getpid()
+    main = threading.main_thread().ident
 
     def run():
         while all(_alive(i) for i in idents):
             time.sleep(poll_s)
-        os.kill(me, sig)
+        signal.pthread_kill(main, sig)
+        if hard_stop_s is not None:
+            time.sleep(hard_stop_s)
+            _hard_stop(f"pid {os.getpid()}: still running {hard_stop_s:.0f} s after its launcher died")
 
     t = threading.Thread(target=run, name="nac-lifeline", daemon=True)
     t.start()
