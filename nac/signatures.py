@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 
 from nac.circuits.kernel import cosine_distance
 from nac.graphs import sample_prior_graph
+from nac.progress import bar_kwargs
 
 
 def link_threshold(truncation: float | None, bandwidth: float) -> float:
@@ -121,7 +122,7 @@ def fit_signatures_to_graph(
     torch.set_num_threads(1)  # tiny ops: extra intra-op threads only add barriers (see docstring)
     try:
         for _ in tqdm(range(int(steps)), desc=f"signature fit ({method}, {n} x {int(d_sig)})", unit="step",
-                      disable=not show, leave=False):
+                      disable=not show, **{"leave": False, **bar_kwargs()}):
             loss = (torch.relu(sign * (cosine_distance(sig) - threshold) + margin) * weight).sum()
             if method == "margin" and loss.item() == 0.0:  # every pair beyond its margin: nothing left
                 break

@@ -9,8 +9,9 @@ import torch
 from nac.pipeline import pool
 
 
-def _square_and_threads(x: int, progress: bool = True) -> tuple[int, int, int, bool]:
-    return x * x, torch.get_num_threads(), os.getpid(), progress
+def _square_and_threads(x: int, progress: bool = True) -> tuple[int, int, int, bool, dict]:
+    from nac.progress import bar_kwargs
+    return x * x, torch.get_num_threads(), os.getpid(), progress, bar_kwargs()
 
 
 def _fail_on(x: int, progress: bool = True) -> int:
@@ -27,10 +28,14 @@ def test_results_come_back_in_job_order_with_one_thread_per_job(monkeypatch, wor
     assert [o[0] for o in out] == [0, 1, 4, 9, 16]
     assert {o[1] for o in out} == {1}  # the same thread count whatever the number of workers
     pids = {o[2] for o in out}
+    assert all(o[3] for o in out)  # bars on, wherever the job runs
     if workers == "1":
-        assert pids == {os.getpid()} and all(o[3] for o in out)       # in this process, its bars on
-    else:
-        assert os.getpid() not in pids and not any(o[3] for o in out)  # in workers, their bars off
+        assert pids == {os.getpid()} and all(o[4] == {} for o in out)  # in this process: where tqdm puts them
+    else:  # in workers: each worker's bars on its own line under the job counter, cleared after each job
+        assert os.getpid() not in pids
+        line = {o[2]: o[4]["position"] for o in out}
+        assert sorted(set(line.values())) == sorted(range(1, len(pids) + 1)), line
+        assert all(o[4] == {"position": line[o[2]], "leave": False} for o in out)
 
 
 def test_a_failing_job_stops_the_stage_with_its_message(monkeypatch):

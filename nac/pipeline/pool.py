@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any
 
+from nac.progress import set_worker_line
 from nac.pipeline import lifeline, placement
 from nac.pipeline.envvars import choice, positive_int
 
@@ -118,10 +119,12 @@ def _run_one(fn: Callable, args: tuple, threads: int | None, progress: bool) -> 
         lifeline.BUSY[0] = False
 
 
-def _init_worker(slots, parent_pid: int) -> None:
-    """A worker's start: take the next device (a queue of the workers' slots), watch the stage."""
+def _init_worker(slots, lines, bar_lock, parent_pid: int) -> None:
+    """A worker's start: take the next device (a queue of the workers' slots) and bar line (a queue
+    of 1..n), watch the stage."""
     lifeline.worker_process(parent_pid)
     placement.pin(slots.get())
+    set_worker_line(lines.get(), bar_lock)
 
 
 def _run_here(fn: Callable, jobs: list, threads: int | None, slot: placement.Slot | None, bar) -> list[Any]:
@@ -161,10 +164,10 @@ def run_jobs(fn: Callable, jobs: Sequence[tuple], *, device: str = "auto", desc:
              label: Callable[[tuple], str] = lambda job: "-".join(map(str, job))) -> list[Any]:
     """``[fn(*job, progress=...) for job in jobs]``, with the jobs spread over ``workers_for(device)``
     processes, in the given order (put the longest first). ``fn`` must be importable (a module
-    function taking a keyword ``progress``, true when its own bars may show). A bar counts finished jobs; each job's own bars are off in workers (two would
-    overwrite each other). The first job that fails stops the rest: jobs not started are
-    cancelled, running ones are stopped (their last per-epoch checkpoint stays, so a rerun
-    resumes), and its error is raised here."""
+    function taking a keyword ``progress``, true when its own bars may show). A bar counts finished
+    jobs; in workers each job's own bars go on its worker's line (``nac.progress``). The first job
+    that fails stops the rest: jobs not started are cancelled, running ones are stopped (their last
+    per-epoch checkpoint stays, so a rerun resumes), and its error is raised here."""
     from tqdm.auto import tqdm
 
     jobs = list(jobs)
@@ -185,14 +188,18 @@ def run_jobs(fn: Callable, jobs: Sequence[tuple], *, device: str = "auto", desc:
             bar.close()
     start = time.perf_counter()
     ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    for slot in slots:
+    queue, lines = ctx.Queue(), ctx.Queue()
+    for k, slot in enumerate(slots, start=1):
         queue.put(slot)
-    ex = ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init_worker, initargs=(queue, os.getpid()))
+        lines.put(k)
+    bar_lock = ctx.RLock()
+    tqdm.set_lock(bar_lock)  # this process's bar and the workers' share the terminal
+    ex = ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init_worker,
+                             initargs=(queue, lines, bar_lock, os.getpid()))
     futures: dict = {}
     pending: set = set()
     try:
-        futures = {ex.submit(_run_one, fn, job, threads, False): i for i, job in enumerate(jobs)}
+        futures = {ex.submit(_run_one, fn, job, threads, True): i for i, job in enumerate(jobs)}
         pending = set(futures)
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)

@@ -234,9 +234,12 @@ def run_fewshot(pretrained: dict[str, list[nn.Module]], targets: dict[str, Any],
     Returns one row per (target, run, shots, episode)."""
     from tqdm.auto import tqdm
 
+    from nac.progress import bar_kwargs
+
     rows = []
     jobs = [(t, e) for t in targets for e in range(cfg.episodes)]
-    bar = tqdm(total=len(jobs) * len(pretrained) * len(cfg.shots), desc="few-shot", unit="fit", disable=not progress)
+    bar = tqdm(total=len(jobs) * len(pretrained) * len(cfg.shots), desc="few-shot", unit="fit", disable=not progress,
+               **bar_kwargs())
     for t_idx, (target, e) in enumerate(jobs):
         b = targets[target]
         sup, qry = b.load(cfg.support_split), b.load(cfg.query_split)
