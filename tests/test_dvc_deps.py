@@ -32,6 +32,7 @@ def test_a_report_helper_reruns_only_the_report():
     evaluation; ``nac/report/notebooks.py`` (the executor) only ``notebooks``."""
     helpers = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / PKG / "report").rglob("*")
                      if p.is_file() and p.name != "__init__.py" and "__pycache__" not in p.parts)
+    assert any(f.endswith(".j2") for f in helpers) and any(f.endswith("discrepancies.yaml") for f in helpers)
     assert helpers
     for f in helpers:
         rerun = sorted(n for n, st in STAGES.items() if any(covers(d, f) for d in declared(st)))
