@@ -345,3 +345,27 @@ def test_convergence_figure_and_table_from_bench_results(tmp_path):
     assert nac["8 epochs: links with P = 0 (%)"] == "90.00 (1 seed)" and pio["8 epochs: links with P = 0 (%)"] == "—"
     assert nac["16 epochs: OOD Acc@1"] == "40.00 (1 seed)" and pio["16 epochs: val Acc@1"] == "—"
     assert not table.isna().any().any() and "nan" not in table.to_markdown().lower()
+
+
+def test_the_discrepancies_come_from_their_file_in_order(tmp_path, monkeypatch):
+    """``discrepancies.yaml`` is read in order as (topic, text); an entry without its two fields is an
+    error naming the file and the entry, not a silently short Discrepancies section."""
+    from nac.report import published
+    rows = published.discrepancies()
+    assert len(rows) > 10 and all(topic and text for topic, text in rows)
+    bad = tmp_path / "discrepancies.yaml"
+    bad.write_text("- topic: A\n  text: >-\n    one\n    two.\n- topic: B\n")
+    monkeypatch.setattr(published, "DISCREPANCIES_FILE", bad)
+    with pytest.raises(ValueError, match=r"discrepancies.yaml: entry 1 must have exactly"):
+        published.discrepancies()
+    bad.write_text("- topic: A\n  text: >-\n    one\n    two.\n")
+    assert published.discrepancies() == [("A", "one two.")]   # folded lines join with one space
+
+
+def test_the_readme_template_refuses_a_missing_value():
+    """A name the template uses but the build does not pass raises (StrictUndefined) instead of
+    rendering an empty table into reports/README.md."""
+    import jinja2
+    with pytest.raises(jinja2.UndefinedError, match="findings"):
+        build.TEMPLATES.get_template("README.md.j2").render(p={"profile": "x", "commit": "c", "date": "d",
+                                                                "machine": "m", "torch": "t"}, md={})

@@ -1,0 +1,306 @@
+"""dvc.yaml's ``nac`` deps, exact: check them, print them, or rewrite them.
+
+    python tools/dvc_deps.py            # check every stage; exit 1 naming what is missing or unused
+    python tools/dvc_deps.py --show report train   # the exact nac deps of those stages (all if none named)
+    python tools/dvc_deps.py --write    # rewrite each stage's run of `- nac/...` dep lines to the exact set
+
+Run it from the repository root after a stage script or a ``nac`` module it reaches gains or loses an
+import (``tests/test_dvc_deps.py`` runs the check and names this command when it fails).
+
+A stage declares every ``nac`` file its script can run, and nothing of ``nac`` it cannot run. "Can
+run" is the static import closure: the stage's script (``python stages/<x>.py ...`` in its ``cmd``;
+for ``foreach``/``matrix`` stages the template's script) and the scripts it executes
+(``stages/notebooks.py`` runs every ``notebooks/*.py``) are parsed with :mod:`ast`, and every import
+is followed, module level and function-local alike (``import a.b``, ``from a import b`` where ``b``
+may be a submodule, relative imports, ``importlib.import_module("...")`` with a literal name),
+together with the ``__init__.py`` of every package on the way (importing ``nac.x.y`` runs
+``nac/__init__.py`` and ``nac/x/__init__.py``). Only files under ``nac/`` are kept, plus the data a
+reached module reads: a file beside it whose name its source spells (``switches.yaml``), or a folder
+of data (no ``.py``) beside it whose name its source spells as a string (``"templates"``). A reached
+file must be covered by a declared dep (the same path, or a folder holding it); a declared
+``nac/...`` dep must cover at least one reached file, and a declared ``nac`` folder must hold no
+source file the stage never runs (else a change there would rerun the stage for nothing: list the
+files instead).
+
+No dvc and no ``nac`` import: dvc.yaml is read with yaml, the sources with ast.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import re
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = "nac"
+# Scripts that execute other scripts (not by importing them): script -> glob of the executed ones.
+EXECUTES = {"stages/notebooks.py": "notebooks/*.py"}
+_SCRIPT = re.compile(r"\bpython3?\s+(?:-\S+\s+)*(\S+\.py)\b")
+COMMAND = "python tools/dvc_deps.py --write"
+
+
+# ---- the import graph ------------------------------------------------------------------------
+def _module_file(root: Path, module: str) -> Path | None:
+    """The file that defines ``module`` (``a/b.py`` or ``a/b/__init__.py``), None if neither."""
+    base = root.joinpath(*module.split("."))
+    for f in (base.with_name(base.name + ".py"), base / "__init__.py"):
+        if f.is_file():
+            return f
+    return None
+
+
+def _files_run_by_import(root: Path, module: str) -> list[Path]:
+    """Files executed by ``import module``: every package ``__init__`` above it, then its own file
+    (namespace packages, i.e. folders without ``__init__.py``, contribute no file)."""
+    parts = module.split(".")
+    out = []
+    for i in range(1, len(parts) + 1):
+        f = _module_file(root, ".".join(parts[:i]))
+        if f is not None:
+            out.append(f)
+    return out
+
+
+def _module_name(root: Path, f: Path) -> tuple[str, str]:
+    """(module, package) of a file under ``root``; a file outside (a script) is ``__main__`` with
+    no package."""
+    try:
+        rel = f.relative_to(root)
+    except ValueError:
+        return "__main__", ""
+    parts = rel.with_suffix("").parts
+    if parts[-1] == "__init__":
+        name = ".".join(parts[:-1])
+        return name, name
+    name = ".".join(parts)
+    return name, name.rpartition(".")[0]
+
+
+@lru_cache(maxsize=None)
+def _imports(root: Path, f: Path) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The import statements anywhere in ``f`` as (module, names-imported-from-it) pairs, with
+    relative imports resolved; ``import a.b`` is ``("a.b", ())``."""
+    _, package = _module_name(root, f)
+    out = []
+    for node in ast.walk(ast.parse(f.read_bytes(), filename=str(f))):
+        if isinstance(node, ast.Import):
+            out += [(a.name, ()) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".") if package else []
+                anchor = anchor[:len(anchor) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            out.append((base, tuple(a.name for a in node.names if a.name != "*")))
+        elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+              and isinstance(node.args[0].value, str)
+              and getattr(node.func, "attr", getattr(node.func, "id", None)) in ("import_module", "__import__")):
+            out.append((node.args[0].value, ()))
+    return tuple(out)
+
+
+def _lazy_names(root: Path, module: str) -> dict[str, str]:
+    """A package's PEP 562 names: the literal ``_LAZY = {name: module}`` dict of its
+    ``__init__.py`` (``nac/__init__.py`` loads its public names on first use)."""
+    f = _module_file(root, module)
+    if f is None or f.name != "__init__.py":
+        return {}
+    for node in ast.parse(f.read_bytes()).body:
+        if (isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "_LAZY" for t in node.targets)
+                and isinstance(node.value, ast.Dict)):
+            return {k.value: v.value for k, v in zip(node.value.keys, node.value.values)}
+    return {}
+
+
+def reached(root: Path, scripts: list[Path], pkg: str = PKG) -> set[Path]:
+    """Every file of package ``pkg`` (a folder of ``root``) that running ``scripts`` can execute."""
+    seen: set[Path] = set()
+    queue = list(scripts)
+    while queue:
+        f = queue.pop()
+        if f in seen:
+            continue
+        seen.add(f)
+        for module, names in _imports(root, f):
+            if module != pkg and not module.startswith(pkg + "."):
+                continue
+            queue += _files_run_by_import(root, module)
+            lazy = _lazy_names(root, module)
+            for n in names:  # `from a import b`: b is a submodule, a lazy name (PEP 562) or an attribute
+                if _module_file(root, f"{module}.{n}"):
+                    queue += _files_run_by_import(root, f"{module}.{n}")
+                elif n in lazy:
+                    queue += _files_run_by_import(root, lazy[n])
+    pkg_dir = root / pkg
+    return {f for f in seen if pkg_dir in f.parents}
+
+
+# ---- dvc.yaml --------------------------------------------------------------------------------
+def stages(root: Path = ROOT) -> dict[str, dict]:
+    """dvc.yaml's stages, by name."""
+    return yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
+
+
+def _body(stage: dict) -> dict:
+    return stage["do"] if "do" in stage else stage  # foreach stages keep cmd/deps under `do`
+
+
+def scripts(stage: dict) -> list[str]:
+    """The ``python <script>.py`` scripts of a stage's ``cmd``."""
+    cmds = _body(stage)["cmd"]
+    found = [m for c in ([cmds] if isinstance(cmds, str) else cmds) for m in _SCRIPT.findall(c)]
+    if not found:
+        raise ValueError(f"no `python <script>.py` in cmd {cmds!r}")
+    return found
+
+
+def declared(stage: dict) -> list[str]:
+    """A stage's deps as written (a dep with options is its path)."""
+    return [d if isinstance(d, str) else next(iter(d)) for d in _body(stage).get("deps", [])]
+
+
+def covers(dep: str, rel: str) -> bool:
+    """Whether dep ``dep`` (a file or folder) covers the path ``rel``."""
+    dep = dep.rstrip("/")
+    return rel == dep or rel.startswith(dep + "/")
+
+
+def _data_files(root: Path, files: set[str]) -> set[str]:
+    """Non-Python data of ``nac`` that a reached module reads: a file beside the module whose name
+    its source spells (``Path(__file__).with_name("switches.yaml")``), and a folder beside it that
+    holds no Python source and whose name its source spells as a string (``"templates"``)."""
+    out = set()
+    for f in files:
+        src = (root / f).read_text()
+        strings = {n.value for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+        for p in (root / f).parent.iterdir():
+            if p.is_file() and p.suffix not in (".py", ".pyc") and p.name in src:
+                out.add(p.relative_to(root).as_posix())
+            elif (p.is_dir() and p.name in strings and p.name != "__pycache__"
+                  and not any(p.rglob("*.py"))):
+                out.add(p.relative_to(root).as_posix())
+    return out
+
+
+def _run_files(stage: dict, root: Path) -> tuple[list[str], set[str]]:
+    """(the scripts a stage runs, the ``nac`` files and data they reach), paths relative to root."""
+    run = scripts(stage)
+    for s in list(run):
+        if s in EXECUTES:
+            run += sorted(p.relative_to(root).as_posix() for p in root.glob(EXECUTES[s]))
+    files = {f.relative_to(root).as_posix() for f in reached(root, [root / s for s in run])}
+    return run, files | _data_files(root, files)
+
+
+def check_stage(name: str, stage: dict, root: Path = ROOT) -> tuple[list[str], list[str]]:
+    """(missing, unused): reached files no dep covers (plus undeclared scripts the stage runs),
+    and declared ``nac/...`` deps that cover no reached file, or folders that also cover source
+    files never run (annotated with those files)."""
+    deps = declared(stage)
+    run, files = _run_files(stage, root)
+    needed = sorted(files | set(run))
+    missing = [f for f in needed if not any(covers(d, f) for d in deps)]
+    unused = []
+    for d in deps:
+        if not covers(PKG, d):
+            continue
+        if not any(covers(d, f) for f in files):
+            unused.append(d)
+        elif (root / d).is_dir():
+            idle = sorted(p.relative_to(root).as_posix() for p in (root / d).rglob("*.py")
+                          if "__pycache__" not in p.parts and p.relative_to(root).as_posix() not in files)
+            if idle:
+                unused.append(f"{d} (folder also holds files never run: {', '.join(idle)})")
+    return missing, unused
+
+
+def problems(name: str, stage: dict, root: Path = ROOT) -> str:
+    """What is wrong with a stage's deps, in words; empty when they are exact."""
+    missing, unused = check_stage(name, stage, root)
+    if not missing and not unused:
+        return ""
+    msg = [f"dvc.yaml stage {name!r} ({', '.join(scripts(stage))}): deps are not exact (fix: `{COMMAND}`)."]
+    if missing:
+        msg.append("  run but not declared (add a dep covering them):\n" + "\n".join(f"    - {m}" for m in missing))
+    if unused:
+        msg.append("  declared but never run (remove, or narrow a folder to its files):\n"
+                   + "\n".join(f"    - {u}" for u in unused))
+    return "\n".join(msg)
+
+
+# ---- the exact set, and rewriting dvc.yaml to it ------------------------------------------------
+def exact_deps(stage: dict, root: Path = ROOT) -> list[str]:
+    """The minimal ``nac`` deps of a stage: reached files and data, with a folder in place of its
+    files when the stage runs every source file in it (and in its subfolders)."""
+    _, files = _run_files(stage, root)
+    sources = {f for f in files if f.endswith(".py")}
+
+    def whole(folder: Path) -> bool:
+        srcs = [p for p in folder.rglob("*.py") if "__pycache__" not in p.parts]
+        return bool(srcs) and all(p.relative_to(root).as_posix() in sources for p in srcs)
+
+    out: set[str] = set()
+    for f in files:
+        top = None
+        for parent in reversed(Path(f).parents[:-1]):  # outermost first, below the package folder
+            if parent != Path(PKG) and whole(root / parent):
+                top = parent.as_posix()
+                break
+        out.add(top or f)
+    return sorted(out)
+
+
+def write_exact_deps(path: Path = ROOT / "dvc.yaml") -> int:
+    """Replace each stage's run of ``- nac/...`` dep lines by :func:`exact_deps`; returns the
+    number of stages changed. Other deps, comments and layout are kept."""
+    lines = path.read_text().split("\n")
+    by_name = stages(path.parent)
+    changed, name, i = 0, None, 0
+    while i < len(lines):
+        m = re.match(r"^  ([A-Za-z_][\w-]*):", lines[i])
+        if m:
+            name = m.group(1)
+        if name in by_name and re.match(r"^\s+- nac/", lines[i]):
+            j = i
+            while j < len(lines) and re.match(r"^\s+- nac/", lines[j]):
+                j += 1
+            indent = lines[i][:len(lines[i]) - len(lines[i].lstrip())]
+            new = [f"{indent}- {d}" for d in exact_deps(by_name[name], path.parent)]
+            if new != lines[i:j]:
+                changed += 1
+            lines[i:j] = new
+            i += len(new)
+            continue
+        i += 1
+    path.write_text("\n".join(lines))
+    return changed
+
+
+def main(argv: list[str] | None = None, root: Path = ROOT) -> int:
+    ap = argparse.ArgumentParser(prog="python tools/dvc_deps.py", description=__doc__.split("\n")[0])
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="rewrite dvc.yaml's nac deps to the exact set")
+    mode.add_argument("--show", nargs="*", metavar="STAGE", help="print the exact nac deps of these stages (all if none)")
+    args = ap.parse_args(argv)
+    by_name = stages(root)
+    if args.write:
+        print(f"dvc.yaml: rewrote the nac deps of {write_exact_deps(root / 'dvc.yaml')} stage(s)")
+        return 0
+    if args.show is not None:
+        unknown = [s for s in args.show if s not in by_name]
+        if unknown:
+            ap.error(f"no stage {unknown} in dvc.yaml (stages: {', '.join(by_name)})")
+        for name in args.show or by_name:
+            print(f"{name}:\n" + "\n".join(f"  - {d}" for d in exact_deps(by_name[name], root)))
+        return 0
+    bad = [msg for name, st in by_name.items() if (msg := problems(name, st, root))]
+    print("\n".join(bad) if bad else f"dvc.yaml: the nac deps of all {len(by_name)} stages are exact")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
