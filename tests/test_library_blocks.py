@@ -218,3 +218,32 @@ def test_convnext_tokenizer_same_state_dict_outputs_and_gradients(monkeypatch, p
     ref, new = _both_ways(monkeypatch, lambda: tokenizers.build_tokenizer(spec))
     x = torch.rand(2, 3, spec["image_size"], spec["image_size"], generator=torch.Generator().manual_seed(0))
     _assert_same(ref, new, x)
+
+
+# ------------------------------------------------------------------ throughput's clock
+class _Counting(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls, self.grad = 0, []
+
+    def forward(self, x):
+        self.calls += 1
+        self.grad.append(torch.is_grad_enabled())
+        return x.float().mean(dim=(1, 2, 3))
+
+
+@pytest.mark.parametrize("repeats", [1, 2, 5])
+def test_throughput_reads_the_benchmark_clock(monkeypatch, repeats):
+    """One rate per timed pass, ``max(2, repeats)`` of them after one warm-up, each the batch size
+    over the time ``torch.utils.benchmark.timer`` measured around the pass; no autograd."""
+    import torch.utils.benchmark as benchmark
+
+    from nac.tracks.image import throughput
+
+    ticks = iter(range(1000))
+    monkeypatch.setattr(benchmark, "timer", lambda: 0.25 * next(ticks) ** 2)  # each pass slower
+    model = _Counting()
+    rates = throughput(model, torch.zeros(8, 3, 4, 4, dtype=torch.uint8), repeats, torch.device("cpu"))
+    n = max(2, repeats)
+    assert model.calls == 1 + n and not any(model.grad) and not model.training
+    assert rates == [8 / (0.25 * ((2 * i + 1) ** 2 - (2 * i) ** 2)) for i in range(n)]
