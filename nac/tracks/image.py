@@ -90,7 +90,7 @@ def train_image_run(params: dict, run: str, seed: int, live_dir: str | Path | No
     return res
 
 
-# Relative training cost of a run on mini (seconds per run, 2-core CPU, 2026-11-23): only the order
+# Relative training cost of a run on mini (rough weights, not a measurement to quote): only the order
 # in which ``train_image_jobs`` hands jobs to the workers (longest first), never a result.
 _COST = {"neural_interpreter": 96, "nac": 60, "frozen_graph": 59, "modfc": 55, "perceiver_io": 48,
          "modular_network": 41}
