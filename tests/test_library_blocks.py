@@ -203,6 +203,19 @@ def test_models_same_state_dict_and_outputs(monkeypatch, make):
         torch.manual_seed(1)
         out_new = new.eval()(x)
     assert torch.equal(out_new, out_ref)
+    # a training step's gradients (sampled kernels, drop-path): bitwise equal without drop-path,
+    # within float rounding with it (timm's DropPath scales by a rounded reciprocal)
+    grads = []
+    for model in (ref.train(), new.train()):
+        torch.manual_seed(2)
+        out = model(x)
+        (out if torch.is_tensor(out) else out["logits"]).square().mean().backward()
+        grads.append([p.grad for p in model.parameters()])
+    for g_ref, g_new in zip(*grads):
+        if cfg.drop_path == 0:
+            assert (g_ref is None and g_new is None) or torch.equal(g_ref, g_new)
+        else:
+            torch.testing.assert_close(g_new, g_ref)
     new.load_state_dict(ref.state_dict())
     ref.load_state_dict(new.state_dict())
 
