@@ -29,8 +29,8 @@ _TIE_RTOL = 1e-9  # cost entries this close (relative) count as ties in the anch
 _WL_DIM = 16  # random Fourier features per Weisfeiler-Lehman round
 # numpy's BLAS threads inside ``closest_permutation`` (None: the library's default, one per core).
 # Its products are n x n with n <= ~1000: a second thread saves nothing and, on a loaded machine,
-# spins - at n = 256 on 2 busy cores the matching cost ~90 ms of CPU with 2 threads, ~20 ms
-# with 1. The products are bitwise the same (tests/test_speed_equivalence.py).
+# spins, costing several times the CPU time of one thread. The products are bitwise the same
+# (tests/test_speed_equivalence.py).
 BLAS_THREADS: int | None = 1
 _BLAS = None
 

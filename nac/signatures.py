@@ -75,7 +75,7 @@ def fit_signatures_to_graph(
     ``progress``: a tqdm bar over the steps; ``None`` shows it only when stderr is a terminal
     (so not in tests, pipelines or logs). CPU, seeded generator: deterministic per ``seed``. Runs
     with ``torch.set_num_threads(1)`` (restored on exit): the loop is thousands of tiny ops, and
-    on a busy 2-core machine two intra-op threads made it 10-20x slower. Returns a detached
+    on a busy machine a second intra-op thread makes it many times slower. Returns a detached
     float32 tensor; check with ``graph_agreement``.
     """
     if method not in FITS:

@@ -201,7 +201,7 @@ def test_the_model_wide_modfc_switch_reaches_every_modfc():
 @pytest.mark.parametrize("schedule", ["uniform", "linear"])
 def test_drop_path_schedule(schedule):
     model = build_model(make_tiny_config(depth=4, drop_path=0.2, drop_path_schedule=schedule, signature_fit_steps=20))
-    rates = [layer.drop_path.p for layer in model.propagators]
+    rates = [layer.drop_path.drop_prob for layer in model.propagators]
     expected = [0.2] * 4 if schedule == "uniform" else [0.2 * (i + 1) / 4 for i in range(4)]
     assert rates == pytest.approx(expected)
 

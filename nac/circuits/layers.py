@@ -7,30 +7,25 @@ import torch.nn as nn
 from nac.circuits.attention import SKMDPA
 from nac.circuits.modfc import ModFFN
 
-
-class DropPath(nn.Module):
-    """Stochastic depth: drop a residual branch for whole samples with probability ``p``."""
-
-    def __init__(self, p: float = 0.0):
-        super().__init__()
-        self.p = p
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training or self.p == 0.0:
-            return x
-        keep = x.new_empty((x.shape[0],) + (1,) * (x.dim() - 1)).bernoulli_(1.0 - self.p)
-        return x * keep / (1.0 - self.p)
+# timm's blocks are imported on use, where a model is built: importing timm loads torchvision (and
+# torch._dynamo), seconds that a stage building no model (validate, report) would pay for nothing.
 
 
-class LayerScale(nn.Module):
-    """Per-channel residual gain initialised to ``init`` (``None``: identity), as in the authors' code."""
+def make_drop_path(p: float) -> nn.Module:
+    """Stochastic depth: drop a residual branch ``[B, ...]`` for whole samples with probability
+    ``p`` (timm's ``DropPath``: the mask is one ``bernoulli_(1 - p)`` draw on ``[B, 1, ...]``, kept
+    samples scaled by ``1 / (1 - p)``; tests/test_library_blocks.py)."""
+    from timm.layers import DropPath
 
-    def __init__(self, d: int, init: float | None):
-        super().__init__()
-        self.gamma = nn.Parameter(torch.full((d,), float(init))) if init is not None else None
+    return DropPath(p)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x if self.gamma is None else x * self.gamma
+
+def make_layer_scale(d: int, init: float | None) -> nn.Module:
+    """Per-channel residual gain ``gamma`` ``[d]`` on ``[..., d]``, initialised to ``init``, as in the
+    authors' code (timm's ``LayerScale``); ``init=None``: no gain (``nn.Identity``, no parameter)."""
+    from timm.layers import LayerScale
+
+    return nn.Identity() if init is None else LayerScale(d, float(init))
 
 
 def register_bandwidth(module: nn.Module, bandwidth: float | None, learnable: bool = True) -> None:
@@ -78,8 +73,8 @@ class Propagator(nn.Module):
         self.attn = SKMDPA(d, d_code, heads, modulated, delta, alpha_init)
         self.norm_ffn = nn.LayerNorm(d)
         self.ffn = ModFFN(d, d_code, ffn_mult, modulated, gated, alpha_init=alpha_init)
-        self.scale_attn, self.scale_ffn = LayerScale(d, layer_scale), LayerScale(d, layer_scale)
-        self.drop_path = DropPath(drop_path)
+        self.scale_attn, self.scale_ffn = make_layer_scale(d, layer_scale), make_layer_scale(d, layer_scale)
+        self.drop_path = make_drop_path(drop_path)
 
     def forward(self, states, codes, K=None, latents=None, latent_codes=None) -> torch.Tensor:
         h = self.norm_attn(states)
@@ -119,7 +114,7 @@ class ReadOut(nn.Module):
         self.attn = SKMDPA(d, d_code, heads, modulated, delta, alpha_init)
         self.norm_ffn = nn.LayerNorm(d)
         self.ffn = ModFFN(d, d_code, ffn_mult, modulated, gated, alpha_init=alpha_init)
-        self.scale_attn, self.scale_ffn = LayerScale(d, layer_scale), LayerScale(d, layer_scale)
+        self.scale_attn, self.scale_ffn = make_layer_scale(d, layer_scale), make_layer_scale(d, layer_scale)
         self.norm_out = nn.LayerNorm(d) if norm else nn.Identity()
         self.confidence = nn.Linear(d, 1, bias=False)  # a shared bias would cancel in the softmax
         self.head = nn.Linear(d, num_classes)

@@ -87,14 +87,15 @@ class ImageTokenizer(nn.Module):
         return tokens
 
 
-class LayerNorm2d(nn.LayerNorm):
-    """LayerNorm over channels of a ``[B, C, H, W]`` map."""
+def layer_norm_2d(channels: int) -> nn.Module:
+    """LayerNorm over the channels of a ``[B, C, H, W]`` map: timm's ``LayerNorm2d`` (imported on
+    use: timm loads torchvision) at torch's default eps 1e-5, not timm's 1e-6, as trained so far."""
+    from timm.layers import LayerNorm2d
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+    return LayerNorm2d(channels, eps=1e-5)
 
 
-NORMS = {"layer": LayerNorm2d, "batch": nn.BatchNorm2d}
+NORMS = {"layer": layer_norm_2d, "batch": nn.BatchNorm2d}
 
 
 def conv32(dim: int = 128, pos_dim: int = 32, image_size: int = 32, norm: str = "batch", width: int = 32) -> ImageTokenizer:
@@ -114,30 +115,50 @@ def conv32(dim: int = 128, pos_dim: int = 32, image_size: int = 32, norm: str = 
     return ImageTokenizer(trunk, dim, image_size // 4, pos_dim)
 
 
-class ConvNeXtBlock(nn.Module):
-    """Depthwise 7x7 conv, LayerNorm, pointwise MLP (x4, GELU), layer scale 1e-6, residual."""
+# Our state_dict names for timm's ConvNeXt block's parameters (the checkpoints written before it).
+_CONVNEXT_NAMES = (("conv_dw.", "dw."), ("mlp.fc1.", "mlp.0."), ("mlp.fc2.", "mlp.2."))
 
-    def __init__(self, dim: int):
-        super().__init__()
-        self.dw = nn.Conv2d(dim, dim, 7, padding=3, groups=dim)
-        self.norm = nn.LayerNorm(dim)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
-        self.gamma = nn.Parameter(torch.full((dim,), 1e-6))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.dw(x).permute(0, 2, 3, 1)
-        return x + (self.gamma * self.mlp(self.norm(h))).permute(0, 3, 1, 2)
+def _rename(state_dict: dict, prefix: str, pairs) -> None:
+    """Rename in place, keeping their order, the keys under ``prefix`` that start ``prefix + old``."""
+    for key in [k for k in state_dict if k.startswith(prefix)]:
+        value, local = state_dict.pop(key), key[len(prefix):]
+        for old, new in pairs:
+            if local.startswith(old):
+                local = new + local[len(old):]
+        state_dict[prefix + local] = value
+
+
+def _save_our_names(module, state_dict, prefix, local_metadata) -> None:
+    _rename(state_dict, prefix, _CONVNEXT_NAMES)
+
+
+def _load_our_names(module, state_dict, prefix, *args) -> None:
+    _rename(state_dict, prefix, [(new, old) for old, new in _CONVNEXT_NAMES])
+
+
+def convnext_block(dim: int) -> nn.Module:
+    """timm's ConvNeXt block on ``[B, dim, H, W]``: depthwise 7x7 conv, LayerNorm (torch's eps
+    1e-5), pointwise MLP (x4, GELU), layer scale 1e-6, residual. Its state_dict keeps this suite's
+    names (``dw``, ``mlp.0``, ``mlp.2`` for timm's ``conv_dw``, ``mlp.fc1``, ``mlp.fc2``), so the
+    checkpoints written before load (tests/test_library_blocks.py). timm imported on use."""
+    from timm.models.convnext import ConvNeXtBlock
+
+    block = ConvNeXtBlock(dim, norm_layer=nn.LayerNorm)
+    block.register_state_dict_post_hook(_save_our_names)
+    block.register_load_state_dict_pre_hook(_load_our_names)
+    return block
 
 
 def convnext(depths=(3, 3, 9), dims=(96, 192, 384), pos_dim: int = 64, image_size: int = 64) -> ImageTokenizer:
     """ConvNeXt-style stem; ``image_size / (4 * 2**(len(depths)-1))`` tokens a side."""
     if len(depths) != len(dims):
         raise ValueError(f"convnext tokenizer: depths {depths} and dims {dims} must have the same length")
-    layers: list[nn.Module] = [nn.Conv2d(3, dims[0], 4, stride=4), LayerNorm2d(dims[0])]
+    layers: list[nn.Module] = [nn.Conv2d(3, dims[0], 4, stride=4), layer_norm_2d(dims[0])]
     for i, (depth, dim) in enumerate(zip(depths, dims)):
         if i > 0:
-            layers += [LayerNorm2d(dims[i - 1]), nn.Conv2d(dims[i - 1], dim, 2, stride=2)]
-        layers += [ConvNeXtBlock(dim) for _ in range(depth)]
+            layers += [layer_norm_2d(dims[i - 1]), nn.Conv2d(dims[i - 1], dim, 2, stride=2)]
+        layers += [convnext_block(dim) for _ in range(depth)]
     grid = image_size // (4 * 2 ** (len(depths) - 1))
     return ImageTokenizer(nn.Sequential(*layers), dims[-1], grid, pos_dim)
 

@@ -10,7 +10,7 @@ Layout of ``<cache_dir>``::
 prepare never leaves a cache that looks complete. ``read_manifest`` refuses a cache whose manifest
 does not match the current parameters, naming the keys that differ. ``load_arrays`` checks every
 array file against the manifest -- size, shape, dtype, and the sha256 of its bytes (hashed once
-per process and file: ~8 ms for a 4000x3x32x32 uint8 array) -- and raises ``CacheCorruptError``
+per process and file, cheap beside a stage's start-up) -- and raises ``CacheCorruptError``
 naming the file and the fix, so a damaged cache never yields numbers. A manifest without
 ``files`` (written before checksums were recorded) is refused the same way: re-prepare it.
 """

@@ -3,11 +3,11 @@ in worker processes.
 
 Why: one process that trains several models (instead of one DVC stage, one Python start-up and
 one round of DVC bookkeeping per model) and, on a CPU, two one-thread jobs side by side rather
-than one two-thread job after another. Measured on the 2-core VM with the mini NAC
-(``bench/bench_pool.py``, ``bench/results/pool.json``): a second intra-op thread speeds one job up
-by about 1.42x, two one-thread jobs side by side finish about 1.2x sooner than the same two jobs
-one after the other on two threads, and the per-stage overhead this removes was the larger part
-of the old stages' cost.
+than one two-thread job after another: a second intra-op thread speeds one job up by far less
+than 2x, so two one-thread jobs side by side finish sooner than the same two jobs one after the
+other on two threads (``bench/bench_pool.py`` measures both with the mini NAC; the numbers are
+in ``bench/results/pool.json``), and the per-stage overhead this removes was the larger part of
+the old stages' cost.
 
 Results do not depend on how many workers run: every job runs with the same number of intra-op
 threads (``NAC_THREADS``; default 1 on a CPU, torch's own on a GPU) and seeds itself, whether it

@@ -160,8 +160,8 @@ def evaluate_split(model: torch.nn.Module, data: Dataset, device, batch_size: in
     return res
 
 
-# Relative training cost of a track's runs on mini (2-core CPU, 2026-11-23): only the order in which
-# ``train_track_jobs`` hands jobs to the workers (longest first), never a result.
+# Relative training cost of a track's runs on mini (rough weights, not a measurement to quote): only
+# the order in which ``train_track_jobs`` hands jobs to the workers (longest first), never a result.
 _TRACK_COST = {"neural_interpreter": 110, "conditional": 55, "image_only": 39, "nac": 25, "text_only": 27,
                "perceiver_io": 17}
 

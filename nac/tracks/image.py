@@ -8,7 +8,6 @@ the data order, so differences between them are paired by seed.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -91,7 +90,7 @@ def train_image_run(params: dict, run: str, seed: int, live_dir: str | Path | No
     return res
 
 
-# Relative training cost of a run on mini (seconds per run, 2-core CPU, 2026-11-23): only the order
+# Relative training cost of a run on mini (rough weights, not a measurement to quote): only the order
 # in which ``train_image_jobs`` hands jobs to the workers (longest first), never a result.
 _COST = {"neural_interpreter": 96, "nac": 60, "frozen_graph": 59, "modfc": 55, "perceiver_io": 48,
          "modular_network": 41}
@@ -155,20 +154,21 @@ def evaluate_image_run(params: dict, run: str, seed: int) -> dict[str, Any]:
 
 @torch.no_grad()
 def throughput(model: torch.nn.Module, example: torch.Tensor, repeats: int, device: torch.device) -> list[float]:
-    """Inference images per second at the batch size of ``example``, one value per timed repeat
-    (after one warm-up pass): the spread is what the report's CI is computed from."""
+    """Inference images per second at the batch size of ``example`` ``[B, ...]``, one value per
+    timed pass (``max(2, repeats)`` of them, after one warm-up pass): the spread is what the
+    report's CI is computed from. The clock is ``torch.utils.benchmark``'s, which synchronises the
+    accelerator (CUDA or another) before it reads the time; its ``Timer.timeit`` would add two
+    warm-up passes per value, and ``blocked_autorange`` picks the number of values itself."""
+    from torch.utils.benchmark import timer  # imported on use: it loads torch's C++ extension tools
+
     model.eval().to(device)
     x = example.to(device)
     model(x)  # warm-up
     rates = []
     for _ in range(max(2, repeats)):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t = time.perf_counter()
+        t = timer()
         model(x)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        rates.append(len(x) / (time.perf_counter() - t))
+        rates.append(len(x) / (timer() - t))
     return rates
 
 

@@ -38,7 +38,6 @@ from typing import Any, Iterator
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch.utils.data import Dataset, Sampler
 
 AUTHORS_TINYIMAGENET = "authors_tinyimagenet"
@@ -224,5 +223,9 @@ class BatchMixer:
 
 
 def soft_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean over the batch of ``-sum(targets * log_softmax(logits))`` (timm's SoftTargetCrossEntropy)."""
-    return torch.sum(-targets * F.log_softmax(logits, dim=-1), dim=-1).mean()
+    """Mean over the batch of ``-sum(targets * log_softmax(logits))`` for logits and soft targets
+    ``[B, C]``: timm's ``SoftTargetCrossEntropy`` (imported on use, as timm's ``Mixup`` that makes
+    the soft targets)."""
+    from timm.loss import SoftTargetCrossEntropy
+
+    return SoftTargetCrossEntropy()(logits, targets)

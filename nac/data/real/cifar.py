@@ -28,7 +28,7 @@ class _CifarBase(RealBuilder):
 
     @property
     def tv_class(self) -> type:
-        # imported on use: torchvision takes ~1.5 s to import, and every pipeline stage imports
+        # imported on use: torchvision is slow to import (seconds), and every pipeline stage imports
         # this module through the dataset registry when it validates params.yaml
         import torchvision
 
