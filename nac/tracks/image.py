@@ -159,7 +159,14 @@ def throughput(model: torch.nn.Module, example: torch.Tensor, repeats: int, devi
     report's CI is computed from. The clock is ``torch.utils.benchmark``'s, which synchronises the
     accelerator (CUDA or another) before it reads the time; its ``Timer.timeit`` would add two
     warm-up passes per value, and ``blocked_autorange`` picks the number of values itself."""
-    from torch.utils.benchmark import timer  # imported on use: it loads torch's C++ extension tools
+    import logging
+    cpp = logging.getLogger("torch.utils.cpp_extension")  # its import warns "No CUDA runtime" on a CPU machine
+    level = cpp.level
+    cpp.setLevel(logging.ERROR)
+    try:
+        from torch.utils.benchmark import timer  # imported on use: it loads torch's C++ extension tools
+    finally:
+        cpp.setLevel(level)
 
     model.eval().to(device)
     x = example.to(device)
