@@ -11,7 +11,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from nac import build_model
-from nac.checkpoint import load_checkpoint
+from nac.checkpoint_io import load_checkpoint
 from nac.circuits.attention import SKMDPA
 from nac.training import loop
 from nac.training.config import TrainConfig

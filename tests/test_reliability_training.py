@@ -26,7 +26,7 @@ def tiny(tiny_config, **kw):
 
 
 def all_finite(ckpt: dict) -> bool:
-    from nac.checkpoint import non_finite_tensors
+    from nac.checkpoint_io import non_finite_tensors
 
     return not non_finite_tensors(ckpt)
 
@@ -34,7 +34,7 @@ def all_finite(ckpt: dict) -> bool:
 # 1. no poisoned checkpoint ------------------------------------------------------------------
 
 def test_save_checkpoint_refuses_non_finite_tensors_and_leaves_the_file(tmp_path, tiny_config):
-    from nac.checkpoint import PoisonedCheckpointError, save_checkpoint
+    from nac.checkpoint_io import PoisonedCheckpointError, save_checkpoint
 
     model = tiny(tiny_config)
     path = save_checkpoint(tmp_path / "m.pt", model, epoch=1)
@@ -54,7 +54,7 @@ def test_save_checkpoint_refuses_non_finite_tensors_and_leaves_the_file(tmp_path
 def test_nan_gradient_stops_training_and_keeps_the_last_good_checkpoint(tmp_path, tiny_config):
     """A NaN gradient with a finite loss (the case the loss check misses) on the last step of
     epoch 2: before the fix AdamW turned it into NaN weights that were saved as epoch 2."""
-    from nac.checkpoint import load_checkpoint
+    from nac.checkpoint_io import load_checkpoint
     from nac.training.loop import NonFiniteGradientError, NonFiniteTrainingError, fit
 
     model, ckpt, calls = tiny(tiny_config), tmp_path / "g.pt", []
@@ -78,7 +78,7 @@ def test_nan_gradient_stops_training_and_keeps_the_last_good_checkpoint(tmp_path
 def test_non_finite_weights_after_the_step_stop_training(tmp_path, tiny_config):
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    from nac.checkpoint import load_checkpoint
+    from nac.checkpoint_io import load_checkpoint
     from nac.training.loop import NonFiniteWeightsError, fit
 
     steps = []
@@ -101,7 +101,7 @@ def test_non_finite_weights_after_the_step_stop_training(tmp_path, tiny_config):
 
 
 def test_poisoned_checkpoint_is_refused_by_loading_and_moved_aside_by_training(tmp_path, tiny_config):
-    from nac.checkpoint import PoisonedCheckpointError, load_checkpoint, load_model
+    from nac.checkpoint_io import PoisonedCheckpointError, load_checkpoint, load_model
     from nac.training.loop import fit
 
     model = tiny(tiny_config)
@@ -127,13 +127,13 @@ def test_fingerprint_covers_training_sources_only(tmp_path):
     """Edits of report or evaluation-stage code keep the fingerprint (a resume continues);
     edits of the model, the loop or the data pipeline change it."""
     import nac
-    from nac.checkpoint import source_closure, source_fingerprint
+    from nac.fingerprint import source_closure, source_fingerprint
 
     root = tmp_path / "nac"
     shutil.copytree(Path(nac.__file__).parent, root, ignore=shutil.ignore_patterns("__pycache__"))
     entries = ("nac.training.loop", "nac.data.registry", "nac.tracks.image")
     files = {f.relative_to(root).as_posix() for f in source_closure(entries, root)}
-    assert {"training/loop.py", "model.py", "checkpoint.py", "config.py", "data/registry.py", "pipeline/runs.py"} <= files
+    assert {"training/loop.py", "model.py", "checkpoint_io.py", "config.py", "data/registry.py", "pipeline/runs.py"} <= files
     assert not any(f.startswith(("report/", "tracks/image.py", "pipeline/params.py")) for f in files)
     base = source_fingerprint(entries, root)
     for rel in ("report/tables.py", "tracks/image.py", "pipeline/params.py", "pipeline/paths.py", "stats.py"):
@@ -148,7 +148,7 @@ def test_fingerprint_covers_training_sources_only(tmp_path):
 
 
 def test_run_fingerprint_hashes_the_manifest_and_the_training_sources(tmp_path, monkeypatch):
-    from nac.checkpoint import source_fingerprint
+    from nac.fingerprint import source_fingerprint
     from nac.pipeline import runs
 
     (tmp_path / "manifest.json").write_text('{"v": 1}')
@@ -165,7 +165,7 @@ def test_run_fingerprint_hashes_the_manifest_and_the_training_sources(tmp_path, 
 
 
 def test_checkpoint_with_other_settings_is_moved_aside_not_overwritten(tmp_path, tiny_config, capsys):
-    from nac.checkpoint import load_checkpoint
+    from nac.checkpoint_io import load_checkpoint
     from nac.training.loop import fit
 
     ckpt = tmp_path / "s.pt"
@@ -186,7 +186,7 @@ def test_checkpoint_with_other_settings_is_moved_aside_not_overwritten(tmp_path,
 # 3. evaluation checks the checkpoint against the params ---------------------------------------
 
 def test_load_model_refuses_a_checkpoint_of_another_model_config(tmp_path, tiny_config):
-    from nac.checkpoint import CheckpointMismatchError, load_model, save_checkpoint
+    from nac.checkpoint_io import CheckpointMismatchError, load_model, save_checkpoint
 
     path = save_checkpoint(tmp_path / "m.pt", tiny(tiny_config, depth=2))
     assert load_model(path, expect_config=tiny_config(variant="modfc", num_classes=4, depth=2).to_dict()) is not None
@@ -195,7 +195,7 @@ def test_load_model_refuses_a_checkpoint_of_another_model_config(tmp_path, tiny_
 
 
 def test_evaluate_image_run_refuses_a_stale_checkpoint(tmp_path, tiny_config, monkeypatch):
-    from nac.checkpoint import CheckpointMismatchError, save_checkpoint
+    from nac.checkpoint_io import CheckpointMismatchError, save_checkpoint
     from nac.tracks import image
 
     model_params = {k: v for k, v in tiny_config().to_dict().items() if k not in ("variant", "num_classes", "graph_seed")}
@@ -211,7 +211,7 @@ def test_evaluate_image_run_refuses_a_stale_checkpoint(tmp_path, tiny_config, mo
 # 4. one trainer per checkpoint, Ctrl-C, full disk ---------------------------------------------
 
 def test_second_trainer_on_the_same_checkpoint_is_refused(tmp_path, tiny_config):
-    from nac.checkpoint import CheckpointBusyError
+    from nac.checkpoint_lock import CheckpointBusyError
     from nac.training.loop import fit
 
     ckpt = tmp_path / "l.pt"
@@ -248,7 +248,7 @@ class InterruptAt(Quadrants):
 
 
 def test_ctrl_c_ends_with_one_line_and_a_resumable_checkpoint(tmp_path, tiny_config):
-    from nac.checkpoint import load_checkpoint
+    from nac.checkpoint_io import load_checkpoint
     from nac.training.loop import TrainingInterrupted, fit
 
     ckpt, cfg = tmp_path / "i.pt", small_train(epochs=2)

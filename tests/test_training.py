@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from nac import build_model
-from nac.checkpoint import load_checkpoint
+from nac.checkpoint_io import load_checkpoint
 from nac.training.config import TrainConfig
 from nac.training.loop import NonFiniteLossError, fit, lr_at
 
@@ -81,7 +81,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, tiny
 
 
 def test_ema_weights_are_returned_and_loaded_for_evaluation(tmp_path, tiny_config):
-    from nac.checkpoint import load_model
+    from nac.checkpoint_io import load_model
 
     model = build_model(tiny_config(num_classes=4))
     out = fit(model, Quadrants(32, 0), Quadrants(16, 1), small_train(epochs=2, ema=0.9), checkpoint=tmp_path / "e.pt",

@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 from tqdm.auto import tqdm
 
-from nac.checkpoint import (DiskFullError, PoisonedCheckpointError, aside_path, dict_diff, human_bytes, load_checkpoint,
+from nac.checkpoint_io import (DiskFullError, PoisonedCheckpointError, aside_path, dict_diff, human_bytes, load_checkpoint,
                             move_aside, save_checkpoint)
 from nac.model import NAC
 from nac.training.config import TrainConfig

@@ -34,7 +34,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 from tqdm.auto import tqdm
 
-from nac.checkpoint import CheckpointLock
+from nac.checkpoint_lock import CheckpointLock
 from nac.evaluation import model_kwargs, predict, topk_accuracy
 from nac.model import NAC
 from nac.training.augment import AugmentedDataset, BatchMixer, RepeatedAugSampler, recipe_of, soft_cross_entropy
