@@ -15,7 +15,8 @@ from nac.checkpoint_io import load_checkpoint
 from nac.circuits.attention import SKMDPA
 from nac.training import loop
 from nac.training.config import TrainConfig
-from nac.training.loop import NonFiniteLossError, NonFiniteWeightsError, fit
+from nac.training.errors import NonFiniteLossError, NonFiniteWeightsError
+from nac.training.loop import fit
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_overfit import Quadrants  # noqa: E402

@@ -55,7 +55,8 @@ def test_nan_gradient_stops_training_and_keeps_the_last_good_checkpoint(tmp_path
     """A NaN gradient with a finite loss (the case the loss check misses) on the last step of
     epoch 2: before the fix AdamW turned it into NaN weights that were saved as epoch 2."""
     from nac.checkpoint_io import load_checkpoint
-    from nac.training.loop import NonFiniteGradientError, NonFiniteTrainingError, fit
+    from nac.training.errors import NonFiniteGradientError, NonFiniteTrainingError
+    from nac.training.loop import fit
 
     model, ckpt, calls = tiny(tiny_config), tmp_path / "g.pt", []
     weight = next(model.parameters())
@@ -79,7 +80,8 @@ def test_non_finite_weights_after_the_step_stop_training(tmp_path, tiny_config):
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     from nac.checkpoint_io import load_checkpoint
-    from nac.training.loop import NonFiniteWeightsError, fit
+    from nac.training.errors import NonFiniteWeightsError
+    from nac.training.loop import fit
 
     steps = []
 
@@ -249,7 +251,8 @@ class InterruptAt(Quadrants):
 
 def test_ctrl_c_ends_with_one_line_and_a_resumable_checkpoint(tmp_path, tiny_config):
     from nac.checkpoint_io import load_checkpoint
-    from nac.training.loop import TrainingInterrupted, fit
+    from nac.training.errors import TrainingInterrupted
+    from nac.training.loop import fit
 
     ckpt, cfg = tmp_path / "i.pt", small_train(epochs=2)
     data = InterruptAt(32, 0, at=32 + 16 + 3)  # 16 items a batch, 2 batches an epoch: epoch 2, batch 2
@@ -266,7 +269,8 @@ def test_ctrl_c_ends_with_one_line_and_a_resumable_checkpoint(tmp_path, tiny_con
 
 
 def test_full_disk_ends_with_one_line_and_keeps_the_previous_checkpoint(tmp_path, tiny_config, monkeypatch):
-    from nac.training.loop import CheckpointWriteFailed, fit
+    from nac.training.errors import CheckpointWriteFailed
+    from nac.training.loop import fit
 
     real_save, calls, saved = torch.save, [], {}
 

@@ -12,7 +12,8 @@ import torch
 from nac import build_model
 from nac.checkpoint_io import load_checkpoint
 from nac.training.config import TrainConfig
-from nac.training.loop import NonFiniteLossError, fit, lr_at
+from nac.training.errors import NonFiniteLossError
+from nac.training.loop import fit, lr_at
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_overfit import Quadrants  # noqa: E402
