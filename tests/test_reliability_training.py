@@ -235,6 +235,33 @@ def test_second_trainer_on_the_same_checkpoint_is_refused(tmp_path, tiny_config)
     assert not (tmp_path / "l.pt.lock").exists()  # released and removed
 
 
+def test_checkpoint_lock_of_a_killed_training_is_taken_over(tmp_path):
+    """A CheckpointLock holder killed with SIGKILL leaves its file (and its name in it) but no lock:
+    while it lives a second lock is refused naming it; after the kill the next one takes the file
+    over, writes its own name, and removes the file on release."""
+    from nac.checkpoint_lock import CheckpointBusyError, CheckpointLock
+
+    ckpt = tmp_path / "k.pt"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from nac.checkpoint_lock import CheckpointLock; "
+         "CheckpointLock(sys.argv[1], owner='train first').acquire(); print('locked', flush=True); time.sleep(60)",
+         str(ckpt)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(CheckpointBusyError, match=rf"pid {holder.pid} on .*: train first\)"):
+            CheckpointLock(ckpt, owner="train second").acquire()
+    finally:
+        holder.kill()  # SIGKILL: no release, the file stays
+        holder.wait()
+    lock_file = tmp_path / "k.pt.lock"
+    assert lock_file.exists()
+    with CheckpointLock(ckpt, owner="train second"):
+        assert lock_file.read_text().endswith(": train second")
+        with pytest.raises(CheckpointBusyError, match="train second"):
+            CheckpointLock(ckpt, owner="train third").acquire()  # in the same process too
+    assert not lock_file.exists()
+
+
 class InterruptAt(Quadrants):
     """Raises KeyboardInterrupt (what SIGINT raises) when item number ``at`` is fetched."""
 
