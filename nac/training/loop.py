@@ -432,7 +432,9 @@ def _ema_update(ema, groups: dict, decay: float, copy: bool) -> None:
 
 def _open_live(live_dir, history):
     """dvclive logger; the history from a resumed checkpoint is replayed so the logged curves
-    are identical to an uninterrupted run's."""
+    are identical to an uninterrupted run's. Kept by hand rather than dvclive's ``resume=True``:
+    that resumes one logged step at step 0 and trusts files that can lag the checkpoint
+    (``tests/test_training.py::test_resumed_run_logs_the_dvclive_files_of_an_uninterrupted_run``)."""
     if live_dir is None:
         return None
     from dvclive import Live
