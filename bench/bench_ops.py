@@ -252,8 +252,7 @@ def _instrument(model: nn.Module, t: _Tracker, stack: ExitStack) -> None:
                               (torch.utils.data.dataloader._BaseDataLoaderIter, "__next__", "data")):
         _wrap(owner, name, part, t, stack)
     _wrap(checks.StepChecks, "record", "checks", t, stack)
-    if hasattr(loop, "_ema_update"):
-        _wrap(loop, "_ema_update", "ema", t, stack)
+    _wrap(loop, "ema_update", "ema", t, stack)
 
 
 class _Images(torch.utils.data.Dataset):

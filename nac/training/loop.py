@@ -25,7 +25,6 @@ is its forward) and ends each epoch (``_end_epoch``: metrics, evaluation, checkp
 """
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +44,7 @@ from nac.training.augment import AugmentedDataset, BatchMixer, RepeatedAugSample
 from nac.training.checks import StepChecks
 from nac.training.config import DECAY_FILTERS, TrainConfig
 from nac.training.distributed import World, all_reduce_, barrier
+from nac.training.ema import ema_groups, ema_update, make_ema
 from nac.training.errors import TrainingInterrupted
 from nac.training.resume import RunState, resume_from, save_epoch
 
@@ -264,10 +264,7 @@ def _build(model: NAC, train_set: Dataset, val_set: Dataset | None, cfg: TrainCo
     optimizer = make_adamw([{"params": decay, "weight_decay": cfg.weight_decay},
                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.peak_lr,
                            impl=getattr(cfg, "adamw", None))
-    ema = None
-    if cfg.ema:
-        ema = torch.optim.swa_utils.AveragedModel(model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(cfg.ema),
-                                                  use_buffers=True)  # BatchNorm statistics averaged too
+    ema = make_ema(model, cfg.ema) if cfg.ema else None
 
     if cfg.batch_size % world.world_size:
         raise ValueError(f"train.batch_size={cfg.batch_size} must be divisible by the number of processes ({world.world_size})")
@@ -308,7 +305,7 @@ def _train_epochs(run: _Run, start_epoch: int) -> None:
     the optimizer step, the device-side checks and the EMA; per epoch the metrics, the checkpoint."""
     model, optimizer, ema, cfg, world, state = run.model, run.optimizer, run.ema, run.cfg, run.world, run.state
     checks = StepChecks(model, world.device)
-    ema_groups = _ema_groups(ema, model) if ema is not None else None
+    groups = ema_groups(ema, model) if ema is not None else None
     ema_copy = ema is not None and int(ema.n_averaged) == 0  # read once: the first update copies
     for epoch in range(start_epoch, cfg.epochs):
         state.epoch, state.step = epoch + 1, 0
@@ -331,7 +328,7 @@ def _train_epochs(run: _Run, start_epoch: int) -> None:
             optimizer.step()
             checks.record(i, loss, grad_norm)
             if ema is not None:
-                _ema_update(ema, ema_groups, cfg.ema, copy=ema_copy)
+                ema_update(ema, groups, cfg.ema, copy=ema_copy)
                 ema_copy = False
             with torch.no_grad():
                 n = len(labels)
@@ -399,35 +396,6 @@ def _end_epoch(run: _Run, epoch: int, sums: torch.Tensor) -> None:
     barrier()
     if run.on_epoch_end:
         run.on_epoch_end(epoch + 1)
-
-
-def _ema_groups(ema, model: nn.Module) -> dict:
-    """The EMA's tensors and the model's, paired as ``AveragedModel(use_buffers=True)`` pairs
-    them (parameters, then buffers), grouped by dtype: ``{dtype: (averaged, current)}``."""
-    groups: dict = {}
-    for a, m in zip(itertools.chain(ema.module.parameters(), ema.module.buffers()),
-                    itertools.chain(model.parameters(), model.buffers())):
-        avg, cur = groups.setdefault(a.dtype, ([], []))
-        avg.append(a.detach())
-        cur.append(m.detach())
-    return groups
-
-
-@torch.no_grad()
-def _ema_update(ema, groups: dict, decay: float, copy: bool) -> None:
-    """``ema.update_parameters(model)`` for an EMA of ``decay`` without its host read of
-    ``n_averaged`` (``copy``: the first update, known on the host) and with one foreach op per
-    dtype: the same arithmetic (``torch._foreach_lerp_(avg, cur, 1 - decay)``, PyTorch's EMA),
-    so the same bits (``tests/test_loop_sync.py``)."""
-    for dtype, (avg, cur) in groups.items():
-        if copy:
-            torch._foreach_copy_(avg, cur)
-        elif dtype.is_floating_point or dtype.is_complex:
-            torch._foreach_lerp_(avg, cur, 1 - decay)
-        else:  # integer buffers (BatchNorm's batch count), as PyTorch's EMA treats them
-            for a, c in zip(avg, cur):
-                a.copy_(a * decay + c * (1 - decay))
-    ema.n_averaged += 1
 
 
 def _open_live(live_dir, history):
