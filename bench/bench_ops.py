@@ -56,7 +56,7 @@ import nac.model as nac_model  # noqa: E402
 from nac import build_model  # noqa: E402
 from nac.pipeline.params import compose  # noqa: E402
 from nac.tracks.image import image_model_config  # noqa: E402
-from nac.training import loop  # noqa: E402
+from nac.training import checks, loop  # noqa: E402
 from nac.training.config import TrainConfig  # noqa: E402
 
 NOTES = """Notes. Ops are aten calls (kernel launches on CUDA, each ~40 us of host time there); the
@@ -251,13 +251,8 @@ def _instrument(model: nn.Module, t: _Tracker, stack: ExitStack) -> None:
                               (torch.optim.swa_utils.AveragedModel, "update_parameters", "ema"),
                               (torch.utils.data.dataloader._BaseDataLoaderIter, "__next__", "data")):
         _wrap(owner, name, part, t, stack)
-    for name in ("_check_finite", "_check_weights", "_check_step"):
-        if hasattr(loop, name):
-            _wrap(loop, name, "checks", t, stack)
-    if hasattr(loop, "_StepChecks"):
-        _wrap(loop._StepChecks, "record", "checks", t, stack)
-    if hasattr(loop, "_ema_update"):
-        _wrap(loop, "_ema_update", "ema", t, stack)
+    _wrap(checks.StepChecks, "record", "checks", t, stack)
+    _wrap(loop, "ema_update", "ema", t, stack)
 
 
 class _Images(torch.utils.data.Dataset):

@@ -51,7 +51,7 @@ from IPython.display import display
 
 warnings.filterwarnings("ignore", message="IProgress not found")  # nac imports tqdm.auto; no ipywidgets
 
-from nac.checkpoint import load_model
+from nac.checkpoint_io import load_model
 from nac.evaluation import predict, topk_accuracy
 from nac.pipeline.datasets import builder
 from nac.pipeline.paths import image_checkpoint

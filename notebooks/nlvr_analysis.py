@@ -47,7 +47,7 @@ from torch.utils.data import Subset
 
 warnings.filterwarnings("ignore", message="IProgress not found")  # nac imports tqdm.auto; no ipywidgets
 
-from nac.checkpoint import load_model
+from nac.checkpoint_io import load_model
 from nac.model import build_model
 from nac.pipeline.datasets import track_builder
 from nac.pipeline.paths import track_checkpoint, track_metrics

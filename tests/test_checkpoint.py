@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from nac import build_model
-from nac.checkpoint import load_checkpoint, load_model, save_checkpoint
+from nac.checkpoint_io import load_checkpoint, load_model, save_checkpoint
 from nac.pruning import drop_modules
 
 

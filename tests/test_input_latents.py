@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import yaml
 
 from tiny_models import make_tiny_config
-from nac.checkpoint import load_model, save_checkpoint
+from nac.checkpoint_io import load_model, save_checkpoint
 from nac.circuits.attention import SKMDPA
 from nac.circuits.layers import cat_modules
 from nac.model import build_model

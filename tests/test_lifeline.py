@@ -245,8 +245,8 @@ def test_kill_9_of_dvc_repro_leaves_no_trainer_and_a_resumable_checkpoint(tmp_pa
 def test_stopped_while_resuming_says_the_checkpoint_is_untouched(tmp_path, monkeypatch):
     """A stop signal that lands while a checkpoint is being resumed (before its epoch is known):
     the line says the checkpoint is untouched and a rerun resumes, not "no checkpoint was written"."""
-    from nac.training import checkpointing
-    from nac.training.loop import TrainingInterrupted
+    from nac.training import resume
+    from nac.training.errors import TrainingInterrupted
     from test_placement import toy_job
 
     toy_job(0, str(tmp_path), epochs=1, progress=False)
@@ -256,7 +256,7 @@ def test_stopped_while_resuming_says_the_checkpoint_is_untouched(tmp_path, monke
     def interrupted(*a, **kw):
         raise KeyboardInterrupt("SIGTERM")
 
-    monkeypatch.setattr(checkpointing, "load_checkpoint", interrupted)
+    monkeypatch.setattr(resume, "load_checkpoint", interrupted)
     with pytest.raises(TrainingInterrupted) as err:
         toy_job(0, str(tmp_path), epochs=2, progress=False)
     assert err.value.code == (f"toy-0: interrupted before the first step; the checkpoint at {ckpt} is untouched; "

@@ -11,11 +11,13 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from nac import build_model
-from nac.checkpoint import load_checkpoint
+from nac.checkpoint_io import load_checkpoint
 from nac.circuits.attention import SKMDPA
 from nac.training import loop
 from nac.training.config import TrainConfig
-from nac.training.loop import NonFiniteLossError, NonFiniteWeightsError, fit
+from nac.training.ema import ema_groups, ema_update
+from nac.training.errors import NonFiniteLossError, NonFiniteWeightsError
+from nac.training.loop import fit
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_overfit import Quadrants  # noqa: E402
@@ -63,13 +65,13 @@ def test_ema_update_is_bitwise_pytorchs(tiny_config):
     ref = torch.optim.swa_utils.AveragedModel(model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(0.9),
                                               use_buffers=True)
     ours = copy.deepcopy(ref)
-    groups = loop._ema_groups(ours, model)
+    groups = ema_groups(ours, model)
     for i in range(4):
         with torch.no_grad():
             for t in list(model.parameters()) + [b for b in model.buffers() if b.is_floating_point()]:
                 t.add_(torch.randn_like(t) * 0.1)
         ref.update_parameters(model)
-        loop._ema_update(ours, groups, 0.9, copy=i == 0)
+        ema_update(ours, groups, 0.9, copy=i == 0)
     assert ours.n_averaged.item() == ref.n_averaged.item() == 4
     for (k, a), b in zip(ours.state_dict().items(), ref.state_dict().values()):
         assert torch.equal(a, b), k

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from nac.baselines import ModularNetwork, ModularNetworkConfig
 from nac.baselines.modular_networks import ConvModules, DenseModules
-from nac.checkpoint import load_checkpoint
+from nac.checkpoint_io import load_checkpoint
 from nac.evaluation import predict
 from nac.training.config import TrainConfig
 from nac.training.loop import WithIndex, fit

@@ -26,7 +26,7 @@ def tiny(tiny_config, **kw):
 
 
 def all_finite(ckpt: dict) -> bool:
-    from nac.checkpoint import non_finite_tensors
+    from nac.checkpoint_io import non_finite_tensors
 
     return not non_finite_tensors(ckpt)
 
@@ -34,7 +34,7 @@ def all_finite(ckpt: dict) -> bool:
 # 1. no poisoned checkpoint ------------------------------------------------------------------
 
 def test_save_checkpoint_refuses_non_finite_tensors_and_leaves_the_file(tmp_path, tiny_config):
-    from nac.checkpoint import PoisonedCheckpointError, save_checkpoint
+    from nac.checkpoint_io import PoisonedCheckpointError, save_checkpoint
 
     model = tiny(tiny_config)
     path = save_checkpoint(tmp_path / "m.pt", model, epoch=1)
@@ -54,8 +54,9 @@ def test_save_checkpoint_refuses_non_finite_tensors_and_leaves_the_file(tmp_path
 def test_nan_gradient_stops_training_and_keeps_the_last_good_checkpoint(tmp_path, tiny_config):
     """A NaN gradient with a finite loss (the case the loss check misses) on the last step of
     epoch 2: before the fix AdamW turned it into NaN weights that were saved as epoch 2."""
-    from nac.checkpoint import load_checkpoint
-    from nac.training.loop import NonFiniteGradientError, NonFiniteTrainingError, fit
+    from nac.checkpoint_io import load_checkpoint
+    from nac.training.errors import NonFiniteGradientError, NonFiniteTrainingError
+    from nac.training.loop import fit
 
     model, ckpt, calls = tiny(tiny_config), tmp_path / "g.pt", []
     weight = next(model.parameters())
@@ -78,8 +79,9 @@ def test_nan_gradient_stops_training_and_keeps_the_last_good_checkpoint(tmp_path
 def test_non_finite_weights_after_the_step_stop_training(tmp_path, tiny_config):
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    from nac.checkpoint import load_checkpoint
-    from nac.training.loop import NonFiniteWeightsError, fit
+    from nac.checkpoint_io import load_checkpoint
+    from nac.training.errors import NonFiniteWeightsError
+    from nac.training.loop import fit
 
     steps = []
 
@@ -101,7 +103,7 @@ def test_non_finite_weights_after_the_step_stop_training(tmp_path, tiny_config):
 
 
 def test_poisoned_checkpoint_is_refused_by_loading_and_moved_aside_by_training(tmp_path, tiny_config):
-    from nac.checkpoint import PoisonedCheckpointError, load_checkpoint, load_model
+    from nac.checkpoint_io import PoisonedCheckpointError, load_checkpoint, load_model
     from nac.training.loop import fit
 
     model = tiny(tiny_config)
@@ -127,13 +129,13 @@ def test_fingerprint_covers_training_sources_only(tmp_path):
     """Edits of report or evaluation-stage code keep the fingerprint (a resume continues);
     edits of the model, the loop or the data pipeline change it."""
     import nac
-    from nac.checkpoint import source_closure, source_fingerprint
+    from nac.fingerprint import source_closure, source_fingerprint
 
     root = tmp_path / "nac"
     shutil.copytree(Path(nac.__file__).parent, root, ignore=shutil.ignore_patterns("__pycache__"))
     entries = ("nac.training.loop", "nac.data.registry", "nac.tracks.image")
     files = {f.relative_to(root).as_posix() for f in source_closure(entries, root)}
-    assert {"training/loop.py", "model.py", "checkpoint.py", "config.py", "data/registry.py", "pipeline/runs.py"} <= files
+    assert {"training/loop.py", "model.py", "checkpoint_io.py", "config.py", "data/registry.py", "pipeline/runs.py"} <= files
     assert not any(f.startswith(("report/", "tracks/image.py", "pipeline/params.py")) for f in files)
     base = source_fingerprint(entries, root)
     for rel in ("report/tables.py", "tracks/image.py", "pipeline/params.py", "pipeline/paths.py", "stats.py"):
@@ -148,7 +150,7 @@ def test_fingerprint_covers_training_sources_only(tmp_path):
 
 
 def test_run_fingerprint_hashes_the_manifest_and_the_training_sources(tmp_path, monkeypatch):
-    from nac.checkpoint import source_fingerprint
+    from nac.fingerprint import source_fingerprint
     from nac.pipeline import runs
 
     (tmp_path / "manifest.json").write_text('{"v": 1}')
@@ -165,7 +167,7 @@ def test_run_fingerprint_hashes_the_manifest_and_the_training_sources(tmp_path, 
 
 
 def test_checkpoint_with_other_settings_is_moved_aside_not_overwritten(tmp_path, tiny_config, capsys):
-    from nac.checkpoint import load_checkpoint
+    from nac.checkpoint_io import load_checkpoint
     from nac.training.loop import fit
 
     ckpt = tmp_path / "s.pt"
@@ -186,7 +188,7 @@ def test_checkpoint_with_other_settings_is_moved_aside_not_overwritten(tmp_path,
 # 3. evaluation checks the checkpoint against the params ---------------------------------------
 
 def test_load_model_refuses_a_checkpoint_of_another_model_config(tmp_path, tiny_config):
-    from nac.checkpoint import CheckpointMismatchError, load_model, save_checkpoint
+    from nac.checkpoint_io import CheckpointMismatchError, load_model, save_checkpoint
 
     path = save_checkpoint(tmp_path / "m.pt", tiny(tiny_config, depth=2))
     assert load_model(path, expect_config=tiny_config(variant="modfc", num_classes=4, depth=2).to_dict()) is not None
@@ -195,7 +197,7 @@ def test_load_model_refuses_a_checkpoint_of_another_model_config(tmp_path, tiny_
 
 
 def test_evaluate_image_run_refuses_a_stale_checkpoint(tmp_path, tiny_config, monkeypatch):
-    from nac.checkpoint import CheckpointMismatchError, save_checkpoint
+    from nac.checkpoint_io import CheckpointMismatchError, save_checkpoint
     from nac.tracks import image
 
     model_params = {k: v for k, v in tiny_config().to_dict().items() if k not in ("variant", "num_classes", "graph_seed")}
@@ -211,7 +213,7 @@ def test_evaluate_image_run_refuses_a_stale_checkpoint(tmp_path, tiny_config, mo
 # 4. one trainer per checkpoint, Ctrl-C, full disk ---------------------------------------------
 
 def test_second_trainer_on_the_same_checkpoint_is_refused(tmp_path, tiny_config):
-    from nac.checkpoint import CheckpointBusyError
+    from nac.checkpoint_lock import CheckpointBusyError
     from nac.training.loop import fit
 
     ckpt = tmp_path / "l.pt"
@@ -233,6 +235,33 @@ def test_second_trainer_on_the_same_checkpoint_is_refused(tmp_path, tiny_config)
     assert not (tmp_path / "l.pt.lock").exists()  # released and removed
 
 
+def test_checkpoint_lock_of_a_killed_training_is_taken_over(tmp_path):
+    """A CheckpointLock holder killed with SIGKILL leaves its file (and its name in it) but no lock:
+    while it lives a second lock is refused naming it; after the kill the next one takes the file
+    over, writes its own name, and removes the file on release."""
+    from nac.checkpoint_lock import CheckpointBusyError, CheckpointLock
+
+    ckpt = tmp_path / "k.pt"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from nac.checkpoint_lock import CheckpointLock; "
+         "CheckpointLock(sys.argv[1], owner='train first').acquire(); print('locked', flush=True); time.sleep(60)",
+         str(ckpt)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(CheckpointBusyError, match=rf"pid {holder.pid} on .*: train first\)"):
+            CheckpointLock(ckpt, owner="train second").acquire()
+    finally:
+        holder.kill()  # SIGKILL: no release, the file stays
+        holder.wait()
+    lock_file = tmp_path / "k.pt.lock"
+    assert lock_file.exists()
+    with CheckpointLock(ckpt, owner="train second"):
+        assert lock_file.read_text().endswith(": train second")
+        with pytest.raises(CheckpointBusyError, match="train second"):
+            CheckpointLock(ckpt, owner="train third").acquire()  # in the same process too
+    assert not lock_file.exists()
+
+
 class InterruptAt(Quadrants):
     """Raises KeyboardInterrupt (what SIGINT raises) when item number ``at`` is fetched."""
 
@@ -248,8 +277,9 @@ class InterruptAt(Quadrants):
 
 
 def test_ctrl_c_ends_with_one_line_and_a_resumable_checkpoint(tmp_path, tiny_config):
-    from nac.checkpoint import load_checkpoint
-    from nac.training.loop import TrainingInterrupted, fit
+    from nac.checkpoint_io import load_checkpoint
+    from nac.training.errors import TrainingInterrupted
+    from nac.training.loop import fit
 
     ckpt, cfg = tmp_path / "i.pt", small_train(epochs=2)
     data = InterruptAt(32, 0, at=32 + 16 + 3)  # 16 items a batch, 2 batches an epoch: epoch 2, batch 2
@@ -266,7 +296,8 @@ def test_ctrl_c_ends_with_one_line_and_a_resumable_checkpoint(tmp_path, tiny_con
 
 
 def test_full_disk_ends_with_one_line_and_keeps_the_previous_checkpoint(tmp_path, tiny_config, monkeypatch):
-    from nac.training.loop import CheckpointWriteFailed, fit
+    from nac.training.errors import CheckpointWriteFailed
+    from nac.training.loop import fit
 
     real_save, calls, saved = torch.save, [], {}
 

@@ -100,7 +100,7 @@ def test_fewshot_reads_its_source_checkpoints_and_trains_nothing(tmp_path, monke
     """The few-shot stage loads the image track's or the pretrain stage's checkpoint of each seed
     (EMA weights where kept) and never writes under models/ (the pretrain stage owns
     models/fewshot_pretrain/)."""
-    from nac.checkpoint import save_checkpoint
+    from nac.checkpoint_io import save_checkpoint
     from nac.pipeline.paths import image_checkpoint, pretrain_checkpoint
 
     monkeypatch.chdir(tmp_path)

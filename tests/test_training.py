@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from nac import build_model
-from nac.checkpoint import load_checkpoint
+from nac.checkpoint_io import load_checkpoint
 from nac.training.config import TrainConfig
-from nac.training.loop import NonFiniteLossError, fit, lr_at
+from nac.training.errors import NonFiniteLossError
+from nac.training.loop import fit, lr_at
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_overfit import Quadrants  # noqa: E402
@@ -68,6 +69,60 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path, tiny_config):
     assert resumed["history"] == full["history"]
 
 
+def _files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_resumed_run_logs_the_dvclive_files_of_an_uninterrupted_run(tmp_path, tiny_config, monkeypatch):
+    """The dvclive files are rewritten from the checkpoint's history on resume (``loop._open_live``),
+    not continued with dvclive's own ``resume=True`` (this test fails with it): dvclive 3.49 resumes
+    a run of one logged step at step 0 again (``Live._init_resume``: no +1 when the step is 0, case
+    a), and its files can be an epoch behind the checkpoint (a stop between the checkpoint write and
+    the dvclive log, case b) or belong to a run whose checkpoint was moved aside (case c)."""
+    from nac.training import loop
+
+    monkeypatch.chdir(tmp_path)  # dvclive looks for a DVC repo from the working directory
+    cfg, train, val = small_train(epochs=3), Quadrants(32, 0), Quadrants(16, 1)
+
+    def run(name, cfg=cfg, **kw):
+        torch.manual_seed(0)
+        return fit(build_model(tiny_config(num_classes=4)), train, val, cfg, checkpoint=tmp_path / f"{name}.pt",
+                   live_dir=tmp_path / name, progress=False, **kw)
+
+    class Interrupt(Exception):
+        pass
+
+    run("full")
+    expected = _files(tmp_path / "full")
+    assert expected and all(b"step" in v for k, v in expected.items() if k.endswith(".tsv"))
+
+    def stop_after_first(epoch):  # a: after epoch 1's checkpoint and log
+        if epoch == 1:
+            raise Interrupt
+    with pytest.raises(Interrupt):
+        run("a", on_epoch_end=stop_after_first)
+    run("a")
+    assert _files(tmp_path / "a") == expected
+
+    real_log = loop._log_live
+
+    def log_until_second(live, entry):  # b: epoch 2's checkpoint written, its log not
+        if entry["epoch"] == 2:
+            raise Interrupt
+        real_log(live, entry)
+    monkeypatch.setattr(loop, "_log_live", log_until_second)
+    with pytest.raises(Interrupt):
+        run("b")
+    monkeypatch.setattr(loop, "_log_live", real_log)
+    assert load_checkpoint(tmp_path / "b.pt")["epoch"] == 2
+    run("b")
+    assert _files(tmp_path / "b") == expected
+
+    run("c", cfg=small_train(epochs=3, lr=1e-2))  # c: a finished run with other settings, then the same
+    run("c")
+    assert _files(tmp_path / "c") == expected
+
+
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, tiny_config):
     model = build_model(tiny_config(num_classes=4))
     ckpt = tmp_path / "c.pt"
@@ -81,7 +136,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, tiny
 
 
 def test_ema_weights_are_returned_and_loaded_for_evaluation(tmp_path, tiny_config):
-    from nac.checkpoint import load_model
+    from nac.checkpoint_io import load_model
 
     model = build_model(tiny_config(num_classes=4))
     out = fit(model, Quadrants(32, 0), Quadrants(16, 1), small_train(epochs=2, ema=0.9), checkpoint=tmp_path / "e.pt",

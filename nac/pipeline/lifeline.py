@@ -2,7 +2,7 @@
 
 ``SIGTERM`` (what ``timeout`` and ``kill`` send) and ``SIGHUP`` (a closed terminal) are handled
 like ``SIGINT``: they raise ``KeyboardInterrupt`` where the process is, so a training ends with
-the one line that says which checkpoint is intact (``nac.training.checkpointing.TrainingInterrupted``).
+the one line that says which checkpoint is intact (``nac.training.errors.TrainingInterrupted``).
 
 A stage started by ``dvc repro`` (or ``dvc exp run``) watches its launcher: when the ``dvc`` process dies (even by
 ``kill -9``, which it cannot forward), the stage sends itself ``SIGTERM`` within a second, and its

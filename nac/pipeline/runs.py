@@ -10,8 +10,8 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from nac.checkpoint import source_fingerprint
 from nac.config import ModelConfig
+from nac.fingerprint import source_fingerprint
 from nac.model import build_model
 from nac.pipeline.datasets import builder
 from nac.training.config import TrainConfig
@@ -39,11 +39,11 @@ def run_fingerprint(params: dict, dataset: str, source: str) -> str:
     or of code that determines the result retrains, and any other edit (reports, stages,
     evaluation code) resumes.
 
-    The sources (``nac.checkpoint.source_closure``): the modules reached by following the import
+    The sources (``nac.fingerprint.source_closure``): the modules reached by following the import
     statements of the training loop (``nac.training.loop``: model, circuits, graphs, regularizer,
     checkpointing, evaluation), of the data pipeline (``nac.data.registry``: every builder) and of
     ``source``, the track module that trains (its input wrappers), restricted to
-    ``nac.checkpoint.RESULT_SOURCES``. The import graph is read from the files, not from
+    ``nac.fingerprint.RESULT_SOURCES``. The import graph is read from the files, not from
     ``sys.modules``, so it does not depend on what the process happened to import before.
     Configs are not hashed: ``fit`` compares them itself."""
     h = hashlib.sha256((builder(params, dataset).cache_dir / "manifest.json").read_bytes())

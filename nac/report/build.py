@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from nac.checkpoint import load_model
+from nac.checkpoint_io import load_model
 from nac.pipeline.datasets import builder
 from nac import metrics_io
 from nac.pipeline.io import staged, write_json

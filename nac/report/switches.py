@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from nac.checkpoint import source_fingerprint
+from nac.fingerprint import source_fingerprint
 from nac.stats import paired_ci
 
 REGISTRY = Path(__file__).with_name("switches.yaml")
@@ -40,7 +40,7 @@ def bench_params(params: dict) -> dict[str, Any]:
     """What a bench run of the image track (``bench_switches``, ``bench_convergence``) depends on besides
     the key it varies: the image track's data, model and training settings, the prior (not the seeds:
     which seeds a file holds is checked where they are read), and the code that trains and evaluates
-    (the hash of the sources a checkpoint's fingerprint covers, ``nac.checkpoint.source_fingerprint``).
+    (the hash of the sources a checkpoint's fingerprint covers, ``nac.fingerprint.source_fingerprint``).
     The report uses a bench file only while these are unchanged."""
     image, data = params.get("image") or {}, params.get("data") or {}
     return {"image": {k: image.get(k) for k in ("dataset", "val_split", "ood_dataset", "ood_split", "model", "train")},

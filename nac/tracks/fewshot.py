@@ -39,7 +39,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from nac.checkpoint import load_model
+from nac.checkpoint_io import load_model
 from nac.config import ConfigDict
 from nac.data.registry import get_builder
 from nac.pipeline.io import write_json

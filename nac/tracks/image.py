@@ -16,7 +16,7 @@ import torch
 from tqdm.auto import tqdm
 
 from nac.baselines.analysis import baseline_analysis
-from nac.checkpoint import load_model
+from nac.checkpoint_io import load_model
 from nac.config import ModelConfig
 from nac.evaluation import accuracy_by_group, predict, predict_tokens, tokenize, topk_accuracy
 from nac.graphs import PRIOR_DEFAULTS

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from nac.checkpoint import load_model
+from nac.checkpoint_io import load_model
 from nac.model import build_model
 from nac.pipeline.datasets import track_builder
 from nac.pipeline.io import write_json

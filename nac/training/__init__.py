@@ -1,3 +1,4 @@
-"""Training: the loop (``loop.fit``), checkpointing and resume (``checkpointing``), the training
-config (``config.TrainConfig``), data augmentation (``augment``) and DDP helpers
-(``distributed``). Submodules are imported where they are used."""
+"""Training: the loop (``loop.fit``), a run's checkpoint and its resume (``resume``), the
+finiteness checks (``checks``), the errors that stop a training (``errors``), the weights' EMA
+(``ema``), the training config (``config.TrainConfig``), data augmentation (``augment``) and DDP
+helpers (``distributed``). Submodules are imported where they are used."""

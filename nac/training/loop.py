@@ -9,21 +9,24 @@ exactly as the uninterrupted run would (same batches, same kernel samples, same 
 Reliability: every step checks the loss, the total gradient norm and the weights; a non-finite
 one stops training (``NonFiniteTrainingError``) before anything is saved, so a checkpoint only
 ever holds finite tensors (``save_checkpoint`` enforces it too). The checks run on the device
-(``_StepChecks``: the first non-finite step is recorded there) and the host reads them every
+(``nac.training.checks.StepChecks``: the first non-finite step is recorded there) and the host reads them every
 ``SYNC_EVERY`` steps and at each epoch end, before anything is evaluated or saved, so a step has
 no host sync: the error names the step that went wrong, only raised up to ``SYNC_EVERY`` steps
 later. The epoch's metrics are summed on the device too and read at the epoch end. One training at a time holds a
 checkpoint (an OS lock on ``<checkpoint>.lock``); a checkpoint written with other settings is
 moved aside, never overwritten in place. Ctrl-C and a full disk end with one line saying which
 checkpoint is intact (``TrainingStopped``, a ``SystemExit``: a stage exits non-zero without a
-traceback). Resuming, saving, the finiteness checks and these errors are in
-``nac.training.checkpointing``.
+traceback). Resuming and saving are in ``nac.training.resume``, the finiteness checks in
+``nac.training.checks``, these errors in ``nac.training.errors``.
+
+The path to ``optimizer.step``: ``fit`` builds a ``_Run`` (``_build``: model, optimizer, EMA,
+sampler, loader), takes the lock, resumes, then ``_train_epochs`` runs each step (``_losses``
+is its forward) and ends each epoch (``_end_epoch``: metrics, evaluation, checkpoint, dvclive).
 """
 from __future__ import annotations
 
-import itertools
 import math
-from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -34,16 +37,16 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 from tqdm.auto import tqdm
 
-from nac.checkpoint import CheckpointLock
+from nac.checkpoint_lock import CheckpointLock
 from nac.evaluation import model_kwargs, predict, topk_accuracy
 from nac.model import NAC
 from nac.training.augment import AugmentedDataset, BatchMixer, RepeatedAugSampler, recipe_of, soft_cross_entropy
-# the checkpoint plumbing and the errors live in nac.training.checkpointing; the errors stay importable from here
-from nac.training.checkpointing import (CheckpointWriteFailed, NonFiniteGradientError, NonFiniteLossError,  # noqa: F401
-                                        NonFiniteTrainingError, NonFiniteWeightsError, TrainingInterrupted,
-                                        TrainingStopped, _check_finite, _check_weights, _resume, _save, _State)
+from nac.training.checks import StepChecks
 from nac.training.config import DECAY_FILTERS, TrainConfig
 from nac.training.distributed import World, all_reduce_, barrier
+from nac.training.ema import ema_groups, ema_update, make_ema
+from nac.training.errors import TrainingInterrupted
+from nac.training.resume import RunState, resume_from, save_epoch
 
 
 # AdamW's implementation. None: PyTorch's default, a Python loop over the parameters on CPU (the
@@ -163,6 +166,32 @@ def decay_groups(model: nn.Module, decay_filter: str = "authors") -> tuple[list,
     return decay, no_decay
 
 
+@dataclass
+class _Run:
+    """One training while it runs: what ``fit`` builds (``_build``) and the epoch loop reads."""
+    model: NAC                      # trained in place (SyncBatchNorm under DDP on CUDA)
+    wrapped: nn.Module              # Objective(model), DDP-wrapped when distributed: what a step calls
+    optimizer: torch.optim.AdamW
+    ema: Any                        # the AveragedModel (train.ema), evaluated and handed back; or None
+    mixer: BatchMixer | None        # mixup/cutmix of an augmentation recipe (soft targets); or None
+    sampler: Any                    # the loader's sampler, reshuffled per epoch (set_epoch)
+    loader: DataLoader
+    val_set: Dataset | None
+    cfg: TrainConfig
+    world: World
+    steps_per_epoch: int
+    total: int                      # optimizer steps of the whole training (the LR schedule's length)
+    warmup: int                     # of which the LR warm-up's
+    use_amp: bool                   # bf16 autocast (train.amp on CUDA)
+    own_objective: bool             # the model defines training_loss (a baseline trained by EM, say)
+    state: RunState                 # where training stands, for the messages that say what is kept
+    fingerprint: str | None
+    on_epoch_end: Callable[[int], None] | None
+    history: list = field(default_factory=list)   # per-epoch metrics (resumed ones first)
+    live: Any = None                # the dvclive logger (main process, live_dir given)
+    bar: Any = None                 # the tqdm bar
+
+
 def fit(model: NAC, train_set: Dataset, val_set: Dataset | None, cfg: TrainConfig, world: World | None = None,
         checkpoint: str | Path | None = None, live_dir: str | Path | None = None, progress: bool = True,
         desc: str = "train", on_epoch_end: Callable[[int], None] | None = None,
@@ -188,9 +217,41 @@ def fit(model: NAC, train_set: Dataset, val_set: Dataset | None, cfg: TrainConfi
     None. Models without ``training_loss`` (the NAC) train exactly as before.
 
     Stops with ``NonFiniteTrainingError`` (a non-finite loss, gradient norm or weight) or
-    ``TrainingStopped`` (Ctrl-C, a full disk), naming ``desc``, the epoch and the checkpoint kept.
+    ``TrainingStopped`` (Ctrl-C, a full disk), naming ``desc``, the epoch and the checkpoint kept
+    (``nac.training.errors``).
     """
-    world = world or World()
+    run = _build(model, train_set, val_set, cfg, world or World(), checkpoint, desc, on_epoch_end, fingerprint)
+    state, world = run.state, run.world
+    lock = CheckpointLock(state.ckpt_path, owner=desc).acquire() if state.ckpt_path and world.is_main else None
+    start_epoch = 0
+    try:
+        if state.ckpt_path and state.ckpt_path.exists():
+            start_epoch, run.history = resume_from(state.ckpt_path, run.model, run.optimizer, run.ema, cfg, fingerprint,
+                                                   world, desc, progress, state)
+        state.saved_epoch = start_epoch
+        run.live = _open_live(live_dir, run.history) if world.is_main else None
+        run.bar = tqdm(total=run.total, initial=start_epoch * run.steps_per_epoch, desc=desc, unit="step",
+                       dynamic_ncols=True, disable=not (progress and world.is_main))
+        _train_epochs(run, start_epoch)
+    except KeyboardInterrupt:
+        where = (f"at epoch {state.epoch} after {state.step}/{run.steps_per_epoch} steps" if state.epoch
+                 else "before the first step")
+        raise TrainingInterrupted(f"{desc}: interrupted {where}; {state.intact()}") from None
+    finally:
+        if run.bar is not None:
+            run.bar.close()
+        if run.live is not None:
+            run.live.end()
+        if lock is not None:
+            lock.release()
+    if run.ema is not None:  # hand back the averaged weights: they are what was evaluated
+        run.model.load_state_dict(run.ema.module.state_dict())
+    return {"history": run.history, "final": run.history[-1] if run.history else {}}
+
+
+def _build(model: NAC, train_set: Dataset, val_set: Dataset | None, cfg: TrainConfig, world: World,
+           checkpoint: str | Path | None, desc: str, on_epoch_end, fingerprint: str | None) -> _Run:
+    """The model on its device, the optimizer (and EMA), the sampler and loader of ``fit``."""
     device = world.device
     if world.distributed and device.type == "cuda":  # batch statistics over the global batch
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
@@ -203,10 +264,7 @@ def fit(model: NAC, train_set: Dataset, val_set: Dataset | None, cfg: TrainConfi
     optimizer = make_adamw([{"params": decay, "weight_decay": cfg.weight_decay},
                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.peak_lr,
                            impl=getattr(cfg, "adamw", None))
-    ema = None
-    if cfg.ema:
-        ema = torch.optim.swa_utils.AveragedModel(model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(cfg.ema),
-                                                  use_buffers=True)  # BatchNorm statistics averaged too
+    ema = make_ema(model, cfg.ema) if cfg.ema else None
 
     if cfg.batch_size % world.world_size:
         raise ValueError(f"train.batch_size={cfg.batch_size} must be divisible by the number of processes ({world.world_size})")
@@ -234,83 +292,33 @@ def fit(model: NAC, train_set: Dataset, val_set: Dataset | None, cfg: TrainConfi
     steps_per_epoch = len(loader)
     if steps_per_epoch == 0:
         raise ValueError(f"training set of {len(train_set)} items is smaller than one global batch ({cfg.batch_size})")
-    total, warmup = cfg.epochs * steps_per_epoch, round(cfg.warmup_epochs * steps_per_epoch)
-
-    start_epoch, history = 0, []
-    ckpt_path = Path(checkpoint) if checkpoint else None
-    lock = CheckpointLock(ckpt_path, owner=desc).acquire() if ckpt_path and world.is_main else None
-    live = bar = None
-    state = _State(ckpt_path, desc)
-    try:
-        if ckpt_path and ckpt_path.exists():
-            start_epoch, history = _resume(ckpt_path, model, optimizer, ema, cfg, fingerprint, world, desc, progress,
-                                           state)
-        state.saved_epoch = start_epoch
-        live = _open_live(live_dir, history) if world.is_main else None
-        bar = tqdm(total=total, initial=start_epoch * steps_per_epoch, desc=desc, unit="step", dynamic_ncols=True,
-                   disable=not (progress and world.is_main))
-        _train_epochs(model, wrapped, optimizer, ema, loader, sampler, val_set, cfg, world, start_epoch,
-                      steps_per_epoch, total, warmup, history, live, bar, on_epoch_end, fingerprint, state,
-                      mixer=mixer)
-    except KeyboardInterrupt:
-        where = (f"at epoch {state.epoch} after {state.step}/{steps_per_epoch} steps" if state.epoch
-                 else "before the first step")
-        raise TrainingInterrupted(f"{desc}: interrupted {where}; {state.intact()}") from None
-    finally:
-        if bar is not None:
-            bar.close()
-        if live is not None:
-            live.end()
-        if lock is not None:
-            lock.release()
-    if ema is not None:  # hand back the averaged weights: they are what was evaluated
-        model.load_state_dict(ema.module.state_dict())
-    return {"history": history, "final": history[-1] if history else {}}
+    return _Run(model=model, wrapped=wrapped, optimizer=optimizer, ema=ema, mixer=mixer, sampler=sampler, loader=loader,
+                val_set=val_set, cfg=cfg, world=world, steps_per_epoch=steps_per_epoch,
+                total=cfg.epochs * steps_per_epoch, warmup=round(cfg.warmup_epochs * steps_per_epoch),
+                use_amp=cfg.amp and device.type == "cuda", own_objective=hasattr(model, "training_loss"),
+                state=RunState(Path(checkpoint) if checkpoint else None, desc), fingerprint=fingerprint,
+                on_epoch_end=on_epoch_end)
 
 
-def _train_epochs(model: NAC, wrapped: nn.Module, optimizer, ema, loader, sampler, val_set, cfg: TrainConfig,
-                  world: World, start_epoch: int, steps_per_epoch: int, total: int, warmup: int, history: list,
-                  live, bar, on_epoch_end, fingerprint: str | None, state: _State,
-                  mixer: BatchMixer | None = None) -> None:
-    device = world.device
-    ckpt_path, desc = state.ckpt_path, state.desc
-    use_amp = cfg.amp and device.type == "cuda"
-    own_objective = hasattr(model, "training_loss")
-    checks = _StepChecks(model, device)
-    ema_groups = _ema_groups(ema, model) if ema is not None else None
+def _train_epochs(run: _Run, start_epoch: int) -> None:
+    """Epochs ``start_epoch + 1 .. cfg.epochs``: per step the LR, the loss, backward, clipping,
+    the optimizer step, the device-side checks and the EMA; per epoch the metrics, the checkpoint."""
+    model, optimizer, ema, cfg, world, state = run.model, run.optimizer, run.ema, run.cfg, run.world, run.state
+    checks = StepChecks(model, world.device)
+    groups = ema_groups(ema, model) if ema is not None else None
     ema_copy = ema is not None and int(ema.n_averaged) == 0  # read once: the first update copies
     for epoch in range(start_epoch, cfg.epochs):
         state.epoch, state.step = epoch + 1, 0
         torch.manual_seed(_epoch_seed(cfg.seed, epoch, world.rank))
-        sampler.set_epoch(epoch)
-        wrapped.train()
+        run.sampler.set_epoch(epoch)
+        run.wrapped.train()
         checks.reset()
-        sums = torch.zeros(4, dtype=torch.float64, device=device)  # loss, reg, correct, count
-        for i, batch in enumerate(loader):
-            step = epoch * steps_per_epoch + i
+        sums = torch.zeros(4, dtype=torch.float64, device=world.device)  # loss, reg, correct, count
+        for i, batch in enumerate(run.loader):
+            step = epoch * run.steps_per_epoch + i
             for group in optimizer.param_groups:
-                group["lr"] = lr_at(step, total, warmup, cfg.peak_lr, cfg.min_lr)
-            kw = model_kwargs(batch, device)
-            if cfg.augment is True:
-                kw["inputs"] = augment_images(kw["inputs"])
-            labels = batch["label"].to(device, non_blocking=True).long()
-            targets = None
-            if mixer is not None:  # soft targets (label smoothing included); accuracy against `labels`
-                kw["inputs"], targets = mixer(kw["inputs"], labels, epoch, world.rank, step)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp), checks.guard(state):
-                if own_objective:
-                    indices = batch["index"].to(device, non_blocking=True).long() if "index" in batch else None
-                    logits, loss = wrapped(**kw, labels=labels, indices=indices, step=step,
-                                           label_smoothing=cfg.label_smoothing)
-                    ce = loss = loss.float()
-                    reg = torch.zeros((), device=device)
-                else:
-                    logits, reg = wrapped(**kw)
-                    if targets is not None:
-                        ce = soft_cross_entropy(logits.float(), targets)
-                    else:
-                        ce = F.cross_entropy(logits.float(), labels, label_smoothing=cfg.label_smoothing)
-                    loss = ce + cfg.reg_weight * reg.float()
+                group["lr"] = lr_at(step, run.total, run.warmup, cfg.peak_lr, cfg.min_lr)
+            logits, labels, ce, reg, loss = _losses(run, batch, epoch, step, checks)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if cfg.grad_clip:
@@ -320,133 +328,81 @@ def _train_epochs(model: NAC, wrapped: nn.Module, optimizer, ema, loader, sample
             optimizer.step()
             checks.record(i, loss, grad_norm)
             if ema is not None:
-                _ema_update(ema, ema_groups, cfg.ema, copy=ema_copy)
+                ema_update(ema, groups, cfg.ema, copy=ema_copy)
                 ema_copy = False
             with torch.no_grad():
                 n = len(labels)
                 sums += torch.stack([ce.detach().double() * n, reg.detach().double() * n,
                                      (logits.argmax(-1) == labels).sum().double(),
-                                     torch.full((), float(n), dtype=torch.float64, device=device)])
-            bar.update(1)
+                                     torch.full((), float(n), dtype=torch.float64, device=world.device)])
+            run.bar.update(1)
             state.step = i + 1
             if (i + 1) % SYNC_EVERY == 0:  # the host's periodic read: finiteness, and the bar's loss
                 checks.raise_if_bad(state, world)
-                bar.set_postfix(loss=f"{ce.item():.3f}", epoch=epoch + 1)
+                run.bar.set_postfix(loss=f"{ce.item():.3f}", epoch=epoch + 1)
         checks.raise_if_bad(state, world)  # before anything is evaluated or saved
-        all_reduce_(sums)
-        entry = {"epoch": epoch + 1, "train_loss": (sums[0] / sums[3]).item(), "train_reg": (sums[1] / sums[3]).item(),
-                 "train_acc": (100 * sums[2] / sums[3]).item(), "lr": optimizer.param_groups[0]["lr"]}
-        if world.is_main:
-            if val_set is not None:
-                eval_model = ema.module if ema is not None else model
-                entry.update({f"val_{k}": v for k, v in evaluate_accuracy(eval_model, val_set, device, cfg.eval_batch_size).items()})
-            history.append(entry)
-            if ckpt_path:
-                extra = {"ema": ema.state_dict()} if ema is not None else {}
-                _save(state, model, optimizer=optimizer.state_dict(), epoch=epoch + 1, history=history,
-                      train_config=cfg.to_dict(), fingerprint=fingerprint, **extra)
-            _log_live(live, entry)
-            bar.write(f"{desc}: epoch {epoch + 1}/{cfg.epochs} " + " ".join(
-                f"{k}={v:.4g}" for k, v in entry.items() if k != "epoch"))
-        barrier()
-        if on_epoch_end:
-            on_epoch_end(epoch + 1)
+        _end_epoch(run, epoch, sums)
 
 
-class _StepChecks:
-    """The loop's finiteness checks, kept on the device: ``record`` notes (no host sync) the
-    first step of the epoch whose loss, total gradient norm or weights (one fused norm over the
-    parameters) is not finite, as ``3 * step + kind`` (kind 0 loss, 1 gradient norm, 2 weights:
-    the order the old per-step checks raised in); ``raise_if_bad`` reads it (one sync; under DDP
-    the minimum over the processes, so all stop together) and raises the error the per-step
-    check raised, naming that step. A non-finite weight norm whose weights are all finite (an
-    overflowing norm) is not an error, as before; the record then starts again."""
-
-    NONE = 2**62
-
-    def __init__(self, model: nn.Module, device):
-        # detached once: views of the same storage, so they see every in-place optimizer update
-        # (a detach per parameter per step would be ~300 ops of a NAC step)
-        self.model, self.params = model, [p.detach() for p in model.parameters()]
-        self.kinds = torch.arange(3, device=device)
-        self.first = torch.full((), self.NONE, dtype=torch.long, device=device)
-
-    def reset(self) -> None:
-        self.first.fill_(self.NONE)
-
-    @torch.no_grad()
-    def record(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
-        weights = nn.utils.get_total_norm(self.params)
-        values = torch.stack([loss.detach().float(), grad_norm.detach().float(), weights.float()])
-        codes = torch.where(torch.isfinite(values), self.NONE, self.kinds + 3 * step)
-        torch.minimum(self.first, codes.min(), out=self.first)
-
-    @contextmanager
-    def guard(self, state: _State):
-        """Non-finite weights can make a later forward fail (the regularizer's matching refuses
-        a NaN ``P``) before the record is read: an error there is reported as the non-finite
-        step it came from, when there is one (this process's record: no collective)."""
-        try:
-            yield
-        except Exception:
-            self.raise_if_bad(state, None)
-            raise
-
-    def raise_if_bad(self, state: _State, world: World | None) -> None:
-        first = self.first
-        if world is not None and world.distributed:
-            import torch.distributed as dist
-
-            first = all_reduce_(first.clone(), op=dist.ReduceOp.MIN)
-        code = int(first)
-        if code == self.NONE:
-            return
-        step, kind = divmod(code, 3)
-        seen, state.step = state.step, step  # the messages name state.step + 1
-        nan = torch.tensor(float("nan"))
-        try:
-            if kind == 0:
-                _check_finite(nan, "loss", NonFiniteLossError, state)
-            if kind == 1:
-                _check_finite(nan, "gradient norm", NonFiniteGradientError, state)
-            _check_weights(self.model, state)
-        finally:
-            state.step = seen
-        self.reset()  # an overflowing norm of finite weights: not an error
+def _losses(run: _Run, batch: dict, epoch: int, step: int, checks: StepChecks) -> tuple[torch.Tensor, ...]:
+    """One step's forward: ``(logits [B, classes], labels [B], ce, reg, loss)`` (scalars; ``ce``
+    is what ``train_loss`` logs, ``loss`` what is minimised). An error in the forward is reported
+    as the non-finite step before it when there is one (``checks.guard``)."""
+    cfg, device = run.cfg, run.world.device
+    kw = model_kwargs(batch, device)
+    if cfg.augment is True:
+        kw["inputs"] = augment_images(kw["inputs"])
+    labels = batch["label"].to(device, non_blocking=True).long()
+    targets = None
+    if run.mixer is not None:  # soft targets (label smoothing included); accuracy against `labels`
+        kw["inputs"], targets = run.mixer(kw["inputs"], labels, epoch, run.world.rank, step)
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=run.use_amp), checks.guard(run.state):
+        if run.own_objective:
+            indices = batch["index"].to(device, non_blocking=True).long() if "index" in batch else None
+            logits, loss = run.wrapped(**kw, labels=labels, indices=indices, step=step,
+                                       label_smoothing=cfg.label_smoothing)
+            ce = loss = loss.float()
+            reg = torch.zeros((), device=device)
+        else:
+            logits, reg = run.wrapped(**kw)
+            if targets is not None:
+                ce = soft_cross_entropy(logits.float(), targets)
+            else:
+                ce = F.cross_entropy(logits.float(), labels, label_smoothing=cfg.label_smoothing)
+            loss = ce + cfg.reg_weight * reg.float()
+    return logits, labels, ce, reg, loss
 
 
-def _ema_groups(ema, model: nn.Module) -> dict:
-    """The EMA's tensors and the model's, paired as ``AveragedModel(use_buffers=True)`` pairs
-    them (parameters, then buffers), grouped by dtype: ``{dtype: (averaged, current)}``."""
-    groups: dict = {}
-    for a, m in zip(itertools.chain(ema.module.parameters(), ema.module.buffers()),
-                    itertools.chain(model.parameters(), model.buffers())):
-        avg, cur = groups.setdefault(a.dtype, ([], []))
-        avg.append(a.detach())
-        cur.append(m.detach())
-    return groups
-
-
-@torch.no_grad()
-def _ema_update(ema, groups: dict, decay: float, copy: bool) -> None:
-    """``ema.update_parameters(model)`` for an EMA of ``decay`` without its host read of
-    ``n_averaged`` (``copy``: the first update, known on the host) and with one foreach op per
-    dtype: the same arithmetic (``torch._foreach_lerp_(avg, cur, 1 - decay)``, PyTorch's EMA),
-    so the same bits (``tests/test_loop_sync.py``)."""
-    for dtype, (avg, cur) in groups.items():
-        if copy:
-            torch._foreach_copy_(avg, cur)
-        elif dtype.is_floating_point or dtype.is_complex:
-            torch._foreach_lerp_(avg, cur, 1 - decay)
-        else:  # integer buffers (BatchNorm's batch count), as PyTorch's EMA treats them
-            for a, c in zip(avg, cur):
-                a.copy_(a * decay + c * (1 - decay))
-    ema.n_averaged += 1
+def _end_epoch(run: _Run, epoch: int, sums: torch.Tensor) -> None:
+    """The epoch's metrics (``sums``: loss, reg, correct, count, summed on the device) reduced over
+    the processes, the validation accuracy, the checkpoint and the dvclive entry (main process)."""
+    cfg, world, state, ema = run.cfg, run.world, run.state, run.ema
+    all_reduce_(sums)
+    entry = {"epoch": epoch + 1, "train_loss": (sums[0] / sums[3]).item(), "train_reg": (sums[1] / sums[3]).item(),
+             "train_acc": (100 * sums[2] / sums[3]).item(), "lr": run.optimizer.param_groups[0]["lr"]}
+    if world.is_main:
+        if run.val_set is not None:
+            eval_model = ema.module if ema is not None else run.model
+            entry.update({f"val_{k}": v for k, v in
+                          evaluate_accuracy(eval_model, run.val_set, world.device, cfg.eval_batch_size).items()})
+        run.history.append(entry)
+        if state.ckpt_path:
+            extra = {"ema": ema.state_dict()} if ema is not None else {}
+            save_epoch(state, run.model, optimizer=run.optimizer.state_dict(), epoch=epoch + 1, history=run.history,
+                       train_config=cfg.to_dict(), fingerprint=run.fingerprint, **extra)
+        _log_live(run.live, entry)
+        run.bar.write(f"{state.desc}: epoch {epoch + 1}/{cfg.epochs} " + " ".join(
+            f"{k}={v:.4g}" for k, v in entry.items() if k != "epoch"))
+    barrier()
+    if run.on_epoch_end:
+        run.on_epoch_end(epoch + 1)
 
 
 def _open_live(live_dir, history):
     """dvclive logger; the history from a resumed checkpoint is replayed so the logged curves
-    are identical to an uninterrupted run's."""
+    are identical to an uninterrupted run's. Kept by hand rather than dvclive's ``resume=True``:
+    that resumes one logged step at step 0 and trusts files that can lag the checkpoint
+    (``tests/test_training.py::test_resumed_run_logs_the_dvclive_files_of_an_uninterrupted_run``)."""
     if live_dir is None:
         return None
     from dvclive import Live

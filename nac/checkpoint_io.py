@@ -12,19 +12,19 @@ Reliability guarantees:
 - a full disk leaves the previous checkpoint intact and no temporary file behind
   (``DiskFullError`` says how much space the write needs);
 - ``load_model(..., expect_config=...)`` refuses a checkpoint trained with another model config;
-- ``CheckpointLock`` lets one training at a time write a given checkpoint;
-- ``source_fingerprint`` hashes the sources a training runs (what a resume must agree on).
+- ``move_aside`` renames a checkpoint written with other settings instead of overwriting it.
+
+One training at a time writes a checkpoint (``nac.checkpoint_lock``); what a resume must agree
+on includes the hash of the training's sources (``nac.fingerprint``).
 """
 from __future__ import annotations
 
-import ast
 import errno
-import hashlib
 import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 import torch
 
@@ -40,10 +40,6 @@ class PoisonedCheckpointError(RuntimeError):
 
 class CheckpointMismatchError(RuntimeError):
     """A checkpoint was trained with another model config than the current params ask for."""
-
-
-class CheckpointBusyError(RuntimeError):
-    """Another training holds the lock on this checkpoint."""
 
 
 class DiskFullError(OSError):
@@ -211,150 +207,3 @@ def move_aside(path: str | Path, dest: str | Path | None = None, tag: str = "sta
     dest = Path(dest) if dest is not None and not Path(dest).exists() else aside_path(path, tag)
     os.replace(path, dest)
     return dest
-
-
-class CheckpointLock:
-    """An exclusive OS lock on ``<checkpoint>.lock`` (``fcntl.flock``, non-blocking), held by the
-    one training that writes the checkpoint; a second one is refused (``CheckpointBusyError``).
-    The kernel releases it when the holder dies, so a crashed or killed training never leaves a
-    stale lock; a clean release also removes the file. Where ``flock`` is unavailable (not a POSIX
-    system, a file system without locks) training proceeds unlocked, with a warning."""
-
-    def __init__(self, path: str | Path, owner: str = ""):
-        self.path = Path(path)
-        self.lock_path = self.path.with_name(self.path.name + ".lock")
-        self.owner = owner
-        self._fd: int | None = None
-
-    def acquire(self) -> "CheckpointLock":
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - not POSIX
-            return self
-        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
-        while True:
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = _read_text(fd)
-                os.close(fd)
-                raise CheckpointBusyError(
-                    f"checkpoint {self.path} is in use by another training ({holder or 'holder unknown'}); two "
-                    f"trainings writing one checkpoint would overwrite each other's progress. Wait for it to finish "
-                    f"or stop it, then rerun (the lock {self.lock_path} is released when that process ends)") from None
-            except OSError as e:  # no locks on this file system
-                os.close(fd)
-                import warnings
-
-                warnings.warn(f"cannot lock {self.lock_path} ({e}); training without a lock on {self.path}")
-                return self
-            try:  # the previous holder may have removed the file between our open and flock
-                st, now = os.fstat(fd), os.stat(self.lock_path)
-                same = (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino)
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
-            os.close(fd)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()} on {os.uname().nodename}{': ' + self.owner if self.owner else ''}".encode())
-        self._fd = fd
-        return self
-
-    def release(self) -> None:
-        if self._fd is None:
-            return
-        try:
-            self.lock_path.unlink(missing_ok=True)  # before unlocking, so no one locks the removed file
-        finally:
-            os.close(self._fd)
-            self._fd = None
-
-    def __enter__(self) -> "CheckpointLock":
-        return self.acquire()
-
-    def __exit__(self, *exc) -> None:
-        self.release()
-
-
-def _read_text(fd: int) -> str:
-    try:
-        return os.pread(fd, 512, 0).decode(errors="replace").strip()
-    except OSError:
-        return ""
-
-
-# What a training's result depends on, besides its configs and data: the model, the training
-# loop, checkpointing, evaluation and the data pipeline, the one build-then-fit (``train_run``)
-# and the tracks' input wrappers.
-RESULT_SOURCES = ("circuits/", "baselines/", "model.py", "config.py", "graphs.py", "regularizer.py", "training/", "checkpoint.py",
-                  "evaluation.py", "data/", "pipeline/runs.py", "pipeline/datasets.py", "tracks/common.py")
-
-
-def source_closure(entries: Iterable[str], root: str | Path | None = None,
-                   include: Iterable[str] = RESULT_SOURCES) -> list[Path]:
-    """The source files a training runs: start from the ``entries`` modules (e.g.
-    ``"nac.training.loop"``) and follow every import statement (function-local ones too, found
-    by parsing, so the answer never depends on what a process happened to import), keeping and
-    following only files under ``include`` (paths relative to the package ``root``, a trailing
-    ``/`` for a folder). The entries' own imports are always followed. Sorted; deterministic."""
-    root = Path(root) if root is not None else Path(__file__).resolve().parent
-    pkg, include = root.name, tuple(include)
-
-    def allowed(f: Path) -> bool:
-        rel = f.relative_to(root).as_posix()
-        return any(rel == inc or (inc.endswith("/") and rel.startswith(inc)) for inc in include)
-
-    def files_of(module: str) -> list[Path]:
-        """The module's file and the ``__init__`` of every package above it (they run on import)."""
-        parts = module.split(".")
-        if parts[0] != pkg:
-            return []
-        out = [root.joinpath(*parts[1:i], "__init__.py") for i in range(1, len(parts))]
-        rel = root.joinpath(*parts[1:])
-        out += [rel.with_name(rel.name + ".py") if len(parts) > 1 else root / "__init__.py", rel / "__init__.py"]
-        return [f for f in out if f.is_file()]
-
-    def imports(f: Path) -> set[str]:
-        module = ".".join((pkg, *f.relative_to(root).with_suffix("").parts))
-        package = module.rsplit(".", 1)[0] if f.name != "__init__.py" else module.removesuffix(".__init__")
-        names = set()
-        for node in ast.walk(ast.parse(f.read_bytes(), filename=str(f))):
-            if isinstance(node, ast.Import):
-                names.update(a.name for a in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = package.split(".")[:len(package.split(".")) - (node.level - 1)]
-                    base = ".".join(anchor + ([base] if base else []))
-                names.add(base)
-                names.update(f"{base}.{a.name}" for a in node.names)  # `from pkg import submodule`
-        return {n for n in names if n == pkg or n.startswith(pkg + ".")}
-
-    seen: set[Path] = set()
-    kept: set[Path] = set()
-    queue = [(f, True) for m in entries for f in files_of(m)]
-    while queue:
-        f, is_entry = queue.pop()
-        if f in seen:
-            continue
-        seen.add(f)
-        if allowed(f):
-            kept.add(f)
-        elif not is_entry:
-            continue
-        for name in imports(f):
-            queue.extend((g, False) for g in files_of(name))
-    return sorted(kept)
-
-
-def source_fingerprint(entries: Iterable[str], root: str | Path | None = None,
-                       include: Iterable[str] = RESULT_SOURCES) -> str:
-    """sha256 over the relative paths and bytes of ``source_closure(entries, root, include)``."""
-    root = Path(root) if root is not None else Path(__file__).resolve().parent
-    h = hashlib.sha256()
-    for f in source_closure(entries, root, include):
-        h.update(f.relative_to(root).as_posix().encode() + b"\0")
-        h.update(f.read_bytes() + b"\0")
-    return h.hexdigest()

@@ -1,55 +1,24 @@
-"""Checkpointing a training and the errors that stop one: where training stands (``_State``, for
-the messages that say which checkpoint is kept), resuming from a checkpoint written with the same
-settings (else moving it aside on the first save), the per-step finiteness checks, and the atomic
-per-epoch save. ``nac.training.loop`` uses these and re-exports the errors.
+"""A training's checkpoint: where training stands (``RunState``, for the messages that say which
+checkpoint is kept), resuming from a checkpoint written with the same settings (``resume_from``;
+else it is moved aside on the first save) and the atomic per-epoch save (``save_epoch``).
+``nac.training.loop.fit`` uses these; the errors they raise are in ``nac.training.errors``.
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-import torch
-import torch.nn as nn
 from tqdm.auto import tqdm
 
-from nac.checkpoint import (DiskFullError, PoisonedCheckpointError, aside_path, dict_diff, human_bytes, load_checkpoint,
+from nac.checkpoint_io import (DiskFullError, PoisonedCheckpointError, aside_path, dict_diff, human_bytes, load_checkpoint,
                             move_aside, save_checkpoint)
 from nac.model import NAC
 from nac.training.config import TrainConfig
-from nac.training.distributed import World, all_reduce_, barrier
+from nac.training.distributed import World, barrier
+from nac.training.errors import ADVICE, CheckpointWriteFailed, NonFiniteWeightsError
 
 
-class NonFiniteTrainingError(FloatingPointError):
-    """Training produced a NaN or infinite value; it stops and the last good checkpoint is kept."""
-
-
-class NonFiniteLossError(NonFiniteTrainingError):
-    """The loss became NaN or infinite; the last good checkpoint is kept."""
-
-
-class NonFiniteGradientError(NonFiniteTrainingError):
-    """The total gradient norm became NaN or infinite (the step is not applied)."""
-
-
-class NonFiniteWeightsError(NonFiniteTrainingError):
-    """The weights (or the state to checkpoint) became NaN or infinite after an optimizer step."""
-
-
-class TrainingStopped(SystemExit):
-    """Training ended early for a reason outside the training itself. The message is one line
-    saying what is kept and how to continue; as a ``SystemExit`` it makes a stage exit non-zero
-    printing just that line (``code`` is the message)."""
-
-
-class TrainingInterrupted(TrainingStopped):
-    """Ctrl-C (``KeyboardInterrupt``) during training; the last checkpoint is intact."""
-
-
-class CheckpointWriteFailed(TrainingStopped):
-    """The checkpoint could not be written (full disk); the previous one is intact."""
-
-
-class _State:
+class RunState:
     """Where training stands, for the messages that say what is kept: the 1-based epoch and
     step in progress, the epoch of this run's last checkpoint, a foreign checkpoint still in
     place (written with other settings, to be moved aside on the first save)."""
@@ -85,8 +54,8 @@ class _State:
         return "no checkpoint was written yet; rerun to start over"
 
 
-def _resume(ckpt_path: Path, model: NAC, optimizer, ema, cfg: TrainConfig, fingerprint: str | None, world: World,
-            desc: str, progress: bool, state: _State) -> tuple[int, list]:
+def resume_from(ckpt_path: Path, model: NAC, optimizer, ema, cfg: TrainConfig, fingerprint: str | None, world: World,
+            desc: str, progress: bool, state: RunState) -> tuple[int, list]:
     """Load the checkpoint when it was written with the same settings; returns ``(epoch, history)``.
     Otherwise plan to move it aside (``state.stale_dest``) and start over: it stays in place until
     this run writes its own first checkpoint, so a run that fails before that loses nothing."""
@@ -122,36 +91,7 @@ def _resume(ckpt_path: Path, model: NAC, optimizer, ema, cfg: TrainConfig, finge
     return 0, []
 
 
-_ADVICE = "Lower train.lr, enable train.grad_clip, or check the data for NaNs"
-
-
-def _check_finite(value: torch.Tensor, what: str, error: type[NonFiniteTrainingError], state: _State,
-                  world: World | None = None) -> None:
-    """Raise ``error`` when ``value`` is NaN or infinite on any process (all stop together;
-    ``world=None``: a value already identical on every process, no collective needed)."""
-    bad = torch.tensor(0.0 if torch.isfinite(value) else 1.0, device=value.device)
-    if world is not None and world.distributed:
-        all_reduce_(bad)
-    if bad.item():
-        raise error(f"{state.desc}: non-finite {what} at epoch {state.epoch}, step {state.step + 1}; {state.kept()}. "
-                    f"{_ADVICE}")
-
-
-def _check_weights(model: NAC, state: _State) -> None:
-    """After the optimizer step: one fused norm over the parameters (identical on every process
-    under DDP); only when it is not finite are the tensors inspected one by one, so a finite but
-    overflowing norm is not mistaken for a NaN."""
-    params = [p.detach() for p in model.parameters()]
-    if bool(torch.isfinite(nn.utils.get_total_norm(params))):
-        return
-    bad = [name for name, p in model.named_parameters() if not bool(torch.isfinite(p).all())]
-    if bad:
-        raise NonFiniteWeightsError(f"{state.desc}: non-finite weights after the optimizer step at epoch {state.epoch}, "
-                                    f"step {state.step + 1} ({', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''}); "
-                                    f"{state.kept()}. {_ADVICE}")
-
-
-def _save(state: _State, model: NAC, **extra) -> None:
+def save_epoch(state: RunState, model: NAC, **extra) -> None:
     """Write this run's checkpoint (moving a foreign one aside first); converts a refused or
     failed write into the error that says what is kept."""
     path = state.ckpt_path
@@ -166,7 +106,7 @@ def _save(state: _State, model: NAC, **extra) -> None:
         if moved is not None and not path.exists():  # this run wrote nothing: put the old one back
             os.replace(moved, path)
         if isinstance(e, PoisonedCheckpointError):
-            raise NonFiniteWeightsError(f"{state.desc}: {e} (end of epoch {state.epoch}); {state.kept()}. {_ADVICE}") from e
+            raise NonFiniteWeightsError(f"{state.desc}: {e} (end of epoch {state.epoch}); {state.kept()}. {ADVICE}") from e
         if isinstance(e, DiskFullError):
             free = f"{human_bytes(e.free)} free" if e.free is not None else "free space unknown"
             raise CheckpointWriteFailed(
