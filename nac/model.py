@@ -173,8 +173,27 @@ class NAC(nn.Module):
         if design.signatures is None:
             raise ValueError(f"variant {self.config.variant!r} has no signatures, so no link probabilities")
         if layer is not None or not self.config.kernel_per_module:
-            return self._P(design.signatures, layer=layer)
-        return torch.stack([self._P(design.signatures, layer=i) for i in range(self.config.depth)]).mean(0)
+            return self._shared_P(design, layer)
+        return torch.stack([self._shared_P(design, i) for i in range(self.config.depth)]).mean(0)
+
+    def _shared_P(self, design: CircuitDesign, layer: int | None, P: torch.Tensor | None = None) -> torch.Tensor:
+        """``_P(design.signatures, layer=layer)`` computed once per step: ``execute`` leaves each
+        propagator's ``P`` on the design (``P`` given), and the regularizer's ``link_probabilities``
+        of the same design takes it (once) instead of computing it again (the same tensor, so the
+        same loss; gradients to float rounding, the backward through ``P`` now summed first).
+
+        Taken only while it is what ``_P`` would give: the same grad mode, and the signatures and
+        the bandwidth unchanged since (their version counters; an optimizer step in between makes it
+        recompute). A design executed, then backpropagated, then regularised needs a fresh design
+        (or ``retain_graph``), as any reuse of one autograd graph does."""
+        bw = self.kernel_bandwidth(layer)
+        key = (torch.is_grad_enabled(), id(design.signatures), design.signatures._version, id(bw), bw._version)
+        stash = design.__dict__.setdefault("_shared_P", {})
+        if P is not None:
+            stash[layer] = (key, P)
+            return P
+        hit = stash.pop(layer, None)
+        return hit[1] if hit is not None and hit[0] == key else self._P(design.signatures, layer=layer)
 
     def _P(self, s_recv: torch.Tensor, s_send: torch.Tensor | None = None, layer: int | str | None = 0) -> torch.Tensor:
         """Eq. 2 with the kernel of propagator ``layer`` (or ``"readout"``) and the config's
@@ -290,10 +309,13 @@ class NAC(nn.Module):
         c = self.config
         if design.signatures is None:
             return [None] * c.depth, None
-        if c.kernel_per_module:
-            samplers = [self._sampler(self._P(design.signatures, layer=i)) for i in range(c.depth)]
-        else:
-            samplers = [self._sampler(self._P(design.signatures, layer=None))] * c.depth
+        share = self.prior_target is not None  # P then shared with the regularizer (_shared_P)
+        Ps = {i: self._P(design.signatures, layer=i) for i in (range(c.depth) if c.kernel_per_module else [None])}
+        if share:
+            for i, P in Ps.items():
+                self._shared_P(design, i, P)
+        samplers = [self._sampler(P) for P in Ps.values()]
+        samplers = samplers if c.kernel_per_module else samplers * c.depth
         return samplers, self._sampler(self._P(design.readout_signatures, design.signatures, layer="readout"), readout=True)
 
     def _execute_with_input_latents(self, tokens: torch.Tensor, mask, design: CircuitDesign) -> torch.Tensor:
