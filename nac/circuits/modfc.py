@@ -142,7 +142,10 @@ def configure_modfc(module: nn.Module, norm_affine: bool, gain: str) -> None:
 
 
 def broadcast_to_modules(m: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """View a per-module tensor ``[(B,) U, d]`` so it broadcasts against ``x = [B, U, ..., d]``."""
+    """View a per-module tensor ``[(B,) U, d]`` so it broadcasts against ``x = [B, U, ..., d]``
+    (against ``[B, U, d]`` it does as it is: no view ops, in the forward or the backward)."""
+    if x.dim() == 3:
+        return m
     if m.dim() == 2:
         m = m.unsqueeze(0)
     return m.view(m.shape[0], m.shape[1], *([1] * (x.dim() - 3)), m.shape[-1])
