@@ -246,3 +246,19 @@ def test_missing_or_unnamed_modfc_and_bad_impl_are_refused():
     model.modulation_impl = "bogus"
     with pytest.raises(ValueError, match="batched, per_layer"):
         model(_inputs(model)[0])
+
+
+@pytest.mark.slow
+def test_batched_modulation_compiles_without_a_graph_break():
+    """The ``Modulations`` handed to the layers (a plain object with a dict of tensors keyed by
+    name) trace into one graph: a dense NAC (the ``modfc`` rung, no kernel sampler) is one graph."""
+    import torch._dynamo as dynamo
+
+    model = _build(variant="modfc").train()
+    x, _, _ = _inputs(model)
+    dynamo.reset()
+    try:
+        explained = dynamo.explain(model)(x)
+    finally:
+        dynamo.reset()
+    assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
