@@ -70,8 +70,9 @@ the host for the matching, the permutation back), issue 21's "matching on a thre
 "after_per_layer_modulation": the "after" code before the batched code modulation and the shared
 P (``--modulation per_layer``; P then computed by the executor and again by the regularizer);
 "after": every ModFC's modulation of a forward computed together ("modulation",
-``NAC.code_modulations``; it left the read-in, propagator and read-out parts) and each
-propagator's P computed once per step (the "kernel" part). "after_fused_adamw" predates both.
+``NAC.code_modulations``; it left the read-in, propagator and read-out parts; no view ops where
+the modulation broadcasts as it is) and each propagator's P computed once per step (the "kernel"
+part). "after_fused_adamw" predates both.
 The NAC/PIO ops goal (<= 1.3) is not reached: the kernel part (sampling, log K_hat) is next.
 """
 
