@@ -185,15 +185,20 @@ class NAC(nn.Module):
         Taken only while it is what ``_P`` would give: the same grad mode, and the signatures and
         the bandwidth unchanged since (their version counters; an optimizer step in between makes it
         recompute). A design executed, then backpropagated, then regularised needs a fresh design
-        (or ``retain_graph``), as any reuse of one autograd graph does."""
-        bw = self.kernel_bandwidth(layer)
-        key = (torch.is_grad_enabled(), id(design.signatures), design.signatures._version, id(bw), bw._version)
+        (or ``retain_graph``), as any reuse of one autograd graph does. Under ``torch.compile`` the
+        version counters are not read (dynamo cannot guard on them; one traced step has no
+        optimizer step inside)."""
+        sig, bw = design.signatures, self.kernel_bandwidth(layer)
+        versions = () if torch.compiler.is_compiling() else (sig._version, bw._version)
+        state = (torch.is_grad_enabled(), versions)
         stash = design.__dict__.setdefault("_shared_P", {})
         if P is not None:
-            stash[layer] = (key, P)
+            stash[layer] = (sig, bw, state, P)
             return P
         hit = stash.pop(layer, None)
-        return hit[1] if hit is not None and hit[0] == key else self._P(design.signatures, layer=layer)
+        if hit is not None and hit[0] is sig and hit[1] is bw and hit[2] == state:
+            return hit[3]
+        return self._P(sig, layer=layer)
 
     def _P(self, s_recv: torch.Tensor, s_send: torch.Tensor | None = None, layer: int | str | None = 0) -> torch.Tensor:
         """Eq. 2 with the kernel of propagator ``layer`` (or ``"readout"``) and the config's

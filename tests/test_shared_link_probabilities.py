@@ -100,3 +100,22 @@ def test_shared_P_is_not_taken_when_stale():
     model(x, design=design)
     first = model.link_probabilities(design, layer=0)
     assert first is not model.link_probabilities(design, layer=0)  # taken once, then computed afresh
+
+
+@pytest.mark.slow
+def test_sharing_adds_no_graph_break():
+    """Under ``torch.compile`` the shared P (and the batched modulation) trace without a graph
+    break of their own (the training objective's other breaks are the regularizer's matching)."""
+    import torch._dynamo as dynamo
+
+    model = _model()
+    model.sampler_impl = "prepared"  # CUDA's sampler
+    x, _, _ = _batch(model)
+    dynamo.reset()
+    try:
+        explained = dynamo.explain(Objective(model))(x)
+    finally:
+        dynamo.reset()
+    ours = {"_shared_P", "_samplers", "link_probabilities", "code_modulations", "batched_modulations", "of"}
+    for reason in explained.break_reasons:
+        assert not {frame.name for frame in reason.user_stack} & ours, reason
