@@ -61,9 +61,9 @@ def cat_modules(first: torch.Tensor | None, second: torch.Tensor | None) -> torc
 class Propagator(nn.Module):
     """One round of communication (SKMDPA among processor modules) then computation (ModFFN),
     each a pre-LayerNorm residual branch. states ``[B, U, d]``, codes ``[(B,) U, d_code]`` (or a
-    ``Modulations`` of them; ``code_readers``),
-    K ``[(B,) U, U]`` or ``None`` (dense). Returns ``[B, U, d]``. ``bandwidth``: this layer's own
-    kernel bandwidth (``register_bandwidth``), or None.
+    ``Modulations`` of them for the ModFCs of ``code_readers``), K ``[(B,) U, U]`` or ``None``
+    (dense). Returns ``[B, U, d]``. ``bandwidth``: this layer's own kernel bandwidth
+    (``register_bandwidth``), or None.
 
     ``latents`` ``[B, N, d]`` with ``latent_codes`` ``[N, d_code]`` (or ``None``): the input latents
     (``ModelConfig.input_latents``), senders only: the processors attend to them and to each
