@@ -16,7 +16,8 @@ CUDA's paths on the CPU: the NAC's kernel sampler in its CUDA form (``sampler_im
 
 Counting: a ``TorchDispatchMode`` sees every aten op. Parts: forward hooks on the model's
 children (tokenizer, generator, read-in, propagators, read-out) and wrappers around the kernel
-(``link_probabilities``, ``KernelSampler``, ``log_normalized_kernel``), the regularizer
+(``link_probabilities``, ``KernelSampler``, ``log_normalized_kernel``), the ModFCs' batched code
+modulation (``NAC.code_modulations``; per layer, it counts in the layers' parts), the regularizer
 (``NAC.graph_regularizer``), the loss, the optimizer, gradient norm, the loop's checks, the EMA
 and the data loader; ops of the backward pass are given to the part whose forward created their
 autograd node (by sequence number). Host syncs, as CUDA would have them: data-dependent ops
@@ -26,7 +27,8 @@ autograd node (by sequence number). Host syncs, as CUDA would have them: data-de
 tensor made from Python or numpy data on the device, a host tensor moved with
 ``non_blocking=False``): PyTorch synchronises the stream after a blocking host <-> device copy.
 
-    python bench/bench_ops.py [--batch 2] [--pairs tiny imagenet] [--adamw foreach|fused] [--label after]
+    python bench/bench_ops.py [--batch 2] [--pairs tiny imagenet] [--adamw foreach|fused]
+                              [--modulation batched|per_layer] [--label after]
 
 Writes ``ops.json`` (every label kept: run it before and after a change) and ``ops.md``.
 """
@@ -64,12 +66,17 @@ backward's ops go to the part whose forward made them ("backward (other)": nodes
 named parts, e.g. the loss, the DDP wrapper, accumulation). AdamW's foreach form (CUDA's default)
 reads each parameter's step count on the host (2 host ops per parameter, no device sync); the
 fused one is 8 ops. The NAC's remaining syncs are the regularizer's (P and the target copied to
-the host for the matching, the permutation back), issue 21's "matching on a thread" item. The
-NAC/PIO ops goal (<= 1.3) needs the batched code modulation (propagators, read-in and read-out
-are ~2.4x Perceiver IO's) and P computed once per step, not reached here.
+the host for the matching, the permutation back), issue 21's "matching on a thread" item.
+"after_per_layer_modulation": the "after" code before the batched code modulation and the shared
+P (``--modulation per_layer``; P then computed by the executor and again by the regularizer);
+"after": every ModFC's modulation of a forward computed together ("modulation",
+``NAC.code_modulations``; it left the read-in, propagator and read-out parts; no view ops where
+the modulation broadcasts as it is) and each propagator's P computed once per step (the "kernel"
+part). "after_fused_adamw" predates both.
+The NAC/PIO ops goal (<= 1.3) is not reached: the kernel part (sampling, log K_hat) is next.
 """
 
-PARTS = ("data", "tokenizer", "generator", "read_in", "kernel", "propagators", "read_out", "model (other)",
+PARTS = ("data", "tokenizer", "generator", "modulation", "read_in", "kernel", "propagators", "read_out", "model (other)",
          "regularizer", "loss", "backward (other)", "grad norm", "optimizer", "checks", "ema", "loop")
 SYNC_OPS = {"nonzero", "_local_scalar_dense", "is_nonzero", "masked_select", "unique", "_unique", "_unique2",
             "unique_dim", "unique_consecutive", "equal", "allclose", "argwhere", "item"}
@@ -242,6 +249,7 @@ def _instrument(model: nn.Module, t: _Tracker, stack: ExitStack) -> None:
                               (nac_model.KernelSampler, "__call__", "kernel"),
                               (attention, "log_normalized_kernel", "kernel"),
                               (nac_model.NAC, "graph_regularizer", "regularizer"),
+                              (nac_model.NAC, "code_modulations", "modulation"),
                               (loop.F, "cross_entropy", "loss"),
                               (loop, "soft_cross_entropy", "loss"),
                               (torch.optim.AdamW, "step", "optimizer"),
@@ -284,9 +292,10 @@ def _mark_host_batches(stack: ExitStack) -> None:
 
 
 def count_fit(model: nn.Module, steps: int, batch: int, size: int, classes: int, cfg: dict,
-              adamw: str = "foreach") -> _Tracker:
+              adamw: str = "foreach", modulation: str = "batched") -> _Tracker:
     model = copy.deepcopy(model)
     model.sampler_impl = "prepared"   # CUDA's sampler (NAC._sampler keeps "sparse" for the CPU)
+    model.modulation_impl = modulation  # NAC.code_modulations: "per_layer" is the reference form
     for m in model.modules():
         if isinstance(m, attention.SKMDPA):
             m.attn_impl = "sdpa"      # CUDA's attention ("explicit" is CPU only)
@@ -303,9 +312,10 @@ def count_fit(model: nn.Module, steps: int, batch: int, size: int, classes: int,
     return t
 
 
-def measure(model: nn.Module, batch: int, size: int, classes: int, cfg: dict, adamw: str = "foreach") -> dict:
-    a = count_fit(model, 2, batch, size, classes, cfg, adamw)
-    b = count_fit(model, 3, batch, size, classes, cfg, adamw)
+def measure(model: nn.Module, batch: int, size: int, classes: int, cfg: dict, adamw: str = "foreach",
+            modulation: str = "batched") -> dict:
+    a = count_fit(model, 2, batch, size, classes, cfg, adamw, modulation)
+    b = count_fit(model, 3, batch, size, classes, cfg, adamw, modulation)
     ops = {p: b.ops[p] - a.ops[p] for p in PARTS if b.ops[p] - a.ops[p]}
     syncs = {p: b.syncs[p] - a.syncs[p] for p in PARTS if b.syncs[p] - a.syncs[p]}
     kinds = {k: b.sync_kinds[k] - a.sync_kinds[k] for k in sorted(b.sync_kinds) if b.sync_kinds[k] - a.sync_kinds[k]}
@@ -359,6 +369,8 @@ def main() -> None:
     ap.add_argument("--label", default="after", help="the key the results are kept under (before / after)")
     ap.add_argument("--adamw", choices=["foreach", "fused"], default="foreach",
                     help="AdamW's form (foreach: PyTorch's default on CUDA; fused: train.adamw=fused)")
+    ap.add_argument("--modulation", choices=["batched", "per_layer"], default="batched",
+                    help="the ModFCs' code modulation (NAC.modulation_impl; per_layer: the form before issue 21)")
     ap.add_argument("--out", default="bench/results/ops.json")
     a = ap.parse_args()
     torch.set_num_threads(1)
@@ -368,11 +380,11 @@ def main() -> None:
     for pair, (models, size, classes, train) in pairs(a.pairs).items():
         res[pair] = {}
         for name, model in models.items():
-            res[pair][name] = measure(model, a.batch, size, classes, train, a.adamw)
+            res[pair][name] = measure(model, a.batch, size, classes, train, a.adamw, a.modulation)
             print(pair, name, res[pair][name]["ops_total"], "ops", res[pair][name]["syncs_total"], "syncs", flush=True)
     results[a.label] = {**results.get(a.label, {}), **res}
     results.setdefault("machine", {})[a.label] = {
-        "torch": torch.__version__, "batch": a.batch, "adamw": a.adamw,
+        "torch": torch.__version__, "batch": a.batch, "adamw": a.adamw, "modulation": a.modulation,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))

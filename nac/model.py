@@ -13,11 +13,14 @@ from nac.circuits.kernel import KernelSampler, link_probabilities, sample_kernel
 from nac.graphs import prior_target
 from nac.signatures import prior_signatures
 from nac.circuits.layers import Propagator, ReadOut, cat_modules
-from nac.circuits.modfc import configure_modfc
+from nac.circuits.modfc import batched_modulations, configure_modfc, modfcs, name_modfcs
 from nac.circuits.readin import ReadIn
 from nac.circuits.tokenizers import build_tokenizer
 from nac.config import ModelConfig
 from nac.regularizer import graph_structure_loss
+
+
+MODULATION_IMPLS = ("batched", "per_layer")
 
 
 class NAC(nn.Module):
@@ -41,6 +44,7 @@ class NAC(nn.Module):
     """
 
     sampler_impl = "sparse"  # nac.circuits.kernel.SAMPLER_IMPLS; "plain" is the reference form
+    modulation_impl = "batched"  # MODULATION_IMPLS (code_modulations); "per_layer" is the reference form
 
     def __init__(self, config: ModelConfig, fit_signatures: bool = True):
         super().__init__()
@@ -79,6 +83,7 @@ class NAC(nn.Module):
                                 **own_bw, **common)
         if c.modulated:
             configure_modfc(self, c.modfc_norm_affine, c.modfc_gain)
+            name_modfcs(self)
         if has_kernel and not c.kernel_per_module:
             bw = torch.tensor(float(c.bandwidth))
             if c.learn_bandwidth:
@@ -168,8 +173,32 @@ class NAC(nn.Module):
         if design.signatures is None:
             raise ValueError(f"variant {self.config.variant!r} has no signatures, so no link probabilities")
         if layer is not None or not self.config.kernel_per_module:
-            return self._P(design.signatures, layer=layer)
-        return torch.stack([self._P(design.signatures, layer=i) for i in range(self.config.depth)]).mean(0)
+            return self._shared_P(design, layer)
+        return torch.stack([self._shared_P(design, i) for i in range(self.config.depth)]).mean(0)
+
+    def _shared_P(self, design: CircuitDesign, layer: int | None, P: torch.Tensor | None = None) -> torch.Tensor:
+        """``_P(design.signatures, layer=layer)`` computed once per step: ``execute`` leaves each
+        propagator's ``P`` on the design (``P`` given), and the regularizer's ``link_probabilities``
+        of the same design takes it (once) instead of computing it again (the same tensor, so the
+        same loss; gradients to float rounding, the backward through ``P`` now summed first).
+
+        Taken only while it is what ``_P`` would give: the same grad mode, and the signatures and
+        the bandwidth unchanged since (their version counters; an optimizer step in between makes it
+        recompute). A design executed, then backpropagated, then regularised needs a fresh design
+        (or ``retain_graph``), as any reuse of one autograd graph does. Under ``torch.compile`` the
+        version counters are not read (dynamo cannot guard on them; one traced step has no
+        optimizer step inside)."""
+        sig, bw = design.signatures, self.kernel_bandwidth(layer)
+        versions = () if torch.compiler.is_compiling() else (sig._version, bw._version)
+        state = (torch.is_grad_enabled(), versions)
+        stash = design.__dict__.setdefault("_shared_P", {})
+        if P is not None:
+            stash[layer] = (sig, bw, state, P)
+            return P
+        hit = stash.pop(layer, None)
+        if hit is not None and hit[0] is sig and hit[1] is bw and hit[2] == state:
+            return hit[3]
+        return self._P(sig, layer=layer)
 
     def _P(self, s_recv: torch.Tensor, s_send: torch.Tensor | None = None, layer: int | str | None = 0) -> torch.Tensor:
         """Eq. 2 with the kernel of propagator ``layer`` (or ``"readout"``) and the config's
@@ -239,29 +268,59 @@ class NAC(nn.Module):
         c = self.config
         if c.input_latents:
             return self._execute_with_input_latents(tokens, mask, design)
-        states = self.read_in(tokens, design.states, design.codes, mask)
-        samplers, sample_op = [None] * c.depth, None
-        if design.signatures is not None:
-            if c.kernel_per_module:  # each propagator draws from its own kernel
-                samplers = [self._sampler(self._P(design.signatures, layer=i)) for i in range(c.depth)]
-            else:  # one P, its logits computed once, a fresh sample per layer
-                samplers = [self._sampler(self._P(design.signatures, layer=None))] * c.depth
-            sample_op = self._sampler(self._P(design.readout_signatures, design.signatures, layer="readout"), readout=True)
+        codes = self.code_modulations(design)
+        states = self.read_in(tokens, design.states, codes["processors"], mask)
+        samplers, sample_op = self._samplers(design)
         for layer, sample in zip(self.propagators, samplers):
             K = None if sample is None else sample(B)
-            states = layer(states, design.codes, K)
+            states = layer(states, codes["processors"], K)
         K_out = None if sample_op is None else sample_op(B)
-        return self.read_out(design.readout_states, states, design.readout_codes, design.codes, K_out)
+        return self.read_out(design.readout_states, states, codes["readout"], codes["processors"], K_out)
+
+    def code_modulations(self, design: CircuitDesign, latent_codes: torch.Tensor | None = None) -> dict:
+        """The code tensors the executor's layers read, by name: ``processors`` (``design.codes``),
+        ``readout`` (``design.readout_codes``), ``latents`` (the input latents' codes) and
+        ``senders`` (``[latents; processors]``, what the attention keys and values read with input
+        latents; else the processors' codes).
+
+        ``modulation_impl = "batched"`` (the default): each is a ``Modulations``, the modulations
+        of every ModFC that reads that tensor in this forward computed together
+        (``batched_modulations``: one matrix product per code tensor instead of a chain of ops per
+        ModFC); ``"per_layer"`` (the reference): the tensors themselves, each ModFC computing its
+        own. Unmodulated models (Perceiver IO): the codes are ``None`` either way."""
+        if self.modulation_impl not in MODULATION_IMPLS:
+            raise ValueError(f"unknown modulation impl {self.modulation_impl!r}; valid choices: {', '.join(MODULATION_IMPLS)}")
+        with_latents = latent_codes is not None
+        send = cat_modules(latent_codes, design.codes) if with_latents else design.codes
+        codes = {"processors": design.codes, "readout": design.readout_codes, "latents": latent_codes, "senders": send}
+        if self.modulation_impl == "per_layer" or design.codes is None:
+            return codes
+        readers = {name: [] for name in codes}
+        send_name = "senders" if with_latents else "processors"
+        readers["latents" if with_latents else "processors"] += modfcs(self.read_in)
+        for layer, recv_name in [*((p, "processors") for p in self.propagators), (self.read_out, "readout")]:
+            recv, send_fcs = layer.code_readers()
+            readers[recv_name] += recv
+            readers[send_name] += send_fcs
+        out = {name: batched_modulations(codes[name], fcs) if fcs else codes[name] for name, fcs in readers.items()}
+        if not with_latents:
+            out["senders"] = out["processors"]
+        return out
 
     def _samplers(self, design: CircuitDesign) -> tuple[list, KernelSampler | None]:
-        """The propagators' kernel samplers (one per layer) and the read-out's, as in ``execute``."""
+        """The propagators' kernel samplers (one per layer) and the read-out's (``None`` for a
+        dense graph): each propagator draws from its own kernel (``kernel_per_module``), or from
+        one ``P`` whose logits are computed once, a fresh sample per layer."""
         c = self.config
         if design.signatures is None:
             return [None] * c.depth, None
-        if c.kernel_per_module:
-            samplers = [self._sampler(self._P(design.signatures, layer=i)) for i in range(c.depth)]
-        else:
-            samplers = [self._sampler(self._P(design.signatures, layer=None))] * c.depth
+        share = self.prior_target is not None  # P then shared with the regularizer (_shared_P)
+        Ps = {i: self._P(design.signatures, layer=i) for i in (range(c.depth) if c.kernel_per_module else [None])}
+        if share:
+            for i, P in Ps.items():
+                self._shared_P(design, i, P)
+        samplers = [self._sampler(P) for P in Ps.values()]
+        samplers = samplers if c.kernel_per_module else samplers * c.depth
         return samplers, self._sampler(self._P(design.readout_signatures, design.signatures, layer="readout"), readout=True)
 
     def _execute_with_input_latents(self, tokens: torch.Tensor, mask, design: CircuitDesign) -> torch.Tensor:
@@ -269,15 +328,17 @@ class NAC(nn.Module):
         latents ``[B, N, d]``, which every propagator and the read-out receive from (dense links)."""
         B = tokens.shape[0]
         latent_codes, latent_states = self.input_latents()
-        latents = self.read_in(tokens, latent_states, latent_codes, mask)             # [B, N, d]
+        codes = self.code_modulations(design, latent_codes)
+        latents = self.read_in(tokens, latent_states, codes["latents"], mask)         # [B, N, d]
         states = design.states.expand(B, *design.states.shape[-2:])                    # [B, U_p, d]
         samplers, sample_op = self._samplers(design)
         for layer, sample in zip(self.propagators, samplers):
             K = None if sample is None else sample(B)
-            states = layer(states, design.codes, K, latents=latents, latent_codes=latent_codes)
+            states = layer(states, codes["processors"], K, latents=latents, latent_codes=codes["latents"],
+                           send_codes=codes["senders"])
         K_out = None if sample_op is None else sample_op(B)
-        return self.read_out(design.readout_states, torch.cat([latents, states], dim=1), design.readout_codes,
-                             cat_modules(latent_codes, design.codes), K_out, dense_senders=latents.shape[1])
+        return self.read_out(design.readout_states, torch.cat([latents, states], dim=1), codes["readout"],
+                             codes["senders"], K_out, dense_senders=latents.shape[1])
 
 
 BASELINES = {"neural_interpreter": (NeuralInterpreterConfig, NeuralInterpreter),

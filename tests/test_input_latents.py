@@ -59,11 +59,12 @@ def test_shapes_and_the_read_in_reads_into_the_input_latents_only():
     (tokens, states, codes, _mask), out = seen["read_in"]
     assert out.shape == (3, N, 32)
     # the read-in's ModFCs are conditioned on the input latents' codes, never the processors'
-    assert codes is model.input_latents.codes and states.shape == (N, 32)
+    # (handed over as their batched modulations, a ``Modulations`` of those codes)
+    assert codes.code is model.input_latents.codes and states.shape == (N, 32)
     args, kw = seen["layer0"]
     design = model.design()
     assert torch.equal(args[0], design.states.expand(3, 16, 32))  # processors start from their own states
-    assert torch.equal(kw["latents"], out) and kw["latent_codes"] is model.input_latents.codes
+    assert torch.equal(kw["latents"], out) and kw["latent_codes"].code is model.input_latents.codes
     manual, _, _ = _manual(model, x)
     torch.testing.assert_close(logits, manual, rtol=0, atol=1e-6)
 
@@ -144,6 +145,7 @@ def test_the_default_path_is_unchanged():
     model = build_model(make_tiny_config(signature_fit_steps=20)).train()
     assert not hasattr(model, "input_latents") or not isinstance(model.input_latents, torch.nn.Module)
     assert not any(k.startswith("input_latents") for k in model.state_dict())
+    model.modulation_impl = "per_layer"  # the old execute's modulation (batched: tests/test_modfc_batched.py)
     x = _images()
     torch.manual_seed(7)
     new = model.execute(model.tokenizer(x))

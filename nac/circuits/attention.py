@@ -101,7 +101,8 @@ def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: 
 class SKMDPA(nn.Module):
     """Multi-head SKMDPA between receivers ``[B, U, d]`` and senders ``[B, V, d]``.
 
-    ``code_recv``: ``[(B,) U, d_code]``, ``code_send``: ``[(B,) V, d_code]``;
+    ``code_recv``: ``[(B,) U, d_code]``, ``code_send``: ``[(B,) V, d_code]`` (either may be a
+    ``Modulations`` of its code for the ModFCs reading it, ``code_readers``);
     ``K``: ``[(B,) U, V]`` kernel or ``None`` (dense); ``key_mask``: ``[B, V]`` bool, True = keep.
     ``dense_senders = n > 0``: the senders are ``n`` input latents then the ``V - n`` modules ``K``
     covers (``K`` is ``[(B,) U, V - n]``); the input latents' links are dense, ``K = 1`` there,
@@ -121,6 +122,11 @@ class SKMDPA(nn.Module):
         self.k = ModFC(d, d, d_code, modulated, alpha_init, bias=False)
         self.v = ModFC(d, d, d_code, modulated, alpha_init)
         self.out = ModFC(d, d, d_code, modulated, alpha_init)
+
+    def code_readers(self) -> tuple[list[ModFC], list[ModFC]]:
+        """The modulated ModFCs reading the receivers' codes (q, exit) and the senders' (k, v)."""
+        recv, send = [self.q, self.out], [self.k, self.v]
+        return [m for m in recv if m.modulated], [m for m in send if m.modulated]
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:  # [B, U, H*e] -> [B, H, U, e]
         return x.unflatten(-1, (self.heads, self.d_head)).transpose(1, 2)

@@ -55,14 +55,16 @@ def cat_modules(first: torch.Tensor | None, second: torch.Tensor | None) -> torc
 
 class Propagator(nn.Module):
     """One round of communication (SKMDPA among processor modules) then computation (ModFFN),
-    each a pre-LayerNorm residual branch. states ``[B, U, d]``, codes ``[(B,) U, d_code]``,
-    K ``[(B,) U, U]`` or ``None`` (dense). Returns ``[B, U, d]``. ``bandwidth``: this layer's own
-    kernel bandwidth (``register_bandwidth``), or None.
+    each a pre-LayerNorm residual branch. states ``[B, U, d]``, codes ``[(B,) U, d_code]`` (or a
+    ``Modulations`` of them for the ModFCs of ``code_readers``), K ``[(B,) U, U]`` or ``None``
+    (dense). Returns ``[B, U, d]``. ``bandwidth``: this layer's own kernel bandwidth
+    (``register_bandwidth``), or None.
 
     ``latents`` ``[B, N, d]`` with ``latent_codes`` ``[N, d_code]`` (or ``None``): the input latents
     (``ModelConfig.input_latents``), senders only: the processors attend to them and to each
     other, the latents' links dense (``K = 1``, ``SKMDPA``'s ``dense_senders``), the same
-    pre-LayerNorm on every sender; the latents themselves are not updated."""
+    pre-LayerNorm on every sender; the latents themselves are not updated. ``send_codes``: the
+    senders' codes ``[latent_codes; codes]`` when the caller has them already (once per forward)."""
 
     def __init__(self, d: int, d_code: int, heads: int, ffn_mult: float = 4.0, modulated: bool = True, gated: bool = False,
                  drop_path: float = 0.0, layer_scale: float | None = None, delta: float = 1e-6, alpha_init: float = 0.1,
@@ -76,13 +78,20 @@ class Propagator(nn.Module):
         self.scale_attn, self.scale_ffn = make_layer_scale(d, layer_scale), make_layer_scale(d, layer_scale)
         self.drop_path = make_drop_path(drop_path)
 
-    def forward(self, states, codes, K=None, latents=None, latent_codes=None) -> torch.Tensor:
+    def code_readers(self) -> tuple[list, list]:
+        """The modulated ModFCs reading the receivers' codes (attention q and exit, ModFFN) and the
+        senders' (attention k, v): what ``NAC.code_modulations`` computes together."""
+        recv, send = self.attn.code_readers()
+        return recv + [m for m in (self.ffn.fc1, self.ffn.fc2) if m.modulated], send
+
+    def forward(self, states, codes, K=None, latents=None, latent_codes=None, send_codes=None) -> torch.Tensor:
         h = self.norm_attn(states)
         if latents is None:
             states = states + self.drop_path(self.scale_attn(self.attn(h, h, codes, codes, K)))
         else:
             send = torch.cat([self.norm_attn(latents), h], dim=1)
-            a = self.attn(h, send, codes, cat_modules(latent_codes, codes), K, dense_senders=latents.shape[1])
+            send_codes = cat_modules(latent_codes, codes) if send_codes is None else send_codes
+            a = self.attn(h, send, codes, send_codes, K, dense_senders=latents.shape[1])
             states = states + self.drop_path(self.scale_attn(a))
         return states + self.drop_path(self.scale_ffn(self.ffn(self.norm_ffn(states), codes)))
 
@@ -118,6 +127,8 @@ class ReadOut(nn.Module):
         self.norm_out = nn.LayerNorm(d) if norm else nn.Identity()
         self.confidence = nn.Linear(d, 1, bias=False)  # a shared bias would cancel in the softmax
         self.head = nn.Linear(d, num_classes)
+
+    code_readers = Propagator.code_readers  # receivers: the read-out's codes; senders: the processors'
 
     def forward(self, readout_states, processor_states, readout_codes, processor_codes, K=None,
                 dense_senders: int = 0) -> torch.Tensor:

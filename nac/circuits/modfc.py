@@ -12,6 +12,13 @@ so the parameter count does not grow with the number of modules. Codes are ``[U,
 (one circuit design for the whole batch) or ``[B, U, d_code]`` (a design per sample, from the
 conditional circuit generator). With ``modulated=False`` a ModFC is a plain ``nn.Linear`` (the
 Perceiver IO rung of the Table 1 ladder) and ignores the code.
+
+Batched modulation: the modulation is row-wise in the code (module u's row depends only on code
+row u), so one forward's modulations of every ModFC that reads the same code tensor can be
+computed together (``batched_modulations``: one product with every ``W_c`` stacked, one
+LayerNorm per width, one ``alpha`` product) and handed to each ModFC as a ``Modulations`` in
+place of the code tensor. ``NAC.execute`` does this (``NAC.modulation_impl``); a code tensor
+passed directly keeps the per-layer form, the reference (``tests/test_modfc_batched.py``).
 """
 from __future__ import annotations
 
@@ -30,6 +37,7 @@ class ModFC(nn.Module):
                  norm_affine: bool = False, gain: str = "one_plus_alpha"):
         super().__init__()
         self.d_in, self.d_out, self.modulated = d_in, d_out, modulated
+        self.modulation_key: str | None = None  # its name in the model (``name_modfcs``): its entry in a Modulations
         self.linear = nn.Linear(d_in, d_out, bias=bias)
         if modulated:
             self.code_proj = nn.Linear(d_code, d_in, bias=False)  # W_c, no bias (authors' code)
@@ -52,10 +60,77 @@ class ModFC(nn.Module):
         h = self.code_norm(self.code_proj(code))
         return h if self.alpha is None else 1.0 + self.alpha * h
 
-    def forward(self, x: torch.Tensor, code: torch.Tensor | None) -> torch.Tensor:
+    def modulation_of(self, code: torch.Tensor | Modulations) -> torch.Tensor:
+        """``modulation(code)``, or this ModFC's precomputed entry when ``code`` is a ``Modulations``."""
+        return code.of(self) if isinstance(code, Modulations) else self.modulation(code)
+
+    def forward(self, x: torch.Tensor, code: torch.Tensor | Modulations | None) -> torch.Tensor:
         if not self.modulated:
             return self.linear(x)
-        return self.linear(x * broadcast_to_modules(self.modulation(code), x))
+        return self.linear(x * broadcast_to_modules(self.modulation_of(code), x))
+
+
+class Modulations:
+    """A code tensor ``code`` ``[(B,) U, d_code]`` with the modulations ``[(B,) U, d_in]`` of the
+    ModFCs that read it, computed together (``batched_modulations``), keyed by the ModFCs'
+    ``modulation_key``. It goes wherever the code tensor would; each ModFC takes its own entry."""
+
+    def __init__(self, code: torch.Tensor, table: dict[str, torch.Tensor]):
+        self.code, self.table = code, table
+
+    def of(self, fc: ModFC) -> torch.Tensor:
+        m = self.table.get(fc.modulation_key)
+        if m is None:
+            raise KeyError(f"ModFC {fc.modulation_key!r} was handed precomputed modulations that do not include it: "
+                           "list it among the readers of that code (NAC.code_modulations), or set "
+                           "NAC.modulation_impl = 'per_layer'")
+        return m
+
+
+def name_modfcs(module: nn.Module) -> None:
+    """Give every modulated ModFC inside ``module`` its qualified name as ``modulation_key``."""
+    for name, m in module.named_modules():
+        if isinstance(m, ModFC) and m.modulated:
+            m.modulation_key = name
+
+
+def modfcs(module: nn.Module) -> list[ModFC]:
+    """The modulated ModFCs inside ``module``, in module order."""
+    return [m for m in module.modules() if isinstance(m, ModFC) and m.modulated]
+
+
+def batched_modulations(code: torch.Tensor, fcs: list[ModFC]) -> Modulations:
+    """Every ``fc.modulation(code)`` of ``fcs`` at once: ``code`` ``[(B,) U, d_code]`` times all
+    their ``W_c`` stacked (one product), split by width (one LayerNorm per width over
+    ``[(B,) U, n, d_in]``, with the stacked affine parameters where they have them), then one
+    ``1 + alpha * h`` with the stacked ``alpha`` (``one_plus_alpha``). Each ModFC's entry is a
+    view ``[(B,) U, d_in]`` (``unbind``, whose backward is one ``stack``).
+
+    Equal to the per-layer form up to float rounding: the elementwise steps are the same
+    operations, but the product (and its backward) runs as one larger matrix product, whose
+    blocking and summation order may differ in the last bits."""
+    groups: dict[tuple, list[ModFC]] = {}
+    for fc in fcs:
+        if fc.modulation_key is None:
+            raise ValueError("batched_modulations needs named ModFCs: call nac.circuits.modfc.name_modfcs(model)")
+        norm = fc.code_norm
+        groups.setdefault((fc.d_in, fc.gain, norm.elementwise_affine, norm.bias is not None, norm.eps), []).append(fc)
+    order = [fc for g in groups.values() for fc in g]
+    W = torch.cat([fc.code_proj.weight for fc in order]) if len(order) > 1 else order[0].code_proj.weight
+    h_all = F.linear(code, W)                                                    # [(B,) U, sum d_in]
+    parts = h_all.split([len(g) * g[0].d_in for g in groups.values()], dim=-1) if len(groups) > 1 else (h_all,)
+    table = {}
+    for (d, gain, affine, has_bias, eps), g, part in zip(groups, groups.values(), parts):
+        n = len(g)
+        h = F.layer_norm(part.unflatten(-1, (n, d)), (d,), eps=eps)               # [(B,) U, n, d]
+        if affine:
+            h = h * torch.stack([fc.code_norm.weight for fc in g])
+            if has_bias:
+                h = h + torch.stack([fc.code_norm.bias for fc in g])
+        if gain == "one_plus_alpha":
+            h = 1.0 + torch.stack([fc.alpha for fc in g]).unsqueeze(-1) * h
+        table.update(zip((fc.modulation_key for fc in g), h.unbind(-2)))
+    return Modulations(code, table)
 
 
 def configure_modfc(module: nn.Module, norm_affine: bool, gain: str) -> None:
@@ -67,7 +142,10 @@ def configure_modfc(module: nn.Module, norm_affine: bool, gain: str) -> None:
 
 
 def broadcast_to_modules(m: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """View a per-module tensor ``[(B,) U, d]`` so it broadcasts against ``x = [B, U, ..., d]``."""
+    """View a per-module tensor ``[(B,) U, d]`` so it broadcasts against ``x = [B, U, ..., d]``
+    (against ``[B, U, d]`` it does as it is: no view ops, in the forward or the backward)."""
+    if x.dim() == 3:
+        return m
     if m.dim() == 2:
         m = m.unsqueeze(0)
     return m.view(m.shape[0], m.shape[1], *([1] * (x.dim() - 3)), m.shape[-1])

@@ -33,7 +33,7 @@ READIN_IMPLS = ("fast", "direct")
 
 class ReadIn(nn.Module):
     """tokens ``[B, T, d_in]``, states ``[(B,) U, d]``, codes ``[(B,) U, d_code]`` (or ``None``
-    when unmodulated), mask ``[B, T]`` bool (True = real token). Returns ``[B, U, d]``."""
+    when unmodulated, or a ``Modulations`` of them for every ModFC here), mask ``[B, T]`` bool (True = real token). Returns ``[B, U, d]``."""
 
     def __init__(self, d_in: int, d: int, d_code: int, heads: int = 1, modulated: bool = True, ffn_mult: float = 4.0,
                  gated: bool = False, alpha_init: float = 0.1, impl: str = "fast"):
@@ -65,7 +65,7 @@ class ReadIn(nn.Module):
     def _modulation(self, fc: ModFC, codes, B: int, U: int) -> torch.Tensor | None:
         if not fc.modulated:
             return None
-        return fc.modulation(codes).expand(B, U, fc.d_in)
+        return fc.modulation_of(codes).expand(B, U, fc.d_in)
 
     def attend_fast(self, x, h, codes, mask=None) -> torch.Tensor:
         """x ``[B, T, d_in]`` (normalised tokens), h ``[B, U, d]`` -> ``[B, U, d]`` (pre-exit)."""
