@@ -84,7 +84,7 @@ def test_sigterm_and_sighup_stop_training_like_ctrl_c(tmp_path, sig):
     assert "Traceback" not in err, err[-3000:]
     last = err.replace("\r", "\n").strip().splitlines()[-1]
     saved = torch.load(ckpt, weights_only=True)["epoch"]
-    assert last in {LINE.format(e=e, s=s, k=saved, ckpt=ckpt) for e in (saved + 1,) for s in range(4)}, last
+    assert last in {LINE.format(e=e, s=s, k=saved, ckpt=ckpt) for e in (saved + 1,) for s in range(5)}, last  # 4/4: stopped in the epoch-end evaluation
 
 
 def _processes_of(root: psutil.Process) -> list[psutil.Process]:

@@ -40,6 +40,7 @@ from tqdm.auto import tqdm
 from nac.checkpoint_lock import CheckpointLock
 from nac.evaluation import model_kwargs, predict, topk_accuracy
 from nac.model import NAC
+from nac.progress import bar_kwargs
 from nac.training.augment import AugmentedDataset, BatchMixer, RepeatedAugSampler, recipe_of, soft_cross_entropy
 from nac.training.checks import StepChecks
 from nac.training.config import DECAY_FILTERS, TrainConfig
@@ -231,7 +232,7 @@ def fit(model: NAC, train_set: Dataset, val_set: Dataset | None, cfg: TrainConfi
         state.saved_epoch = start_epoch
         run.live = _open_live(live_dir, run.history) if world.is_main else None
         run.bar = tqdm(total=run.total, initial=start_epoch * run.steps_per_epoch, desc=desc, unit="step",
-                       dynamic_ncols=True, disable=not (progress and world.is_main))
+                       dynamic_ncols=True, disable=not (progress and world.is_main), **bar_kwargs())
         _train_epochs(run, start_epoch)
     except KeyboardInterrupt:
         where = (f"at epoch {state.epoch} after {state.step}/{run.steps_per_epoch} steps" if state.epoch
