@@ -5,6 +5,7 @@ NAC training step against a Perceiver IO training step at equal width, modules a
 
 Prints a table and writes JSON. Times are medians over repeats after warm-up.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,6 +54,7 @@ def bench_readin(device: str, batch: int, U: int, T: int, d: int, heads: int, re
         def attention():  # the part that differs: eq. 4's keys/values and the weighted sum
             readin.zero_grad(set_to_none=True)
             attend(x, h, codes).sum().backward()
+
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
         out[f"{impl}_s"] = timeit(whole, device, repeats)
@@ -71,9 +73,20 @@ def bench_train_step(device: str, batch: int, U: int, d: int, depth: int, repeat
     out = {}
     for variant in ("perceiver_io", "nac"):
         torch.manual_seed(0)
-        cfg = ModelConfig(variant=variant, num_classes=100, tokenizer={"kind": "conv32", "dim": 128, "pos_dim": 32},
-                          d_model=d, d_code=d, d_sig=64, n_processor=U, n_readout=8, depth=depth, heads=6 if d % 6 == 0 else 4,
-                          ffn_mult=1.333, layer_scale=0.1)
+        cfg = ModelConfig(
+            variant=variant,
+            num_classes=100,
+            tokenizer={"kind": "conv32", "dim": 128, "pos_dim": 32},
+            d_model=d,
+            d_code=d,
+            d_sig=64,
+            n_processor=U,
+            n_readout=8,
+            depth=depth,
+            heads=6 if d % 6 == 0 else 4,
+            ffn_mult=1.333,
+            layer_scale=0.1,
+        )
         model = build_model(cfg).to(device)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         x = torch.randint(0, 256, (batch, 3, 32, 32), dtype=torch.uint8, device=device)
@@ -84,6 +97,7 @@ def bench_train_step(device: str, batch: int, U: int, d: int, depth: int, repeat
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+
         out[f"{variant}_s"] = timeit(step, device, repeats)
         out[f"{variant}_params"] = sum(p.numel() for p in model.parameters())
     out["nac_over_pio"] = out["nac_s"] / out["perceiver_io_s"]
@@ -102,21 +116,42 @@ def main() -> None:
     ap.add_argument("--out", default="bench/results/circuits.json")
     a = ap.parse_args()
     res = {
-        "machine": {"device": a.device, "cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
-                    "torch": torch.__version__,
-                    "gpu": torch.cuda.get_device_name() if a.device == "cuda" else None},
-        "readin": {"batch": a.batch, "modules": a.modules, "tokens": a.tokens, "width": a.width, "heads": 1,
-                   **bench_readin(a.device, a.batch, a.modules, a.tokens, a.width, 1, a.repeats)},
-        "train_step": {"batch": a.batch, "modules": a.modules, "width": a.width, "depth": a.depth, "tokens": 64,
-                       **bench_train_step(a.device, a.batch, a.modules, a.width, a.depth, a.repeats)},
+        "machine": {
+            "device": a.device,
+            "cpu": platform.processor() or platform.machine(),
+            "threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+            "gpu": torch.cuda.get_device_name() if a.device == "cuda" else None,
+        },
+        "readin": {
+            "batch": a.batch,
+            "modules": a.modules,
+            "tokens": a.tokens,
+            "width": a.width,
+            "heads": 1,
+            **bench_readin(a.device, a.batch, a.modules, a.tokens, a.width, 1, a.repeats),
+        },
+        "train_step": {
+            "batch": a.batch,
+            "modules": a.modules,
+            "width": a.width,
+            "depth": a.depth,
+            "tokens": 64,
+            **bench_train_step(a.device, a.batch, a.modules, a.width, a.depth, a.repeats),
+        },
     }
     r, t = res["readin"], res["train_step"]
-    print(f"read-in  U={a.modules} T={a.tokens} d={a.width} B={a.batch} (forward+backward): "
-          f"whole layer: fast {r['fast_s']*1e3:.1f} ms, direct {r['direct_s']*1e3:.1f} ms (x{r['speedup']:.1f}); "
-          f"attention only: fast {r['fast_attention_s']*1e3:.1f} ms, direct {r['direct_attention_s']*1e3:.1f} ms "
-          f"(x{r['attention_speedup']:.1f}); max |diff| {r['max_abs_diff']:.1e}")
-    print(f"train step U={a.modules} d={a.width} depth={a.depth} B={a.batch}: Perceiver IO {t['perceiver_io_s']*1e3:.0f} ms, "
-          f"NAC {t['nac_s']*1e3:.0f} ms, NAC / PIO = {t['nac_over_pio']:.2f}")
+    print(
+        f"read-in  U={a.modules} T={a.tokens} d={a.width} B={a.batch} (forward+backward): "
+        f"whole layer: fast {r['fast_s'] * 1e3:.1f} ms, direct {r['direct_s'] * 1e3:.1f} ms (x{r['speedup']:.1f}); "
+        f"attention only: fast {r['fast_attention_s'] * 1e3:.1f} ms, direct {r['direct_attention_s'] * 1e3:.1f} ms "
+        f"(x{r['attention_speedup']:.1f}); max |diff| {r['max_abs_diff']:.1e}"
+    )
+    print(
+        f"train step U={a.modules} d={a.width} depth={a.depth} B={a.batch}: "
+        f"Perceiver IO {t['perceiver_io_s'] * 1e3:.0f} ms, "
+        f"NAC {t['nac_s'] * 1e3:.0f} ms, NAC / PIO = {t['nac_over_pio']:.2f}"
+    )
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(res, indent=1))
 

@@ -13,6 +13,7 @@ the JSON file under a lock. Needs the prepared image data (`dvc repro prepare@sh
 Not a test: a 24-epoch run takes about 6 minutes on one CPU thread. The report draws the curves
 beside Table 1 and compares the models near the plateau, paired by seed (`figure_convergence`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,9 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nac.report.switches import bench_params  # noqa: E402
 from scratch_run import train_in_scratch  # noqa: E402  (bench/, the script's folder)
+
+from nac.report.switches import bench_params  # noqa: E402
 
 
 def main() -> None:
@@ -47,8 +49,12 @@ def main() -> None:
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     data_root = (ROOT / params["data"]["root"]).resolve()
     out_path = ROOT / args.out
-    machine = {"platform": platform.platform(), "torch": torch.__version__, "threads": args.threads,
-               "cpus": os.cpu_count()}
+    machine = {
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "threads": args.threads,
+        "cpus": os.cpu_count(),
+    }
     for run in args.runs:
         for epochs in args.epochs:
             for seed in args.seeds:
@@ -56,14 +62,20 @@ def main() -> None:
                 p["image"]["train"]["epochs"] = epochs
                 p["data"]["root"] = str(data_root)
                 res, ev, wall = train_in_scratch(p, run, seed)
-                entry = {"val_acc1": [h["val_acc1"] for h in res["history"]],
-                         "train_acc": [h["train_acc"] for h in res["history"]],
-                         "eval": {k: v for k, v in ev.items() if k not in ("run", "seed")},
-                         **({"mechanism": res["mechanism"]} if "mechanism" in res else {}),
-                         "wall_s": round(wall, 1), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                entry = {
+                    "val_acc1": [h["val_acc1"] for h in res["history"]],
+                    "train_acc": [h["train_acc"] for h in res["history"]],
+                    "eval": {k: v for k, v in ev.items() if k not in ("run", "seed")},
+                    **({"mechanism": res["mechanism"]} if "mechanism" in res else {}),
+                    "wall_s": round(wall, 1),
+                    "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                }
                 _merge(out_path, run, epochs, seed, entry, machine, params)
-                print(f"{run} seed {seed}, {epochs} epochs: val Acc@1 {ev['iid_acc1']:.1f}, OOD {ev['ood_acc1']:.1f} "
-                      f"({wall:.0f} s)", flush=True)
+                print(
+                    f"{run} seed {seed}, {epochs} epochs: val Acc@1 {ev['iid_acc1']:.1f}, OOD {ev['ood_acc1']:.1f} "
+                    f"({wall:.0f} s)",
+                    flush=True,
+                )
 
 
 def _merge(out_path: Path, run: str, epochs: int, seed: int, entry: dict, machine: dict, params: dict) -> None:
@@ -74,12 +86,17 @@ def _merge(out_path: Path, run: str, epochs: int, seed: int, entry: dict, machin
         results = json.loads(out_path.read_text()) if out_path.exists() else {}
         if results.get("params") != bench_params(params):  # runs of other settings would not pair with these
             results = {}
-        results.update(machine=machine, profile=params["profile"], mini_epochs=params["image"]["train"]["epochs"],
-                       params=bench_params(params))
+        results.update(
+            machine=machine,
+            profile=params["profile"],
+            mini_epochs=params["image"]["train"]["epochs"],
+            params=bench_params(params),
+        )
         results.setdefault("runs", {}).setdefault(run, {}).setdefault(str(epochs), {})[str(seed)] = entry
         tmp = out_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(results, indent=1) + "\n")
         tmp.replace(out_path)
+
 
 if __name__ == "__main__":
     main()

@@ -27,6 +27,7 @@ Parts (``--parts``, all by default):
 
     python bench/bench_gpu.py [--parts step memory throughput ddp] [--out bench/results/gpu.json]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,8 +72,15 @@ def _inputs(batch: int, size: int, device, num_classes: int = CLASSES) -> tuple[
     return x.to(device), torch.randint(0, num_classes, (batch,), generator=g).to(device)
 
 
-def make_step(model: nn.Module, params: dict, batch: int, amp: bool, compile: bool = False,
-              image_size: int | None = None, num_classes: int = CLASSES):
+def make_step(
+    model: nn.Module,
+    params: dict,
+    batch: int,
+    amp: bool,
+    compile: bool = False,
+    image_size: int | None = None,
+    num_classes: int = CLASSES,
+):
     """One training step as ``nac.training.loop`` takes it (without the data loader);
     ``compile``: the forward through ``torch.compile`` (not what the loop does; a measurement of
     how much of the step is Python and kernel-launch overhead)."""
@@ -86,12 +94,16 @@ def make_step(model: nn.Module, params: dict, batch: int, amp: bool, compile: bo
     def step():
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
             logits, reg = objective(x)
-            loss = F.cross_entropy(logits.float(), y, label_smoothing=tr["label_smoothing"]) + tr["reg_weight"] * reg.float()
+            loss = (
+                F.cross_entropy(logits.float(), y, label_smoothing=tr["label_smoothing"])
+                + tr["reg_weight"] * reg.float()
+            )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
         opt.step()
         return loss
+
     return step
 
 
@@ -145,13 +157,25 @@ def part_ladder(params: dict, blocks: int, steps: int) -> dict:
     for what, build in models.items():
         try:
             model = build()
-            size = (params["fewshot"]["pretrain"]["model"]["tokenizer"]["image_size"] if "pre-training" in what
-                    else params["image"]["model"]["tokenizer"]["image_size"])
-            step = make_step(model, params, batch, amp=True, image_size=size,
-                             num_classes=getattr(model.config, "num_classes", CLASSES))
+            size = (
+                params["fewshot"]["pretrain"]["model"]["tokenizer"]["image_size"]
+                if "pre-training" in what
+                else params["image"]["model"]["tokenizer"]["image_size"]
+            )
+            step = make_step(
+                model,
+                params,
+                batch,
+                amp=True,
+                image_size=size,
+                num_classes=getattr(model.config, "num_classes", CLASSES),
+            )
             t = _timed_blocks({what: step}, blocks, steps)[what]
-            rows[what] = {"s_per_step": _ci(t), "images_per_s": batch / (sum(t) / len(t)),
-                          "parameters": count_parameters(model)}
+            rows[what] = {
+                "s_per_step": _ci(t),
+                "images_per_s": batch / (sum(t) / len(t)),
+                "parameters": count_parameters(model),
+            }
         except Exception as e:  # out of memory, say: the row says so and the others still run
             rows[what] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
         print(what, rows[what].get("images_per_s", rows[what].get("error")), flush=True)
@@ -173,10 +197,12 @@ def part_memory(params: dict) -> dict:
         before = torch.cuda.memory_allocated()
         step()
         torch.cuda.synchronize()
-        out[f"modules_{modules}"] = {"parameters": count_parameters(model),
-                                     "peak_allocated_gib": torch.cuda.max_memory_allocated() / 2**30,
-                                     "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30,
-                                     "resident_before_step_gib": before / 2**30}
+        out[f"modules_{modules}"] = {
+            "parameters": count_parameters(model),
+            "peak_allocated_gib": torch.cuda.max_memory_allocated() / 2**30,
+            "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30,
+            "resident_before_step_gib": before / 2**30,
+        }
         del model, step
     return out
 
@@ -225,8 +251,12 @@ def part_profile(params: dict, out_dir: Path) -> dict:
             torch.cuda.synchronize()
         ka = prof.key_averages()
         path = out_dir / f"profile_{run}.txt"
-        path.write_text(ka.table(sort_by="cuda_time_total", row_limit=40) + "\n\n"
-                        + ka.table(sort_by="cpu_time_total", row_limit=40) + "\n")
+        path.write_text(
+            ka.table(sort_by="cuda_time_total", row_limit=40)
+            + "\n\n"
+            + ka.table(sort_by="cpu_time_total", row_limit=40)
+            + "\n"
+        )
         res[run] = str(path)
     model = paper_model(params, "nac-scale_free").cuda().eval()
     x, _ = _inputs(256, params["image"]["model"]["tokenizer"]["image_size"], "cuda")
@@ -269,8 +299,16 @@ def _ddp_worker(rank: int, world_size: int, backend: str, port: int, params: dic
     torch.cuda.set_device(device)
     dist.init_process_group(backend, rank=rank, world_size=world_size)
     model = paper_model(params, "nac-scale_free")
-    tr = dict(params["image"]["train"], epochs=1, batch_size=batch, warmup_epochs=0, augment=False, num_workers=0,
-              ema=None, device="cuda")
+    tr = dict(
+        params["image"]["train"],
+        epochs=1,
+        batch_size=batch,
+        warmup_epochs=0,
+        augment=False,
+        num_workers=0,
+        ema=None,
+        device="cuda",
+    )
     tr.pop("lr_batch_scaling", None)
     cfg = TrainConfig.from_dict(tr)
     data = _Synthetic(batch * steps, params["image"]["model"]["tokenizer"]["image_size"])
@@ -283,8 +321,15 @@ def _ddp_worker(rank: int, world_size: int, backend: str, port: int, params: dic
     other = flat.clone()
     dist.broadcast(other, src=0)
     if rank == 0:
-        result.update(backend=backend, world_size=world_size, gpus=torch.cuda.device_count(), global_batch=batch,
-                      steps=steps, s_per_step_incl_first=wall / steps, train_loss=out["final"]["train_loss"])
+        result.update(
+            backend=backend,
+            world_size=world_size,
+            gpus=torch.cuda.device_count(),
+            global_batch=batch,
+            steps=steps,
+            s_per_step_incl_first=wall / steps,
+            train_loss=out["final"]["train_loss"],
+        )
     else:  # rank 1 against rank 0's broadcast weights
         result["max_abs_weight_diff_between_ranks"] = (flat - other).abs().max().item()
     dist.destroy_process_group()
@@ -311,16 +356,25 @@ def main() -> None:
     ap.add_argument("--out", default="bench/results/gpu.json")
     a = ap.parse_args()
     if not torch.cuda.is_available():
-        sys.exit("bench_gpu.py needs a CUDA device (none is visible); the CPU benchmarks are bench_paper.py and "
-                 "bench_throughput.py")
+        sys.exit(
+            "bench_gpu.py needs a CUDA device (none is visible); the CPU benchmarks are bench_paper.py and "
+            "bench_throughput.py"
+        )
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     params = compose(["profile=paper"])
-    res = {"machine": {"gpu": torch.cuda.get_device_name(), "gpus": torch.cuda.device_count(),
-                       "torch": torch.__version__, "cuda": torch.version.cuda, "platform": platform.platform(),
-                       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")},
-           "model": "composed paper params, image.model (Tiny-ImageNet, 64 px, ConvNeXt 3/3/9, 256 modules), "
-                    "untrained weights"}
+    res = {
+        "machine": {
+            "gpu": torch.cuda.get_device_name(),
+            "gpus": torch.cuda.device_count(),
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "platform": platform.platform(),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        },
+        "model": "composed paper params, image.model (Tiny-ImageNet, 64 px, ConvNeXt 3/3/9, 256 modules), "
+        "untrained weights",
+    }
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     for part in a.parts:
@@ -341,9 +395,12 @@ def main() -> None:
             elif part == "ddp":
                 res[part] = part_ddp(params)
             else:
-                raise SystemExit(f"unknown part {part!r}; choose from step ladder compiled memory throughput profile ddp")
+                raise SystemExit(
+                    f"unknown part {part!r}; choose from step ladder compiled memory throughput profile ddp"
+                )
         except Exception as e:  # one part failing (out of memory, say) still leaves the others' numbers
             import traceback
+
             traceback.print_exc()
             res[part] = {"error": f"{type(e).__name__}: {e}"}
         res[part]["wall_s"] = time.perf_counter() - t0

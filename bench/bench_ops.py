@@ -23,15 +23,16 @@ and the data loader; ops of the backward pass are given to the part whose forwar
 autograd node (by sequence number). Host syncs, as CUDA would have them: data-dependent ops
 (``nonzero``, ``_local_scalar_dense`` (``.item()``), ``is_nonzero`` (``bool(t)``),
 ``masked_select``, boolean-mask indexing, ``unique``, ``equal``, ...), copies to the host
-(``.to("cpu")``, ``.cpu()``, ``.tolist()``; ``.numpy()`` calls, host-side work, are counted apart) and blocking copies from the host (a
-tensor made from Python or numpy data on the device, a host tensor moved with
-``non_blocking=False``): PyTorch synchronises the stream after a blocking host <-> device copy.
+(``.to("cpu")``, ``.cpu()``, ``.tolist()``; ``.numpy()`` calls, host-side work, are counted
+apart) and blocking copies from the host (a tensor made from Python or numpy data on the device,
+a host tensor moved with ``non_blocking=False``): PyTorch synchronises the stream after a blocking host <-> device copy.
 
     python bench/bench_ops.py [--batch 2] [--pairs tiny imagenet] [--adamw foreach|fused]
                               [--modulation batched|per_layer] [--label after]
 
 Writes ``ops.json`` (every label kept: run it before and after a change) and ``ops.md``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -76,10 +77,40 @@ part). "after_fused_adamw" predates both.
 The NAC/PIO ops goal (<= 1.3) is not reached: the kernel part (sampling, log K_hat) is next.
 """
 
-PARTS = ("data", "tokenizer", "generator", "modulation", "read_in", "kernel", "propagators", "read_out", "model (other)",
-         "regularizer", "loss", "backward (other)", "grad norm", "optimizer", "checks", "ema", "loop")
-SYNC_OPS = {"nonzero", "_local_scalar_dense", "is_nonzero", "masked_select", "unique", "_unique", "_unique2",
-            "unique_dim", "unique_consecutive", "equal", "allclose", "argwhere", "item"}
+PARTS = (
+    "data",
+    "tokenizer",
+    "generator",
+    "modulation",
+    "read_in",
+    "kernel",
+    "propagators",
+    "read_out",
+    "model (other)",
+    "regularizer",
+    "loss",
+    "backward (other)",
+    "grad norm",
+    "optimizer",
+    "checks",
+    "ema",
+    "loop",
+)
+SYNC_OPS = {
+    "nonzero",
+    "_local_scalar_dense",
+    "is_nonzero",
+    "masked_select",
+    "unique",
+    "_unique",
+    "_unique2",
+    "unique_dim",
+    "unique_consecutive",
+    "equal",
+    "allclose",
+    "argwhere",
+    "item",
+}
 
 
 class _Tracker:
@@ -134,8 +165,13 @@ def _is_sync(func, args, kwargs) -> str | None:
     name = func._overloadpacket.__name__
     if name in SYNC_OPS:
         return name
-    if name == "repeat_interleave" and kwargs.get("output_size") is None and len(args) and isinstance(args[0], torch.Tensor) \
-            and (len(args) < 2 or isinstance(args[1], torch.Tensor)):
+    if (
+        name == "repeat_interleave"
+        and kwargs.get("output_size") is None
+        and len(args)
+        and isinstance(args[0], torch.Tensor)
+        and (len(args) < 2 or isinstance(args[1], torch.Tensor))
+    ):
         return name
     if name in ("index", "index_put", "index_put_", "_index_put_impl_"):
         idx = args[1] if len(args) > 1 else []
@@ -164,6 +200,7 @@ def _wrap(owner, name: str, part: str, t: _Tracker, stack: ExitStack):
     def wrapped(*a, **k):
         with t.within(part):
             return orig(*a, **k)
+
     setattr(owner, name, wrapped)
     stack.callback(setattr, owner, name, orig)
 
@@ -174,8 +211,9 @@ def _host_patches(t: _Tracker, stack: ExitStack) -> None:
 
     def is_cpu_target(a, k):
         d = k.get("device", a[0] if a else None)
-        return (isinstance(d, str) and d == "cpu") or (isinstance(d, torch.device) and d.type == "cpu" and
-                                                       getattr(d, "_bench_literal", False))
+        return (isinstance(d, str) and d == "cpu") or (
+            isinstance(d, torch.device) and d.type == "cpu" and getattr(d, "_bench_literal", False)
+        )
 
     orig_to, orig_cpu, orig_numpy, orig_tolist = T.to, T.cpu, T.numpy, T.tolist
 
@@ -183,8 +221,12 @@ def _host_patches(t: _Tracker, stack: ExitStack) -> None:
         d = k.get("device", a[0] if a and not isinstance(a[0], torch.dtype) else None)
         if isinstance(d, str) and d == "cpu" and not getattr(self, "_bench_host", False):
             t.sync("copy to host (.to('cpu'))")
-        elif d is not None and not isinstance(d, torch.Tensor) and getattr(self, "_bench_host", False) \
-                and not (isinstance(d, str) and d == "cpu"):
+        elif (
+            d is not None
+            and not isinstance(d, torch.Tensor)
+            and getattr(self, "_bench_host", False)
+            and not (isinstance(d, str) and d == "cpu")
+        ):
             if not k.get("non_blocking", False):
                 t.sync("blocking copy from host (.to(device))")
         out = orig_to(self, *a, **k)
@@ -206,8 +248,9 @@ def _host_patches(t: _Tracker, stack: ExitStack) -> None:
 
     for name, fn in (("to", to), ("cpu", cpu), ("numpy", numpy), ("tolist", tolist)):
         setattr(T, name, fn)
-        stack.callback(setattr, T, name, {"to": orig_to, "cpu": orig_cpu, "numpy": orig_numpy,
-                                          "tolist": orig_tolist}[name])
+        stack.callback(
+            setattr, T, name, {"to": orig_to, "cpu": orig_cpu, "numpy": orig_numpy, "tolist": orig_tolist}[name]
+        )
 
     for name in ("tensor", "as_tensor", "from_numpy"):
         orig = getattr(torch, name)
@@ -228,6 +271,7 @@ def _host_patches(t: _Tracker, stack: ExitStack) -> None:
                 except (AttributeError, RuntimeError):
                     pass
             return out
+
         setattr(torch, name, make)
         stack.callback(setattr, torch, name, orig)
 
@@ -238,26 +282,29 @@ def _instrument(model: nn.Module, t: _Tracker, stack: ExitStack) -> None:
         h2 = module.register_forward_hook(lambda *_: t.pop())
         stack.callback(h1.remove)
         stack.callback(h2.remove)
+
     hooks(model, "model (other)")
     for name in ("tokenizer", "generator", "read_in", "read_out"):
         if hasattr(model, name):
             hooks(getattr(model, name), name)
     for layer in getattr(model, "propagators", []):
         hooks(layer, "propagators")
-    for owner, name, part in ((nac_model, "link_probabilities", "kernel"),
-                              (nac_model.KernelSampler, "__init__", "kernel"),
-                              (nac_model.KernelSampler, "__call__", "kernel"),
-                              (attention, "log_normalized_kernel", "kernel"),
-                              (nac_model.NAC, "graph_regularizer", "regularizer"),
-                              (nac_model.NAC, "code_modulations", "modulation"),
-                              (loop.F, "cross_entropy", "loss"),
-                              (loop, "soft_cross_entropy", "loss"),
-                              (torch.optim.AdamW, "step", "optimizer"),
-                              (torch.optim.Optimizer, "zero_grad", "optimizer"),
-                              (nn.utils, "get_total_norm", "grad norm"),
-                              (nn.utils, "clip_grad_norm_", "grad norm"),
-                              (torch.optim.swa_utils.AveragedModel, "update_parameters", "ema"),
-                              (torch.utils.data.dataloader._BaseDataLoaderIter, "__next__", "data")):
+    for owner, name, part in (
+        (nac_model, "link_probabilities", "kernel"),
+        (nac_model.KernelSampler, "__init__", "kernel"),
+        (nac_model.KernelSampler, "__call__", "kernel"),
+        (attention, "log_normalized_kernel", "kernel"),
+        (nac_model.NAC, "graph_regularizer", "regularizer"),
+        (nac_model.NAC, "code_modulations", "modulation"),
+        (loop.F, "cross_entropy", "loss"),
+        (loop, "soft_cross_entropy", "loss"),
+        (torch.optim.AdamW, "step", "optimizer"),
+        (torch.optim.Optimizer, "zero_grad", "optimizer"),
+        (nn.utils, "get_total_norm", "grad norm"),
+        (nn.utils, "clip_grad_norm_", "grad norm"),
+        (torch.optim.swa_utils.AveragedModel, "update_parameters", "ema"),
+        (torch.utils.data.dataloader._BaseDataLoaderIter, "__next__", "data"),
+    ):
         _wrap(owner, name, part, t, stack)
     _wrap(checks.StepChecks, "record", "checks", t, stack)
     _wrap(loop, "ema_update", "ema", t, stack)
@@ -287,22 +334,41 @@ def _mark_host_batches(stack: ExitStack) -> None:
             if isinstance(v, torch.Tensor):
                 v._bench_host = True
         return batch
+
     it.__next__ = nxt
     stack.callback(setattr, it, "__next__", orig)
 
 
-def count_fit(model: nn.Module, steps: int, batch: int, size: int, classes: int, cfg: dict,
-              adamw: str = "foreach", modulation: str = "batched") -> _Tracker:
+def count_fit(
+    model: nn.Module,
+    steps: int,
+    batch: int,
+    size: int,
+    classes: int,
+    cfg: dict,
+    adamw: str = "foreach",
+    modulation: str = "batched",
+) -> _Tracker:
     model = copy.deepcopy(model)
-    model.sampler_impl = "prepared"   # CUDA's sampler (NAC._sampler keeps "sparse" for the CPU)
+    model.sampler_impl = "prepared"  # CUDA's sampler (NAC._sampler keeps "sparse" for the CPU)
     model.modulation_impl = modulation  # NAC.code_modulations: "per_layer" is the reference form
     for m in model.modules():
         if isinstance(m, attention.SKMDPA):
-            m.attn_impl = "sdpa"      # CUDA's attention ("explicit" is CPU only)
+            m.attn_impl = "sdpa"  # CUDA's attention ("explicit" is CPU only)
     t = _Tracker()
     loop.ADAMW_IMPL = adamw  # CUDA's default AdamW is the foreach one
-    train = TrainConfig.from_dict({**cfg, "epochs": 1, "batch_size": batch, "augment": False, "num_workers": 0,
-                                   "device": "cpu", "warmup_epochs": 0, "amp": False})
+    train = TrainConfig.from_dict(
+        {
+            **cfg,
+            "epochs": 1,
+            "batch_size": batch,
+            "augment": False,
+            "num_workers": 0,
+            "device": "cpu",
+            "warmup_epochs": 0,
+            "amp": False,
+        }
+    )
     with ExitStack() as stack:
         _mark_host_batches(stack)
         _instrument(model, t, stack)
@@ -312,16 +378,29 @@ def count_fit(model: nn.Module, steps: int, batch: int, size: int, classes: int,
     return t
 
 
-def measure(model: nn.Module, batch: int, size: int, classes: int, cfg: dict, adamw: str = "foreach",
-            modulation: str = "batched") -> dict:
+def measure(
+    model: nn.Module,
+    batch: int,
+    size: int,
+    classes: int,
+    cfg: dict,
+    adamw: str = "foreach",
+    modulation: str = "batched",
+) -> dict:
     a = count_fit(model, 2, batch, size, classes, cfg, adamw, modulation)
     b = count_fit(model, 3, batch, size, classes, cfg, adamw, modulation)
     ops = {p: b.ops[p] - a.ops[p] for p in PARTS if b.ops[p] - a.ops[p]}
     syncs = {p: b.syncs[p] - a.syncs[p] for p in PARTS if b.syncs[p] - a.syncs[p]}
     kinds = {k: b.sync_kinds[k] - a.sync_kinds[k] for k in sorted(b.sync_kinds) if b.sync_kinds[k] - a.sync_kinds[k]}
     host = {p: b.host[p] - a.host[p] for p in PARTS if b.host[p] - a.host[p]}
-    return {"ops": ops, "ops_total": sum(ops.values()), "syncs": syncs, "syncs_total": sum(syncs.values()),
-            "sync_kinds": kinds, "numpy_calls": host}
+    return {
+        "ops": ops,
+        "ops_total": sum(ops.values()),
+        "syncs": syncs,
+        "syncs_total": sum(syncs.values()),
+        "sync_kinds": kinds,
+        "numpy_calls": host,
+    }
 
 
 def pairs(names) -> dict:
@@ -347,8 +426,10 @@ def pairs(names) -> dict:
 
 
 def table(results: dict) -> str:
-    lines = ["| label | pair | model | ops/step | host syncs/step | NAC/PIO ops | ops by part | syncs by part |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| label | pair | model | ops/step | host syncs/step | NAC/PIO ops | ops by part | syncs by part |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for label, res in results.items():
         if label == "machine":
             continue
@@ -356,9 +437,13 @@ def table(results: dict) -> str:
             pio = next(v for k, v in models.items() if k.startswith("perceiver"))
             for name, r in models.items():
                 ratio = f"{r['ops_total'] / pio['ops_total']:.2f}" if r is not pio else ""
-                lines.append(f"| {label} | {pair} | {name} | {r['ops_total']} | {r['syncs_total']} | {ratio} | "
-                             + ", ".join(f"{p} {n}" for p, n in r["ops"].items()) + " | "
-                             + ", ".join(f"{k} {n}" for k, n in r["sync_kinds"].items()) + " |")
+                lines.append(
+                    f"| {label} | {pair} | {name} | {r['ops_total']} | {r['syncs_total']} | {ratio} | "
+                    + ", ".join(f"{p} {n}" for p, n in r["ops"].items())
+                    + " | "
+                    + ", ".join(f"{k} {n}" for k, n in r["sync_kinds"].items())
+                    + " |"
+                )
     return "\n".join(lines)
 
 
@@ -367,10 +452,18 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--pairs", nargs="+", default=["tiny", "imagenet"], choices=["tiny", "imagenet"])
     ap.add_argument("--label", default="after", help="the key the results are kept under (before / after)")
-    ap.add_argument("--adamw", choices=["foreach", "fused"], default="foreach",
-                    help="AdamW's form (foreach: PyTorch's default on CUDA; fused: train.adamw=fused)")
-    ap.add_argument("--modulation", choices=["batched", "per_layer"], default="batched",
-                    help="the ModFCs' code modulation (NAC.modulation_impl; per_layer: the form before issue 21)")
+    ap.add_argument(
+        "--adamw",
+        choices=["foreach", "fused"],
+        default="foreach",
+        help="AdamW's form (foreach: PyTorch's default on CUDA; fused: train.adamw=fused)",
+    )
+    ap.add_argument(
+        "--modulation",
+        choices=["batched", "per_layer"],
+        default="batched",
+        help="the ModFCs' code modulation (NAC.modulation_impl; per_layer: the form before issue 21)",
+    )
     ap.add_argument("--out", default="bench/results/ops.json")
     a = ap.parse_args()
     torch.set_num_threads(1)
@@ -384,15 +477,22 @@ def main() -> None:
             print(pair, name, res[pair][name]["ops_total"], "ops", res[pair][name]["syncs_total"], "syncs", flush=True)
     results[a.label] = {**results.get(a.label, {}), **res}
     results.setdefault("machine", {})[a.label] = {
-        "torch": torch.__version__, "batch": a.batch, "adamw": a.adamw, "modulation": a.modulation,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+        "torch": torch.__version__,
+        "batch": a.batch,
+        "adamw": a.adamw,
+        "modulation": a.modulation,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))
     md = table(results)
     out.with_suffix(".md").write_text(
         "# Aten ops and host syncs per steady-state training step (bench/bench_ops.py)\n\n"
         "CUDA's code paths taken on the CPU, fp32, paper-profile sizes; one step = fit(3 steps) - fit(2 steps).\n\n"
-        + md + "\n\n" + NOTES)
+        + md
+        + "\n\n"
+        + NOTES
+    )
     print(md)
 
 

@@ -18,6 +18,7 @@
 
 Prints a Markdown table and writes JSON.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -102,10 +103,20 @@ def bench_train_step(repeats: int) -> dict:
     for variant in ("perceiver_io", "nac", "nac_plain"):  # bench_circuits.bench_train_step's models
         torch.manual_seed(0)
         d = s["width"]
-        cfg = ModelConfig(variant=variant.removesuffix("_plain"), num_classes=100,
-                          tokenizer={"kind": "conv32", "dim": 128, "pos_dim": 32},
-                          d_model=d, d_code=d, d_sig=64, n_processor=s["modules"], n_readout=8, depth=s["depth"],
-                          heads=6 if d % 6 == 0 else 4, ffn_mult=1.333, layer_scale=0.1)
+        cfg = ModelConfig(
+            variant=variant.removesuffix("_plain"),
+            num_classes=100,
+            tokenizer={"kind": "conv32", "dim": 128, "pos_dim": 32},
+            d_model=d,
+            d_code=d,
+            d_sig=64,
+            n_processor=s["modules"],
+            n_readout=8,
+            depth=s["depth"],
+            heads=6 if d % 6 == 0 else 4,
+            ffn_mult=1.333,
+            layer_scale=0.1,
+        )
         model = build_model(cfg)
         if variant == "nac_plain":
             _reference_impls(model)
@@ -122,6 +133,7 @@ def bench_train_step(repeats: int) -> dict:
                 opt.step()
             finally:
                 regularizer.BLAS_THREADS = 1
+
         steps[variant] = step
     t, c = _interleaved_steps(steps, repeats)
     return _step_summary({**SIZES}, t, c)
@@ -147,9 +159,13 @@ def bench_mini_step(blocks: int, steps_per_block: int = 5, num_classes: int = 10
         if variant == "nac_plain":
             _reference_impls(model)
         decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "signatures" not in n and "codes" not in n]
-        no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "signatures" not in n and "codes" not in n)]
-        opt = make_adamw([{"params": decay, "weight_decay": tr["weight_decay"]},
-                          {"params": no_decay, "weight_decay": 0.0}], lr=tr["lr"])
+        no_decay = [
+            p for n, p in model.named_parameters() if not (p.dim() >= 2 and "signatures" not in n and "codes" not in n)
+        ]
+        opt = make_adamw(
+            [{"params": decay, "weight_decay": tr["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=tr["lr"],
+        )
         g = torch.Generator().manual_seed(0)
         x = torch.randint(0, 256, (tr["batch_size"], 3, size, size), dtype=torch.uint8, generator=g)
         y = torch.randint(0, num_classes, (tr["batch_size"],), generator=g)
@@ -165,10 +181,20 @@ def bench_mini_step(blocks: int, steps_per_block: int = 5, num_classes: int = 10
                 opt.step()
             finally:
                 regularizer.BLAS_THREADS = 1
+
         steps[variant] = step
     t, c = _interleaved_steps(steps, blocks, steps_per_block)
-    return _step_summary({"batch": tr["batch_size"], "image_size": size, "model": "params.yaml image.model",
-                          "steps": blocks * steps_per_block, "steps_per_block": steps_per_block}, t, c)
+    return _step_summary(
+        {
+            "batch": tr["batch_size"],
+            "image_size": size,
+            "model": "params.yaml image.model",
+            "steps": blocks * steps_per_block,
+            "steps_per_block": steps_per_block,
+        },
+        t,
+        c,
+    )
 
 
 def bench_readin(repeats: int) -> dict:
@@ -180,9 +206,11 @@ def bench_readin(repeats: int) -> dict:
     states, codes = torch.randn(s["modules"], d), torch.randn(s["modules"], d)
     fns = {}
     for impl in READIN_IMPLS:
+
         def whole(impl=impl):
             readin.zero_grad(set_to_none=True)
             readin(tokens, states, codes, impl=impl).sum().backward()
+
         fns[impl] = whole
     for fn in fns.values():
         fn(), fn()
@@ -190,16 +218,15 @@ def bench_readin(repeats: int) -> dict:
     for _ in range(repeats):
         for k, fn in fns.items():
             t[k].append(_time(fn))
-    out = {**{k: v for k, v in SIZES.items() if k != "depth"}, "heads": 1,
-           **{f"{k}_s": _ci(v) for k, v in t.items()}}
+    out = {**{k: v for k, v in SIZES.items() if k != "depth"}, "heads": 1, **{f"{k}_s": _ci(v) for k, v in t.items()}}
     if "fast" in t and "direct" in t:
         out["direct_over_fast"] = _ci([a / b for a, b in zip(t["direct"], t["fast"])])
     return out
 
 
 def paper_nac():
-    from nac.tracks.image import image_model_config
     from nac.pipeline.params import compose
+    from nac.tracks.image import image_model_config
 
     params = compose(["profile=paper"])
     torch.manual_seed(0)
@@ -222,8 +249,14 @@ def _throughput(model, params, repeats: int, batch: int, fractions) -> dict:
     U = model.config.n_processor
     size = int(m["tokenizer"]["image_size"])
     x = torch.randint(0, 256, (batch, 3, size, size), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
-    out = {"model": "paper profile image.model, nac-scale_free (untrained)", "tokenizer": m["tokenizer"],
-           "n_processor": U, "batch": batch, "image_size": size, "rows": []}
+    out = {
+        "model": "paper profile image.model, nac-scale_free (untrained)",
+        "tokenizer": m["tokenizer"],
+        "n_processor": U,
+        "batch": batch,
+        "image_size": size,
+        "rows": [],
+    }
     fns = pruned_forwards(model, x, fractions, random_connectivity(U, seed=0))
     for frac in fractions:
         row = {"dropped_fraction": frac, "kept_modules": U - int(round(frac * U))}
@@ -251,18 +284,34 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32, help="(c)'s inference batch")
     ap.add_argument("--out", default="bench/results/paper.json")
     ap.add_argument("--only-step", action="store_true", help="(a) (and (d)) only")
-    ap.add_argument("--mini-blocks", type=int, default=6,
-                    help="(d)'s interleaved blocks of 5 steps at the mini profile's image sizes (0: skip)")
-    ap.add_argument("--adamw", choices=["default", "foreach", "fused"], default="default",
-                    help="AdamW implementation for (a) and (d) (nac.training.loop.ADAMW_IMPL; the pipeline's is default)")
+    ap.add_argument(
+        "--mini-blocks",
+        type=int,
+        default=6,
+        help="(d)'s interleaved blocks of 5 steps at the mini profile's image sizes (0: skip)",
+    )
+    ap.add_argument(
+        "--adamw",
+        choices=["default", "foreach", "fused"],
+        default="default",
+        help="AdamW implementation for (a) and (d) (nac.training.loop.ADAMW_IMPL; the pipeline's is default)",
+    )
     a = ap.parse_args()
     loop.ADAMW_IMPL = None if a.adamw == "default" else a.adamw
     torch.set_num_threads(a.threads)
     t0 = time.perf_counter()
-    res = {"machine": {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
-                       "torch": torch.__version__, "repeats": a.repeats, "cores": os.cpu_count(), "adamw": a.adamw,
-                       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                       "load_average_start": list(os.getloadavg())}}
+    res = {
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+            "repeats": a.repeats,
+            "cores": os.cpu_count(),
+            "adamw": a.adamw,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "load_average_start": list(os.getloadavg()),
+        }
+    }
     res["train_step"] = bench_train_step(a.repeats)
     if a.mini_blocks:
         res["mini_step"] = bench_mini_step(a.mini_blocks)
@@ -274,37 +323,48 @@ def main() -> None:
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(res, indent=1))
     ts, ri, f5 = res["train_step"], res.get("readin"), res.get("figure5b")
-    lines = [f"| measurement | value (mean [95% CI], n={a.repeats}) |", "|---|---|",
-             f"| (a) train step B=8 U=256 d=384 depth 8: Perceiver IO ms | {fmt(ts['perceiver_io_s'], 1e3)} |",
-             f"| (a) train step: NAC ms | {fmt(ts['nac_s'], 1e3)} |",
-             f"| (a) NAC / PIO step-time ratio | {fmt(ts['nac_over_pio'], digits=2)} |",
-             f"| (a) NAC / PIO, CPU time | {fmt(ts['nac_over_pio_cpu'], digits=2)} |",
-             f"| (a) NAC, plain forms (before issue 14's optimisations) ms | {fmt(ts['nac_plain_s'], 1e3)} |",
-             f"| (a) NAC plain forms / PIO | {fmt(ts['nac_plain_over_pio'], digits=2)} |",
-             f"| (a) NAC plain forms / PIO, CPU time | {fmt(ts['nac_plain_over_pio_cpu'], digits=2)} |"]
+    lines = [
+        f"| measurement | value (mean [95% CI], n={a.repeats}) |",
+        "|---|---|",
+        f"| (a) train step B=8 U=256 d=384 depth 8: Perceiver IO ms | {fmt(ts['perceiver_io_s'], 1e3)} |",
+        f"| (a) train step: NAC ms | {fmt(ts['nac_s'], 1e3)} |",
+        f"| (a) NAC / PIO step-time ratio | {fmt(ts['nac_over_pio'], digits=2)} |",
+        f"| (a) NAC / PIO, CPU time | {fmt(ts['nac_over_pio_cpu'], digits=2)} |",
+        f"| (a) NAC, plain forms (before issue 14's optimisations) ms | {fmt(ts['nac_plain_s'], 1e3)} |",
+        f"| (a) NAC plain forms / PIO | {fmt(ts['nac_plain_over_pio'], digits=2)} |",
+        f"| (a) NAC plain forms / PIO, CPU time | {fmt(ts['nac_plain_over_pio_cpu'], digits=2)} |",
+    ]
     ms = res.get("mini_step")
     if ms is not None:
         lines += [
-             f"| (d) mini image.model step B={ms['batch']}: Perceiver IO ms | {fmt(ms['perceiver_io_s'], 1e3)} |",
-             f"| (d) mini step: NAC ms | {fmt(ms['nac_s'], 1e3)} |",
-             f"| (d) mini NAC / PIO step-time ratio | {fmt(ms['nac_over_pio'], digits=2)} |",
-             f"| (d) mini NAC / PIO, CPU time | {fmt(ms['nac_over_pio_cpu'], digits=2)} |",
-             f"| (d) mini NAC plain forms / PIO | {fmt(ms['nac_plain_over_pio'], digits=2)} |"]
+            f"| (d) mini image.model step B={ms['batch']}: Perceiver IO ms | {fmt(ms['perceiver_io_s'], 1e3)} |",
+            f"| (d) mini step: NAC ms | {fmt(ms['nac_s'], 1e3)} |",
+            f"| (d) mini NAC / PIO step-time ratio | {fmt(ms['nac_over_pio'], digits=2)} |",
+            f"| (d) mini NAC / PIO, CPU time | {fmt(ms['nac_over_pio_cpu'], digits=2)} |",
+            f"| (d) mini NAC plain forms / PIO | {fmt(ms['nac_plain_over_pio'], digits=2)} |",
+        ]
     if ri is not None:
         lines += [
-             f"| (b) read-in U=256 T=64 d=384 B=8 fwd+bwd: fast ms | {fmt(ri['fast_s'], 1e3)} |",
-             f"| (b) read-in: direct ms | {fmt(ri['direct_s'], 1e3)} |",
-             f"| (b) direct / fast ratio | {fmt(ri['direct_over_fast'], digits=2)} |"]
+            f"| (b) read-in U=256 T=64 d=384 B=8 fwd+bwd: fast ms | {fmt(ri['fast_s'], 1e3)} |",
+            f"| (b) read-in: direct ms | {fmt(ri['direct_s'], 1e3)} |",
+            f"| (b) direct / fast ratio | {fmt(ri['direct_over_fast'], digits=2)} |",
+        ]
     for row in f5["rows"] if f5 is not None else []:
         for name in ("executor", "whole"):
-            lines.append(f"| (c) Fig. 5b, {row['dropped_fraction']:.1%} dropped ({row['kept_modules']} modules), "
-                         f"{name}, images/s | {fmt(row[f'{name}_images_per_s'])} |")
+            lines.append(
+                f"| (c) Fig. 5b, {row['dropped_fraction']:.1%} dropped ({row['kept_modules']} modules), "
+                f"{name}, images/s | {fmt(row[f'{name}_images_per_s'])} |"
+            )
     if f5 is not None:
-        lines += [f"| (c) speed-up at 87.5% dropped, executor | x{f5['executor_speedup']:.2f} |",
-                  f"| (c) speed-up at 87.5% dropped, whole model | x{f5['whole_speedup']:.2f} |"]
+        lines += [
+            f"| (c) speed-up at 87.5% dropped, executor | x{f5['executor_speedup']:.2f} |",
+            f"| (c) speed-up at 87.5% dropped, whole model | x{f5['whole_speedup']:.2f} |",
+        ]
     m = res["machine"]
-    print(f"threads={torch.get_num_threads()} repeats={a.repeats} adamw={a.adamw} wall={m['wall_s']:.0f}s "
-          f"load {m['load_average_start'][0]:.1f} -> {m['load_average_end'][0]:.1f} ({m['cores']} cores)")
+    print(
+        f"threads={torch.get_num_threads()} repeats={a.repeats} adamw={a.adamw} wall={m['wall_s']:.0f}s "
+        f"load {m['load_average_start'][0]:.1f} -> {m['load_average_end'][0]:.1f} ({m['cores']} cores)"
+    )
     print("\n".join(lines))
 
 

@@ -20,6 +20,7 @@ the existing ``--out`` file instead of counting again.
     python bench/bench_paper_cost.py [--tflops 100] [--measured bench/results/gpu.json] [--reuse]
                                      [--out bench/results/paper_cost.json]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,7 +42,7 @@ from nac.pipeline.params import compose  # noqa: E402
 from nac.pipeline.runs import prior_settings  # noqa: E402
 from nac.tracks.image import image_model_config  # noqa: E402
 
-TRAIN_SIZES = {"tiny_imagenet": 100_000, "imagenet": 1_281_167}   # training images (docs/reference.md)
+TRAIN_SIZES = {"tiny_imagenet": 100_000, "imagenet": 1_281_167}  # training images (docs/reference.md)
 CLASSES = {"tiny_imagenet": 200, "imagenet": 1000}
 BATCH = 2
 
@@ -81,8 +82,10 @@ def measured_rates(gpu_json: Path, rows: list[dict]) -> dict:
     res = json.loads(Path(gpu_json).read_text())
     flops = {r["what"]: r["gflops_per_sample"] * 1e9 for r in rows}
     ips = res["step"]["bf16"]["images_per_s"]
-    rates = {"perceiver_io": flops["Table 1: perceiver_io"] * ips["perceiver_io"],
-             "nac": flops["Table 1: nac-scale_free"] * ips["nac-scale_free"]}
+    rates = {
+        "perceiver_io": flops["Table 1: perceiver_io"] * ips["perceiver_io"],
+        "nac": flops["Table 1: nac-scale_free"] * ips["nac-scale_free"],
+    }
     for what, m in (res.get("ladder") or {}).get("rows", {}).items():
         if what in flops and "images_per_s" in m:
             rates[what] = flops[what] * m["images_per_s"]
@@ -112,9 +115,20 @@ def count_rows() -> list[dict]:
         flops, cpu_s = step_flops(model, size, CLASSES[image["dataset"]])
         epochs = image["train"]["epochs"]
         total = flops * TRAIN_SIZES[image["dataset"]] * epochs * seeds
-        rows.append({"what": f"Table 1: {run}", "parameters": count_parameters(model), "gflops_per_sample": flops / 1e9,
-                     "cpu_s_per_step_batch2": cpu_s, "epochs": epochs, "runs": seeds, "train_flops": total})
-        print(f"{run:28s} {flops / 1e9:8.2f} GFLOP/sample  cpu {cpu_s:5.2f} s/step  {total / 1e18:8.1f} EFLOP", flush=True)
+        rows.append(
+            {
+                "what": f"Table 1: {run}",
+                "parameters": count_parameters(model),
+                "gflops_per_sample": flops / 1e9,
+                "cpu_s_per_step_batch2": cpu_s,
+                "epochs": epochs,
+                "runs": seeds,
+                "train_flops": total,
+            }
+        )
+        print(
+            f"{run:28s} {flops / 1e9:8.2f} GFLOP/sample  cpu {cpu_s:5.2f} s/step  {total / 1e18:8.1f} EFLOP", flush=True
+        )
     pre = (p.get("fewshot") or {}).get("pretrain")
     if pre:
         tok = pre["model"]["tokenizer"]
@@ -123,11 +137,22 @@ def count_rows() -> list[dict]:
             flops, cpu_s = step_flops(model, tok["image_size"], CLASSES[pre["dataset"]])
             epochs = pre["train"]["epochs"]
             total = flops * TRAIN_SIZES[pre["dataset"]] * epochs
-            rows.append({"what": f"Figure 4 pre-training: {name}", "parameters": count_parameters(model),
-                         "gflops_per_sample": flops / 1e9, "cpu_s_per_step_batch2": cpu_s, "epochs": epochs, "runs": 1,
-                         "train_flops": total})
-            print(f"pretrain {name:19s} {flops / 1e9:8.2f} GFLOP/sample  cpu {cpu_s:5.2f} s/step  {total / 1e18:8.1f} EFLOP",
-                  flush=True)
+            rows.append(
+                {
+                    "what": f"Figure 4 pre-training: {name}",
+                    "parameters": count_parameters(model),
+                    "gflops_per_sample": flops / 1e9,
+                    "cpu_s_per_step_batch2": cpu_s,
+                    "epochs": epochs,
+                    "runs": 1,
+                    "train_flops": total,
+                }
+            )
+            print(
+                f"pretrain {name:19s} {flops / 1e9:8.2f} GFLOP/sample  "
+                f"cpu {cpu_s:5.2f} s/step  {total / 1e18:8.1f} EFLOP",
+                flush=True,
+            )
     return rows
 
 
@@ -145,24 +170,40 @@ def finish(rows: list[dict], args) -> None:
             r["measured_rate_tflops"] = rates[key] / 1e12
             r["gpu_hours_measured_rate"] = r["train_flops"] / rates[key] / 3600
         gpu = json.loads(Path(args.measured).read_text())["machine"]["gpu"]
-        measured = {"gpu": gpu, "source": args.measured,
-                    "total_gpu_hours": sum(r["gpu_hours_measured_rate"] for r in rows),
-                    "table1_gpu_hours": sum(r["gpu_hours_measured_rate"] for r in rows if r["what"].startswith("Table 1")),
-                    "pretrain_gpu_hours": sum(r["gpu_hours_measured_rate"] for r in rows
-                                              if r["what"].startswith("Figure 4")),
-                    "rates_tflops": {k: v / 1e12 for k, v in rates.items()}}
-        print(f"at the measured bf16 rates on {gpu} (per model where measured; else NAC {rates['nac'] / 1e12:.1f}, "
-              f"Perceiver IO {rates['perceiver_io'] / 1e12:.1f} TFLOP/s): {measured['total_gpu_hours']:,.0f} GPU-hours "
-              f"(Table 1 {measured['table1_gpu_hours']:,.0f}, pre-training {measured['pretrain_gpu_hours']:,.0f})")
-    print(f"\nestimated at {args.tflops:g} TFLOP/s sustained: {total_h:,.0f} GPU-hours "
-          f"(Table 1 {sum(r['gpu_hours'] for r in rows if r['what'].startswith('Table 1')):,.0f}, "
-          f"pre-training {sum(r['gpu_hours'] for r in rows if r['what'].startswith('Figure 4')):,.0f})")
+        measured = {
+            "gpu": gpu,
+            "source": args.measured,
+            "total_gpu_hours": sum(r["gpu_hours_measured_rate"] for r in rows),
+            "table1_gpu_hours": sum(r["gpu_hours_measured_rate"] for r in rows if r["what"].startswith("Table 1")),
+            "pretrain_gpu_hours": sum(r["gpu_hours_measured_rate"] for r in rows if r["what"].startswith("Figure 4")),
+            "rates_tflops": {k: v / 1e12 for k, v in rates.items()},
+        }
+        print(
+            f"at the measured bf16 rates on {gpu} (per model where measured; else NAC {rates['nac'] / 1e12:.1f}, "
+            f"Perceiver IO {rates['perceiver_io'] / 1e12:.1f} TFLOP/s): {measured['total_gpu_hours']:,.0f} GPU-hours "
+            f"(Table 1 {measured['table1_gpu_hours']:,.0f}, pre-training {measured['pretrain_gpu_hours']:,.0f})"
+        )
+    print(
+        f"\nestimated at {args.tflops:g} TFLOP/s sustained: {total_h:,.0f} GPU-hours "
+        f"(Table 1 {sum(r['gpu_hours'] for r in rows if r['what'].startswith('Table 1')):,.0f}, "
+        f"pre-training {sum(r['gpu_hours'] for r in rows if r['what'].startswith('Figure 4')):,.0f})"
+    )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"assumed_tflops": args.tflops, "total_gpu_hours": total_h, "measured": measured,
-                               "rows": rows,
-                               "machine": {"platform": platform.platform(), "torch": torch.__version__, "threads": 1},
-                               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1) + "\n")
+    out.write_text(
+        json.dumps(
+            {
+                "assumed_tflops": args.tflops,
+                "total_gpu_hours": total_h,
+                "measured": measured,
+                "rows": rows,
+                "machine": {"platform": platform.platform(), "torch": torch.__version__, "threads": 1},
+                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            },
+            indent=1,
+        )
+        + "\n"
+    )
 
 
 if __name__ == "__main__":

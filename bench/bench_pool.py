@@ -11,6 +11,7 @@ trains the run (seed 0, or seeds 0 and 1) from scratch in a temporary folder (th
 epochs, and is timed as a whole (start-up, training, evaluation). Writes
 ``bench/results/pool.json``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,7 +65,14 @@ def time_config(run: str, epochs: int, workers: int, threads: int, seeds: list[i
     env = dict(os.environ, NAC_WORKERS=str(workers), NAC_THREADS=str(threads), PYTHONPATH=str(ROOT))
     try:
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-c", _JOB, run, *map(str, seeds)], cwd=tmp, env=env, check=True, capture_output=True, text=True)
+        subprocess.run(
+            [sys.executable, "-c", _JOB, run, *map(str, seeds)],
+            cwd=tmp,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         return time.perf_counter() - t
     except subprocess.CalledProcessError as e:
         raise SystemExit(f"bench job failed:\n{e.stderr[-3000:]}") from None
@@ -80,22 +88,39 @@ def main() -> None:
     ap.add_argument("--out", default="bench/results/pool.json")
     a = ap.parse_args()
     cores = usable_cores()
-    configs = {"one job, all threads": (1, cores, [0]), "one job, one thread": (1, 1, [0]),
-               "two jobs one after another, all threads": (1, cores, [0, 1]),
-               "two jobs side by side, one thread each": (2, 1, [0, 1])}
-    res: dict = {"machine": {"cpu": platform.processor() or platform.machine(), "cores": cores, "python": platform.python_version(),
-                             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
-                 "epochs": a.epochs, "runs": {}}
+    configs = {
+        "one job, all threads": (1, cores, [0]),
+        "one job, one thread": (1, 1, [0]),
+        "two jobs one after another, all threads": (1, cores, [0, 1]),
+        "two jobs side by side, one thread each": (2, 1, [0, 1]),
+    }
+    res: dict = {
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "cores": cores,
+            "python": platform.python_version(),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        },
+        "epochs": a.epochs,
+        "runs": {},
+    }
     for run in a.runs:
         times: dict[str, list[float]] = {name: [] for name in configs}
         for _ in range(a.repeats):  # interleaved, so drift of the machine hits both alike
             for name, (workers, threads, seeds) in configs.items():
                 times[name].append(time_config(run, a.epochs, workers, threads, seeds))
         one_all, one_1, seq, par = (statistics.median(times[n]) for n in configs)
-        res["runs"][run] = {"seconds": times, "second_thread_speedup": one_1 / one_all, "side_by_side_speedup": seq / par}
-        print(f"{run}, {a.epochs} epochs: one job {one_all:.1f} s on {cores} threads, {one_1:.1f} s on one "
-              f"(x{one_1 / one_all:.2f}); two jobs one after another on {cores} threads {seq:.1f} s, side by side on "
-              f"one thread each {par:.1f} s (x{seq / par:.2f})", flush=True)
+        res["runs"][run] = {
+            "seconds": times,
+            "second_thread_speedup": one_1 / one_all,
+            "side_by_side_speedup": seq / par,
+        }
+        print(
+            f"{run}, {a.epochs} epochs: one job {one_all:.1f} s on {cores} threads, {one_1:.1f} s on one "
+            f"(x{one_1 / one_all:.2f}); two jobs one after another on {cores} threads {seq:.1f} s, side by side on "
+            f"one thread each {par:.1f} s (x{seq / par:.2f})",
+            flush=True,
+        )
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(res, indent=1))
 

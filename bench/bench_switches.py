@@ -15,6 +15,7 @@ while they are the committed ones. Several invocations may run side by side (one
 (`dvc repro prepare@shapes prepare@shapes_r`). Not a test: a run takes about a minute and a half on
 one CPU thread.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,9 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nac.report.switches import SWITCHES, bench_params  # noqa: E402
 from scratch_run import train_in_scratch  # noqa: E402  (bench/, the script's folder)
+
+from nac.report.switches import SWITCHES, bench_params  # noqa: E402
 
 
 def main() -> None:
@@ -48,8 +50,12 @@ def main() -> None:
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     data_root = (ROOT / params["data"]["root"]).resolve()
     run = f"nac-{params['prior']['name']}"
-    machine = {"platform": platform.platform(), "torch": torch.__version__, "threads": args.threads,
-               "cpus": os.cpu_count()}
+    machine = {
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "threads": args.threads,
+        "cpus": os.cpu_count(),
+    }
     for name in args.switches:
         key, value = SWITCHES[name]["key"], SWITCHES[name]["value"]
         for seed in args.seeds if args.seeds is not None else params["seeds"]:
@@ -57,13 +63,22 @@ def main() -> None:
             p["image"]["model"][key] = value
             p["data"]["root"] = str(data_root)
             res, ev, wall = train_in_scratch(p, run, seed)
-            entry = {"run": run, "key": key, "value": value,
-                     "eval": {k: v for k, v in ev.items() if k not in ("run", "seed")},
-                     "mechanism": res.get("mechanism"), "val_acc1": [h["val_acc1"] for h in res["history"]],
-                     "wall_s": round(wall, 1), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            entry = {
+                "run": run,
+                "key": key,
+                "value": value,
+                "eval": {k: v for k, v in ev.items() if k not in ("run", "seed")},
+                "mechanism": res.get("mechanism"),
+                "val_acc1": [h["val_acc1"] for h in res["history"]],
+                "wall_s": round(wall, 1),
+                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
             _merge(ROOT / args.out, name, seed, entry, machine, params)
-            print(f"{name}={value} {run} seed {seed}: IID Acc@1 {ev['iid_acc1']:.1f}, OOD {ev['ood_acc1']:.1f} "
-                  f"({wall:.0f} s)", flush=True)
+            print(
+                f"{name}={value} {run} seed {seed}: IID Acc@1 {ev['iid_acc1']:.1f}, OOD {ev['ood_acc1']:.1f} "
+                f"({wall:.0f} s)",
+                flush=True,
+            )
 
 
 def _merge(out_path: Path, name: str, seed: int, entry: dict, machine: dict, params: dict) -> None:

@@ -23,6 +23,7 @@ CI (``nac.report.stats.mean_ci``), and a speed-up over 0% dropped (ratio of mean
 Writes JSON (machine, torch version, threads, date and load inside) that the report's
 ``figure_5b_paper_size`` draws.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -74,6 +75,7 @@ def pruned_forwards(model: nn.Module, x: torch.Tensor, fractions, ranking) -> di
                 smaller(tokens, design=design)
             finally:
                 smaller.tokenizer = tok
+
         fns[frac] = {"executor": executor, "whole": whole}
     return fns
 
@@ -113,8 +115,14 @@ def measure(repeats: int, batch: int, fractions: list[float]) -> dict:
         for kind in KINDS:
             for clock in ("images_per_s", "images_per_cpu_s"):
                 row[f"{kind}_speedup_{clock}"] = row[f"{kind}_{clock}"]["mean"] / base[f"{kind}_{clock}"]["mean"]
-    return {"model": "paper profile image.model, nac-scale_free (untrained weights)", "tokenizer": m["tokenizer"],
-            "n_processor": U, "batch": batch, "image_size": size, "rows": rows}
+    return {
+        "model": "paper profile image.model, nac-scale_free (untrained weights)",
+        "tokenizer": m["tokenizer"],
+        "n_processor": U,
+        "batch": batch,
+        "image_size": size,
+        "rows": rows,
+    }
 
 
 def main() -> None:
@@ -130,25 +138,39 @@ def main() -> None:
     if fractions[0] != 0.0:
         fractions = [0.0, *fractions]
     t0 = time.perf_counter()
-    res = {"machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                       "threads": torch.get_num_threads(), "torch": torch.__version__, "repeats": a.repeats,
-                       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                       "load_average_start": list(os.getloadavg())}}
+    res = {
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(),
+            "threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+            "repeats": a.repeats,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "load_average_start": list(os.getloadavg()),
+        }
+    }
     res["figure5b_paper_size"] = measure(a.repeats, a.batch, fractions)
     res["machine"]["load_average_end"] = list(os.getloadavg())
     res["machine"]["wall_s"] = time.perf_counter() - t0
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(res, indent=1))
-    print(f"threads={torch.get_num_threads()} repeats={a.repeats} wall={res['machine']['wall_s']:.0f}s "
-          f"load {res['machine']['load_average_start'][0]:.1f} -> {res['machine']['load_average_end'][0]:.1f}")
-    print("| dropped | modules | executor img/CPU-s | x | whole img/CPU-s | x | executor img/s (wall) | whole img/s (wall) |")
+    print(
+        f"threads={torch.get_num_threads()} repeats={a.repeats} wall={res['machine']['wall_s']:.0f}s "
+        f"load {res['machine']['load_average_start'][0]:.1f} -> {res['machine']['load_average_end'][0]:.1f}"
+    )
+    print(
+        "| dropped | modules | executor img/CPU-s | x | whole img/CPU-s | x "
+        "| executor img/s (wall) | whole img/s (wall) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in res["figure5b_paper_size"]["rows"]:
         e, w = r["executor_images_per_cpu_s"], r["whole_images_per_cpu_s"]
-        print(f"| {r['dropped_fraction']:.4g} | {r['kept_modules']} | {e['mean']:.1f} [{e['lo']:.1f}, {e['hi']:.1f}] | "
-              f"{r['executor_speedup_images_per_cpu_s']:.2f} | {w['mean']:.1f} [{w['lo']:.1f}, {w['hi']:.1f}] | "
-              f"{r['whole_speedup_images_per_cpu_s']:.2f} | {r['executor_images_per_s']['mean']:.1f} | "
-              f"{r['whole_images_per_s']['mean']:.1f} |")
+        print(
+            f"| {r['dropped_fraction']:.4g} | {r['kept_modules']} | {e['mean']:.1f} [{e['lo']:.1f}, {e['hi']:.1f}] | "
+            f"{r['executor_speedup_images_per_cpu_s']:.2f} | {w['mean']:.1f} [{w['lo']:.1f}, {w['hi']:.1f}] | "
+            f"{r['whole_speedup_images_per_cpu_s']:.2f} | {r['executor_images_per_s']['mean']:.1f} | "
+            f"{r['whole_images_per_s']['mean']:.1f} |"
+        )
 
 
 if __name__ == "__main__":

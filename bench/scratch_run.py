@@ -1,5 +1,6 @@
 """One image-track run trained and evaluated as the `train` stage does, in a scratch folder (its
 checkpoint is not the pipeline's): what bench_convergence.py and bench_switches.py share."""
+
 from __future__ import annotations
 
 import os

@@ -4,6 +4,7 @@ The public names (``from nac import ModelConfig, build_model``) are loaded on fi
 (PEP 562), so that ``import nac.data.download`` does not import the model code: a DVC stage
 that only downloads or caches data then does not depend on it (``tests/test_dvc_deps.py``
 resolves these names through ``_LAZY``)."""
+
 from importlib import import_module
 
 __version__ = "0.1.0"

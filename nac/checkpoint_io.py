@@ -17,6 +17,7 @@ Reliability guarantees:
 One training at a time writes a checkpoint (``nac.checkpoint_lock``); what a resume must agree
 on includes the hash of the training's sources (``nac.fingerprint``).
 """
+
 from __future__ import annotations
 
 import errno
@@ -48,9 +49,12 @@ class DiskFullError(OSError):
     def __init__(self, path: Path, needed: int, free: int | None):
         self.path, self.needed, self.free = path, needed, free
         free_txt = f"{human_bytes(free)} free" if free is not None else "free space unknown"
-        super().__init__(errno.ENOSPC, f"no space left on the device to write checkpoint {path}: it needs about "
-                                       f"{human_bytes(needed)}, {free_txt} in {path.parent}; the previous checkpoint "
-                                       "is intact. Free some space (or point models/ to a larger disk) and rerun")
+        super().__init__(
+            errno.ENOSPC,
+            f"no space left on the device to write checkpoint {path}: it needs about "
+            f"{human_bytes(needed)}, {free_txt} in {path.parent}; the previous checkpoint "
+            "is intact. Free some space (or point models/ to a larger disk) and rerun",
+        )
 
 
 def human_bytes(n: int | float) -> str:
@@ -75,8 +79,11 @@ def _tensors(obj: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
 
 def non_finite_tensors(obj: Any) -> list[str]:
     """Names of the floating-point tensors in ``obj`` (nested dicts / lists) holding a NaN or inf."""
-    return [name for name, t in _tensors(obj)
-            if (t.is_floating_point() or t.is_complex()) and not bool(torch.isfinite(t).all())]
+    return [
+        name
+        for name, t in _tensors(obj)
+        if (t.is_floating_point() or t.is_complex()) and not bool(torch.isfinite(t).all())
+    ]
 
 
 def _name_some(names: list[str], k: int = 3) -> str:
@@ -92,8 +99,10 @@ def save_checkpoint(path: str | Path, model: NAC, **extra: Any) -> Path:
     payload = {"format": FORMAT, "config": model.config.to_dict(), "model": model.state_dict(), **extra}
     bad = non_finite_tensors(payload)
     if bad:
-        raise PoisonedCheckpointError(f"refusing to write checkpoint {path}: {len(bad)} tensor(s) hold NaN or infinite "
-                                      f"values ({_name_some(bad)}); the file on disk is left untouched")
+        raise PoisonedCheckpointError(
+            f"refusing to write checkpoint {path}: {len(bad)} tensor(s) hold NaN or infinite "
+            f"values ({_name_some(bad)}); the file on disk is left untouched"
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     try:
@@ -127,7 +136,8 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         raise PoisonedCheckpointError(
             f"checkpoint {path} holds NaN or infinite values in {len(bad)} tensor(s) ({_name_some(bad)}): the training "
             "that wrote it diverged. Delete it and retrain (`dvc repro`; a rerun of the training moves it aside "
-            "itself), with a lower train.lr or train.grad_clip set if it diverges again")
+            "itself), with a lower train.lr or train.grad_clip set if it diverges again"
+        )
     return ckpt
 
 
@@ -145,7 +155,8 @@ def load_model(path: str | Path, map_location: str | torch.device = "cpu", expec
             raise CheckpointMismatchError(
                 f"checkpoint {path} was trained with another model config than the current params ask for "
                 f"(differing keys: {'; '.join(diff)}); retrain it with the current params (`dvc repro`, which reruns "
-                "the training stage), or restore the params it was trained with")
+                "the training stage), or restore the params it was trained with"
+            )
     model = build_model(ckpt["config"], fit_signatures=False)  # fitted signatures come from the state dict
     model.load_state_dict(model_weights(ckpt))
     return model
@@ -154,7 +165,7 @@ def load_model(path: str | Path, map_location: str | torch.device = "cpu", expec
 def model_weights(ckpt: dict[str, Any]) -> dict[str, torch.Tensor]:
     """The weights to evaluate: the EMA copy's (``AveragedModel`` state, ``module.`` prefix) if any."""
     if "ema" in ckpt:
-        return {k[len("module."):]: v for k, v in ckpt["ema"].items() if k.startswith("module.")}
+        return {k[len("module.") :]: v for k, v in ckpt["ema"].items() if k.startswith("module.")}
     return ckpt["model"]
 
 
@@ -169,7 +180,7 @@ def _normalized_config(d: dict) -> dict:
 
 def _short(v: Any, limit: int = 60) -> str:
     text = repr(v)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def dict_diff(stored: dict, expected: dict, stored_name: str = "checkpoint", expected_name: str = "now") -> list[str]:
@@ -180,8 +191,10 @@ def dict_diff(stored: dict, expected: dict, stored_name: str = "checkpoint", exp
     for k in sorted(set(stored) | set(expected), key=str):
         a, b = stored.get(k, absent), expected.get(k, absent)
         if a != b:
-            out.append(f"{k}: {stored_name} {a if a is absent else _short(a)}, {expected_name} "
-                       f"{b if b is absent else _short(b)}")
+            out.append(
+                f"{k}: {stored_name} {a if a is absent else _short(a)}, {expected_name} "
+                f"{b if b is absent else _short(b)}"
+            )
     return out
 
 

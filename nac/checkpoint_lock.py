@@ -2,6 +2,7 @@
 
 ``nac.training.loop.fit`` holds it while it trains; a second training on the same checkpoint is
 refused with a message naming the holder."""
+
 from __future__ import annotations
 
 import os
@@ -41,8 +42,9 @@ class CheckpointLock:
 
     def acquire(self) -> "CheckpointLock":
         self.lock_path.parent.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(self.lock_path, thread_local=False, blocking=False, fallback_to_soft=False,
-                        on_acquired=self._write_owner)
+        lock = FileLock(
+            self.lock_path, thread_local=False, blocking=False, fallback_to_soft=False, on_acquired=self._write_owner
+        )
         for attempt in range(2):
             try:
                 lock.acquire()
@@ -51,7 +53,8 @@ class CheckpointLock:
                 if attempt == 0 and not self.lock_path.exists():  # the holder released it just now
                     continue
                 raise CheckpointBusyError(
-                    f"checkpoint {self.path} is in use by another training ({_holder(self.lock_path) or 'holder unknown'}"
+                    f"checkpoint {self.path} is in use by another training "
+                    f"({_holder(self.lock_path) or 'holder unknown'}"
                     f"); two trainings writing one checkpoint would overwrite each other's progress. Wait for it to "
                     f"finish or stop it, then rerun (the lock {self.lock_path} is released when that process ends)"
                 ) from None

@@ -6,6 +6,7 @@ params.yaml, so a bad override never leaves a broken params.yaml behind.
 Stages validate only the sections they read (``nac.pipeline.params.load_params(check=...)``);
 this module is the one place that imports every track's validator.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,8 +21,12 @@ from nac.pipeline.params import CONF_DIR, ParamsError, load_params, read_params,
 from nac.tracks import common, fewshot_params, image
 
 # Every section validator, in the order the composer runs them.
-VALIDATORS = (image.validate, image.validate_prune, *(common.validator(t) for t in common.TRACK_RUNS),
-              fewshot_params.validate)
+VALIDATORS = (
+    image.validate,
+    image.validate_prune,
+    *(common.validator(t) for t in common.TRACK_RUNS),
+    fewshot_params.validate,
+)
 
 
 def validate_all(params: dict[str, Any]) -> None:
@@ -72,9 +77,11 @@ def _defaults(conf_dir: Path = CONF_DIR) -> dict[str, str]:
 
 def _usage() -> str:
     defaults = _defaults()
-    menu = "\n".join(f"  {g:<10} {', '.join(o)}" + (f"   (default: {defaults[g]})" if g in defaults else
-                                                      "   (optional: +" + g + "=<option>)")
-                     for g, o in groups().items())
+    menu = "\n".join(
+        f"  {g:<10} {', '.join(o)}"
+        + (f"   (default: {defaults[g]})" if g in defaults else "   (optional: +" + g + "=<option>)")
+        for g, o in groups().items()
+    )
     return f"""usage: python -m nac.compose [--print] [override ...]
 
 Compose conf/ (Hydra) into params.yaml, validate every section, and replace params.yaml only if valid
@@ -119,8 +126,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: {e}\nparams.yaml was not changed ({' '.join(overrides) or 'defaults'})", file=sys.stderr)
         raise SystemExit(2) from None
     params = yaml.safe_load(path.read_text())
-    print(f"wrote {path} ({' '.join(overrides) or 'defaults'}): profile={params['profile']} "
-          f"prior={params['prior']['name']}")
+    print(
+        f"wrote {path} ({' '.join(overrides) or 'defaults'}): profile={params['profile']} "
+        f"prior={params['prior']['name']}"
+    )
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Model configuration: one dataclass that says which rung of the Table 1 ladder to build and
 at what size. It is what a checkpoint stores to rebuild the model (plain JSON-able values)."""
+
 from __future__ import annotations
 
 import numbers
@@ -23,7 +24,7 @@ from nac.circuits.tokenizers import TOKENIZERS
 VARIANTS = ("perceiver_io", "modfc", "frozen_graph", "nac")
 GENERATORS = ("unconditional", "conditional")
 PRIORS = ("scale_free", "planted_partition", "ring_of_cliques", "erdos_renyi")
-REGULARIZER_KINDS = ("mse", "kl", "none")   # none: the regularizer-off control
+REGULARIZER_KINDS = ("mse", "kl", "none")  # none: the regularizer-off control
 SIGNATURE_INITS = ("prior", "random")
 # The switches of issue 25 (docs/reference.md, "Switches"): the first choice is the default (the paper
 # where it is explicit, else the authors' TINY-INET-NC-X template), the others nac's or m2mKD's forms.
@@ -69,8 +70,9 @@ def _is_type(value: Any, tp: Any) -> bool:
     if tp is str:
         return isinstance(value, str)
     if tp in (list, tuple) or origin in (list, tuple):
-        return isinstance(value, (list, tuple)) and (origin is not list or not args
-                                                     or all(_is_type(v, args[0]) for v in value))
+        return isinstance(value, (list, tuple)) and (
+            origin is not list or not args or all(_is_type(v, args[0]) for v in value)
+        )
     if tp is dict or origin is dict:
         return isinstance(value, dict)
     return True
@@ -97,8 +99,9 @@ def check_field_types(obj: Any) -> None:
             kind = "bool" if isinstance(value, bool) else type(value).__name__
             got = "None" if value is None else f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
             hint = " (remove the quotes)" if isinstance(value, str) and _numeric_text(value) else ""
-            raise ConfigTypeError(f"{type(obj).__name__}: {section}.{name}={value!r} is {got}; expected "
-                                  f"{_type_name(tp)}{hint}")
+            raise ConfigTypeError(
+                f"{type(obj).__name__}: {section}.{name}={value!r} is {got}; expected {_type_name(tp)}{hint}"
+            )
 
 
 def _numeric_text(text: str) -> bool:
@@ -133,9 +136,9 @@ class ModelConfig(ConfigDict):
     generator: str = "unconditional"
     num_classes: int = 10
     tokenizer: dict[str, Any] = field(default_factory=lambda: {"kind": "conv32", "dim": 64, "pos_dim": 16})
-    cond_tokenizer: dict[str, Any] | None = None     # conditional NAC: what the generator reads
+    cond_tokenizer: dict[str, Any] | None = None  # conditional NAC: what the generator reads
     d_model: int = 64
-    d_code: int | None = None                         # defaults to d_model (authors: code = state width)
+    d_code: int | None = None  # defaults to d_model (authors: code = state width)
     d_sig: int = 32
     n_processor: int = 32
     n_readout: int = 4
@@ -149,41 +152,41 @@ class ModelConfig(ConfigDict):
     drop_path: float = 0.0
     layer_scale: float | None = None
     alpha_init: float = 0.1
-    tau: float = 0.5                                  # Concrete temperature (eq. 2)
-    bandwidth: float = 1.0                            # eps of eq. 2 (its initial value when learnable)
-    learn_bandwidth: bool = True                      # authors: a learnable scalar, no weight decay
-    truncation: float | None = 0.9                    # authors' Tiny-ImageNet templates: P = 0 where 1 - cos > 0.9
-    straight_through: bool = True                     # authors' flag; gradient through cut pairs only with "masked"
-    truncation_mode: str = "direct"                   # authors' default: cut links get exactly zero gradient
-    kernel_per_module: bool = True                    # authors: a kernel and bandwidth per propagator and read-out
-    stochastic_kernel: bool = True                    # paper eqs. 2-3 (TINY-INET-NC-X: off)
-    sample_readout: bool = True                       # the read-out's kernel sampled too (m2mKD: not)
-    truncate_readout: bool = False                    # authors: the read-out kernel is untruncated
-    readout_residual: bool = False                    # authors' pooling: no attention residual (nac v1: true)
-    readout_norm: bool = False                        # authors' pooling scores raw states (nac v1: a LayerNorm)
-    readout_layer_scale: float | None = 0.1           # authors (Tiny, m2mKD): LayerScale 0.1 in the read-out
-    modfc_norm_affine: bool = False                   # authors: LayerNorm(W_c c) without scale or shift
-    modfc_gain: str = "one_plus_alpha"                # paper eq. 1 (TINY-INET-NC-X's class default: ln_only)
-    drop_path_schedule: str = "uniform"               # authors: one rate in every layer (nac v1: linear)
-    input_latents: int = 0                            # 0: read into the processors (eqs. 4-5); N: N input latents (authors)
-    initial_state: str = "mlp"                        # paper section 2.2: an MLP of the code (authors: the code)
-    state_noise: float = 0.0                          # std of noise on the initial states in training
-    code_noise: float = 0.0                           # std of noise on the codes in training (m2mKD: 0.05)
-    delta: float = 1e-6                               # eq. 3
+    tau: float = 0.5  # Concrete temperature (eq. 2)
+    bandwidth: float = 1.0  # eps of eq. 2 (its initial value when learnable)
+    learn_bandwidth: bool = True  # authors: a learnable scalar, no weight decay
+    truncation: float | None = 0.9  # authors' Tiny-ImageNet templates: P = 0 where 1 - cos > 0.9
+    straight_through: bool = True  # authors' flag; gradient through cut pairs only with "masked"
+    truncation_mode: str = "direct"  # authors' default: cut links get exactly zero gradient
+    kernel_per_module: bool = True  # authors: a kernel and bandwidth per propagator and read-out
+    stochastic_kernel: bool = True  # paper eqs. 2-3 (TINY-INET-NC-X: off)
+    sample_readout: bool = True  # the read-out's kernel sampled too (m2mKD: not)
+    truncate_readout: bool = False  # authors: the read-out kernel is untruncated
+    readout_residual: bool = False  # authors' pooling: no attention residual (nac v1: true)
+    readout_norm: bool = False  # authors' pooling scores raw states (nac v1: a LayerNorm)
+    readout_layer_scale: float | None = 0.1  # authors (Tiny, m2mKD): LayerScale 0.1 in the read-out
+    modfc_norm_affine: bool = False  # authors: LayerNorm(W_c c) without scale or shift
+    modfc_gain: str = "one_plus_alpha"  # paper eq. 1 (TINY-INET-NC-X's class default: ln_only)
+    drop_path_schedule: str = "uniform"  # authors: one rate in every layer (nac v1: linear)
+    input_latents: int = 0  # 0: read into the processors (eqs. 4-5); N: N input latents (authors)
+    initial_state: str = "mlp"  # paper section 2.2: an MLP of the code (authors: the code)
+    state_noise: float = 0.0  # std of noise on the initial states in training
+    code_noise: float = 0.0  # std of noise on the codes in training (m2mKD: 0.05)
+    delta: float = 1e-6  # eq. 3
     eval_kernel: str = "expectation"
     readin_impl: str = "fast"
-    prior: str = "scale_free"                         # nac: the graph prior of the regularizer
+    prior: str = "scale_free"  # nac: the graph prior of the regularizer
     prior_params: dict[str, Any] = field(default_factory=dict)
     regularizer: str = "mse"
-    matching: str = "hungarian"                       # authors: one Hungarian matching (nac v1: the wider search)
-    target_diagonal: str = "formula"                  # authors: the target's formula on its diagonal (nac v1: 1)
-    signature_init: str = "prior"                     # nac: fitted to a graph sampled from `prior`, or random
-    frozen_graph_m: int = 2                           # frozen_graph: Barabasi-Albert attachment m
-    graph_seed: int = 0                               # the sampled graph of a preset initialisation
-    signature_fit_steps: int = 1000                   # authors' preset fit: Adam steps at lr 1e-3
-    signature_fit: str = "authors"                    # authors' plain mean hinge (nac v1: margin 0.1, balanced)
-    generator_query_init: float = 1.0                 # conditional: std of the generator's queries (authors' randn)
-    generator_regularizer: bool = False               # conditional: regularize every sample's P (paper §4.4: none)
+    matching: str = "hungarian"  # authors: one Hungarian matching (nac v1: the wider search)
+    target_diagonal: str = "formula"  # authors: the target's formula on its diagonal (nac v1: 1)
+    signature_init: str = "prior"  # nac: fitted to a graph sampled from `prior`, or random
+    frozen_graph_m: int = 2  # frozen_graph: Barabasi-Albert attachment m
+    graph_seed: int = 0  # the sampled graph of a preset initialisation
+    signature_fit_steps: int = 1000  # authors' preset fit: Adam steps at lr 1e-3
+    signature_fit: str = "authors"  # authors' plain mean hinge (nac v1: margin 0.1, balanced)
+    generator_query_init: float = 1.0  # conditional: std of the generator's queries (authors' randn)
+    generator_regularizer: bool = False  # conditional: regularize every sample's P (paper §4.4: none)
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -208,41 +211,74 @@ class ModelConfig(ConfigDict):
         _choice("drop_path_schedule", self.drop_path_schedule, DROP_PATH_SCHEDULES)
         _choice("initial_state", self.initial_state, INITIAL_STATES)
         if int(self.input_latents) < 0:
-            raise ValueError(f"model.input_latents must be >= 0 (0: read into the processor modules), got {self.input_latents}")
+            raise ValueError(
+                f"model.input_latents must be >= 0 (0: read into the processor modules), got {self.input_latents}"
+            )
         if self.state_noise < 0 or self.code_noise < 0:
-            raise ValueError(f"model.state_noise and model.code_noise are standard deviations and must be >= 0, got "
-                             f"{self.state_noise}, {self.code_noise}")
+            raise ValueError(
+                f"model.state_noise and model.code_noise are standard deviations and must be >= 0, got "
+                f"{self.state_noise}, {self.code_noise}"
+            )
         if self.readout_layer_scale is not None and not self.readout_layer_scale > 0:
-            raise ValueError(f"model.readout_layer_scale must be > 0 or null (no LayerScale), got {self.readout_layer_scale}")
+            raise ValueError(
+                f"model.readout_layer_scale must be > 0 or null (no LayerScale), got {self.readout_layer_scale}"
+            )
         if self.initial_state == "code" and self.d_code != self.d_model:
-            raise ValueError(f"model.initial_state='code' makes the initial states the codes, so it needs d_code == "
-                             f"d_model; got d_code={self.d_code}, d_model={self.d_model} (set d_code: null)")
-        for name in ("num_classes", "d_model", "d_code", "d_sig", "n_processor", "n_readout", "depth", "heads",
-                     "readin_heads", "readout_heads", "generator_heads"):
+            raise ValueError(
+                f"model.initial_state='code' makes the initial states the codes, so it needs d_code == "
+                f"d_model; got d_code={self.d_code}, d_model={self.d_model} (set d_code: null)"
+            )
+        for name in (
+            "num_classes",
+            "d_model",
+            "d_code",
+            "d_sig",
+            "n_processor",
+            "n_readout",
+            "depth",
+            "heads",
+            "readin_heads",
+            "readout_heads",
+            "generator_heads",
+        ):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"model.{name} must be a positive integer, got {getattr(self, name)!r}")
         for name in ("heads", "readin_heads", "readout_heads", "generator_heads"):
             if self.d_model % getattr(self, name):
-                raise ValueError(f"model.d_model={self.d_model} is not divisible by model.{name}={getattr(self, name)}; "
-                                 "pick a head count that divides d_model")
+                raise ValueError(
+                    f"model.d_model={self.d_model} is not divisible by model.{name}={getattr(self, name)}; "
+                    "pick a head count that divides d_model"
+                )
         if not (self.tau > 0 and self.bandwidth > 0 and self.delta >= 0):
-            raise ValueError(f"need tau > 0, bandwidth > 0, delta >= 0; got tau={self.tau}, bandwidth={self.bandwidth}, "
-                             f"delta={self.delta}")
+            raise ValueError(
+                f"need tau > 0, bandwidth > 0, delta >= 0; got tau={self.tau}, bandwidth={self.bandwidth}, "
+                f"delta={self.delta}"
+            )
         if self.truncation is not None and not 0 < self.truncation < 2:
-            raise ValueError(f"model.truncation is a cosine distance and must lie in (0, 2) (or null: no truncation), "
-                             f"got {self.truncation}")
+            raise ValueError(
+                f"model.truncation is a cosine distance and must lie in (0, 2) (or null: no truncation), "
+                f"got {self.truncation}"
+            )
         if not 0 <= self.drop_path < 1:
             raise ValueError(f"model.drop_path must be in [0, 1), got {self.drop_path}")
         if not self.generator_query_init > 0:
-            raise ValueError(f"model.generator_query_init (std of the conditional generator's queries) must be > 0, "
-                             f"got {self.generator_query_init}")
+            raise ValueError(
+                f"model.generator_query_init (std of the conditional generator's queries) must be > 0, "
+                f"got {self.generator_query_init}"
+            )
         if self.generator == "conditional":
             if self.variant != "nac":
-                raise ValueError(f"a conditional circuit generator needs variant 'nac' (signatures and codes), got {self.variant!r}")
+                raise ValueError(
+                    f"a conditional circuit generator needs variant 'nac' (signatures and codes), got {self.variant!r}"
+                )
             if not self.cond_tokenizer:
-                raise ValueError("generator 'conditional' needs model.cond_tokenizer (what the circuit generator reads)")
+                raise ValueError(
+                    "generator 'conditional' needs model.cond_tokenizer (what the circuit generator reads)"
+                )
         if self.variant == "frozen_graph" and self.frozen_graph_m < 1:
-            raise ValueError(f"model.frozen_graph_m (Barabasi-Albert attachment) must be >= 1, got {self.frozen_graph_m}")
+            raise ValueError(
+                f"model.frozen_graph_m (Barabasi-Albert attachment) must be >= 1, got {self.frozen_graph_m}"
+            )
 
     @property
     def modulated(self) -> bool:
@@ -251,7 +287,6 @@ class ModelConfig(ConfigDict):
     @property
     def uses_kernel(self) -> bool:
         return self.variant in ("frozen_graph", "nac")
-
 
 
 def _choice(name: str, value: Any, choices: tuple[str, ...]) -> None:

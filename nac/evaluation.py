@@ -1,5 +1,6 @@
 """Evaluation: logits over a dataset, Acc@k (optionally restricted to a class subset, as
 Tiny-ImageNet-R is to its 62 classes), and accuracy per group (rendition style, reasoning type)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
@@ -34,8 +35,13 @@ def eval_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
 
 
 @torch.no_grad()
-def predict(model: torch.nn.Module, data: Dataset | DataLoader, device: torch.device | str = "cpu",
-            batch_size: int = 256, keep: Iterable[str] = ()) -> dict[str, np.ndarray]:
+def predict(
+    model: torch.nn.Module,
+    data: Dataset | DataLoader,
+    device: torch.device | str = "cpu",
+    batch_size: int = 256,
+    keep: Iterable[str] = (),
+) -> dict[str, np.ndarray]:
     """Run ``model`` in eval mode over ``data``; returns ``logits`` ``[N, C]``, ``label`` ``[N]``
     and any item fields named in ``keep`` (e.g. ``style``)."""
     device = torch.device(device)
@@ -51,8 +57,9 @@ def predict(model: torch.nn.Module, data: Dataset | DataLoader, device: torch.de
 
 
 @torch.no_grad()
-def tokenize(model: torch.nn.Module, data: Dataset, device: torch.device | str = "cpu",
-             batch_size: int = 256) -> tuple[list[torch.Tensor], np.ndarray]:
+def tokenize(
+    model: torch.nn.Module, data: Dataset, device: torch.device | str = "cpu", batch_size: int = 256
+) -> tuple[list[torch.Tensor], np.ndarray]:
     """The eval-mode tokenizer output of ``data``'s inputs in ``predict``'s batches (kept on the
     CPU) and the labels: ``predict_tokens(model, *tokenize(model, data))`` equals
     ``predict(model, data)``, for ``model`` and for any copy with the same tokenizer (models with
@@ -67,8 +74,9 @@ def tokenize(model: torch.nn.Module, data: Dataset, device: torch.device | str =
 
 
 @torch.no_grad()
-def predict_tokens(model: torch.nn.Module, token_batches: list[torch.Tensor], labels: np.ndarray,
-                   device: torch.device | str = "cpu") -> dict[str, np.ndarray]:
+def predict_tokens(
+    model: torch.nn.Module, token_batches: list[torch.Tensor], labels: np.ndarray, device: torch.device | str = "cpu"
+) -> dict[str, np.ndarray]:
     """``predict``'s output from ``tokenize``'s batches (``model.execute`` on each)."""
     device = torch.device(device)
     with eval_mode(model):
@@ -90,8 +98,13 @@ def topk_accuracy(logits: np.ndarray, labels: np.ndarray, k: int = 1, classes: S
     return float(100.0 * np.mean((top == np.asarray(labels)[:, None]).any(axis=1)))
 
 
-def accuracy_by_group(logits: np.ndarray, labels: np.ndarray, groups: np.ndarray, names: Sequence[str] | None = None,
-                      classes: Sequence[int] | None = None) -> dict[str, float]:
+def accuracy_by_group(
+    logits: np.ndarray,
+    labels: np.ndarray,
+    groups: np.ndarray,
+    names: Sequence[str] | None = None,
+    classes: Sequence[int] | None = None,
+) -> dict[str, float]:
     """Acc@1 (percent) within each group value (e.g. each rendition style)."""
     res = {}
     for g in np.unique(groups):

@@ -1,6 +1,7 @@
 """The fingerprint of the sources a training runs: the files its result depends on, found by
 following the import statements from its entry modules (``source_closure``), hashed
 (``source_fingerprint``). A checkpoint is resumed only under the same fingerprint."""
+
 from __future__ import annotations
 
 import ast
@@ -11,12 +12,26 @@ from typing import Iterable
 # What a training's result depends on, besides its configs and data: the model, the training
 # loop, checkpointing, evaluation and the data pipeline, the one build-then-fit (``train_run``)
 # and the tracks' input wrappers.
-RESULT_SOURCES = ("circuits/", "baselines/", "model.py", "config.py", "graphs.py", "regularizer.py", "training/", "checkpoint_io.py",
-                  "evaluation.py", "data/", "pipeline/runs.py", "pipeline/datasets.py", "tracks/common.py")
+RESULT_SOURCES = (
+    "circuits/",
+    "baselines/",
+    "model.py",
+    "config.py",
+    "graphs.py",
+    "regularizer.py",
+    "training/",
+    "checkpoint_io.py",
+    "evaluation.py",
+    "data/",
+    "pipeline/runs.py",
+    "pipeline/datasets.py",
+    "tracks/common.py",
+)
 
 
-def source_closure(entries: Iterable[str], root: str | Path | None = None,
-                   include: Iterable[str] = RESULT_SOURCES) -> list[Path]:
+def source_closure(
+    entries: Iterable[str], root: str | Path | None = None, include: Iterable[str] = RESULT_SOURCES
+) -> list[Path]:
     """The source files a training runs: start from the ``entries`` modules (e.g.
     ``"nac.training.loop"``) and follow every import statement (function-local ones too, found
     by parsing, so the answer never depends on what a process happened to import), keeping and
@@ -49,7 +64,7 @@ def source_closure(entries: Iterable[str], root: str | Path | None = None,
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:
-                    anchor = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+                    anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
                     base = ".".join(anchor + ([base] if base else []))
                 names.add(base)
                 names.update(f"{base}.{a.name}" for a in node.names)  # `from pkg import submodule`
@@ -72,8 +87,9 @@ def source_closure(entries: Iterable[str], root: str | Path | None = None,
     return sorted(kept)
 
 
-def source_fingerprint(entries: Iterable[str], root: str | Path | None = None,
-                       include: Iterable[str] = RESULT_SOURCES) -> str:
+def source_fingerprint(
+    entries: Iterable[str], root: str | Path | None = None, include: Iterable[str] = RESULT_SOURCES
+) -> str:
     """sha256 over the relative paths and bytes of ``source_closure(entries, root, include)``."""
     root = Path(root) if root is not None else Path(__file__).resolve().parent
     h = hashlib.sha256()

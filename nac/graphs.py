@@ -21,13 +21,13 @@ Conventions shared by every prior:
   row cost (``nac.regularizer``).
 * Targets are symmetric ``float32`` numpy arrays ``[n, n]`` with values in ``[0, 1]``.
 """
+
 from __future__ import annotations
 
 import math
 
 import networkx as nx
 import numpy as np
-
 
 PRIORS = ("scale_free", "planted_partition", "ring_of_cliques", "erdos_renyi")
 DIAGONALS = ("formula", "one")
@@ -59,8 +59,7 @@ def _resolve(name: str, n: int, params: dict) -> dict:
     unknown = sorted(set(params) - set(PRIOR_DEFAULTS[name]))
     if unknown:
         raise ValueError(
-            f"unknown parameter(s) {unknown} for prior {name!r}; valid parameters: "
-            f"{', '.join(PRIOR_DEFAULTS[name])}"
+            f"unknown parameter(s) {unknown} for prior {name!r}; valid parameters: {', '.join(PRIOR_DEFAULTS[name])}"
         )
     p = {**PRIOR_DEFAULTS[name], **params}
     for key in ("p_in", "p_out", "p"):

@@ -15,6 +15,7 @@ is dense, or the same whatever its prior, is not measuring what the paper claims
   what the kernel always gives: the formula's diagonal would add ``sum_t (1 - G_tt)^2 / n^2``, a
   different constant per prior, ~0.03 for scale-free at 32 modules, that no graph can remove).
 """
+
 from __future__ import annotations
 
 from typing import Any

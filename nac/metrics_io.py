@@ -9,6 +9,7 @@ with its name, bytes that are not UTF-8, bad JSON, a missing key, or a value tha
 finite number where one is expected each raise ``MetricsError`` naming the file, the key and what
 was expected, before anything is written.
 """
+
 from __future__ import annotations
 
 import io
@@ -28,12 +29,24 @@ IMAGE_EVAL_KEYS = ("iid_acc1", "iid_acc5", "ood_acc1", "ood_acc5")
 TRACK_KEYS = ("val_acc1", "val_chance", "test_acc1", "test_chance")
 PRUNE_KEYS = ("dropped_fraction", "acc1")
 ANALYSIS_KEYS = ("n", "knn_k", "folds", "pca_dim", "chance", "p_spread", "p_mean", "pca_explained")
-ANALYSIS_KNN_KEYS = ("knn_accuracy", "knn_accuracy_ci95", "knn_shuffled", "knn_shuffled_ci95", "silhouette",
-                     "silhouette_shuffled")
+ANALYSIS_KNN_KEYS = (
+    "knn_accuracy",
+    "knn_accuracy_ci95",
+    "knn_shuffled",
+    "knn_shuffled_ci95",
+    "silhouette",
+    "silhouette_shuffled",
+)
 EMBEDDING_COLUMNS = ("x", "y", "reasoning_type", "sentence")
 FEWSHOT_ROW_KEYS = ("acc1",)
-STAGES = (("image/eval", "train"), ("image/train", "train"), ("image/prune", "prune"), ("nlvr/", "nlvr_analysis"),
-          ("fewshot/", "fewshot"), *((f"tracks/{t}/", f"train_{t}") for t in ("points", "listops", "text", "nlvr")))
+STAGES = (
+    ("image/eval", "train"),
+    ("image/train", "train"),
+    ("image/prune", "prune"),
+    ("nlvr/", "nlvr_analysis"),
+    ("fewshot/", "fewshot"),
+    *((f"tracks/{t}/", f"train_{t}") for t in ("points", "listops", "text", "nlvr")),
+)
 
 
 def fix(path: str | Path) -> str:
@@ -82,7 +95,9 @@ def read_text(path: str | Path) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise MetricsError(f"{path} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}); {fix(path)}") from None
+        raise MetricsError(
+            f"{path} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}); {fix(path)}"
+        ) from None
 
 
 def load_json(path: str | Path) -> Any:
@@ -107,8 +122,13 @@ def need(obj: Any, key: str, path: str | Path, kind: str = "number", where: str 
     if key not in obj:
         raise MetricsError(f"{at}: missing key {key!r}; {fix(path)}")
     v = obj[key]
-    ok = {"number": _is_number(v), "int": isinstance(v, int) and not isinstance(v, bool),
-          "str": isinstance(v, str), "dict": isinstance(v, dict), "list": isinstance(v, list)}[kind]
+    ok = {
+        "number": _is_number(v),
+        "int": isinstance(v, int) and not isinstance(v, bool),
+        "str": isinstance(v, str),
+        "dict": isinstance(v, dict),
+        "list": isinstance(v, list),
+    }[kind]
     if not ok:
         expected = "a finite number" if kind == "number" else f"a {kind}"
         raise MetricsError(f"{at}: {key} = {_describe(v)}, expected {expected}; {fix(path)}")
@@ -134,20 +154,26 @@ def exact_files(folder: Path, runs: Sequence[str], seeds: Sequence[int], stage: 
     want = [(run, int(seed), folder / run_file(run, seed)) for run in runs for seed in seeds]
     missing = [str(p) for _, _, p in want if not p.is_file()]
     if missing:
-        raise MissingMetrics(f"missing metrics: {', '.join(missing)}; did {stage} run for every run and seed of params.yaml?")
+        raise MissingMetrics(
+            f"missing metrics: {', '.join(missing)}; did {stage} run for every run and seed of params.yaml?"
+        )
     expected = {p.name for _, _, p in want}
     extra = sorted(p.name for p in folder.glob("*.json") if p.name not in expected)
     if extra:
-        raise MetricsError(f"{folder} holds files that no configured run and seed names: {', '.join(extra)}; "
-                           f"delete them or move them out of {folder} (a copy there would count as another seed)")
+        raise MetricsError(
+            f"{folder} holds files that no configured run and seed names: {', '.join(extra)}; "
+            f"delete them or move them out of {folder} (a copy there would count as another seed)"
+        )
     return want
 
 
 def _named(obj: Any, run: str, seed: int, path: Path) -> dict:
     """Check a per-run file's own ``run`` and ``seed`` fields against its name."""
     if need(obj, "run", path, "str") != run or need(obj, "seed", path, "int") != seed:
-        raise MetricsError(f"{path} says run {obj['run']!r} seed {obj['seed']!r}, but its name says run {run!r} "
-                           f"seed {seed}; it was copied or renamed: {fix(path)}")
+        raise MetricsError(
+            f"{path} says run {obj['run']!r} seed {obj['seed']!r}, but its name says run {run!r} "
+            f"seed {seed}; it was copied or renamed: {fix(path)}"
+        )
     return obj
 
 
@@ -217,11 +243,15 @@ def prune_rows(path: str | Path, runs: Sequence[str], seeds: Sequence[int]) -> l
         numbers(r, PRUNE_KEYS, path, where)
         key = (run, seed, r.get("order", "connectivity"), r["dropped_fraction"])
         if key in seen:
-            raise MetricsError(f"{path}: {where} repeats run {run!r} seed {seed} order {key[2]!r} fraction {key[3]}; {fix(path)}")
+            raise MetricsError(
+                f"{path}: {where} repeats run {run!r} seed {seed} order {key[2]!r} fraction {key[3]}; {fix(path)}"
+            )
         seen.add(key)
         if run not in runs or seed not in seeds:
-            raise MetricsError(f"{path}: {where} is of run {run!r} seed {seed}, which params.yaml does not configure "
-                               f"(prune.runs, seeds); {fix(path)}")
+            raise MetricsError(
+                f"{path}: {where} is of run {run!r} seed {seed}, which params.yaml does not configure "
+                f"(prune.runs, seeds); {fix(path)}"
+            )
         if "images_per_s" in r and not all(_is_number(v) for v in need(r, "images_per_s", path, "list", where)):
             raise MetricsError(f"{path} {where}: images_per_s must be a list of finite numbers; {fix(path)}")
     absent = [f"{run}-{seed}" for run in runs for seed in seeds if not any(k[:2] == (run, seed) for k in seen)]
@@ -264,15 +294,19 @@ def nlvr_embedding(path: str | Path) -> pd.DataFrame:
         raise MetricsError(f"{path} is not a valid CSV file ({e}); {fix(path)}") from None
     missing = [c for c in EMBEDDING_COLUMNS if c not in df.columns]
     if missing:
-        raise MetricsError(f"{path}: missing column(s) {', '.join(missing)} (has {', '.join(map(str, df.columns))}); {fix(path)}")
+        raise MetricsError(
+            f"{path}: missing column(s) {', '.join(missing)} (has {', '.join(map(str, df.columns))}); {fix(path)}"
+        )
     if df.empty:
         raise MetricsError(f"{path}: no rows; {fix(path)}")
     for c in ("x", "y"):
         v = pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=float)
         bad = np.flatnonzero(~np.isfinite(v))
         if len(bad):
-            raise MetricsError(f"{path}: column {c} row {int(bad[0]) + 1} (line {int(bad[0]) + 2}) = "
-                               f"{str(df[c].iloc[bad[0]])!r}, expected a finite number ({len(bad)} such row(s)); {fix(path)}")
+            raise MetricsError(
+                f"{path}: column {c} row {int(bad[0]) + 1} (line {int(bad[0]) + 2}) = "
+                f"{str(df[c].iloc[bad[0]])!r}, expected a finite number ({len(bad)} such row(s)); {fix(path)}"
+            )
         df[c] = v
     return df
 
@@ -289,8 +323,11 @@ def fewshot_target(path: str | Path, target: str) -> dict:
     seen = set()
     for i, r in enumerate(need(fs, "rows", path, "list")):
         where = f"rows[{i}]"
-        key = (need(r, "run", path, "str", where), need(r, "shots", path, "int", where),
-               need(r, "episode", path, "int", where))
+        key = (
+            need(r, "run", path, "str", where),
+            need(r, "shots", path, "int", where),
+            need(r, "episode", path, "int", where),
+        )
         numbers(r, FEWSHOT_ROW_KEYS, path, where)
         if key in seen:
             raise MetricsError(f"{path}: {where} repeats run {key[0]!r} shots {key[1]} episode {key[2]}; {fix(path)}")
@@ -303,8 +340,10 @@ def fewshot_targets(metrics: str | Path, targets: Sequence[str]) -> dict[str, di
     unique(list(targets), "few-shot targets")
     extra = sorted(p.name for p in folder.glob("*.json") if p.stem not in targets)
     if extra:
-        raise MetricsError(f"{folder} holds files that no configured target names: {', '.join(extra)}; delete them "
-                           f"or move them out of {folder}")
+        raise MetricsError(
+            f"{folder} holds files that no configured target names: {', '.join(extra)}; delete them "
+            f"or move them out of {folder}"
+        )
     return {t: fewshot_target(folder / f"{t}.json", t) for t in targets}
 
 

@@ -1,24 +1,29 @@
 """Neural Attentive Circuits assembled: tokenizer -> circuit generator -> circuit executor
 (read-in, L propagators, read-out). Every rung of the Table 1 ladder is a ``ModelConfig`` of
 this one class (see ``nac.config.VARIANTS``)."""
+
 from __future__ import annotations
 
 import torch
 import torch.nn as nn
 
 from nac.baselines import ModularNetwork, ModularNetworkConfig, NeuralInterpreter, NeuralInterpreterConfig
-from nac.circuits.generators import (CircuitDesign, ConditionalCircuitGenerator, InputLatents, PerceiverLatents,
-                                     UnconditionalCircuitGenerator)
+from nac.circuits.generators import (
+    CircuitDesign,
+    ConditionalCircuitGenerator,
+    InputLatents,
+    PerceiverLatents,
+    UnconditionalCircuitGenerator,
+)
 from nac.circuits.kernel import KernelSampler, link_probabilities, sample_kernel
-from nac.graphs import prior_target
-from nac.signatures import prior_signatures
 from nac.circuits.layers import Propagator, ReadOut, cat_modules
 from nac.circuits.modfc import batched_modulations, configure_modfc, modfcs, name_modfcs
 from nac.circuits.readin import ReadIn
 from nac.circuits.tokenizers import build_tokenizer
 from nac.config import ModelConfig
+from nac.graphs import prior_target
 from nac.regularizer import graph_structure_loss
-
+from nac.signatures import prior_signatures
 
 MODULATION_IMPLS = ("batched", "per_layer")
 
@@ -54,33 +59,76 @@ class NAC(nn.Module):
             self.generator = PerceiverLatents(c.n_processor, c.n_readout, c.d_model)
         elif c.generator == "conditional":
             self.cond_tokenizer = build_tokenizer(c.cond_tokenizer)
-            self.generator = ConditionalCircuitGenerator(c.n_processor, c.n_readout, c.d_model, c.d_code, c.d_sig,
-                                                         self.cond_tokenizer.d_out, c.generator_heads, c.ffn_mult,
-                                                         query_init=c.generator_query_init)
+            self.generator = ConditionalCircuitGenerator(
+                c.n_processor,
+                c.n_readout,
+                c.d_model,
+                c.d_code,
+                c.d_sig,
+                self.cond_tokenizer.d_out,
+                c.generator_heads,
+                c.ffn_mult,
+                query_init=c.generator_query_init,
+            )
         else:
-            self.generator = UnconditionalCircuitGenerator(c.n_processor, c.n_readout, c.d_model, c.d_code, c.d_sig,
-                                                           use_signatures=c.uses_kernel,
-                                                           learn_signatures=c.variant == "nac",
-                                                           initial_state=c.initial_state, code_noise=c.code_noise,
-                                                           state_noise=c.state_noise)
+            self.generator = UnconditionalCircuitGenerator(
+                c.n_processor,
+                c.n_readout,
+                c.d_model,
+                c.d_code,
+                c.d_sig,
+                use_signatures=c.uses_kernel,
+                learn_signatures=c.variant == "nac",
+                initial_state=c.initial_state,
+                code_noise=c.code_noise,
+                state_noise=c.state_noise,
+            )
         if c.input_latents:  # created only then: the default model's parameters and RNG draws are unchanged
-            self.input_latents = InputLatents(c.input_latents, c.d_model, c.d_code, modulated=c.modulated,
-                                              initial_state=c.initial_state, code_noise=c.code_noise,
-                                              state_noise=c.state_noise)
+            self.input_latents = InputLatents(
+                c.input_latents,
+                c.d_model,
+                c.d_code,
+                modulated=c.modulated,
+                initial_state=c.initial_state,
+                code_noise=c.code_noise,
+                state_noise=c.state_noise,
+            )
         has_kernel = c.uses_kernel or c.generator == "conditional"
         # One kernel bandwidth per attention module (authors), owned by the module; else one shared.
-        own_bw = dict(bandwidth=c.bandwidth if has_kernel and c.kernel_per_module else None,
-                      learn_bandwidth=c.learn_bandwidth)
+        own_bw = dict(
+            bandwidth=c.bandwidth if has_kernel and c.kernel_per_module else None, learn_bandwidth=c.learn_bandwidth
+        )
         common = dict(modulated=c.modulated, gated=c.gated_ffn, alpha_init=c.alpha_init)
-        self.read_in = ReadIn(self.tokenizer.d_out, c.d_model, c.d_code, c.readin_heads, ffn_mult=c.ffn_mult,
-                              impl=c.readin_impl, **common)
+        self.read_in = ReadIn(
+            self.tokenizer.d_out, c.d_model, c.d_code, c.readin_heads, ffn_mult=c.ffn_mult, impl=c.readin_impl, **common
+        )
         self.propagators = nn.ModuleList(
-            Propagator(c.d_model, c.d_code, c.heads, c.ffn_mult, drop_path=self.drop_path_rate(i),
-                       layer_scale=c.layer_scale, delta=c.delta, **own_bw, **common)
-            for i in range(c.depth))
-        self.read_out = ReadOut(c.d_model, c.d_code, c.readout_heads, c.num_classes, c.ffn_mult, delta=c.delta,
-                                residual=c.readout_residual, norm=c.readout_norm, layer_scale=c.readout_layer_scale,
-                                **own_bw, **common)
+            Propagator(
+                c.d_model,
+                c.d_code,
+                c.heads,
+                c.ffn_mult,
+                drop_path=self.drop_path_rate(i),
+                layer_scale=c.layer_scale,
+                delta=c.delta,
+                **own_bw,
+                **common,
+            )
+            for i in range(c.depth)
+        )
+        self.read_out = ReadOut(
+            c.d_model,
+            c.d_code,
+            c.readout_heads,
+            c.num_classes,
+            c.ffn_mult,
+            delta=c.delta,
+            residual=c.readout_residual,
+            norm=c.readout_norm,
+            layer_scale=c.readout_layer_scale,
+            **own_bw,
+            **common,
+        )
         if c.modulated:
             configure_modfc(self, c.modfc_norm_affine, c.modfc_gain)
             name_modfcs(self)
@@ -91,9 +139,14 @@ class NAC(nn.Module):
             else:
                 self.register_buffer("bandwidth", bw)
         G = None
-        if c.variant == "nac" and c.regularizer != "none" and (c.generator == "unconditional" or c.generator_regularizer):
-            G = torch.as_tensor(prior_target(c.prior, c.n_processor, diagonal=c.target_diagonal, **c.prior_params),
-                                dtype=torch.float32)
+        if (
+            c.variant == "nac"
+            and c.regularizer != "none"
+            and (c.generator == "unconditional" or c.generator_regularizer)
+        ):
+            G = torch.as_tensor(
+                prior_target(c.prior, c.n_processor, diagonal=c.target_diagonal, **c.prior_params), dtype=torch.float32
+            )
         self.register_buffer("prior_target", G, persistent=False)  # rebuilt from the config, not stored
         if fit_signatures:
             self._preset_signatures()
@@ -112,16 +165,26 @@ class NAC(nn.Module):
         c = self.config
         if c.variant == "frozen_graph":
             if c.frozen_graph_m >= c.n_processor:
-                raise ValueError(f"frozen_graph_m={c.frozen_graph_m} must be below n_processor={c.n_processor} "
-                                 "(a Barabasi-Albert graph attaches m links per new node)")
+                raise ValueError(
+                    f"frozen_graph_m={c.frozen_graph_m} must be below n_processor={c.n_processor} "
+                    "(a Barabasi-Albert graph attaches m links per new node)"
+                )
             prior, params = "scale_free", {"m": c.frozen_graph_m}
         elif c.variant == "nac" and c.generator == "unconditional" and c.signature_init == "prior":
             prior, params = c.prior, c.prior_params
         else:
             return
-        sig, _ = prior_signatures(prior, c.n_processor, c.d_sig, seed=c.graph_seed, prior_params=params,
-                                  truncation=c.truncation, bandwidth=c.bandwidth, steps=c.signature_fit_steps,
-                                  fit=c.signature_fit)
+        sig, _ = prior_signatures(
+            prior,
+            c.n_processor,
+            c.d_sig,
+            seed=c.graph_seed,
+            prior_params=params,
+            truncation=c.truncation,
+            bandwidth=c.bandwidth,
+            steps=c.signature_fit_steps,
+            fit=c.signature_fit,
+        )
         with torch.no_grad():
             self.generator.signatures.copy_(sig)
 
@@ -153,8 +216,12 @@ class NAC(nn.Module):
         try:
             return super().__getattr__(name)
         except AttributeError:
-            if name == "bandwidth" and self.config.kernel_per_module and "read_out" in self._modules \
-                    and hasattr(self.read_out, "bandwidth"):
+            if (
+                name == "bandwidth"
+                and self.config.kernel_per_module
+                and "read_out" in self._modules
+                and hasattr(self.read_out, "bandwidth")
+            ):
                 return self.kernel_bandwidth(None)
             raise
 
@@ -206,8 +273,14 @@ class NAC(nn.Module):
         1e-3: a step that drove it through 0 would flip the kernel."""
         c = self.config
         truncation = c.truncation if layer != "readout" or c.truncate_readout else None
-        return link_probabilities(s_recv, s_send, bandwidth=self.kernel_bandwidth(layer).clamp_min(1e-3),
-                                  truncation=truncation, straight_through=c.straight_through, mode=c.truncation_mode)
+        return link_probabilities(
+            s_recv,
+            s_send,
+            bandwidth=self.kernel_bandwidth(layer).clamp_min(1e-3),
+            truncation=truncation,
+            straight_through=c.straight_through,
+            mode=c.truncation_mode,
+        )
 
     def graph_regularizer(self, design: CircuitDesign | None = None) -> torch.Tensor:
         """Graph-structure regularizer between ``P`` and the prior's target (0 for other rungs);
@@ -220,8 +293,12 @@ class NAC(nn.Module):
             return self.conditional_graph_regularizer(design)
         design = design or self.design()
         layers = range(c.depth) if c.kernel_per_module else [None]
-        return sum(graph_structure_loss(self.link_probabilities(design, layer=i), self.prior_target,
-                                        kind=c.regularizer, matching=c.matching) for i in layers)
+        return sum(
+            graph_structure_loss(
+                self.link_probabilities(design, layer=i), self.prior_target, kind=c.regularizer, matching=c.matching
+            )
+            for i in layers
+        )
 
     def _kernel_mode(self, readout: bool = False) -> str:
         """How the kernel is drawn: a Concrete sample in training with ``stochastic_kernel`` (the
@@ -237,8 +314,12 @@ class NAC(nn.Module):
         whose section 4.4 trains without one): the mean over samples of each sample's ``P``
         ``[U_p, U_p]`` against the prior's target, one matching per sample."""
         P = self.link_probabilities(design)
-        return torch.stack([graph_structure_loss(Pb, self.prior_target, kind=self.config.regularizer,
-                                                 matching=self.config.matching) for Pb in P]).mean()
+        return torch.stack(
+            [
+                graph_structure_loss(Pb, self.prior_target, kind=self.config.regularizer, matching=self.config.matching)
+                for Pb in P
+            ]
+        ).mean()
 
     def _kernel(self, P: torch.Tensor, batch_size: int) -> torch.Tensor | None:
         return sample_kernel(P, self.config.tau, batch_size=batch_size, mode=self._kernel_mode())
@@ -255,11 +336,14 @@ class NAC(nn.Module):
         return KernelSampler(P, self.config.tau, mode=self._kernel_mode(readout), impl=impl)
 
     # -- the executor -------------------------------------------------------------------------
-    def forward(self, inputs, mask=None, cond=None, cond_mask=None, design: CircuitDesign | None = None) -> torch.Tensor:
+    def forward(
+        self, inputs, mask=None, cond=None, cond_mask=None, design: CircuitDesign | None = None
+    ) -> torch.Tensor:
         return self.execute(self.tokenizer(inputs), mask, cond, cond_mask, design)
 
-    def execute(self, tokens: torch.Tensor, mask=None, cond=None, cond_mask=None,
-                design: CircuitDesign | None = None) -> torch.Tensor:
+    def execute(
+        self, tokens: torch.Tensor, mask=None, cond=None, cond_mask=None, design: CircuitDesign | None = None
+    ) -> torch.Tensor:
         """Everything after the tokenizer: ``forward(x) == execute(tokenizer(x))``. Dropping
         modules leaves the tokenizer unchanged, so the prune sweep tokenizes once and executes
         each smaller model on the same tokens (``nac.evaluation.predict_tokens``)."""
@@ -289,7 +373,9 @@ class NAC(nn.Module):
         ModFC); ``"per_layer"`` (the reference): the tensors themselves, each ModFC computing its
         own. Unmodulated models (Perceiver IO): the codes are ``None`` either way."""
         if self.modulation_impl not in MODULATION_IMPLS:
-            raise ValueError(f"unknown modulation impl {self.modulation_impl!r}; valid choices: {', '.join(MODULATION_IMPLS)}")
+            raise ValueError(
+                f"unknown modulation impl {self.modulation_impl!r}; valid choices: {', '.join(MODULATION_IMPLS)}"
+            )
         with_latents = latent_codes is not None
         send = cat_modules(latent_codes, design.codes) if with_latents else design.codes
         codes = {"processors": design.codes, "readout": design.readout_codes, "latents": latent_codes, "senders": send}
@@ -321,7 +407,9 @@ class NAC(nn.Module):
                 self._shared_P(design, i, P)
         samplers = [self._sampler(P) for P in Ps.values()]
         samplers = samplers if c.kernel_per_module else samplers * c.depth
-        return samplers, self._sampler(self._P(design.readout_signatures, design.signatures, layer="readout"), readout=True)
+        return samplers, self._sampler(
+            self._P(design.readout_signatures, design.signatures, layer="readout"), readout=True
+        )
 
     def _execute_with_input_latents(self, tokens: torch.Tensor, mask, design: CircuitDesign) -> torch.Tensor:
         """``execute`` with ``input_latents = N > 0``: tokens ``[B, T, d_in]`` read into the input
@@ -329,24 +417,39 @@ class NAC(nn.Module):
         B = tokens.shape[0]
         latent_codes, latent_states = self.input_latents()
         codes = self.code_modulations(design, latent_codes)
-        latents = self.read_in(tokens, latent_states, codes["latents"], mask)         # [B, N, d]
-        states = design.states.expand(B, *design.states.shape[-2:])                    # [B, U_p, d]
+        latents = self.read_in(tokens, latent_states, codes["latents"], mask)  # [B, N, d]
+        states = design.states.expand(B, *design.states.shape[-2:])  # [B, U_p, d]
         samplers, sample_op = self._samplers(design)
         for layer, sample in zip(self.propagators, samplers):
             K = None if sample is None else sample(B)
-            states = layer(states, codes["processors"], K, latents=latents, latent_codes=codes["latents"],
-                           send_codes=codes["senders"])
+            states = layer(
+                states,
+                codes["processors"],
+                K,
+                latents=latents,
+                latent_codes=codes["latents"],
+                send_codes=codes["senders"],
+            )
         K_out = None if sample_op is None else sample_op(B)
-        return self.read_out(design.readout_states, torch.cat([latents, states], dim=1), codes["readout"],
-                             codes["senders"], K_out, dense_senders=latents.shape[1])
+        return self.read_out(
+            design.readout_states,
+            torch.cat([latents, states], dim=1),
+            codes["readout"],
+            codes["senders"],
+            K_out,
+            dense_senders=latents.shape[1],
+        )
 
 
-BASELINES = {"neural_interpreter": (NeuralInterpreterConfig, NeuralInterpreter),
-             "modular_network": (ModularNetworkConfig, ModularNetwork)}
+BASELINES = {
+    "neural_interpreter": (NeuralInterpreterConfig, NeuralInterpreter),
+    "modular_network": (ModularNetworkConfig, ModularNetwork),
+}
 
 
-def build_model(config: ModelConfig | NeuralInterpreterConfig | ModularNetworkConfig | dict,
-                fit_signatures: bool = True) -> nn.Module:
+def build_model(
+    config: ModelConfig | NeuralInterpreterConfig | ModularNetworkConfig | dict, fit_signatures: bool = True
+) -> nn.Module:
     """Build a NAC (any rung of the ladder) or a baseline (``BASELINES``, by ``variant``) from its
     config or the config's dict form (what a checkpoint stores); ``fit_signatures=False`` skips
     the NAC's preset fit (the weights are loaded next)."""

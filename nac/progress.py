@@ -5,6 +5,7 @@ A stage's pool (``nac.pipeline.pool``) shows its job counter on the first line; 
 long stage shows, per worker, the epoch and step of the model it trains. Outside a worker a bar
 sits where tqdm puts it. The workers share one lock for the terminal (``tqdm.set_lock``).
 """
+
 from __future__ import annotations
 
 _WORKER_LINE: dict = {}
@@ -13,6 +14,7 @@ _WORKER_LINE: dict = {}
 def set_worker_line(position: int, lock=None) -> None:
     """In a pool worker: its bars go on line ``position`` (>= 1, under the stage's job counter)."""
     from tqdm.auto import tqdm
+
     if position < 1:
         raise ValueError(f"a worker's bar line must be >= 1 (line 0 is the stage's job counter), got {position}")
     _WORKER_LINE.update(position=int(position), leave=False)

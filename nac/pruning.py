@@ -14,6 +14,7 @@ Connectivity:
   receivers, summed over the propagator layers and the read-out (the expected in-degree of the
   attention graph actually used). It needs a batch of inputs.
 """
+
 from __future__ import annotations
 
 import copy
@@ -61,8 +62,10 @@ def module_connectivity(model: NAC, inputs=None, mask=None) -> torch.Tensor:
     if model.config.uses_kernel:
         return expected_degree(model)
     if inputs is None:
-        raise ValueError(f"variant {model.config.variant!r} has a dense graph: ranking its modules by the attention "
-                         "they receive needs a calibration batch; pass inputs=")
+        raise ValueError(
+            f"variant {model.config.variant!r} has a dense graph: ranking its modules by the attention "
+            "they receive needs a calibration batch; pass inputs="
+        )
     return attention_received(model, inputs, mask)
 
 

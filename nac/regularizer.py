@@ -13,6 +13,7 @@ step, ``hungarian_permutation``) or ``"search"`` (this project's wider search,
 candidates, never worse). ``match_async`` computes either on a worker thread, so that a caller
 can take the matching off the critical path and finish with ``loss_from_permutation``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -133,7 +134,7 @@ def _snap(h_g: np.ndarray, h_p: np.ndarray, tol: float = 1e-9) -> tuple[np.ndarr
     group = np.cumsum(starts) - 1
     out = np.empty_like(h)
     out[order] = hs[starts][group]
-    return out[: len(h_g)], out[len(h_g):], int(group[-1]) + 1
+    return out[: len(h_g)], out[len(h_g) :], int(group[-1]) + 1
 
 
 def _wl_features(
@@ -234,8 +235,9 @@ def closest_permutation(
     return torch.as_tensor(best_perm, dtype=torch.long, device=P.device)
 
 
-def _closest_permutation(Pn: np.ndarray, Gn: np.ndarray, refine_steps: int, wl_rounds: int,
-                         max_anchors: int) -> np.ndarray:
+def _closest_permutation(
+    Pn: np.ndarray, Gn: np.ndarray, refine_steps: int, wl_rounds: int, max_anchors: int
+) -> np.ndarray:
     best_perm, best = _refine(Pn, Gn, _hungarian(_sq_dist(Gn, Pn)), refine_steps)
     if best > 0.0:
         sorted_cost = _sq_dist(np.sort(Gn, axis=1), np.sort(Pn, axis=1))
@@ -285,9 +287,7 @@ def _check_matching(matching: str, match_kwargs: dict) -> None:
     if set(match_kwargs) - allowed:
         raise ValueError(f"unknown matching setting(s) {sorted(set(match_kwargs) - allowed)}; valid: {sorted(allowed)}")
     if any(int(v) < 0 for v in match_kwargs.values()):
-        raise ValueError(
-            f"refine_steps, wl_rounds and max_anchors must be >= 0; got {match_kwargs}"
-        )
+        raise ValueError(f"refine_steps, wl_rounds and max_anchors must be >= 0; got {match_kwargs}")
 
 
 @torch.no_grad()
@@ -321,8 +321,9 @@ def match_permutation(P: torch.Tensor, G, matching: str = "hungarian", **match_k
 _EXECUTOR: ThreadPoolExecutor | None = None
 
 
-def match_async(P: torch.Tensor, G, matching: str = "hungarian", executor: Executor | None = None,
-                **match_kwargs) -> Future:
+def match_async(
+    P: torch.Tensor, G, matching: str = "hungarian", executor: Executor | None = None, **match_kwargs
+) -> Future:
     """``match_permutation`` on a worker thread: a Future of the permutation (CPU LongTensor ``[n]``).
 
     P and G are copied to the host here, in the caller's thread (so later in-place changes to
@@ -369,8 +370,9 @@ def loss_from_permutation(P: torch.Tensor, G, perm: torch.Tensor, kind: str = "m
     return torch.mean(g * torch.log(g / p) + (1.0 - g) * torch.log((1.0 - g) / (1.0 - p)))
 
 
-def graph_structure_loss(P: torch.Tensor, G, kind: str = "mse", matching: str = "hungarian",
-                         **match_kwargs) -> torch.Tensor:
+def graph_structure_loss(
+    P: torch.Tensor, G, kind: str = "mse", matching: str = "hungarian", **match_kwargs
+) -> torch.Tensor:
     """Graph Structure Regularizer: scalar loss between the matched permutation of P and G.
 
     P: ``[n, n]`` link probabilities (eq. 2), differentiable; G: ``[n, n]`` target

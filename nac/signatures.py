@@ -2,6 +2,7 @@
 against the truncation distance, Adam) used to initialise NAC and frozen-graph signatures from a
 graph sampled from a prior (``nac.graphs``), plus random signatures and the agreement measure.
 Split from ``nac.graphs`` so that code that only needs the priors does not import the kernel."""
+
 from __future__ import annotations
 
 import math
@@ -121,8 +122,13 @@ def fit_signatures_to_graph(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny ops: extra intra-op threads only add barriers (see docstring)
     try:
-        for _ in tqdm(range(int(steps)), desc=f"signature fit ({method}, {n} x {int(d_sig)})", unit="step",
-                      disable=not show, **{"leave": False, **bar_kwargs()}):
+        for _ in tqdm(
+            range(int(steps)),
+            desc=f"signature fit ({method}, {n} x {int(d_sig)})",
+            unit="step",
+            disable=not show,
+            **{"leave": False, **bar_kwargs()},
+        ):
             loss = (torch.relu(sign * (cosine_distance(sig) - threshold) + margin) * weight).sum()
             if method == "margin" and loss.item() == 0.0:  # every pair beyond its margin: nothing left
                 break
@@ -141,10 +147,19 @@ def random_signatures(n: int, d_sig: int, generator: torch.Generator | None = No
     return torch.nn.functional.normalize(torch.randn(n, d_sig, generator=generator), dim=-1)
 
 
-def prior_signatures(prior: str, n: int, d_sig: int, seed: int, prior_params: dict | None = None,
-                     truncation: float | None = None, bandwidth: float = 1.0, steps: int = 1000,
-                     lr: float = 1e-3, fit: str = "authors",
-                     progress: bool | None = None) -> tuple[torch.Tensor, nx.Graph]:
+def prior_signatures(
+    prior: str,
+    n: int,
+    d_sig: int,
+    seed: int,
+    prior_params: dict | None = None,
+    truncation: float | None = None,
+    bandwidth: float = 1.0,
+    steps: int = 1000,
+    lr: float = 1e-3,
+    fit: str = "authors",
+    progress: bool | None = None,
+) -> tuple[torch.Tensor, nx.Graph]:
     """Signatures fitted to one graph sampled from ``prior`` (``sample_prior_graph``, ``seed``):
     the preset initialisation, by ``fit_signatures_to_graph(method=fit)`` (``"authors"`` or
     ``"margin"``). Returns ``(signatures [n, d_sig], graph)``."""
@@ -152,6 +167,15 @@ def prior_signatures(prior: str, n: int, d_sig: int, seed: int, prior_params: di
     params = {k: v for k, v in (prior_params or {}).items() if k != "seed"}
     graph = sample_prior_graph(prior, n, seed=seed, **params)
     adjacency = nx.to_numpy_array(graph, nodelist=range(n))
-    sig = fit_signatures_to_graph(adjacency, d_sig, truncation=truncation, bandwidth=bandwidth, steps=steps,
-                                  lr=lr, seed=seed, method=fit, progress=progress)
+    sig = fit_signatures_to_graph(
+        adjacency,
+        d_sig,
+        truncation=truncation,
+        bandwidth=bandwidth,
+        steps=steps,
+        lr=lr,
+        seed=seed,
+        method=fit,
+        progress=progress,
+    )
     return sig, graph

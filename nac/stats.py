@@ -1,6 +1,7 @@
 """Confidence intervals, the one place they are computed (report tables and figures, claims'
 verdicts, the NLVR analysis, benchmarks): a mean with a one-sample Student t CI (``mean_ci``,
 ``summarize``), a Welch CI for a difference of means, and a paired t CI."""
+
 from __future__ import annotations
 
 import warnings
@@ -14,6 +15,7 @@ from scipy import stats
 @dataclass(frozen=True)
 class Interval:
     """An estimate with its 95% CI (``lo``/``hi`` None where there is none) and sample size."""
+
     estimate: float
     lo: float | None
     hi: float | None

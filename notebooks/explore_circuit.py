@@ -86,12 +86,15 @@ with torch.no_grad():
 G = model.prior_target.float().cpu()
 perm = closest_permutation(P, G)
 P_perm = P[perm][:, perm]
-print(f"mean squared error to G: module order {torch.mean((P - G) ** 2):.4f}, "
-      f"after matching {torch.mean((P_perm - G) ** 2):.4f}")
+print(
+    f"mean squared error to G: module order {torch.mean((P - G) ** 2):.4f}, "
+    f"after matching {torch.mean((P_perm - G) ** 2):.4f}"
+)
 
 fig, axes = plt.subplots(1, 3, figsize=(13, 4.2), constrained_layout=True)
-for ax, M, title in zip(axes, (P, P_perm, G), ("learned P (module order)", "learned P, matched to G",
-                                               f"target G ({prior})")):
+for ax, M, title in zip(
+    axes, (P, P_perm, G), ("learned P (module order)", "learned P, matched to G", f"target G ({prior})")
+):
     im = ax.imshow(M.numpy(), vmin=0, vmax=1, cmap="viridis")
     ax.set(title=title, xlabel="module")
     ax.xaxis.get_major_locator().set_params(integer=True)
@@ -119,10 +122,16 @@ def thresholded(M: torch.Tensor) -> nx.Graph:
 
 
 g_learned, g_target = thresholded(P), thresholded(G)
-hist = pd.DataFrame({"learned (P > 0.5)": pd.Series(nx.degree_histogram(g_learned)),
-                     "target (G > 0.5)": pd.Series(nx.degree_histogram(g_target))}).fillna(0)
-print(f"edges: learned {g_learned.number_of_edges()}, target {g_target.number_of_edges()} "
-      f"(of {U * (U - 1) // 2} possible)")
+hist = pd.DataFrame(
+    {
+        "learned (P > 0.5)": pd.Series(nx.degree_histogram(g_learned)),
+        "target (G > 0.5)": pd.Series(nx.degree_histogram(g_target)),
+    }
+).fillna(0)
+print(
+    f"edges: learned {g_learned.number_of_edges()}, target {g_target.number_of_edges()} "
+    f"(of {U * (U - 1) // 2} possible)"
+)
 
 fig, axes = plt.subplots(1, 2, figsize=(12, 3.8), constrained_layout=True)
 hist.plot.bar(ax=axes[0], width=0.8, rot=0)
@@ -157,14 +166,22 @@ for ranking, rank, fractions in sweeps:
     for frac in fractions:
         k = min(U - 1, int(round(frac * U)))
         out = predict(drop_modules(model, k, connectivity=rank), val_set, device, batch_size)
-        rows.append({"ranking": ranking, "dropped_fraction": frac, "modules": U - k,
-                     "acc1": topk_accuracy(out["logits"], out["label"], 1)})
+        rows.append(
+            {
+                "ranking": ranking,
+                "dropped_fraction": frac,
+                "modules": U - k,
+                "acc1": topk_accuracy(out["logits"], out["label"], 1),
+            }
+        )
 live = pd.DataFrame(rows)
 
 sweep_file = Path("metrics/image/prune.json")
 sweep = pd.DataFrame(json.loads(sweep_file.read_text())) if sweep_file.exists() else pd.DataFrame()
 if len(sweep):  # the stage's connectivity order (its random orders are the report's control)
-    sweep = sweep[(sweep["run"] == run) & (sweep["seed"] == seed) & (sweep.get("order", "connectivity") == "connectivity")]
+    sweep = sweep[
+        (sweep["run"] == run) & (sweep["seed"] == seed) & (sweep.get("order", "connectivity") == "connectivity")
+    ]
 
 fig, ax = plt.subplots(figsize=(6.5, 4))
 for ranking, sub in live.groupby("ranking", sort=False):
@@ -184,8 +201,10 @@ live.pivot(index="dropped_fraction", columns="ranking", values="acc1").round(2)
 # %%
 if len(sweep):
     both = live[live["ranking"] == "least connected first"].merge(sweep, on="dropped_fraction", suffixes=("", "_stage"))
-    print(f"largest difference to the prune stage: {np.abs(both['acc1'] - both['acc1_stage']).max():.3f} points "
-          f"over {len(both)} shared fractions")
+    print(
+        f"largest difference to the prune stage: {np.abs(both['acc1'] - both['acc1_stage']).max():.3f} points "
+        f"over {len(both)} shared fractions"
+    )
     stage = sweep.set_index("dropped_fraction").sort_index()
     stage = stage[[c for c in ("modules", "acc1", "images_per_s") if c in stage]]
     if "images_per_s" in stage:  # one value per timed repeat: the mean here, the CI in the report

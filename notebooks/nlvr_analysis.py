@@ -68,8 +68,10 @@ analysis = json.loads(Path("metrics/nlvr/analysis.json").read_text())
 embedding = pd.read_csv("metrics/nlvr/embedding.csv")
 examples = json.loads(Path("metrics/nlvr/examples.json").read_text())
 type_names = analysis["reasoning_types"]
-print(f"profile {params.get('profile')!r}, data set {nlvr['dataset']!r}, seed {seed}; "
-      f"analysed run {analysis['run']!r} on {analysis['n']} {analysis['split']} sentences")
+print(
+    f"profile {params.get('profile')!r}, data set {nlvr['dataset']!r}, seed {seed}; "
+    f"analysed run {analysis['run']!r} on {analysis['n']} {analysis['split']} sentences"
+)
 
 # %% [markdown]
 # ## Does the conditional NAC use both inputs?
@@ -80,10 +82,17 @@ print(f"profile {params.get('profile')!r}, data set {nlvr['dataset']!r}, seed {s
 # image pairs and false of others.
 
 # %%
-results = {run: json.loads(track_metrics("nlvr", run, seed).read_text())
-           for run in nlvr["runs"] if track_metrics("nlvr", run, seed).exists()}
-table = pd.DataFrame({run: {k: r.get(k) for k in ("val_acc1", "val_chance", "test_acc1", "test_chance", "parameters")}
-                      for run, r in results.items()}).T
+results = {
+    run: json.loads(track_metrics("nlvr", run, seed).read_text())
+    for run in nlvr["runs"]
+    if track_metrics("nlvr", run, seed).exists()
+}
+table = pd.DataFrame(
+    {
+        run: {k: r.get(k) for k in ("val_acc1", "val_chance", "test_acc1", "test_chance", "parameters")}
+        for run, r in results.items()
+    }
+).T
 by_type = pd.DataFrame({run: r["val_acc1_by_type"] for run, r in results.items()}).T[type_names]
 
 fig, ax = plt.subplots(figsize=(8, 3.8))
@@ -119,14 +128,19 @@ embedding.groupby("reasoning_type").head(2)[["reasoning_type", "sentence"]]
 # %%
 if "knn_accuracy" in analysis:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), constrained_layout=True)
-    axes[0].bar(["types", "shuffled"], [analysis["knn_accuracy"], analysis["knn_shuffled"]],
-                yerr=[analysis["knn_accuracy_ci95"], analysis["knn_shuffled_ci95"]], capsize=4,
-                color=sns.color_palette()[:2])
+    axes[0].bar(
+        ["types", "shuffled"],
+        [analysis["knn_accuracy"], analysis["knn_shuffled"]],
+        yerr=[analysis["knn_accuracy_ci95"], analysis["knn_shuffled_ci95"]],
+        capsize=4,
+        color=sns.color_palette()[:2],
+    )
     axes[0].axhline(analysis["chance"], color="k", ls=":", lw=1, label="majority type")
     axes[0].set(ylabel="%", title=f"{analysis['knn_k']}-NN accuracy ({analysis['folds']}-fold)")
     axes[0].legend()
-    axes[1].bar(["types", "shuffled"], [analysis["silhouette"], analysis["silhouette_shuffled"]],
-                color=sns.color_palette()[:2])
+    axes[1].bar(
+        ["types", "shuffled"], [analysis["silhouette"], analysis["silhouette_shuffled"]], color=sns.color_palette()[:2]
+    )
     axes[1].axhline(0, color="k", lw=0.8)
     axes[1].set(title="silhouette score")
     plt.show()
@@ -156,7 +170,7 @@ chosen = {t: np.flatnonzero(types == t)[:N_PER_TYPE] for t in range(len(names)) 
 index = np.concatenate(list(chosen.values()))
 P = link_matrices(model, Subset(data, index.tolist()), device)
 offset = np.cumsum([0] + [len(v) for v in chosen.values()])
-mean_P = {names[t]: P[offset[i]:offset[i + 1]].mean(0) for i, t in enumerate(chosen)}
+mean_P = {names[t]: P[offset[i] : offset[i + 1]].mean(0) for i, t in enumerate(chosen)}
 grand = P.mean(0)
 dev = max(float(np.abs(m - grand).max()) for m in mean_P.values()) or 1.0
 
@@ -191,10 +205,21 @@ fig, axes = plt.subplots(1, len(ex), figsize=(3.4 * len(ex), 3.6), dpi=72, const
 for ax, e, Pe in zip(axes[0], ex, live_P):
     graph = graph_of(Pe, examples["threshold"])
     pos = nx.spring_layout(graph, weight="weight", seed=0)
-    nx.draw_networkx(graph, pos, ax=ax, node_size=60, with_labels=False, width=0.4, edge_color="0.6",
-                     node_color=[d for _, d in graph.degree()], cmap="viridis")
-    ax.set_title(f"{e['reasoning_type']}: {graph.number_of_edges()} edges\n" + textwrap.fill(f'"{e["sentence"]}"', 40),
-                 fontsize=9)
+    nx.draw_networkx(
+        graph,
+        pos,
+        ax=ax,
+        node_size=60,
+        with_labels=False,
+        width=0.4,
+        edge_color="0.6",
+        node_color=[d for _, d in graph.degree()],
+        cmap="viridis",
+    )
+    ax.set_title(
+        f"{e['reasoning_type']}: {graph.number_of_edges()} edges\n" + textwrap.fill(f'"{e["sentence"]}"', 40),
+        fontsize=9,
+    )
     ax.set_axis_off()
 plt.show()
 
@@ -210,11 +235,27 @@ plt.show()
 # adjacency matrices, modules in one common order.
 
 # %%
-clique_keys = ["cut_density", "cut_complete_fraction", "cut_distinct_fraction", "clique_modularity",
-               "clique_modularity_null", "clique_modularity_gap", "clique_modularity_gap_ci95", "clique_two_fraction",
-               "clique_two_fraction_null", "clique_two_gap", "clique_two_gap_ci95"]
-display(pd.DataFrame({"trained": {k: analysis.get(k) for k in clique_keys},
-                      "untrained": {k: analysis.get("untrained", {}).get(k) for k in clique_keys}}))
+clique_keys = [
+    "cut_density",
+    "cut_complete_fraction",
+    "cut_distinct_fraction",
+    "clique_modularity",
+    "clique_modularity_null",
+    "clique_modularity_gap",
+    "clique_modularity_gap_ci95",
+    "clique_two_fraction",
+    "clique_two_fraction_null",
+    "clique_two_gap",
+    "clique_two_gap_ci95",
+]
+display(
+    pd.DataFrame(
+        {
+            "trained": {k: analysis.get(k) for k in clique_keys},
+            "untrained": {k: analysis.get("untrained", {}).get(k) for k in clique_keys},
+        }
+    )
+)
 first = P[:12] > examples["threshold"]
 order = np.argsort(-first.mean(axis=(0, 1)))  # modules by mean degree
 fig, axes = plt.subplots(2, 6, figsize=(14, 5), constrained_layout=True)
@@ -249,16 +290,25 @@ def type_structure(P: np.ndarray) -> dict:
     Z = PCA(n_components=int(min(analysis["pca_dim"], len(X) - 1, X.shape[1])), random_state=seed).fit_transform(X)
     cv = StratifiedKFold(n_splits=analysis["folds"], shuffle=True, random_state=seed)
     knn = KNeighborsClassifier(n_neighbors=analysis["knn_k"])
-    return {"knn_accuracy": 100.0 * cross_val_score(knn, Z, types, cv=cv).mean(),
-            "silhouette": float(silhouette_score(Z, types)), "p_spread": float(P.std(axis=0).mean())}
+    return {
+        "knn_accuracy": 100.0 * cross_val_score(knn, Z, types, cv=cv).mean(),
+        "silhouette": float(silhouette_score(Z, types)),
+        "p_spread": float(P.std(axis=0).mean()),
+    }
 
 
 if analysis.get("folds", 0) >= 2:
     torch.manual_seed(seed)
     untrained = build_model(model.config, fit_signatures=False)
-    control = pd.DataFrame({"analysis.json": {k: analysis.get(k) for k in ("knn_accuracy", "silhouette", "p_spread")},
-                            "trained (live)": type_structure(link_matrices(model, data, device)),
-                            "untrained": type_structure(link_matrices(untrained, data, device))})
+    control = pd.DataFrame(
+        {
+            "analysis.json": {k: analysis.get(k) for k in ("knn_accuracy", "silhouette", "p_spread")},
+            "trained (live)": type_structure(link_matrices(model, data, device)),
+            "untrained": type_structure(link_matrices(untrained, data, device)),
+        }
+    )
     display(control.round(3))
-    print(f"k-NN accuracy with shuffled types (analysis.json): {analysis['knn_shuffled']:.1f}%, "
-          f"majority type {analysis['chance']:.1f}%")
+    print(
+        f"k-NN accuracy with shuffled types (analysis.json): {analysis['knn_shuffled']:.1f}%, "
+        f"majority type {analysis['chance']:.1f}%"
+    )

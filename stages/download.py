@@ -1,5 +1,6 @@
 """DVC stage download@<dataset>: fetch (real data, checksummed) or generate (embedded data) the
 raw files of one dataset into data/raw/<dataset>/."""
+
 import argparse
 import sys
 

@@ -6,6 +6,7 @@ overrides; the results do not depend on it). ``python stages/fewshot.py <target>
 target in this process. The targets' files are written to a staging folder, checked, and replace
 the previous ones only when every target is done: a failed run leaves metrics/fewshot/ as it was.
 """
+
 import argparse
 import sys
 from pathlib import Path
@@ -28,8 +29,13 @@ def main() -> None:
     params = load_params(check=[fewshot_params.validate])
     targets = params["fewshot"]["targets"] if args.target is None else [args.target]
     with staged(OUT) as (stage,), metrics_io.published_as(stage, OUT):
-        run_jobs(run_target, [(params, t, str(stage)) for t in targets], device=params.get("device", "auto"),
-                 desc="fewshot", label=lambda job: job[1])
+        run_jobs(
+            run_target,
+            [(params, t, str(stage)) for t in targets],
+            device=params.get("device", "auto"),
+            desc="fewshot",
+            label=lambda job: job[1],
+        )
         for t in targets:
             metrics_io.fewshot_target(stage / f"{t}.json", t)
 

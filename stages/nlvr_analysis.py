@@ -2,6 +2,7 @@
 every validation sentence -> PCA -> t-SNE, reasoning-type structure measures, example graphs
 (Figure 6). Writes metrics/nlvr/analysis.json, embedding.csv and examples.json, all three or none
 (written to a staging folder, checked, then moved into place)."""
+
 import sys
 from pathlib import Path
 

@@ -2,6 +2,7 @@
 with the current directory (the repository root) as working directory; writes
 reports/notebooks/<name>.ipynb (with outputs) and <name>.html. A failing cell fails the stage
 with the notebook's name and the cell's traceback."""
+
 import argparse
 
 from nac.report.notebooks import execute_all

@@ -1,5 +1,6 @@
 """DVC stage prepare@<dataset>: decode / tokenize once into the cache data/cache/<dataset>/
 (arrays + a manifest of the parameters that produced them)."""
+
 import argparse
 
 from nac.pipeline.datasets import builder

@@ -1,6 +1,7 @@
 """DVC stage pretrain: pre-train the few-shot source models (``fewshot.source: pretrain``, the
 paper profile) into models/fewshot_pretrain/ (resumed when interrupted); with
 ``fewshot.source: image`` it only writes models/fewshot_pretrain/manifest.json."""
+
 from nac.pipeline.lifeline import run_stage
 from nac.pipeline.params import load_params
 from nac.tracks import fewshot_params

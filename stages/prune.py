@@ -1,5 +1,6 @@
 """DVC stage prune: drop processor modules by connectivity, and in random orders as the control,
 in steps (Figures 5a, 5b, 15)."""
+
 import sys
 from pathlib import Path
 
@@ -22,7 +23,9 @@ def main() -> None:
         write_json(stage / "prune.json", rows)
         metrics_io.prune_rows(stage / "prune.json", params["prune"]["runs"], params["seeds"])
         flat = pd.DataFrame(rows)  # dvc plots: one throughput number per row (the mean of the timed repeats)
-        flat["images_per_s"] = [float(np.mean(v)) if isinstance(v, list) else np.nan for v in flat.get("images_per_s", [])]
+        flat["images_per_s"] = [
+            float(np.mean(v)) if isinstance(v, list) else np.nan for v in flat.get("images_per_s", [])
+        ]
         flat.to_csv(stage / "prune.csv", index=False)
 
 

@@ -1,6 +1,7 @@
 """DVC stage report: tables, figures, the index README and claims.md under reports/ from metrics/.
 Every metrics file is checked before anything is written, and the outputs replace the previous
 ones only once all are built (``nac.report.build``)."""
+
 import sys
 
 from nac.metrics_io import MetricsError

@@ -11,6 +11,7 @@ with the same settings is reloaded without training).
 ``torchrun --nproc_per_node=N stages/train.py --run nac-scale_free --seed 0`` with DDP (the main
 process evaluates).
 """
+
 import argparse
 
 from nac.pipeline.lifeline import run_stage
@@ -26,8 +27,13 @@ def main() -> None:
     single = one_job(ap, args, "the whole ladder")
     params = load_params(check=[validate])
     jobs = [(params, args.run, args.seed)] if single else train_image_jobs(params)
-    run_jobs(train_and_evaluate_image_run, jobs, device=params.get("device", "auto"), desc="train",
-             label=lambda job: f"{job[1]}-{job[2]}")
+    run_jobs(
+        train_and_evaluate_image_run,
+        jobs,
+        device=params.get("device", "auto"),
+        desc="train",
+        label=lambda job: f"{job[1]}-{job[2]}",
+    )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ overrides; the results do not depend on it). Each resumes from models/<track>/<r
 when interrupted. ``--run R --seed S`` trains that one job in this process, e.g. under
 ``torchrun --nproc_per_node=N stages/train_track.py points --run nac --seed 0`` with DDP.
 """
+
 import argparse
 
 from nac.pipeline.lifeline import run_stage
@@ -23,8 +24,13 @@ def main() -> None:
     single = one_job(ap, args, "every run of the track")
     params = load_params(check=[validator(args.track)])
     jobs = [(params, args.track, args.run, args.seed)] if single else train_track_jobs(params, args.track)
-    run_jobs(train_and_evaluate_track_run, jobs, device=params.get("device", "auto"), desc=f"train_{args.track}",
-             label=lambda job: f"{job[2]}-{job[3]}")
+    run_jobs(
+        train_and_evaluate_track_run,
+        jobs,
+        device=params.get("device", "auto"),
+        desc=f"train_{args.track}",
+        label=lambda job: f"{job[2]}-{job[3]}",
+    )
 
 
 if __name__ == "__main__":

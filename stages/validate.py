@@ -3,6 +3,7 @@ other stage runs. Every stage depends on its output, so DVC runs it first, and a
 (``dvc exp run -S +image.train.epocs=2``) fails here, naming the key, before DVC removes any
 stage's outputs. The output never changes with the params (a fixed line), so a change of one
 param still reruns only the stages that read it."""
+
 import sys
 from pathlib import Path
 
@@ -17,8 +18,10 @@ def main() -> None:
     try:
         load_all_params("params.yaml")
     except (ParamsError, FileNotFoundError) as e:
-        print(f"error: {e}\nNo stage ran and no output was removed; fix params.yaml (or the -S override) and rerun.",
-              file=sys.stderr)
+        print(
+            f"error: {e}\nNo stage ran and no output was removed; fix params.yaml (or the -S override) and rerun.",
+            file=sys.stderr,
+        )
         raise SystemExit(2) from None
     OUT.write_text(MARK)
 

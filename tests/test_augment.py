@@ -1,5 +1,6 @@
 """train.augment: the authors' Tiny-ImageNet recipe (nac/training/augment.py) and the old
 flip + translate (``augment: true``)."""
+
 import random
 import sys
 from collections import Counter
@@ -15,8 +16,14 @@ pytest.importorskip("timm")
 
 from nac import build_model  # noqa: E402
 from nac.training import loop  # noqa: E402
-from nac.training.augment import (AUTHORS_TINYIMAGENET, AugmentedDataset, BatchMixer, RepeatedAugSampler,  # noqa: E402
-                                  recipe_of, soft_cross_entropy)
+from nac.training.augment import (
+    AUTHORS_TINYIMAGENET,
+    AugmentedDataset,
+    BatchMixer,
+    RepeatedAugSampler,  # noqa: E402
+    recipe_of,
+    soft_cross_entropy,
+)
 from nac.training.config import TrainConfig  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -97,8 +104,10 @@ def test_mixup_cutmix_soft_targets_mix_exactly_two_labels():
     _, _, xm2, t2, mixer = _mix()
     _, _, xm3, t3, _ = _mix()
     assert torch.equal(xm2, xm3) and torch.equal(t2, t3)
-    xs = [mixer(torch.rand(8, 3, 8, 8, generator=torch.Generator().manual_seed(0)), torch.arange(8), 0, 0, s)[1]
-          for s in range(6)]
+    xs = [
+        mixer(torch.rand(8, 3, 8, 8, generator=torch.Generator().manual_seed(0)), torch.arange(8), 0, 0, s)[1]
+        for s in range(6)
+    ]
     assert any(not torch.equal(xs[0], o) for o in xs[1:])
     with pytest.raises(ValueError, match="even"):
         mixer(torch.rand(3, 3, 8, 8), torch.arange(3), 0, 0, 0)
@@ -152,7 +161,7 @@ def _reference_flip_translate(x, pad=4):
     padded = F.pad(torch.where(flip[:, None, None, None], x.flip(-1), x), (pad,) * 4)
     dy, dx = torch.randint(0, 2 * pad + 1, (2, B)).tolist()
     for i in range(B):
-        out.append(padded[i, :, dy[i]:dy[i] + H, dx[i]:dx[i] + W])
+        out.append(padded[i, :, dy[i] : dy[i] + H, dx[i] : dx[i] + W])
     return torch.stack(out)
 
 
@@ -169,22 +178,37 @@ def test_augment_true_is_still_flip_and_translate(tmp_path, tiny_config, monkeyp
     def spy(inputs, *args, **kw):
         calls.append(inputs.dtype)
         return real(inputs, *args, **kw)
+
     monkeypatch.setattr(loop, "augment_images", spy)
     cfg = dict(epochs=1, batch_size=8, lr=1e-3, warmup_epochs=0, min_lr=1e-4, label_smoothing=0.0, seed=0)
     for augment, expect in ((True, [torch.uint8] * 2), (False, []), (AUTHORS_TINYIMAGENET, [])):
         calls.clear()
-        loop.fit(build_model(tiny_config(num_classes=4)), Quadrants(16, 0), None, TrainConfig(**cfg, augment=augment),
-                 progress=False)
+        loop.fit(
+            build_model(tiny_config(num_classes=4)),
+            Quadrants(16, 0),
+            None,
+            TrainConfig(**cfg, augment=augment),
+            progress=False,
+        )
         assert calls == expect
 
 
 def test_recipe_training_is_finite_and_resumes_exactly(tmp_path, tiny_config):
-    cfg = TrainConfig(epochs=2, batch_size=8, lr=1e-3, warmup_epochs=0, min_lr=1e-4, label_smoothing=0.1, seed=0,
-                      augment=AUTHORS_TINYIMAGENET)
+    cfg = TrainConfig(
+        epochs=2,
+        batch_size=8,
+        lr=1e-3,
+        warmup_epochs=0,
+        min_lr=1e-4,
+        label_smoothing=0.1,
+        seed=0,
+        augment=AUTHORS_TINYIMAGENET,
+    )
     train, val = Quadrants(24, 0), Quadrants(8, 1)
     torch.manual_seed(0)
-    full = loop.fit(build_model(tiny_config(num_classes=4)), train, val, cfg, checkpoint=tmp_path / "a.pt",
-                    progress=False)
+    full = loop.fit(
+        build_model(tiny_config(num_classes=4)), train, val, cfg, checkpoint=tmp_path / "a.pt", progress=False
+    )
     assert len(full["history"]) == 2 and all(np.isfinite(h["train_loss"]) for h in full["history"])
 
     class Interrupt(Exception):
@@ -193,13 +217,22 @@ def test_recipe_training_is_finite_and_resumes_exactly(tmp_path, tiny_config):
     def stop(epoch):
         if epoch == 1:
             raise Interrupt
+
     torch.manual_seed(0)
     with pytest.raises(Interrupt):
-        loop.fit(build_model(tiny_config(num_classes=4)), train, val, cfg, checkpoint=tmp_path / "b.pt",
-                 progress=False, on_epoch_end=stop)
+        loop.fit(
+            build_model(tiny_config(num_classes=4)),
+            train,
+            val,
+            cfg,
+            checkpoint=tmp_path / "b.pt",
+            progress=False,
+            on_epoch_end=stop,
+        )
     torch.manual_seed(7), random.seed(7), np.random.seed(7)
-    resumed = loop.fit(build_model(tiny_config(num_classes=4)), train, val, cfg, checkpoint=tmp_path / "b.pt",
-                       progress=False)
+    resumed = loop.fit(
+        build_model(tiny_config(num_classes=4)), train, val, cfg, checkpoint=tmp_path / "b.pt", progress=False
+    )
     assert resumed["history"] == full["history"]
 
 
@@ -209,6 +242,7 @@ def test_recipe_inputs_do_not_depend_on_dataloader_workers():
     ds = AugmentedDataset(Images(6, size=32), RECIPE, seed=3)
     sampler = RepeatedAugSampler(ds, repeats=3, seed=3, full_epoch=True)
     sampler.set_epoch(2)
-    batches = [torch.cat([b["input"] for b in DataLoader(ds, batch_size=6, sampler=sampler, num_workers=w)])
-               for w in (0, 2)]
+    batches = [
+        torch.cat([b["input"] for b in DataLoader(ds, batch_size=6, sampler=sampler, num_workers=w)]) for w in (0, 2)
+    ]
     assert batches[0].shape == (18, 3, 32, 32) and torch.equal(batches[0], batches[1])

@@ -1,14 +1,15 @@
 """Issue 25: the model switches that make the authors' NAC (docs/reference.md, "Switches"), each
 against a direct implementation of the authors' formula written here, and the templates that set
 them (conf/template/)."""
+
 from dataclasses import replace
 
 import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-
 from tiny_models import make_tiny_config
+
 from nac.circuits.kernel import link_probabilities
 from nac.circuits.layers import ReadOut
 from nac.circuits.modfc import ModFC, configure_modfc
@@ -75,7 +76,7 @@ def test_nac_passes_its_truncation_mode_to_the_kernel():
     for mode, zero in (("direct", True), ("masked", False)):
         model = build_model(make_tiny_config(truncation_mode=mode, signature_fit_steps=20))
         P = model.link_probabilities(layer=0)
-        cut = (P.detach() == 0)
+        cut = P.detach() == 0
         assert cut.any()
         (P * cut).sum().backward()
         g = model.generator.signatures.grad
@@ -100,6 +101,7 @@ def test_a_bandwidth_per_propagator_and_the_readout_and_the_regularizer_sums_ove
     torch.testing.assert_close(model.link_probabilities(), torch.stack(expected).mean(0))  # the model's graph
     # the regularizer: the sum over the propagators' kernels, the read-out's left out
     from nac.regularizer import graph_structure_loss
+
     reg = model.graph_regularizer()
     torch.testing.assert_close(reg, sum(graph_structure_loss(P, model.prior_target) for P in expected))
     reg.backward()
@@ -241,7 +243,9 @@ def test_weight_decay_groups_by_filter(decay_filter):
 
 # ------------------------------------------------------------- item 6: initial states, noise, input latents
 def test_initial_states_from_the_code_and_noise_only_in_training():
-    model = build_model(make_tiny_config(initial_state="code", code_noise=0.05, state_noise=0.1, signature_fit_steps=20))
+    model = build_model(
+        make_tiny_config(initial_state="code", code_noise=0.05, state_noise=0.1, signature_fit_steps=20)
+    )
     g = model.generator
     assert not hasattr(g, "state_mlp")
     g.eval()
@@ -263,9 +267,18 @@ def test_input_latents_are_a_switch():  # the layout itself: tests/test_input_la
     assert issubclass(NotImplementedSetting, ValueError)
 
 
-@pytest.mark.parametrize("field,value", [("truncation_mode", "soft"), ("modfc_gain", "two"), ("matching", "greedy"),
-                                         ("signature_fit", "x"), ("target_diagonal", "zero"),
-                                         ("drop_path_schedule", "cosine"), ("initial_state", "zeros")])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("truncation_mode", "soft"),
+        ("modfc_gain", "two"),
+        ("matching", "greedy"),
+        ("signature_fit", "x"),
+        ("target_diagonal", "zero"),
+        ("drop_path_schedule", "cosine"),
+        ("initial_state", "zeros"),
+    ],
+)
 def test_bad_switch_values_name_the_field_and_the_choices(field, value):
     with pytest.raises(ValueError, match=rf"model\.{field}='{value}' is not a valid choice; valid choices: "):
         ModelConfig(**{field: value})
@@ -273,23 +286,68 @@ def test_bad_switch_values_name_the_field_and_the_choices(field, value):
 
 def test_defaults_are_the_authors_where_the_paper_is_silent():
     c = ModelConfig()
-    assert (c.truncation_mode, c.kernel_per_module, c.stochastic_kernel, c.readout_residual, c.readout_norm,
-            c.readout_layer_scale, c.truncate_readout, c.modfc_norm_affine, c.modfc_gain, c.drop_path_schedule,
-            c.input_latents, c.initial_state, c.signature_fit, c.matching, c.target_diagonal) == (
-        "direct", True, True, False, False, 0.1, False, False, "one_plus_alpha", "uniform", 0, "mlp", "authors",
-        "hungarian", "formula")
+    assert (
+        c.truncation_mode,
+        c.kernel_per_module,
+        c.stochastic_kernel,
+        c.readout_residual,
+        c.readout_norm,
+        c.readout_layer_scale,
+        c.truncate_readout,
+        c.modfc_norm_affine,
+        c.modfc_gain,
+        c.drop_path_schedule,
+        c.input_latents,
+        c.initial_state,
+        c.signature_fit,
+        c.matching,
+        c.target_diagonal,
+    ) == (
+        "direct",
+        True,
+        True,
+        False,
+        False,
+        0.1,
+        False,
+        False,
+        "one_plus_alpha",
+        "uniform",
+        0,
+        "mlp",
+        "authors",
+        "hungarian",
+        "formula",
+    )
     from nac.training.config import TrainConfig
+
     assert TrainConfig().decay_filter == "authors"
 
 
 # ------------------------------------------------------------- the templates
-@pytest.mark.parametrize("template,expect", [
-    ("tiny_inet_nc_x", dict(truncation_mode="direct", kernel_per_module=True, matching="hungarian")),
-    ("nac_v1", dict(truncation_mode="masked", kernel_per_module=False, matching="search", signature_fit="margin",
-                    target_diagonal="one", readout_residual=True, readout_norm=True, readout_layer_scale=None,
-                    truncate_readout=True, modfc_norm_affine=True, drop_path_schedule="linear")),
-    ("m2mkd", dict(sample_readout=False, code_noise=0.05, initial_state="code", input_latents=64)),
-])
+@pytest.mark.parametrize(
+    "template,expect",
+    [
+        ("tiny_inet_nc_x", dict(truncation_mode="direct", kernel_per_module=True, matching="hungarian")),
+        (
+            "nac_v1",
+            dict(
+                truncation_mode="masked",
+                kernel_per_module=False,
+                matching="search",
+                signature_fit="margin",
+                target_diagonal="one",
+                readout_residual=True,
+                readout_norm=True,
+                readout_layer_scale=None,
+                truncate_readout=True,
+                modfc_norm_affine=True,
+                drop_path_schedule="linear",
+            ),
+        ),
+        ("m2mkd", dict(sample_readout=False, code_noise=0.05, initial_state="code", input_latents=64)),
+    ],
+)
 def test_each_template_composes_validates_and_reaches_every_track(tmp_path, template, expect):
     from nac.compose import write_params
     from nac.tracks.image import image_model_config

@@ -1,5 +1,6 @@
 """``.ci/run`` runs the README's test command verbatim and fails on failing or missing tests, in the
 default run and in the slow one."""
+
 import re
 import subprocess
 from pathlib import Path
@@ -26,8 +27,7 @@ def _check(code: int) -> subprocess.CompletedProcess:
     """The check function of .ci/run, called with a pytest exit code."""
     script = (ROOT / ".ci/run").read_text()
     body = re.search(r"^check\(\) \{.*?^\}", script, flags=re.S | re.M).group(0)
-    return subprocess.run(["bash", "-c", f'{body}\ncheck "a run" {code}\necho reached'], capture_output=True,
-                          text=True)
+    return subprocess.run(["bash", "-c", f'{body}\ncheck "a run" {code}\necho reached'], capture_output=True, text=True)
 
 
 def test_ci_check_fails_on_no_tests_and_on_failures_and_passes_on_success():

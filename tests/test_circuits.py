@@ -1,4 +1,5 @@
 """Each equation of the paper against an obvious direct implementation."""
+
 import math
 
 import pytest
@@ -29,7 +30,9 @@ def test_modfc_matches_equation_per_module_and_per_sample_codes():
         for b in range(2):
             for u in range(3):
                 c = codes[u] if codes.dim() == 2 else codes[b, u]
-                scale = 1 + fc.alpha * F.layer_norm(fc.code_proj.weight @ c, (6,), fc.code_norm.weight, fc.code_norm.bias)
+                scale = 1 + fc.alpha * F.layer_norm(
+                    fc.code_proj.weight @ c, (6,), fc.code_norm.weight, fc.code_norm.bias
+                )
                 expected[b, u] = fc.linear.weight @ (x[b, u] * scale) + fc.linear.bias
         assert torch.allclose(fc(x, codes), expected, atol=1e-5)
     assert fc.alpha.item() == pytest.approx(0.3)
@@ -240,12 +243,12 @@ def test_conditional_generator_starts_sparse_and_sentence_dependent():
         torch.manual_seed(1)
         gen = ConditionalCircuitGenerator(32, 4, d=64, d_code=64, d_sig=32, d_cond=24, heads=4, query_init=query_init)
         with torch.no_grad():
-            return link_probabilities(gen(cond).signatures, truncation=0.9)[:, off] > 0.5   # [B, U(U-1)]
+            return link_probabilities(gen(cond).signatures, truncation=0.9)[:, off] > 0.5  # [B, U(U-1)]
 
     old, new = cut_graphs(0.02), cut_graphs(1.0)
-    assert old.float().mean() > 0.95                       # the old init: (nearly) complete graphs
+    assert old.float().mean() > 0.95  # the old init: (nearly) complete graphs
     assert new.float().mean() < 0.75 and not new.all(dim=1).any()
-    assert len(torch.unique(new, dim=0)) == len(new)       # every input its own graph
+    assert len(torch.unique(new, dim=0)) == len(new)  # every input its own graph
     with pytest.raises(ValueError, match="generator_query_init"):
         ConditionalCircuitGenerator(4, 1, d=8, d_code=8, d_sig=4, d_cond=6, heads=2, query_init=0.0)
 

@@ -2,6 +2,7 @@
 synthetic metrics (supported / not supported / inconclusive, n < 2, missing and malformed files),
 one pass over the repository's real metrics, and the registry (order, unique names, and every
 registered claim well-formed, able to be supported and to fail, and "not measured" without metrics)."""
+
 from __future__ import annotations
 
 import json
@@ -55,14 +56,17 @@ def test_no_ci_below_two_values_and_degenerate_spread():
 
 
 # ---------------------------------------------------------------------------- the rule
-@pytest.mark.parametrize("iv, verdict, says", [
-    (Interval(2.0, 0.5, 3.5, 3), SUPPORTED, "lower bound"),
-    (Interval(-2.0, -3.5, -0.5, 3), NOT_SUPPORTED, "upper bound"),
-    (Interval(0.2, -0.3, 0.8, 3), NOT_SUPPORTED, "below δ"),
-    (Interval(0.5, 0.2, 0.8, 3), SUPPORTED, "lower bound"),   # supported is checked first
-    (Interval(1.0, -1.0, 3.0, 3), INCONCLUSIVE, "contains 0"),
-    (Interval(3.0, None, None, 1), INCONCLUSIVE, "n < 2"),
-])
+@pytest.mark.parametrize(
+    "iv, verdict, says",
+    [
+        (Interval(2.0, 0.5, 3.5, 3), SUPPORTED, "lower bound"),
+        (Interval(-2.0, -3.5, -0.5, 3), NOT_SUPPORTED, "upper bound"),
+        (Interval(0.2, -0.3, 0.8, 3), NOT_SUPPORTED, "below δ"),
+        (Interval(0.5, 0.2, 0.8, 3), SUPPORTED, "lower bound"),  # supported is checked first
+        (Interval(1.0, -1.0, 3.0, 3), INCONCLUSIVE, "contains 0"),
+        (Interval(3.0, None, None, 1), INCONCLUSIVE, "n < 2"),
+    ],
+)
 def test_difference_verdict(iv, verdict, says):
     v, reason = C.difference_verdict(iv)
     assert v == verdict and says in reason
@@ -72,28 +76,34 @@ def test_difference_verdict_custom_delta():
     assert C.difference_verdict(Interval(0.2, -0.3, 0.8, 3), delta=0.5)[0] == INCONCLUSIVE
 
 
-@pytest.mark.parametrize("iv, verdict", [
-    (Interval(0.1, -0.4, 0.6, 3), SUPPORTED),
-    (Interval(0.5, 0.2, 0.8, 3), SUPPORTED),        # within ±δ wins over "excludes 0"
-    (Interval(2.0, 1.5, 2.5, 3), NOT_SUPPORTED),
-    (Interval(-2.0, -2.5, -1.5, 3), NOT_SUPPORTED),
-    (Interval(0.5, -0.5, 1.5, 3), INCONCLUSIVE),
-    (Interval(0.0, None, None, 1), INCONCLUSIVE),
-])
+@pytest.mark.parametrize(
+    "iv, verdict",
+    [
+        (Interval(0.1, -0.4, 0.6, 3), SUPPORTED),
+        (Interval(0.5, 0.2, 0.8, 3), SUPPORTED),  # within ±δ wins over "excludes 0"
+        (Interval(2.0, 1.5, 2.5, 3), NOT_SUPPORTED),
+        (Interval(-2.0, -2.5, -1.5, 3), NOT_SUPPORTED),
+        (Interval(0.5, -0.5, 1.5, 3), INCONCLUSIVE),
+        (Interval(0.0, None, None, 1), INCONCLUSIVE),
+    ],
+)
 def test_equivalence_verdict(iv, verdict):
     assert C.equivalence_verdict(iv)[0] == verdict
 
 
-@pytest.mark.parametrize("iv, strict, verdict, says", [
-    (Interval(0.9, 0.8, 1.0, 3), False, SUPPORTED, "lower bound"),
-    (Interval(0.7, 0.6, 0.79, 3), False, NOT_SUPPORTED, "upper bound"),
-    (Interval(0.8, 0.7, 0.9, 3), False, INCONCLUSIVE, "contains"),
-    (Interval(0.8, None, None, 1), False, SUPPORTED, "single measurement"),
-    (Interval(0.79, None, None, 1), False, NOT_SUPPORTED, "single measurement"),
-    (Interval(0.8, 0.8, 0.8, 3), True, NOT_SUPPORTED, "upper bound"),   # above chance: at chance is not above
-    (Interval(0.8, None, None, 1), True, NOT_SUPPORTED, "single measurement"),
-    (Interval(0.9, 0.81, 1.0, 3), True, SUPPORTED, "lower bound"),
-])
+@pytest.mark.parametrize(
+    "iv, strict, verdict, says",
+    [
+        (Interval(0.9, 0.8, 1.0, 3), False, SUPPORTED, "lower bound"),
+        (Interval(0.7, 0.6, 0.79, 3), False, NOT_SUPPORTED, "upper bound"),
+        (Interval(0.8, 0.7, 0.9, 3), False, INCONCLUSIVE, "contains"),
+        (Interval(0.8, None, None, 1), False, SUPPORTED, "single measurement"),
+        (Interval(0.79, None, None, 1), False, NOT_SUPPORTED, "single measurement"),
+        (Interval(0.8, 0.8, 0.8, 3), True, NOT_SUPPORTED, "upper bound"),  # above chance: at chance is not above
+        (Interval(0.8, None, None, 1), True, NOT_SUPPORTED, "single measurement"),
+        (Interval(0.9, 0.81, 1.0, 3), True, SUPPORTED, "lower bound"),
+    ],
+)
 def test_threshold_verdict(iv, strict, verdict, says):
     v, reason = C.threshold_verdict(iv, 0.8, strict=strict)
     assert v == verdict and says in reason
@@ -131,10 +141,16 @@ RANDOM_ORDERS = 3
 
 def make_params(seeds=(0, 1, 2), targets=("digits",)) -> dict:
     tracks = {t: {"runs": ["perceiver_io", "nac"]} for t in ("points", "listops", "text")}
-    return {"profile": "test", "seeds": list(seeds), "prior": {"name": "scale_free"},
-            "image": {"ladder": [*LADDER, NOREG, RANDINIT, NI, MN]},
-            "prune": {"runs": ["perceiver_io", *PRIORS], "random_orders": RANDOM_ORDERS},
-            "fewshot": {"targets": list(targets), "runs": ["perceiver_io", "nac", NI, MN]}, "nlvr": {"runs": ["conditional", "text_only", "image_only"]}, **tracks}
+    return {
+        "profile": "test",
+        "seeds": list(seeds),
+        "prior": {"name": "scale_free"},
+        "image": {"ladder": [*LADDER, NOREG, RANDINIT, NI, MN]},
+        "prune": {"runs": ["perceiver_io", *PRIORS], "random_orders": RANDOM_ORDERS},
+        "fewshot": {"targets": list(targets), "runs": ["perceiver_io", "nac", NI, MN]},
+        "nlvr": {"runs": ["conditional", "text_only", "image_only"]},
+        **tracks,
+    }
 
 
 def _dump(path: Path, obj) -> None:
@@ -148,73 +164,144 @@ def _mech(sparsity, own=None, init_own=None, **dist) -> dict:
     far, near = [0.050, 0.055, 0.052], [0.010, 0.012, 0.011]
     final = {t: dist.get(t, near if t == own else far) for t in TARGETS}
     init = {t: (init_own or [0.020, 0.021, 0.022]) if t == own else [0.060, 0.062, 0.061] for t in TARGETS}
-    return {"final": {"sparsity": sparsity, "distance": final},
-            "init": {"sparsity": [0.5, 0.5, 0.5], "distance": init}}
+    return {"final": {"sparsity": sparsity, "distance": final}, "init": {"sparsity": [0.5, 0.5, 0.5], "distance": init}}
 
 
 def good_spec() -> dict:
     """Numbers under which every measured claim is supported (per seed lists). Paired differences
     vary over seeds, so that the paired CIs are proper intervals."""
     tight = lambda base: [base, base + 0.2, base + 0.4]  # noqa: E731
-    iid = {"perceiver_io": tight(50.0), "modfc": [50.1, 50.2, 50.3], "frozen_graph": tight(45.0),
-           "nac-scale_free": tight(55.0), "nac-planted_partition": [55.1, 55.2, 55.3],
-           "nac-ring_of_cliques": tight(55.0), "nac-erdos_renyi": [55.05, 55.2, 55.35],
-           # the controls as accurate as the priors: claims.py's priors_similar (wrongly) compares them too,
-           # see test_priors_similar_ignores_the_controls
-           NOREG: tight(55.0), RANDINIT: [55.1, 55.2, 55.3], NI: [50.1, 50.3, 50.4], MN: tight(40.0)}
+    iid = {
+        "perceiver_io": tight(50.0),
+        "modfc": [50.1, 50.2, 50.3],
+        "frozen_graph": tight(45.0),
+        "nac-scale_free": tight(55.0),
+        "nac-planted_partition": [55.1, 55.2, 55.3],
+        "nac-ring_of_cliques": tight(55.0),
+        "nac-erdos_renyi": [55.05, 55.2, 55.35],
+        # the controls as accurate as the priors: claims.py's priors_similar (wrongly) compares them too,
+        # see test_priors_similar_ignores_the_controls
+        NOREG: tight(55.0),
+        RANDINIT: [55.1, 55.2, 55.3],
+        NI: [50.1, 50.3, 50.4],
+        MN: tight(40.0),
+    }
     return {
         "iid": iid,
-        "ood": {"perceiver_io": tight(20.0), "modfc": tight(20.0), "frozen_graph": tight(20.0),
-                "nac-scale_free": [25.0, 25.5, 25.1], "nac-planted_partition": tight(25.0),
-                "nac-ring_of_cliques": tight(26.0), "nac-erdos_renyi": tight(25.0), NOREG: tight(24.0),
-                RANDINIT: tight(24.0), NI: tight(20.0), MN: tight(15.0)},
+        "ood": {
+            "perceiver_io": tight(20.0),
+            "modfc": tight(20.0),
+            "frozen_graph": tight(20.0),
+            "nac-scale_free": [25.0, 25.5, 25.1],
+            "nac-planted_partition": tight(25.0),
+            "nac-ring_of_cliques": tight(26.0),
+            "nac-erdos_renyi": tight(25.0),
+            NOREG: tight(24.0),
+            RANDINIT: tight(24.0),
+            NI: tight(20.0),
+            MN: tight(15.0),
+        },
         "parameters": {NI: 50_000, "perceiver_io": 80_000},
         # bench/bench_convergence.py's longer runs, per length: per-seed final IID / OOD Acc@1 (a 48-epoch
         # run on one seed only: the claims read the longest length with every seed, 24)
         # (and, for the NAC, with dense attention at evaluation)
-        "longer": {"24": {"perceiver_io": ([70.0, 71.0, 70.5], [30.0, 30.5, 31.0]),
-                          HEAD: ([75.0, 76.5, 75.8], [34.0, 35.0, 34.2], [72.0, 74.0, 73.1])},
-                   "48": {"perceiver_io": ([60.0], [20.0]), HEAD: ([50.0], [10.0])}},
+        "longer": {
+            "24": {
+                "perceiver_io": ([70.0, 71.0, 70.5], [30.0, 30.5, 31.0]),
+                HEAD: ([75.0, 76.5, 75.8], [34.0, 35.0, 34.2], [72.0, 74.0, 73.1]),
+            },
+            "48": {"perceiver_io": ([60.0], [20.0]), HEAD: ([50.0], [10.0])},
+        },
         # the Modular Network's per-layer I(module; class), its shuffled control and exp(entropy), per seed
-        "modular_usage": [{"mi": [0.30 + 0.01 * s, 0.40], "mi_shuffled": [0.01, 0.02], "exp_entropy": [3.5, 2.8 + 0.1 * s],
-                           "counts": [[[1]], [[1]]]} for s in range(3)],
+        "modular_usage": [
+            {
+                "mi": [0.30 + 0.01 * s, 0.40],
+                "mi_shuffled": [0.01, 0.02],
+                "exp_entropy": [3.5, 2.8 + 0.1 * s],
+                "counts": [[[1]], [[1]]],
+            }
+            for s in range(3)
+        ],
         # IID Acc@1 with dense attention at evaluation: 4-6 points below the kernel's
         "dense": {r: [iid[r][i] - (4.0 + i) for i in range(3)] for r in ("frozen_graph", *PRIORS)},
-        "mechanism": {**{r: _mech([0.60, 0.62, 0.58], own=r[4:]) for r in PRIORS},
-                      NOREG: _mech([0.05, 0.06, 0.04], scale_free=[0.080, 0.090, 0.085]),
-                      RANDINIT: _mech([0.55, 0.57, 0.56], own="scale_free", init_own=[0.20, 0.21, 0.19],
-                                      scale_free=[0.030, 0.035, 0.032])},
+        "mechanism": {
+            **{r: _mech([0.60, 0.62, 0.58], own=r[4:]) for r in PRIORS},
+            NOREG: _mech([0.05, 0.06, 0.04], scale_free=[0.080, 0.090, 0.085]),
+            RANDINIT: _mech(
+                [0.55, 0.57, 0.56], own="scale_free", init_own=[0.20, 0.21, 0.19], scale_free=[0.030, 0.035, 0.032]
+            ),
+        },
         # per seed: acc1 at FRACTIONS, modules dropped least connected first
-        "prune": {"perceiver_io": [[50, 45, 40 + s, 30] for s in range(3)],
-                  **{r: [[50, 49.5, 49, 48] for _ in range(3)] for r in PRIORS}},
+        "prune": {
+            "perceiver_io": [[50, 45, 40 + s, 30] for s in range(3)],
+            **{r: [[50, 49.5, 49, 48] for _ in range(3)] for r in PRIORS},
+        },
         # per (seed, random order i): acc1 at FRACTIONS, modules dropped in a random order
-        "prune_random": {r: [[[50, 47, 42, 35 + i + 0.5 * s] for i in range(RANDOM_ORDERS)] for s in range(3)]
-                         for r in ["perceiver_io", *PRIORS]},
+        "prune_random": {
+            r: [[[50, 47, 42, 35 + i + 0.5 * s] for i in range(RANDOM_ORDERS)] for s in range(3)]
+            for r in ["perceiver_io", *PRIORS]
+        },
         # images/s per timed repeat at each of FRACTIONS (first seed, connectivity order)
         "speed": [[100.0, 102.0, 98.0], [200.0, 201.0, 199.0], [400.0, 390.0, 410.0], [1000.0, 1010.0, 990.0]],
         # (episode, shots) -> (nac, pio); shots 8 carries a large negative gap that must be ignored
-        "fewshot": {(e, k): (40.0 + e + k, 30.0 + k + 0.1 * e) if k <= 4 else (0.0, 90.0)
-                    for e in range(3) for k in (1, 2, 4, 8)},
-        "tracks": {t: {"nac": [80.0, 81.0, 82.0], "perceiver_io": [70.0, 71.0, 72.0], "chance": 10.0}
-                   for t in ("points", "listops", "text")},
-        "nlvr": {"conditional": [70.0, 71.0, 72.0], "text_only": [55.0, 56.0, 57.0], "image_only": [52.0, 52.5, 53.0],
-                 "chance": 50.0},
-        "analysis": {"knn_accuracy": 80.0, "knn_accuracy_ci95": 5.0, "knn_shuffled": 25.0, "knn_shuffled_ci95": 4.0,
-                     "folds": 5, "silhouette": 0.2, "silhouette_shuffled": 0.0, "p_spread": 0.05, "chance": 25.0, "n": 100,
-                     "cut_density": 0.3, "cut_complete_fraction": 0.1, "cut_distinct_fraction": 0.6,
-                     "clique_n": 200, "clique_modularity_gap": 0.2, "clique_modularity_gap_ci95": 0.01,
-                     "clique_two_fraction": 0.7, "clique_two_fraction_null": 0.05, "clique_two_gap": 65.0,
-                     "clique_two_gap_ci95": 7.0,
-                     "untrained": {"knn_accuracy": 40.0, "knn_accuracy_ci95": 6.0, "silhouette": 0.05,
-                                   "cut_complete_fraction": 1.0, "cut_distinct_fraction": 0.0}},
+        "fewshot": {
+            (e, k): (40.0 + e + k, 30.0 + k + 0.1 * e) if k <= 4 else (0.0, 90.0)
+            for e in range(3)
+            for k in (1, 2, 4, 8)
+        },
+        "tracks": {
+            t: {"nac": [80.0, 81.0, 82.0], "perceiver_io": [70.0, 71.0, 72.0], "chance": 10.0}
+            for t in ("points", "listops", "text")
+        },
+        "nlvr": {
+            "conditional": [70.0, 71.0, 72.0],
+            "text_only": [55.0, 56.0, 57.0],
+            "image_only": [52.0, 52.5, 53.0],
+            "chance": 50.0,
+        },
+        "analysis": {
+            "knn_accuracy": 80.0,
+            "knn_accuracy_ci95": 5.0,
+            "knn_shuffled": 25.0,
+            "knn_shuffled_ci95": 4.0,
+            "folds": 5,
+            "silhouette": 0.2,
+            "silhouette_shuffled": 0.0,
+            "p_spread": 0.05,
+            "chance": 25.0,
+            "n": 100,
+            "cut_density": 0.3,
+            "cut_complete_fraction": 0.1,
+            "cut_distinct_fraction": 0.6,
+            "clique_n": 200,
+            "clique_modularity_gap": 0.2,
+            "clique_modularity_gap_ci95": 0.01,
+            "clique_two_fraction": 0.7,
+            "clique_two_fraction_null": 0.05,
+            "clique_two_gap": 65.0,
+            "clique_two_gap_ci95": 7.0,
+            "untrained": {
+                "knn_accuracy": 40.0,
+                "knn_accuracy_ci95": 6.0,
+                "silhouette": 0.05,
+                "cut_complete_fraction": 1.0,
+                "cut_distinct_fraction": 0.0,
+            },
+        },
     }
 
 
 def write_metrics(root: Path, spec: dict, seeds=(0, 1, 2)) -> Path:
     for run in spec["iid"]:
         for i, s in enumerate(seeds):
-            ev = {"run": run, "seed": s, "iid_acc1": spec["iid"][run][i], "ood_acc1": spec["ood"][run][i],
-                  "iid_acc5": 90.0, "ood_acc5": 60.0}
+            ev = {
+                "run": run,
+                "seed": s,
+                "iid_acc1": spec["iid"][run][i],
+                "ood_acc1": spec["ood"][run][i],
+                "iid_acc5": 90.0,
+                "ood_acc5": 60.0,
+            }
             if run in spec["dense"]:
                 ev["iid_acc1_dense"] = spec["dense"][run][i]
             if run == MN:
@@ -225,9 +312,15 @@ def write_metrics(root: Path, spec: dict, seeds=(0, 1, 2)) -> Path:
         for i, s in enumerate(seeds):
             train = {"run": run, "seed": s, "parameters": spec["parameters"].get(run, 60_000)}
             if mech:
-                train["mechanism"] = {phase: {"sparsity": m["sparsity"][i], "mean_p": 0.2, "bandwidth": 0.5,
-                                              "distance": {t: d[i] for t, d in m["distance"].items()}}
-                                      for phase, m in mech.items()}
+                train["mechanism"] = {
+                    phase: {
+                        "sparsity": m["sparsity"][i],
+                        "mean_p": 0.2,
+                        "bandwidth": 0.5,
+                        "distance": {t: d[i] for t, d in m["distance"].items()},
+                    }
+                    for phase, m in mech.items()
+                }
             _dump(root / "image/train" / f"{run}-{s}.json", train)
     rows = []
     for run, per_seed in spec["prune"].items():
@@ -236,14 +329,27 @@ def write_metrics(root: Path, spec: dict, seeds=(0, 1, 2)) -> Path:
             curves += [(f"random-{k}", c) for k, c in enumerate(spec["prune_random"].get(run, [[]] * 3)[i])]
             for order, curve in curves:
                 for j, f in enumerate(FRACTIONS):
-                    row = {"run": run, "seed": s, "order": order, "dropped_fraction": f, "acc1": curve[j],
-                           "device": "CPU"}
-                    rows.append(row | ({"images_per_s": spec["speed"][j]} if i == 0 and order == "connectivity" else {}))
+                    row = {
+                        "run": run,
+                        "seed": s,
+                        "order": order,
+                        "dropped_fraction": f,
+                        "acc1": curve[j],
+                        "device": "CPU",
+                    }
+                    rows.append(
+                        row | ({"images_per_s": spec["speed"][j]} if i == 0 and order == "connectivity" else {})
+                    )
     _dump(root / "image/prune.json", rows)
-    fs = [{"target": "digits", "run": run, "episode": e, "shots": k, "acc1": accs[j]}
-          for (e, k), accs in spec["fewshot"].items() for j, run in enumerate(("nac", "perceiver_io"))]
-    fs += [{"target": "digits", "run": NI, "episode": e, "shots": k, "acc1": acc}
-           for (e, k), acc in spec.get("fewshot_ni", {}).items()]   # the Neural Interpreter's rows, when given
+    fs = [
+        {"target": "digits", "run": run, "episode": e, "shots": k, "acc1": accs[j]}
+        for (e, k), accs in spec["fewshot"].items()
+        for j, run in enumerate(("nac", "perceiver_io"))
+    ]
+    fs += [
+        {"target": "digits", "run": NI, "episode": e, "shots": k, "acc1": acc}
+        for (e, k), acc in spec.get("fewshot_ni", {}).items()
+    ]  # the Neural Interpreter's rows, when given
     _dump(root / "fewshot/digits.json", {"target": "digits", "rows": fs})
     tracks = {**spec["tracks"], "nlvr": spec["nlvr"]}
     for track, runs in tracks.items():
@@ -251,20 +357,37 @@ def write_metrics(root: Path, spec: dict, seeds=(0, 1, 2)) -> Path:
             if run == "chance":
                 continue
             for i, s in enumerate(seeds):
-                _dump(root / "tracks" / track / f"{run}-{s}.json",
-                      {"run": run, "seed": s, "val_acc1": accs[i], "test_acc1": accs[i],
-                       "val_chance": runs["chance"], "test_chance": runs["chance"]})
+                _dump(
+                    root / "tracks" / track / f"{run}-{s}.json",
+                    {
+                        "run": run,
+                        "seed": s,
+                        "val_acc1": accs[i],
+                        "test_acc1": accs[i],
+                        "val_chance": runs["chance"],
+                        "test_chance": runs["chance"],
+                    },
+                )
     _dump(root / "nlvr/analysis.json", spec["analysis"])
     runs: dict = {}
     for epochs, by_run in spec.get("longer", {}).items():
         for run, (iid, ood, *dense) in by_run.items():
             runs.setdefault(run, {})[epochs] = {
-                str(seeds[i]): {"val_acc1": [iid[i]], "eval": {"iid_acc1": iid[i], "ood_acc1": ood[i],
-                                                              **({"iid_acc1_dense": dense[0][i]} if dense and i < len(dense[0]) else {})}}
-                for i in range(min(len(iid), len(seeds)))}
-    if runs:   # beside the metrics tree, as bench/results/ is beside metrics/ in the repository
-        _dump(root.parent / "bench/results/convergence.json",   # trained under these params (bench_params)
-              {"mini_epochs": 6, "profile": "test", "runs": runs, "params": bench_params(make_params(seeds))})
+                str(seeds[i]): {
+                    "val_acc1": [iid[i]],
+                    "eval": {
+                        "iid_acc1": iid[i],
+                        "ood_acc1": ood[i],
+                        **({"iid_acc1_dense": dense[0][i]} if dense and i < len(dense[0]) else {}),
+                    },
+                }
+                for i in range(min(len(iid), len(seeds)))
+            }
+    if runs:  # beside the metrics tree, as bench/results/ is beside metrics/ in the repository
+        _dump(
+            root.parent / "bench/results/convergence.json",  # trained under these params (bench_params)
+            {"mini_epochs": 6, "profile": "test", "runs": runs, "params": bench_params(make_params(seeds))},
+        )
     return root
 
 
@@ -299,16 +422,16 @@ def test_all_supported_on_good_metrics(tmp_path):
     assert og["estimate"] == pytest.approx(np.mean(g["ood"][HEAD]) - np.mean(g["ood"]["perceiver_io"])) and og["n"] == 3
     assert (og["lo"], og["hi"]) == (pytest.approx(ci.low), pytest.approx(ci.high))
     welch = stats.ttest_ind(g["ood"][HEAD], g["ood"]["perceiver_io"], equal_var=False).confidence_interval()
-    assert og["lo"] != pytest.approx(welch.low, rel=1e-3)         # not Welch's interval any more
+    assert og["lo"] != pytest.approx(welch.low, rel=1e-3)  # not Welch's interval any more
     per_ep = [np.mean([g["fewshot"][e, k][0] - g["fewshot"][e, k][1] for k in (1, 2, 4)]) for e in range(3)]
     ci = stats.ttest_1samp(per_ep, 0.0).confidence_interval()
     fs = rows["fewshot_digits"]
     assert fs["estimate"] == pytest.approx(np.mean(per_ep)) and fs["n"] == 3
     assert (fs["lo"], fs["hi"]) == (pytest.approx(ci.low), pytest.approx(ci.high))
-    ts = rows["nlvr_type_structure"]   # kNN excess over the untrained generator, half-widths in quadrature
+    ts = rows["nlvr_type_structure"]  # kNN excess over the untrained generator, half-widths in quadrature
     assert ts["estimate"] == pytest.approx(40.0) and ts["lo"] == pytest.approx(40.0 - math.hypot(5.0, 6.0))
     assert rows["prune_fraction"]["estimate"] == pytest.approx(0.875)
-    ratios = [v / np.mean(g["speed"][0]) for v in g["speed"][3]]   # CI over the timed repeats
+    ratios = [v / np.mean(g["speed"][0]) for v in g["speed"][3]]  # CI over the timed repeats
     ci = stats.ttest_1samp(ratios, 0.0).confidence_interval()
     ps = rows["prune_speedup"]
     assert ps["estimate"] == pytest.approx(10.0) and ps["n"] == 3
@@ -322,7 +445,7 @@ def test_all_supported_on_good_metrics(tmp_path):
     gf = rows["graph_follows_prior"]
     assert "own target closest for 4 of 4 targets" in gf["ours"] and gf["n"] == 3
     assert gf["estimate"] == pytest.approx(np.mean(np.subtract([0.050, 0.055, 0.052], [0.010, 0.012, 0.011])))
-    rs = rows["regularizer_sparse"]   # percentage points of links with P = 0
+    rs = rows["regularizer_sparse"]  # percentage points of links with P = 0
     assert rs["estimate"] == pytest.approx(100 * (0.60 - 0.05))
     pb = rows["prior_beyond_init"]
     assert pb["estimate"] == pytest.approx(np.mean(np.subtract([0.20, 0.21, 0.19], [0.030, 0.035, 0.032])))
@@ -337,16 +460,20 @@ def test_gain_claims_near_the_plateau_read_the_longest_length_with_every_seed(tm
     km = rows["kernel_matters_long"]
     assert km["verdict"] == SUPPORTED and km["estimate"] == pytest.approx(np.mean(iid_h) - np.mean(dense_h))
     for cid, a, b in (("iid_gain_long", iid_h, iid_p), ("ood_gain_long", ood_h, ood_p)):
-        ci = stats.ttest_rel(a, b).confidence_interval()   # paired by seed, the 48-epoch seed ignored
+        ci = stats.ttest_rel(a, b).confidence_interval()  # paired by seed, the 48-epoch seed ignored
         r = rows[cid]
-        assert r["estimate"] == pytest.approx(np.mean(a) - np.mean(b)) and r["n"] == 3 and "after 24 epochs" in r["ours"]
+        assert (
+            r["estimate"] == pytest.approx(np.mean(a) - np.mean(b)) and r["n"] == 3 and "after 24 epochs" in r["ours"]
+        )
         assert (r["lo"], r["hi"]) == (pytest.approx(ci.low), pytest.approx(ci.high))
     # with the 48-epoch runs on every seed, those are read; a seed missing at every length: not measured
-    g["longer"]["48"] = {"perceiver_io": ([60.0, 61.0, 60.2], [20.0, 21.0, 20.1]),
-                         HEAD: ([58.0, 58.5, 57.0], [10.0, 11, 12], [58.0, 58.6, 57.1])}
+    g["longer"]["48"] = {
+        "perceiver_io": ([60.0, 61.0, 60.2], [20.0, 21.0, 20.1]),
+        HEAD: ([58.0, 58.5, 57.0], [10.0, 11, 12], [58.0, 58.6, 57.1]),
+    }
     rows = by_id(C.evaluate_claims(make_params(), write_metrics(tmp_path / "m48" / "metrics", g)))
     assert "after 48 epochs" in rows["iid_gain_long"]["ours"] and rows["iid_gain_long"]["verdict"] == NOT_SUPPORTED
-    assert rows["kernel_matters_long"]["verdict"] == NOT_SUPPORTED   # the CI lies below δ
+    assert rows["kernel_matters_long"]["verdict"] == NOT_SUPPORTED  # the CI lies below δ
     # the kernel ablation reads both accuracies at one length: with seed 2's dense accuracy missing at
     # 48 epochs, both come from the 24-epoch runs
     g["longer"]["48"][HEAD] = ([58.0, 58.5, 57.0], [10.0, 11, 12], [58.0, 58.6])
@@ -358,23 +485,28 @@ def test_gain_claims_near_the_plateau_read_the_longest_length_with_every_seed(tm
     other = make_params()
     other["profile"] = "paper"
     rows = by_id(C.evaluate_claims(other, tmp_path / "m48" / "metrics"))
-    assert "holds profile 'test'" in rows["iid_gain_long"]["reason"] and rows["iid_gain_long"]["verdict"] == INCONCLUSIVE
+    assert (
+        "holds profile 'test'" in rows["iid_gain_long"]["reason"] and rows["iid_gain_long"]["verdict"] == INCONCLUSIVE
+    )
 
 
 def test_type_structure_compares_with_the_untrained_control(tmp_path):
-    def close(spec):   # the untrained generator's PCA(P) already carries the types: no excess
+    def close(spec):  # the untrained generator's PCA(P) already carries the types: no excess
         spec["analysis"]["untrained"] = {"knn_accuracy": 79.0, "knn_accuracy_ci95": 5.0, "silhouette": 0.19}
+
     row = _verdicts(tmp_path / "a", close)["nlvr_type_structure"]
     assert row["verdict"] == INCONCLUSIVE and row["estimate"] == pytest.approx(1.0)
     assert row["hi"] == pytest.approx(1.0 + math.hypot(5.0, 5.0)) and row["n"] == 5
 
     def worse(spec):
         spec["analysis"]["untrained"] = {"knn_accuracy": 95.0, "knn_accuracy_ci95": 2.0, "silhouette": 0.1}
+
     row = _verdicts(tmp_path / "b", worse)["nlvr_type_structure"]
     assert row["verdict"] == NOT_SUPPORTED and "kNN excess" in row["reason"]
 
-    def no_silhouette_gain(spec):   # kNN excess alone is not enough
+    def no_silhouette_gain(spec):  # kNN excess alone is not enough
         spec["analysis"]["untrained"]["silhouette"] = 0.2
+
     row = _verdicts(tmp_path / "c", no_silhouette_gain)["nlvr_type_structure"]
     assert row["verdict"] == NOT_SUPPORTED and "silhouette" in row["reason"] and row["lo"] > 0
 
@@ -382,37 +514,46 @@ def test_type_structure_compares_with_the_untrained_control(tmp_path):
     assert row["verdict"] == INCONCLUSIVE and row["reason"].startswith("not measured") and "untrained" in row["reason"]
 
 
-@pytest.mark.parametrize("complete, distinct, verdict, says", [
-    (0.1, 0.6, SUPPORTED, "all 2 criteria"),
-    (0.5, 0.6, NOT_SUPPORTED, "50.0% of graphs complete"),     # "fewer than half": half is not enough
-    (0.1, 0.10, SUPPORTED, "all 2 criteria"),                  # SPREAD_MIN is the bound itself
-    (0.1, 0.05, NOT_SUPPORTED, "5.0% differ"),
-    (0.9, 0.0, NOT_SUPPORTED, "not complete at the 0.5 cut"),
-])
+@pytest.mark.parametrize(
+    "complete, distinct, verdict, says",
+    [
+        (0.1, 0.6, SUPPORTED, "all 2 criteria"),
+        (0.5, 0.6, NOT_SUPPORTED, "50.0% of graphs complete"),  # "fewer than half": half is not enough
+        (0.1, 0.10, SUPPORTED, "all 2 criteria"),  # SPREAD_MIN is the bound itself
+        (0.1, 0.05, NOT_SUPPORTED, "5.0% differ"),
+        (0.9, 0.0, NOT_SUPPORTED, "not complete at the 0.5 cut"),
+    ],
+)
 def test_nlvr_diversity(tmp_path, complete, distinct, verdict, says):
     def set_cut(spec):
         spec["analysis"].update(cut_complete_fraction=complete, cut_distinct_fraction=distinct)
+
     row = _verdicts(tmp_path, set_cut)["nlvr_diversity"]
     assert row["verdict"] == verdict and says in row["reason"], row["reason"]
     assert row["estimate"] == pytest.approx(distinct) and row["lo"] == row["hi"] == pytest.approx(distinct)
 
 
-@pytest.mark.parametrize("change, verdict, says", [
-    ({}, SUPPORTED, "all 3 criteria"),
-    ({"clique_two_fraction": 0.4}, NOT_SUPPORTED, "40.0% < 50%"),                       # not in most graphs
-    ({"clique_two_gap": 2.0, "clique_two_gap_ci95": 2.5}, NOT_SUPPORTED, "below δ = 5"),  # the shuffles match it
-    ({"clique_modularity_gap": -0.1}, NOT_SUPPORTED, "CI upper bound -0.09 < 0"),         # less modular than the control
-    ({"clique_two_gap_ci95": 70.0}, INCONCLUSIVE, "contains 0"),
-    ({"clique_n": 1}, INCONCLUSIVE, "n < 2"),
-])
+@pytest.mark.parametrize(
+    "change, verdict, says",
+    [
+        ({}, SUPPORTED, "all 3 criteria"),
+        ({"clique_two_fraction": 0.4}, NOT_SUPPORTED, "40.0% < 50%"),  # not in most graphs
+        ({"clique_two_gap": 2.0, "clique_two_gap_ci95": 2.5}, NOT_SUPPORTED, "below δ = 5"),  # the shuffles match it
+        ({"clique_modularity_gap": -0.1}, NOT_SUPPORTED, "CI upper bound -0.09 < 0"),  # less modular than the control
+        ({"clique_two_gap_ci95": 70.0}, INCONCLUSIVE, "contains 0"),
+        ({"clique_n": 1}, INCONCLUSIVE, "n < 2"),
+    ],
+)
 def test_nlvr_two_cliques(tmp_path, change, verdict, says):
     row = _verdicts(tmp_path, lambda spec: spec["analysis"].update(change))["nlvr_two_cliques"]
     assert row["verdict"] == verdict and says in row["reason"], row["reason"]
     a = {**good_spec()["analysis"], **change}
     assert row["estimate"] == pytest.approx(a["clique_two_gap"]) and row["n"] == a["clique_n"]
     if a["clique_n"] >= 2:
-        assert (row["lo"], row["hi"]) == (pytest.approx(a["clique_two_gap"] - a["clique_two_gap_ci95"]),
-                                          pytest.approx(a["clique_two_gap"] + a["clique_two_gap_ci95"]))
+        assert (row["lo"], row["hi"]) == (
+            pytest.approx(a["clique_two_gap"] - a["clique_two_gap_ci95"]),
+            pytest.approx(a["clique_two_gap"] + a["clique_two_gap_ci95"]),
+        )
 
 
 def test_nlvr_vs_zeroshot_is_measured_only_with_a_zero_shot_run(tmp_path):
@@ -421,6 +562,7 @@ def test_nlvr_vs_zeroshot_is_measured_only_with_a_zero_shot_run(tmp_path):
 
     def zero_shot(spec):
         spec["nlvr"][C.ZERO_SHOT_RUN] = [60.0, 60.5, 61.5]
+
     row = _verdicts(tmp_path, zero_shot, params=params)["nlvr_vs_zeroshot"]
     assert row["verdict"] == SUPPORTED and row["n"] == 3
     assert row["estimate"] == pytest.approx(np.mean([70.0, 71.0, 72.0]) - np.mean([60.0, 60.5, 61.5]))
@@ -428,8 +570,9 @@ def test_nlvr_vs_zeroshot_is_measured_only_with_a_zero_shot_run(tmp_path):
 
 
 def test_graph_follows_prior(tmp_path):
-    def ring_off_target(spec):   # the scale-free NAC ends closer to the ring target than the ring NAC
+    def ring_off_target(spec):  # the scale-free NAC ends closer to the ring target than the ring NAC
         spec["mechanism"][HEAD]["final"]["distance"]["ring_of_cliques"] = [0.005, 0.006, 0.004]
+
     row = _verdicts(tmp_path, ring_off_target)["graph_follows_prior"]
     assert row["verdict"] == NOT_SUPPORTED, row["reason"]
     assert "ring_of_cliques: nac-scale_free − nac-ring_of_cliques" in row["reason"] and "< 0" in row["reason"]
@@ -440,34 +583,41 @@ def test_graph_follows_prior(tmp_path):
 def test_graph_follows_prior_needs_every_nac(tmp_path):
     def no_mechanism(spec):
         del spec["mechanism"]["nac-erdos_renyi"]
+
     row = _verdicts(tmp_path, no_mechanism)["graph_follows_prior"]
     assert row["verdict"] == INCONCLUSIVE and row["reason"].startswith("not measured")
     assert "nac-erdos_renyi-0.json" in row["reason"]
 
 
-@pytest.mark.parametrize("what, sparsity, distance", [
-    ("both", [0.61, 0.63, 0.585], [0.009, 0.011, 0.0105]),      # the control as sparse and as close
-    ("sparsity (points)", [0.61, 0.63, 0.585], [0.080, 0.090, 0.085]),
-    ("distance to the prior", [0.05, 0.06, 0.04], [0.009, 0.011, 0.0105]),
-])
+@pytest.mark.parametrize(
+    "what, sparsity, distance",
+    [
+        ("both", [0.61, 0.63, 0.585], [0.009, 0.011, 0.0105]),  # the control as sparse and as close
+        ("sparsity (points)", [0.61, 0.63, 0.585], [0.080, 0.090, 0.085]),
+        ("distance to the prior", [0.05, 0.06, 0.04], [0.009, 0.011, 0.0105]),
+    ],
+)
 def test_regularizer_sparse_not_supported(tmp_path, what, sparsity, distance):
     def same_as_nac(spec):
         spec["mechanism"][NOREG]["final"]["sparsity"] = sparsity
         spec["mechanism"][NOREG]["final"]["distance"]["scale_free"] = distance
+
     row = _verdicts(tmp_path, same_as_nac)["regularizer_sparse"]
     assert row["verdict"] == NOT_SUPPORTED, row["reason"]
     if what == "both":
         assert "sparsity (points)" in row["reason"] and "distance to the prior" in row["reason"]
     else:
-        assert what in row["reason"] and ({"sparsity (points)", "distance to the prior"} - {what}).pop() not in row["reason"]
-
-
+        assert (
+            what in row["reason"]
+            and ({"sparsity (points)", "distance to the prior"} - {what}).pop() not in row["reason"]
+        )
 
 
 def test_priors_similar_ignores_the_controls(tmp_path):
-    def collapsed_controls(spec):   # the controls may well be worse in distribution: not a prior's result
+    def collapsed_controls(spec):  # the controls may well be worse in distribution: not a prior's result
         spec["iid"][NOREG] = [50.0, 50.3, 50.4]
         spec["iid"][RANDINIT] = [51.0, 51.1, 51.5]
+
     row = _verdicts(tmp_path, collapsed_controls)["priors_similar"]
     assert row["verdict"] == SUPPORTED, row["reason"]
     assert NOREG not in row["measure"] and RANDINIT not in row["measure"]
@@ -489,8 +639,11 @@ def test_prune_vs_random_without_a_prune_section(tmp_path):
 
 def test_prune_vs_random_with_a_fraction_missing_from_the_random_curves(tmp_path):
     root = write_metrics(tmp_path / "metrics", good_spec())
-    rows = [r for r in json.loads((root / "image/prune.json").read_text())
-            if not (r["order"].startswith("random") and r["dropped_fraction"] == 0.875)]
+    rows = [
+        r
+        for r in json.loads((root / "image/prune.json").read_text())
+        if not (r["order"].startswith("random") and r["dropped_fraction"] == 0.875)
+    ]
     (root / "image/prune.json").write_text(json.dumps(rows))
     row = by_id(C.evaluate_claims(make_params(), root))["prune_vs_random"]
     # judged at the largest fraction every curve has (as prune_vs_pio), never with a curve missing
@@ -501,14 +654,18 @@ def test_regularizer_sparse_needs_the_control(tmp_path):
     params = make_params()
     params["image"]["ladder"].remove(NOREG)
     row = _verdicts(tmp_path, lambda spec: None, params=params)["regularizer_sparse"]
-    assert row["verdict"] == INCONCLUSIVE and row["reason"] == f"not measured: the control {NOREG} (not in image.ladder)"
+    assert (
+        row["verdict"] == INCONCLUSIVE and row["reason"] == f"not measured: the control {NOREG} (not in image.ladder)"
+    )
 
 
 def test_prior_beyond_init_not_supported(tmp_path):
-    def stays(spec):   # the random-signature control ends no closer to its prior than it started
+    def stays(spec):  # the random-signature control ends no closer to its prior than it started
         m = spec["mechanism"][RANDINIT]
-        m["final"]["distance"]["scale_free"] = [d + e for d, e in zip(m["init"]["distance"]["scale_free"],
-                                                                      [0.01, 0.02, 0.015])]
+        m["final"]["distance"]["scale_free"] = [
+            d + e for d, e in zip(m["init"]["distance"]["scale_free"], [0.01, 0.02, 0.015])
+        ]
+
     row = _verdicts(tmp_path, stays)["prior_beyond_init"]
     assert row["verdict"] == NOT_SUPPORTED and "< 0" in row["reason"], row["reason"]
     assert row["estimate"] == pytest.approx(-0.015)
@@ -519,38 +676,49 @@ def test_prior_beyond_init_not_supported(tmp_path):
 
 
 def test_kernel_matters(tmp_path):
-    def free(spec):   # dense attention at evaluation costs nothing
+    def free(spec):  # dense attention at evaluation costs nothing
         spec["dense"] = {r: list(spec["iid"][r]) for r in spec["dense"]}
+
     row = _verdicts(tmp_path / "a", free)["kernel_matters"]
     assert row["verdict"] == NOT_SUPPORTED and "below δ" in row["reason"], row["reason"]
     assert row["estimate"] == 0.0
 
-    def one_free(spec):   # every model must pay for losing its kernel
+    def one_free(spec):  # every model must pay for losing its kernel
         spec["dense"]["frozen_graph"] = list(spec["iid"]["frozen_graph"])
+
     row = _verdicts(tmp_path / "b", one_free)["kernel_matters"]
     assert row["verdict"] == NOT_SUPPORTED and row["reason"].startswith("not supported: frozen_graph"), row["reason"]
     assert row["ours"].startswith("smallest cost of removing the kernel: frozen_graph +0.00") and row["estimate"] == 0.0
 
     def absent(spec):
         spec["dense"] = {}
+
     row = _verdicts(tmp_path / "c", absent)["kernel_matters"]
-    assert row["verdict"] == INCONCLUSIVE and row["reason"].startswith("not measured") and "iid_acc1_dense" in row["reason"]
+    assert (
+        row["verdict"] == INCONCLUSIVE
+        and row["reason"].startswith("not measured")
+        and "iid_acc1_dense" in row["reason"]
+    )
 
     def absent_for_one(spec):
         del spec["dense"]["nac-ring_of_cliques"]
+
     row = _verdicts(tmp_path / "d", absent_for_one)["kernel_matters"]
     assert row["verdict"] == INCONCLUSIVE and "nac-ring_of_cliques-<seed>.json" in row["reason"]
 
 
 def test_prune_vs_random(tmp_path):
-    def as_good(spec):   # random orders do as well as least-connected-first
+    def as_good(spec):  # random orders do as well as least-connected-first
         spec["prune_random"][HEAD] = [[list(spec["prune"][HEAD][s]) for _ in range(RANDOM_ORDERS)] for s in range(3)]
+
     row = _verdicts(tmp_path / "a", as_good)["prune_vs_random"]
     assert row["verdict"] == NOT_SUPPORTED and row["estimate"] == 0.0, row["reason"]
 
     def better(spec):
-        spec["prune_random"][HEAD] = [[[50, 49.5, 49, 49 + 0.1 * s + 0.2 * i] for i in range(RANDOM_ORDERS)]
-                                      for s in range(3)]
+        spec["prune_random"][HEAD] = [
+            [[50, 49.5, 49, 49 + 0.1 * s + 0.2 * i] for i in range(RANDOM_ORDERS)] for s in range(3)
+        ]
+
     row = _verdicts(tmp_path / "b", better)["prune_vs_random"]
     assert row["verdict"] == NOT_SUPPORTED and "< 0" in row["reason"], row["reason"]
 
@@ -561,46 +729,59 @@ def test_prune_vs_random(tmp_path):
 
     def no_random_rows(spec):
         spec["prune_random"] = {}
+
     row = _verdicts(tmp_path / "d", no_random_rows)["prune_vs_random"]
     assert row["verdict"] == INCONCLUSIVE and "(random-0 order)" in row["reason"]
 
 
 def test_prune_speedup_needs_repeated_timings(tmp_path):
-    def scalar(spec):   # the old format: one number per fraction
+    def scalar(spec):  # the old format: one number per fraction
         spec["speed"] = [100.0, 200.0, 400.0, 1000.0]
+
     row = _verdicts(tmp_path / "a", scalar)["prune_speedup"]
     assert row["verdict"] == INCONCLUSIVE and "images_per_s lists" in row["reason"]
 
-    def one_repeat(spec):   # a single timed repeat: a single measurement against 8x
+    def one_repeat(spec):  # a single timed repeat: a single measurement against 8x
         spec["speed"] = [[100.0], [200.0], [400.0], [790.0]]
+
     row = _verdicts(tmp_path / "b", one_repeat)["prune_speedup"]
     assert row["verdict"] == NOT_SUPPORTED and "single measurement" in row["reason"]
     assert row["estimate"] == pytest.approx(7.9) and row["n"] == 1 and row["lo"] == row["hi"] == pytest.approx(7.9)
 
-    def noisy(spec):   # mean above 8x, but the repeats' CI reaches below it
+    def noisy(spec):  # mean above 8x, but the repeats' CI reaches below it
         spec["speed"][3] = [700.0, 1000.0, 1300.0]
+
     row = _verdicts(tmp_path / "c", noisy)["prune_speedup"]
     assert row["verdict"] == INCONCLUSIVE and row["estimate"] == pytest.approx(10.0) and row["lo"] < 8.0 < row["hi"]
 
 
 def test_not_supported_branches(tmp_path):
     def bad(spec):
-        spec["ood"][HEAD] = [18.0, 18.3, 18.4]                                   # NAC worse OOD: CI < 0
-        spec["iid"]["modfc"] = [53.0, 53.3, 53.4]                                # ModFC changes IID: CI excludes 0
-        spec["iid"]["nac-erdos_renyi"] = [58.0, 58.3, 58.4]                      # one prior differs
-        spec["iid"]["frozen_graph"] = [55.0, 55.1, 55.5]                         # frozen graph as good: below δ
+        spec["ood"][HEAD] = [18.0, 18.3, 18.4]  # NAC worse OOD: CI < 0
+        spec["iid"]["modfc"] = [53.0, 53.3, 53.4]  # ModFC changes IID: CI excludes 0
+        spec["iid"]["nac-erdos_renyi"] = [58.0, 58.3, 58.4]  # one prior differs
+        spec["iid"]["frozen_graph"] = [55.0, 55.1, 55.5]  # frozen graph as good: below δ
         spec["dense"]["frozen_graph"] = [50.0, 50.3, 50.3]
-        spec["prune"][HEAD] = [[50, 40, 39, 38] for _ in range(3)]               # fails at the first drop
+        spec["prune"][HEAD] = [[50, 40, 39, 38] for _ in range(3)]  # fails at the first drop
         spec["speed"] = [[100.0, 101.0, 99.0], [110.0] * 3, [120.0] * 3, [150.0] * 3]
         spec["fewshot"] = {(e, k): (30.0 + 0.1 * e, 30.0) for e in range(3) for k in (1, 2, 4)}  # d < δ
-        spec["tracks"]["points"]["nac"] = [10.0, 10.0, 10.0]                     # at chance
-        spec["nlvr"]["text_only"] = [71.0, 72.5, 73.0]                           # the text control beats it
+        spec["tracks"]["points"]["nac"] = [10.0, 10.0, 10.0]  # at chance
+        spec["nlvr"]["text_only"] = [71.0, 72.5, 73.0]  # the text control beats it
         spec["analysis"].update(cut_complete_fraction=0.9, cut_distinct_fraction=0.02)
+
     rows = _verdicts(tmp_path, bad)
-    expect = {"ood_gain": "< 0", "modfc_alone": "excludes 0", "priors_similar": "excludes 0",
-              "learned_graph": "below δ", "prune_fraction": "upper bound", "prune_speedup": "upper bound",
-              "fewshot_digits": "below δ", "above_chance": "points/nac", "nlvr_uses_both": "text_only",
-              "nlvr_diversity": "% of graphs complete"}
+    expect = {
+        "ood_gain": "< 0",
+        "modfc_alone": "excludes 0",
+        "priors_similar": "excludes 0",
+        "learned_graph": "below δ",
+        "prune_fraction": "upper bound",
+        "prune_speedup": "upper bound",
+        "fewshot_digits": "below δ",
+        "above_chance": "points/nac",
+        "nlvr_uses_both": "text_only",
+        "nlvr_diversity": "% of graphs complete",
+    }
     for cid, says in expect.items():
         assert rows[cid]["verdict"] == NOT_SUPPORTED and says in rows[cid]["reason"], (cid, rows[cid]["reason"])
     assert rows["prune_fraction"]["estimate"] == 0.0 and rows["prune_speedup"]["estimate"] == pytest.approx(1.0)
@@ -616,12 +797,20 @@ def test_inconclusive_branches(tmp_path):
         spec["iid"]["modfc"] = [47.0, 50.0, 53.0]
         spec["iid"]["nac-erdos_renyi"] = [52.0, 55.0, 58.0]
         spec["prune"][HEAD] = [[50, 49, 48, 48], [50, 40, 40, 40], [50, 49, 48, 48]]  # 0.875, 0, 0.875
-        spec["tracks"]["listops"]["nac"] = [5.0, 15.0, 25.0]                     # CI straddles chance
+        spec["tracks"]["listops"]["nac"] = [5.0, 15.0, 25.0]  # CI straddles chance
         spec["mechanism"][RANDINIT]["final"]["distance"]["scale_free"] = [0.10, 0.30, 0.15]
         spec["dense"]["nac-planted_partition"] = [50.0, 55.0, 54.0]
+
     rows = _verdicts(tmp_path, wide)
-    for cid in ("ood_gain", "modfc_alone", "priors_similar", "prune_fraction", "above_chance", "prior_beyond_init",
-                "kernel_matters"):
+    for cid in (
+        "ood_gain",
+        "modfc_alone",
+        "priors_similar",
+        "prune_fraction",
+        "above_chance",
+        "prior_beyond_init",
+        "kernel_matters",
+    ):
         assert rows[cid]["verdict"] == INCONCLUSIVE, (cid, rows[cid]["reason"])
         assert not rows[cid]["reason"].startswith("not measured"), cid
     assert "listops/nac" in rows["above_chance"]["reason"]
@@ -630,20 +819,29 @@ def test_inconclusive_branches(tmp_path):
 
 def test_single_seed_gives_no_ci(tmp_path):
     rows = _verdicts(tmp_path, lambda spec: None, seeds=(0,))
-    for cid in ("ood_gain", "iid_gain", "modfc_alone", "learned_graph", "prior_tradeoff_ood", "prune_vs_pio",
-                "prune_vs_random", "prior_beyond_init", "points_gap"):
+    for cid in (
+        "ood_gain",
+        "iid_gain",
+        "modfc_alone",
+        "learned_graph",
+        "prior_tradeoff_ood",
+        "prune_vs_pio",
+        "prune_vs_random",
+        "prior_beyond_init",
+        "points_gap",
+    ):
         assert rows[cid]["verdict"] == INCONCLUSIVE and rows[cid]["reason"].startswith("n < 2"), cid
         assert rows[cid]["lo"] is None and rows[cid]["hi"] is None and rows[cid]["n"] == 1
     for cid in ("priors_similar", "graph_follows_prior", "regularizer_sparse", "kernel_matters"):  # combined parts
         assert rows[cid]["verdict"] == INCONCLUSIVE and "n < 2" in rows[cid]["reason"], (cid, rows[cid]["reason"])
         assert rows[cid]["lo"] is None and rows[cid]["hi"] is None
-    pf = rows["prune_fraction"]       # a threshold claim: the single value is compared, lo = hi = estimate
+    pf = rows["prune_fraction"]  # a threshold claim: the single value is compared, lo = hi = estimate
     assert pf["verdict"] == SUPPORTED and "single measurement" in pf["reason"] and pf["lo"] == pf["hi"] == 0.875
-    ps = rows["prune_speedup"]        # timed repeats, not seeds
+    ps = rows["prune_speedup"]  # timed repeats, not seeds
     assert ps["verdict"] == SUPPORTED and ps["n"] == 3 and ps["lo"] < ps["estimate"] < ps["hi"]
     assert rows["above_chance"]["verdict"] == SUPPORTED
-    assert rows["fewshot_digits"]["verdict"] == SUPPORTED   # episodes, not seeds
-    assert rows["nlvr_type_structure"]["verdict"] == SUPPORTED   # CV folds, not seeds
+    assert rows["fewshot_digits"]["verdict"] == SUPPORTED  # episodes, not seeds
+    assert rows["nlvr_type_structure"]["verdict"] == SUPPORTED  # CV folds, not seeds
 
 
 def test_missing_metrics_are_not_measured(tmp_path):
@@ -664,7 +862,9 @@ def test_missing_metrics_are_not_measured(tmp_path):
     assert "perceiver_io-<seed>.json (seeds 2)" in rows["ood_gain"]["reason"]
     assert rows["learned_graph"]["verdict"] == SUPPORTED
     assert rows["text_gap"]["reason"].startswith("not measured")
-    assert rows["above_chance"]["verdict"] == INCONCLUSIVE and "text/nac (not measured)" in rows["above_chance"]["reason"]
+    assert (
+        rows["above_chance"]["verdict"] == INCONCLUSIVE and "text/nac (not measured)" in rows["above_chance"]["reason"]
+    )
     rs = rows["regularizer_sparse"]
     assert rs["verdict"] == INCONCLUSIVE and rs["reason"].startswith("not measured")
     assert f"{NOREG}-1.json" in rs["reason"]
@@ -680,7 +880,7 @@ def test_unconfigured_runs_are_not_read(tmp_path):
     assert rows["priors_similar"]["reason"] == "not measured: fewer than 2 priors in image.ladder"
     assert rows["graph_follows_prior"]["reason"] == "not measured: fewer than 2 NAC priors in image.ladder"
     assert NOREG in rows["regularizer_sparse"]["reason"] and rows["regularizer_sparse"]["verdict"] == INCONCLUSIVE
-    km = rows["kernel_matters"]     # only the configured NAC is judged
+    km = rows["kernel_matters"]  # only the configured NAC is judged
     assert km["verdict"] == SUPPORTED and "(1 models)" in km["ours"]
 
 
@@ -690,23 +890,48 @@ def _edit(path: Path, fn) -> None:
     path.write_text(json.dumps(obj))
 
 
-@pytest.mark.parametrize("break_it, match", [
-    (lambda r: (r / "image/eval/modfc-0.json").write_text("{not json"), "malformed metrics file"),
-    (lambda r: (r / "image/eval/perceiver_io-0.json").write_text(json.dumps({"iid_acc1": 1.0})), "no key 'ood_acc1'"),
-    (lambda r: (r / "tracks/points/nac-0.json").write_text(json.dumps({"test_acc1": "high"})), "not a finite number"),
-    (lambda r: _edit(r / "nlvr/analysis.json", lambda a: a["untrained"].pop("knn_accuracy_ci95")),
-     "no key 'knn_accuracy_ci95'"),
-    (lambda r: _edit(r / "nlvr/analysis.json", lambda a: a.update(cut_distinct_fraction="many")), "not a finite number"),
-    (lambda r: (r / "nlvr/analysis.json").write_text(json.dumps([1, 2])), "expected an object"),
-    (lambda r: (r / "image/prune.json").write_text(json.dumps({"rows": []})), "list of rows"),
-    (lambda r: _edit(r / "image/eval/frozen_graph-1.json", lambda e: e.update(iid_acc1_dense=None)),
-     "not a finite number"),
-    (lambda r: _edit(r / "image/train/nac-ring_of_cliques-2.json",
-                     lambda t: t["mechanism"]["final"]["distance"].update(ring_of_cliques=float("nan"))),
-     "not a finite number"),
-    (lambda r: _edit(r / "image/train/nac-erdos_renyi-0.json",
-                     lambda t: t["mechanism"]["final"]["distance"].pop("scale_free")), "no key 'scale_free'"),
-])
+@pytest.mark.parametrize(
+    "break_it, match",
+    [
+        (lambda r: (r / "image/eval/modfc-0.json").write_text("{not json"), "malformed metrics file"),
+        (
+            lambda r: (r / "image/eval/perceiver_io-0.json").write_text(json.dumps({"iid_acc1": 1.0})),
+            "no key 'ood_acc1'",
+        ),
+        (
+            lambda r: (r / "tracks/points/nac-0.json").write_text(json.dumps({"test_acc1": "high"})),
+            "not a finite number",
+        ),
+        (
+            lambda r: _edit(r / "nlvr/analysis.json", lambda a: a["untrained"].pop("knn_accuracy_ci95")),
+            "no key 'knn_accuracy_ci95'",
+        ),
+        (
+            lambda r: _edit(r / "nlvr/analysis.json", lambda a: a.update(cut_distinct_fraction="many")),
+            "not a finite number",
+        ),
+        (lambda r: (r / "nlvr/analysis.json").write_text(json.dumps([1, 2])), "expected an object"),
+        (lambda r: (r / "image/prune.json").write_text(json.dumps({"rows": []})), "list of rows"),
+        (
+            lambda r: _edit(r / "image/eval/frozen_graph-1.json", lambda e: e.update(iid_acc1_dense=None)),
+            "not a finite number",
+        ),
+        (
+            lambda r: _edit(
+                r / "image/train/nac-ring_of_cliques-2.json",
+                lambda t: t["mechanism"]["final"]["distance"].update(ring_of_cliques=float("nan")),
+            ),
+            "not a finite number",
+        ),
+        (
+            lambda r: _edit(
+                r / "image/train/nac-erdos_renyi-0.json",
+                lambda t: t["mechanism"]["final"]["distance"].pop("scale_free"),
+            ),
+            "no key 'scale_free'",
+        ),
+    ],
+)
 def test_malformed_metrics_raise(tmp_path, break_it, match):
     root = write_metrics(tmp_path / "metrics", good_spec())
     break_it(root)
@@ -733,7 +958,14 @@ def test_write_claims(tmp_path):
     assert text.index("Verdict rule") < text.index("| id")
     header = next(line for line in text.splitlines() if line.startswith("| id"))
     assert [c.strip() for c in header.strip("|").split("|")] == [
-        "id", "verdict", "claim", "our measurement (95% CI)", "paper", "source", "reason"]   # the verdict beside the claim
+        "id",
+        "verdict",
+        "claim",
+        "our measurement (95% CI)",
+        "paper",
+        "source",
+        "reason",
+    ]  # the verdict beside the claim
     for cid in C.claim_ids(params):
         assert f"| {cid} " in text
     csv = pd.read_csv(tmp_path / "reports/tables/claims.csv")
@@ -746,20 +978,28 @@ def test_write_claims(tmp_path):
 
 def test_claim_ids():
     ids = C.claim_ids(make_params(targets=("cub", "cifar10")))
-    assert ids[:len(C.CLAIM_IDS)] != C.CLAIM_IDS and set(C.CLAIM_IDS) < set(ids)
-    assert ids[ids.index("prune_vs_random") + 1:ids.index("points_gap")] == ("fewshot_cub", "fewshot_cifar10")
+    assert ids[: len(C.CLAIM_IDS)] != C.CLAIM_IDS and set(C.CLAIM_IDS) < set(ids)
+    assert ids[ids.index("prune_vs_random") + 1 : ids.index("points_gap")] == ("fewshot_cub", "fewshot_cifar10")
     assert ids[ids.index("prune_vs_pio") + 1] == "prune_vs_random"
     i = ids.index("prior_tradeoff_ood") + 1
-    assert ids[i:i + 6] == ("graph_follows_prior", "regularizer_sparse", "prior_beyond_init", "kernel_matters",
-                            "kernel_matters_long", "prune_fraction")
+    assert ids[i : i + 6] == (
+        "graph_follows_prior",
+        "regularizer_sparse",
+        "prior_beyond_init",
+        "kernel_matters",
+        "kernel_matters_long",
+        "prune_fraction",
+    )
     assert "nlvr_structure_learned" not in ids
     assert ids[ids.index("nlvr_type_structure") + 1] == "nlvr_diversity"
     assert len(set(ids)) == len(ids)
     assert C.claim_ids(make_params(targets=())) == C.CLAIM_IDS
 
 
-@pytest.mark.skipif(not (ROOT / "metrics/image/eval").is_dir() or not (ROOT / "params.yaml").is_file(),
-                    reason="no real metrics in this checkout")
+@pytest.mark.skipif(
+    not (ROOT / "metrics/image/eval").is_dir() or not (ROOT / "params.yaml").is_file(),
+    reason="no real metrics in this checkout",
+)
 def test_real_metrics_get_a_verdict(tmp_path):
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     md = C.write_claims(params, ROOT / "metrics", tmp_path)
@@ -769,12 +1009,19 @@ def test_real_metrics_get_a_verdict(tmp_path):
     assert md.is_file() and (tmp_path / "tables/claims.csv").is_file()
 
 
-@pytest.mark.parametrize("mutate, cid, says", [
-    (lambda spec: spec["iid"].update({NI: [45.0, 45.2, 45.1]}), "ni_matches_pio", "upper bound"),
-    (lambda spec: spec["parameters"].update({NI: 90_000}), "ni_matches_pio", "fewer parameters"),
-    (lambda spec: [u.update(mi_shuffled=list(u["mi"])) for u in spec["modular_usage"]], "mn_specialise", "CI"),
-    (lambda spec: [u.update(exp_entropy=[1.0, 3.0]) for u in spec["modular_usage"]], "mn_no_collapse", "upper bound"),
-])
+@pytest.mark.parametrize(
+    "mutate, cid, says",
+    [
+        (lambda spec: spec["iid"].update({NI: [45.0, 45.2, 45.1]}), "ni_matches_pio", "upper bound"),
+        (lambda spec: spec["parameters"].update({NI: 90_000}), "ni_matches_pio", "fewer parameters"),
+        (lambda spec: [u.update(mi_shuffled=list(u["mi"])) for u in spec["modular_usage"]], "mn_specialise", "CI"),
+        (
+            lambda spec: [u.update(exp_entropy=[1.0, 3.0]) for u in spec["modular_usage"]],
+            "mn_no_collapse",
+            "upper bound",
+        ),
+    ],
+)
 def test_baseline_claims_can_fail(tmp_path, mutate, cid, says):
     row = _verdicts(tmp_path, mutate)[cid]
     assert row["verdict"] in (NOT_SUPPORTED, INCONCLUSIVE) and says in row["reason"], row
@@ -793,9 +1040,15 @@ def test_ni_matching_counts_being_better_as_matching(tmp_path):
     assert row["verdict"] == SUPPORTED and row["lo"] > 0
 
 
-@pytest.mark.parametrize("iv, verdict", [
-    (Interval(0.5, -0.5, 1.5, 3), SUPPORTED), (Interval(-3.0, -4.0, -2.0, 3), NOT_SUPPORTED),
-    (Interval(-1.0, -2.0, 0.0, 3), INCONCLUSIVE), (Interval(1.0, None, None, 1), INCONCLUSIVE)])
+@pytest.mark.parametrize(
+    "iv, verdict",
+    [
+        (Interval(0.5, -0.5, 1.5, 3), SUPPORTED),
+        (Interval(-3.0, -4.0, -2.0, 3), NOT_SUPPORTED),
+        (Interval(-1.0, -2.0, 0.0, 3), INCONCLUSIVE),
+        (Interval(1.0, None, None, 1), INCONCLUSIVE),
+    ],
+)
 def test_noninferiority_verdict(iv, verdict):
     assert C.noninferiority_verdict(iv)[0] == verdict
 
@@ -803,15 +1056,39 @@ def test_noninferiority_verdict(iv, verdict):
 # ---------------------------------------------------------------------------- the registry
 from nac.report.claims import registry as R  # noqa: E402
 
-REPORT_ORDER = (   # the report order of reports/claims.md before the registry (the target-independent claims)
-    "ood_gain", "iid_gain", "ood_gain_long", "iid_gain_long", "modfc_alone", "learned_graph", "priors_similar", "prior_tradeoff_ood",
-    "graph_follows_prior", "regularizer_sparse", "prior_beyond_init", "kernel_matters", "kernel_matters_long",
-    "prune_fraction", "prune_speedup", "prune_vs_pio", "prune_vs_random",
-    "points_gap", "listops_gap", "text_gap", "above_chance",
-    "nlvr_vs_zeroshot", "nlvr_uses_both", "nlvr_type_structure", "nlvr_diversity",
-    "nlvr_two_cliques", "ni_matches_pio", "ni_fewshot", "mn_specialise", "mn_no_collapse",
+REPORT_ORDER = (  # the report order of reports/claims.md before the registry (the target-independent claims)
+    "ood_gain",
+    "iid_gain",
+    "ood_gain_long",
+    "iid_gain_long",
+    "modfc_alone",
+    "learned_graph",
+    "priors_similar",
+    "prior_tradeoff_ood",
+    "graph_follows_prior",
+    "regularizer_sparse",
+    "prior_beyond_init",
+    "kernel_matters",
+    "kernel_matters_long",
+    "prune_fraction",
+    "prune_speedup",
+    "prune_vs_pio",
+    "prune_vs_random",
+    "points_gap",
+    "listops_gap",
+    "text_gap",
+    "above_chance",
+    "nlvr_vs_zeroshot",
+    "nlvr_uses_both",
+    "nlvr_type_structure",
+    "nlvr_diversity",
+    "nlvr_two_cliques",
+    "ni_matches_pio",
+    "ni_fewshot",
+    "mn_specialise",
+    "mn_no_collapse",
 )
-NEVER_MEASURED: set[str] = set()   # registered claims the suite has no metrics for (none now)
+NEVER_MEASURED: set[str] = set()  # registered claims the suite has no metrics for (none now)
 
 
 def full_params() -> dict:
@@ -840,23 +1117,25 @@ FAILS = {
     "ood_gain_long": lambda s: s["longer"]["24"].update({HEAD: ([75.0, 76.5, 75.8], [29.0, 29.2, 30.5])}),
     "iid_gain_long": lambda s: s["longer"]["24"].update({HEAD: ([70.0, 71.5, 70.1], [34.0, 35.0, 34.2])}),
     # (without the dense-attention numbers the kernel claim is not measured; the gain claims still are)
-    "kernel_matters_long": lambda s: s["longer"]["24"].update({HEAD: ([75.0, 76.5, 75.8], [34.0, 35.0, 34.2],
-                                                                      [75.5, 76.0, 76.3])}),
+    "kernel_matters_long": lambda s: s["longer"]["24"].update(
+        {HEAD: ([75.0, 76.5, 75.8], [34.0, 35.0, 34.2], [75.5, 76.0, 76.3])}
+    ),
     "modfc_alone": lambda s: s["iid"].update(modfc=[53.0, 53.3, 53.4]),
     "learned_graph": lambda s: s["iid"].update(frozen_graph=[55.0, 55.1, 55.5]),
     "priors_similar": lambda s: s["iid"].update({"nac-erdos_renyi": [58.0, 58.3, 58.4]}),
     "prior_tradeoff_ood": lambda s: s["ood"].update({"nac-ring_of_cliques": [20.0, 20.3, 20.1]}),
     "graph_follows_prior": lambda s: s["mechanism"][HEAD]["final"]["distance"].update(
-        ring_of_cliques=[0.005, 0.006, 0.004]),
+        ring_of_cliques=[0.005, 0.006, 0.004]
+    ),
     "regularizer_sparse": lambda s: s["mechanism"][NOREG]["final"].update(sparsity=[0.61, 0.63, 0.585]),
-    "prior_beyond_init": lambda s: s["mechanism"][RANDINIT]["final"]["distance"].update(
-        scale_free=[0.21, 0.23, 0.205]),
+    "prior_beyond_init": lambda s: s["mechanism"][RANDINIT]["final"]["distance"].update(scale_free=[0.21, 0.23, 0.205]),
     "kernel_matters": lambda s: s.update(dense={r: list(s["iid"][r]) for r in s["dense"]}),
     "prune_fraction": lambda s: s["prune"].update({HEAD: [[50, 40, 39, 38] for _ in range(3)]}),
     "prune_speedup": lambda s: s.update(speed=[[100.0, 101.0, 99.0], [110.0] * 3, [120.0] * 3, [150.0] * 3]),
     "prune_vs_pio": lambda s: s["prune"].update(perceiver_io=[[50, 50, 49.9 + 0.05 * i, 49] for i in range(3)]),
     "prune_vs_random": lambda s: s["prune_random"].update(
-        {HEAD: [[list(s["prune"][HEAD][i]) for _ in range(RANDOM_ORDERS)] for i in range(3)]}),
+        {HEAD: [[list(s["prune"][HEAD][i]) for _ in range(RANDOM_ORDERS)] for i in range(3)]}
+    ),
     "fewshot_digits": lambda s: s.update(fewshot={(e, k): (30.0 + 0.1 * e, 30.0) for e in range(3) for k in (1, 2, 4)}),
     "points_gap": lambda s: s["tracks"]["points"].update(nac=[69.0, 70.5, 71.0]),
     "listops_gap": lambda s: s["tracks"]["listops"].update(nac=[60.0, 70.5, 80.0]),
@@ -865,11 +1144,13 @@ FAILS = {
     "nlvr_vs_zeroshot": lambda s: s["nlvr"].update({C.ZERO_SHOT_RUN: [75.0, 76.0, 77.5]}),
     "nlvr_uses_both": lambda s: s["nlvr"].update(text_only=[71.0, 72.5, 73.0]),
     "nlvr_type_structure": lambda s: s["analysis"].update(
-        untrained={"knn_accuracy": 95.0, "knn_accuracy_ci95": 2.0, "silhouette": 0.1}),
+        untrained={"knn_accuracy": 95.0, "knn_accuracy_ci95": 2.0, "silhouette": 0.1}
+    ),
     "nlvr_diversity": lambda s: s["analysis"].update(cut_complete_fraction=0.9),
     # the shuffles with the same degrees show as much community structure: the control beats it
-    "nlvr_two_cliques": lambda s: s["analysis"].update(clique_modularity_gap=0.004, clique_two_fraction_null=0.68,
-                                                       clique_two_gap=2.0),
+    "nlvr_two_cliques": lambda s: s["analysis"].update(
+        clique_modularity_gap=0.004, clique_two_fraction_null=0.68, clique_two_gap=2.0
+    ),
     "ni_matches_pio": lambda s: s["iid"].update({NI: [45.0, 45.2, 45.1]}),
     "ni_fewshot": lambda s: s.update(fewshot_ni={ek: pio + 0.1 * ek[0] for ek, (_, pio) in s["fewshot"].items()}),
     "mn_specialise": lambda s: [u.update(mi_shuffled=list(u["mi"])) for u in s["modular_usage"]],
@@ -879,7 +1160,9 @@ FAILS = {
 
 @pytest.fixture(scope="module")
 def full_rows(tmp_path_factory) -> dict[str, dict]:
-    return by_id(C.evaluate_claims(full_params(), write_metrics(tmp_path_factory.mktemp("full") / "metrics", full_spec())))
+    return by_id(
+        C.evaluate_claims(full_params(), write_metrics(tmp_path_factory.mktemp("full") / "metrics", full_spec()))
+    )
 
 
 def test_registry_order_is_the_report_order():
@@ -898,6 +1181,7 @@ def test_registry_has_no_duplicate_names():
 
     def again(c):
         return {}
+
     again.__module__ = "nac.report.claims.image"
     with pytest.raises(ValueError, match="registered twice"):
         R.claim("ood_gain", source="s", statement="s", paper="p", measure="m")(again)
@@ -908,7 +1192,7 @@ def test_registry_has_no_duplicate_names():
 
 
 def _report_ids(md: str) -> list[str]:
-    lines = md[md.index("## Claims"):].splitlines()
+    lines = md[md.index("## Claims") :].splitlines()
     return [line.strip("|").split("|")[0].strip() for line in lines if line.startswith("| ")][1:]
 
 
@@ -918,8 +1202,10 @@ def test_every_claim_in_the_report_is_registered(tmp_path):
     assert _report_ids(md) == list(C.claim_ids(params))
 
 
-@pytest.mark.skipif(not (ROOT / "reports/claims.md").is_file() or not (ROOT / "params.yaml").is_file(),
-                    reason="no committed report in this checkout")
+@pytest.mark.skipif(
+    not (ROOT / "reports/claims.md").is_file() or not (ROOT / "params.yaml").is_file(),
+    reason="no committed report in this checkout",
+)
 def test_the_committed_report_lists_the_registered_claims():
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     assert _report_ids((ROOT / "reports/claims.md").read_text()) == list(C.claim_ids(params))
@@ -989,9 +1275,14 @@ def test_longer_runs_under_other_settings_are_not_measured(tmp_path):
     conv = root.parent / "bench/results/convergence.json"
     data = json.loads(conv.read_text())
     assert by_id(C.evaluate_claims(params, root))["ood_gain_long"]["verdict"] == SUPPORTED
-    for stale in ({**data, "params": {**data["params"], "image": {"model": {"truncation_mode": "masked"}}}},
-                  {k: v for k, v in data.items() if k != "params"}):
+    for stale in (
+        {**data, "params": {**data["params"], "image": {"model": {"truncation_mode": "masked"}}}},
+        {k: v for k, v in data.items() if k != "params"},
+    ):
         conv.write_text(json.dumps(stale))
         C.clear_cache() if hasattr(C, "clear_cache") else None
         row = by_id(C.evaluate_claims(params, root))["ood_gain_long"]
-        assert row["reason"].startswith("not measured") and "other model or training settings, or other code" in row["reason"], row
+        assert (
+            row["reason"].startswith("not measured")
+            and "other model or training settings, or other code" in row["reason"]
+        ), row

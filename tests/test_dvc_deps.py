@@ -3,6 +3,7 @@ file (and data file) its script can run, and nothing of ``nac`` it cannot run. T
 walker and the generator live in ``tools/dvc_deps.py``; this file only checks. When a stage's deps
 are not exact, ``python tools/dvc_deps.py --write`` rewrites them (``--show STAGE`` prints them).
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -30,8 +31,11 @@ def test_a_report_helper_reruns_only_the_report():
     """Editing ``nac/report/<helper>.py`` (tables, figures, claims, ...) or the report's prose
     (``templates/``, ``discrepancies.yaml``, ``switches.yaml``) reruns ``report`` and no training or
     evaluation; ``nac/report/notebooks.py`` (the executor) only ``notebooks``."""
-    helpers = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / PKG / "report").rglob("*")
-                     if p.is_file() and p.name != "__init__.py" and "__pycache__" not in p.parts)
+    helpers = sorted(
+        p.relative_to(ROOT).as_posix()
+        for p in (ROOT / PKG / "report").rglob("*")
+        if p.is_file() and p.name != "__init__.py" and "__pycache__" not in p.parts
+    )
     assert any(f.endswith(".j2") for f in helpers) and any(f.endswith("discrepancies.yaml") for f in helpers)
     assert helpers
     for f in helpers:
@@ -59,19 +63,30 @@ def test_walker_follows_every_kind_of_import(tmp_path):
         p.write_text(text)
 
     write("pk/__init__.py")
-    write("pk/a/__init__.py", "from . import sub\n")             # relative, submodule
-    write("pk/a/sub.py", "from ..b import helper\n")             # relative, two levels
-    write("pk/b.py", "def helper():\n    import pk.c.deep\n")   # function-local, dotted
+    write("pk/a/__init__.py", "from . import sub\n")  # relative, submodule
+    write("pk/a/sub.py", "from ..b import helper\n")  # relative, two levels
+    write("pk/b.py", "def helper():\n    import pk.c.deep\n")  # function-local, dotted
     write("pk/c/__init__.py")
     write("pk/c/deep.py")
     write("pk/ns/mod.py", "import importlib\nimportlib.import_module('pk.lazy')\n")  # namespace pkg
     write("pk/lazy.py")
     write("pk/attr.py", "X = 1\n")
     write("pk/unused.py")
-    write("main.py", "import os\nfrom pk.a import sub\n\ndef f():\n    from pk.ns import mod\n    from pk import attr\n")
+    write(
+        "main.py", "import os\nfrom pk.a import sub\n\ndef f():\n    from pk.ns import mod\n    from pk import attr\n"
+    )
     got = {f.relative_to(tmp_path).as_posix() for f in reached(tmp_path, [tmp_path / "main.py"], pkg="pk")}
-    assert got == {"pk/__init__.py", "pk/a/__init__.py", "pk/a/sub.py", "pk/b.py", "pk/c/__init__.py",
-                   "pk/c/deep.py", "pk/ns/mod.py", "pk/lazy.py", "pk/attr.py"}
+    assert got == {
+        "pk/__init__.py",
+        "pk/a/__init__.py",
+        "pk/a/sub.py",
+        "pk/b.py",
+        "pk/c/__init__.py",
+        "pk/c/deep.py",
+        "pk/ns/mod.py",
+        "pk/lazy.py",
+        "pk/attr.py",
+    }
 
 
 def test_covers_is_path_aware():
@@ -81,8 +96,14 @@ def test_covers_is_path_aware():
 
 
 def test_check_stage_reports_missing_unused_and_overbroad(tmp_path):
-    for rel, text in {"stages/s.py": "from nac.a import x\n", "nac/__init__.py": "", "nac/a/__init__.py": "",
-                      "nac/a/x.py": "", "nac/a/idle.py": "", "nac/b.py": ""}.items():
+    for rel, text in {
+        "stages/s.py": "from nac.a import x\n",
+        "nac/__init__.py": "",
+        "nac/a/__init__.py": "",
+        "nac/a/x.py": "",
+        "nac/a/idle.py": "",
+        "nac/b.py": "",
+    }.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     stage = {"cmd": "python stages/s.py --flag ${item}", "deps": ["stages/s.py", "nac/a", "nac/b.py", "data/x"]}
@@ -96,8 +117,13 @@ def test_check_stage_reports_missing_unused_and_overbroad(tmp_path):
 def test_walker_resolves_lazy_package_names(tmp_path):
     """``from pk import Name`` where ``pk/__init__.py`` loads ``Name`` lazily (PEP 562, a literal
     ``_LAZY`` dict) runs the module that defines it; importing a sibling does not."""
-    for rel, text in {"pk/__init__.py": "_LAZY = {'Model': 'pk.model'}\n", "pk/model.py": "",
-                      "pk/data.py": "", "a.py": "from pk import Model\n", "b.py": "import pk.data\n"}.items():
+    for rel, text in {
+        "pk/__init__.py": "_LAZY = {'Model': 'pk.model'}\n",
+        "pk/model.py": "",
+        "pk/data.py": "",
+        "a.py": "from pk import Model\n",
+        "b.py": "import pk.data\n",
+    }.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     got = {f.relative_to(tmp_path).as_posix() for f in reached(tmp_path, [tmp_path / "a.py"], pkg="pk")}
@@ -110,6 +136,7 @@ def test_nac_lazy_names_resolve():
     import nac
     from nac.config import ModelConfig
     from nac.model import build_model
+
     assert nac.ModelConfig is ModelConfig and nac.build_model is build_model
     assert set(nac.__all__) >= {"NAC", "ModelConfig", "VARIANTS", "build_model"}
 
@@ -118,9 +145,11 @@ def test_stages_do_not_import_torchvision_to_validate_params():
     """Every stage validates params.yaml through the dataset registry, which imports every
     builder; torchvision (~1.5 s with torch._dynamo) is imported only where CIFAR is read.
     (Not a timing: which modules load is what makes a stage's start cheap or not.)"""
-    code = ("import sys; from nac.pipeline.params import load_params; from nac.data.registry import available; "
-            "available(); import nac.tracks.image, nac.tracks.common, nac.tracks.fewshot; "
-            "print('torchvision' in sys.modules)")
+    code = (
+        "import sys; from nac.pipeline.params import load_params; from nac.data.registry import available; "
+        "available(); import nac.tracks.image, nac.tracks.common, nac.tracks.fewshot; "
+        "print('torchvision' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", out.stdout + out.stderr
 
@@ -129,19 +158,27 @@ def test_stages_do_not_import_torchvision_to_validate_params():
 def test_data_stages_run_without_importing_torch(stage, tmp_path):
     """The data stages generate and cache arrays with numpy; 16 of them run on mini and smoke,
     and importing torch would cost each about a second."""
-    code = ("import runpy, sys; sys.argv = ['x', '--help']; "
-            f"runpy.run_path({str(ROOT / 'stages' / (stage + '.py'))!r}, run_name='__main__')")
-    code = (f"import sys\ntry:\n    exec({code!r})\nexcept SystemExit:\n    pass\n"  # --help: the module-level imports
-            "from nac.data.registry import available\navailable()\n"  # params validation imports every builder
-            "print('torch' in sys.modules)")
+    code = (
+        "import runpy, sys; sys.argv = ['x', '--help']; "
+        f"runpy.run_path({str(ROOT / 'stages' / (stage + '.py'))!r}, run_name='__main__')"
+    )
+    code = (
+        f"import sys\ntry:\n    exec({code!r})\nexcept SystemExit:\n    pass\n"  # --help: the module-level imports
+        "from nac.data.registry import available\navailable()\n"  # params validation imports every builder
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "False", out.stdout + out.stderr
 
 
 def test_a_data_file_a_reached_module_reads_is_a_dep(tmp_path):
-    for rel, text in {"stages/s.py": "from nac import t\n", "nac/__init__.py": "",
-                      "nac/t.py": "ROWS = Path(__file__).with_name('rows.yaml')\n", "nac/rows.yaml": "[]\n",
-                      "nac/other.yaml": "[]\n"}.items():
+    for rel, text in {
+        "stages/s.py": "from nac import t\n",
+        "nac/__init__.py": "",
+        "nac/t.py": "ROWS = Path(__file__).with_name('rows.yaml')\n",
+        "nac/rows.yaml": "[]\n",
+        "nac/other.yaml": "[]\n",
+    }.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     stage = {"cmd": "python stages/s.py", "deps": ["stages/s.py", "nac/__init__.py", "nac/t.py"]}
@@ -153,9 +190,14 @@ def test_a_data_file_a_reached_module_reads_is_a_dep(tmp_path):
 def test_a_data_folder_a_reached_module_names_is_a_dep(tmp_path):
     """A folder of data (no ``.py``) beside a reached module whose source names it as a string (the
     report's ``templates``) is a dep as a folder; a package folder named in a string is not data."""
-    for rel, text in {"stages/s.py": "from nac import t\n", "nac/__init__.py": "",
-                      "nac/t.py": "T = Path(__file__).with_name('templates')\nK = 'pkg'\n",
-                      "nac/templates/a.md.j2": "x\n", "nac/pkg/__init__.py": "", "nac/pkg/notes.txt": "x\n"}.items():
+    for rel, text in {
+        "stages/s.py": "from nac import t\n",
+        "nac/__init__.py": "",
+        "nac/t.py": "T = Path(__file__).with_name('templates')\nK = 'pkg'\n",
+        "nac/templates/a.md.j2": "x\n",
+        "nac/pkg/__init__.py": "",
+        "nac/pkg/notes.txt": "x\n",
+    }.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     stage = {"cmd": "python stages/s.py", "deps": ["stages/s.py", "nac/__init__.py", "nac/t.py"]}
@@ -168,10 +210,16 @@ def test_the_command_checks_shows_and_writes_the_exact_deps(tmp_path, capsys):
     """``python tools/dvc_deps.py``: exit 1 naming the fix when a dep is missing, ``--show`` prints
     the exact set, ``--write`` rewrites only the ``nac`` lines (other deps and comments stay), after
     which the check passes."""
-    for rel, text in {"stages/s.py": "from nac import t\n", "nac/__init__.py": "", "nac/t.py": "",
-                      "nac/u.py": "",
-                      "dvc.yaml": ("stages:\n  s:\n    cmd: python stages/s.py\n    deps:\n      - stages/s.py\n"
-                                   "      - nac/__init__.py\n      - nac/u.py\n      - data/x  # kept\n")}.items():
+    for rel, text in {
+        "stages/s.py": "from nac import t\n",
+        "nac/__init__.py": "",
+        "nac/t.py": "",
+        "nac/u.py": "",
+        "dvc.yaml": (
+            "stages:\n  s:\n    cmd: python stages/s.py\n    deps:\n      - stages/s.py\n"
+            "      - nac/__init__.py\n      - nac/u.py\n      - data/x  # kept\n"
+        ),
+    }.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     assert dvc_deps.main([], root=tmp_path) == 1
@@ -180,8 +228,11 @@ def test_the_command_checks_shows_and_writes_the_exact_deps(tmp_path, capsys):
     assert dvc_deps.main(["--show", "s"], root=tmp_path) == 0
     assert capsys.readouterr().out == "s:\n  - nac/__init__.py\n  - nac/t.py\n"
     assert dvc_deps.main(["--write"], root=tmp_path) == 0
-    assert (tmp_path / "dvc.yaml").read_text().endswith(
-        "      - stages/s.py\n      - nac/__init__.py\n      - nac/t.py\n      - data/x  # kept\n")
+    assert (
+        (tmp_path / "dvc.yaml")
+        .read_text()
+        .endswith("      - stages/s.py\n      - nac/__init__.py\n      - nac/t.py\n      - data/x  # kept\n")
+    )
     assert dvc_deps.main([], root=tmp_path) == 0
 
 

@@ -1,6 +1,7 @@
 """Few-shot heads of the baselines (nac.tracks.fewshot, "Baselines' few-shot heads"): the Neural
 Interpreter's fine-tuning protocol and the Modular Network's new classifier, on a tiny synthetic
 episode; and the NAC / Perceiver IO path untouched by the baselines' options."""
+
 from __future__ import annotations
 
 import copy
@@ -18,15 +19,39 @@ WAYS = 3
 
 def ni_model(seed: int = 0, **kw) -> NeuralInterpreter:
     torch.manual_seed(seed)
-    return NeuralInterpreter(NeuralInterpreterConfig(**dict(dict(
-        num_classes=10, tokenizer={"kind": "conv32", "dim": 16, "pos_dim": 8, "norm": "batch"}, d_model=16, d_type=8,
-        n_functions=3, n_scripts=2, n_iterations=2, loc_layers=1, heads=2, mlp_mult=1.0), **kw))).eval()
+    return NeuralInterpreter(
+        NeuralInterpreterConfig(
+            **dict(
+                dict(
+                    num_classes=10,
+                    tokenizer={"kind": "conv32", "dim": 16, "pos_dim": 8, "norm": "batch"},
+                    d_model=16,
+                    d_type=8,
+                    n_functions=3,
+                    n_scripts=2,
+                    n_iterations=2,
+                    loc_layers=1,
+                    heads=2,
+                    mlp_mult=1.0,
+                ),
+                **kw,
+            )
+        )
+    ).eval()
 
 
 def mn_model(seed: int = 0) -> ModularNetwork:
     torch.manual_seed(seed)
-    return ModularNetwork(ModularNetworkConfig(num_classes=10, conv_layers=[4, 4], pool_after=[0, 1], dense_layers=[8],
-                                               modules_per_layer=3, dataset_size=20)).eval()
+    return ModularNetwork(
+        ModularNetworkConfig(
+            num_classes=10,
+            conv_layers=[4, 4],
+            pool_after=[0, 1],
+            dense_layers=[8],
+            modules_per_layer=3,
+            dataset_size=20,
+        )
+    ).eval()
 
 
 def episode(shots: int = 4, queries: int = 5, seed: int = 0):
@@ -124,10 +149,13 @@ def test_neural_interpreter_learns_a_separable_episode():
 
 
 # ---------------------------------------------------------------------------------------- Modular Network
-@pytest.mark.parametrize("mode,extra", [
-    ("head", set()),
-    ("modules", {f"layers.{i}.{w}" for i in range(3) for w in ("weight", "bias")}),
-])
+@pytest.mark.parametrize(
+    "mode,extra",
+    [
+        ("head", set()),
+        ("modules", {f"layers.{i}.{w}" for i in range(3) for w in ("weight", "bias")}),
+    ],
+)
 def test_modular_network_adapts_a_new_head_over_frozen_layers(mode, extra):
     pre = mn_model()
     before = copy.deepcopy(pre.state_dict())
@@ -212,8 +240,12 @@ def test_fewshot_runs_accept_the_baselines():
     p["fewshot"]["runs"] = ["perceiver_io", "nac", "neural_interpreter", "modular_network"]
     p["image"]["ladder"] = sorted(set(p["image"]["ladder"]) | {"neural_interpreter", "modular_network"})
     validate_tracks(p)
-    assert [fewshot_image_run(p, r) for r in p["fewshot"]["runs"]] == \
-        ["perceiver_io", f"nac-{p['prior']['name']}", "neural_interpreter", "modular_network"]
+    assert [fewshot_image_run(p, r) for r in p["fewshot"]["runs"]] == [
+        "perceiver_io",
+        f"nac-{p['prior']['name']}",
+        "neural_interpreter",
+        "modular_network",
+    ]
     p["fewshot"]["protocol"] = dict(p["fewshot"]["protocol"], ni_new_functions=2, mn_train="modules")
     validate_tracks(p)
     p["fewshot"]["protocol"]["mn_train"] = "controller"
@@ -242,8 +274,12 @@ def test_baselines_are_rejected_with_pretrained_sources():
 # ---------------------------------------------------------------------------------------- report
 def _rows(runs, episodes=4, shots=(1, 2, 4)):
     rng = torch.Generator().manual_seed(0)
-    return [{"target": "digits", "run": r, "shots": k, "episode": e, "acc1": float(torch.rand((), generator=rng) * 100)}
-            for r in runs for k in shots for e in range(episodes)]
+    return [
+        {"target": "digits", "run": r, "shots": k, "episode": e, "acc1": float(torch.rand((), generator=rng) * 100)}
+        for r in runs
+        for k in shots
+        for e in range(episodes)
+    ]
 
 
 def test_fewshot_stats_and_table_carry_the_baselines_paired_with_perceiver_io():
@@ -257,18 +293,30 @@ def test_fewshot_stats_and_table_carry_the_baselines_paired_with_perceiver_io():
     base, st = tables.fewshot_stats(two), tables.fewshot_stats(four)
     # the NAC / Perceiver IO rows are the same with or without the baselines
     pd.testing.assert_frame_equal(st[st["run"].isin(base["run"])].reset_index(drop=True), base)
-    assert list(tables.fewshot_table({"digits": base}).columns) == \
-        ["target", "shots", "episodes", "Perceiver IO", "NAC", "NAC − Perceiver IO (paired)"]
+    assert list(tables.fewshot_table({"digits": base}).columns) == [
+        "target",
+        "shots",
+        "episodes",
+        "Perceiver IO",
+        "NAC",
+        "NAC − Perceiver IO (paired)",
+    ]
     df = pd.DataFrame(four)
     for b in ("neural_interpreter", "modular_network"):
         for k in (1, 2, 4):
-            acc = {r: df[(df["run"] == r) & (df["shots"] == k)].sort_values("episode")["acc1"].to_numpy()
-                   for r in (b, "perceiver_io")}
+            acc = {
+                r: df[(df["run"] == r) & (df["shots"] == k)].sort_values("episode")["acc1"].to_numpy()
+                for r in (b, "perceiver_io")
+            }
             got = st[(st["shots"] == k) & (st["run"] == f"{b}_minus_perceiver_io")].iloc[0]
             assert got["mean"] == pytest.approx((acc[b] - acc["perceiver_io"]).mean()) and got["n"] == 4
     table = tables.fewshot_table({"digits": st})
-    assert {RUN_LABELS["neural_interpreter"], "Neural Interpreter − Perceiver IO (paired)",
-            RUN_LABELS["modular_network"], "Modular Network − Perceiver IO (paired)"} <= set(table.columns)
+    assert {
+        RUN_LABELS["neural_interpreter"],
+        "Neural Interpreter − Perceiver IO (paired)",
+        RUN_LABELS["modular_network"],
+        "Modular Network − Perceiver IO (paired)",
+    } <= set(table.columns)
     assert table.notna().all().all()
 
 
@@ -280,14 +328,23 @@ def test_figure4_draws_the_baselines_with_their_own_markers_and_labels(tmp_path,
 
     drawn = []
     monkeypatch.setattr(figures, "save", lambda fig, out_dir, name: drawn.append(fig) or [])
-    rows = {"digits": pd.DataFrame(_rows(["perceiver_io", "nac", "neural_interpreter", "modular_network"])),
-            "shapes_novel": pd.DataFrame(_rows(["perceiver_io", "nac"]))}
+    rows = {
+        "digits": pd.DataFrame(_rows(["perceiver_io", "nac", "neural_interpreter", "modular_network"])),
+        "shapes_novel": pd.DataFrame(_rows(["perceiver_io", "nac"])),
+    }
     figures.figure4(rows, [1, 2, 4], 8, {"nac": "NAC (scale-free)"}, tmp_path)
     with_baselines, without = drawn[0].axes[0], drawn[0].axes[1]
     lines = {ln.get_label(): ln for ln in with_baselines.get_lines()}
-    assert set(lines) == {"Perceiver IO", "NAC (scale-free)", RUN_LABELS["neural_interpreter"],
-                          RUN_LABELS["modular_network"], "chance (8-way)"}
-    styles = [(lines[k].get_marker(), lines[k].get_linestyle()) for k in
-              ("Perceiver IO", RUN_LABELS["neural_interpreter"], RUN_LABELS["modular_network"])]
+    assert set(lines) == {
+        "Perceiver IO",
+        "NAC (scale-free)",
+        RUN_LABELS["neural_interpreter"],
+        RUN_LABELS["modular_network"],
+        "chance (8-way)",
+    }
+    styles = [
+        (lines[k].get_marker(), lines[k].get_linestyle())
+        for k in ("Perceiver IO", RUN_LABELS["neural_interpreter"], RUN_LABELS["modular_network"])
+    ]
     assert len(set(styles)) == 3
     assert {ln.get_label() for ln in without.get_lines()} == {"Perceiver IO", "NAC (scale-free)", "chance (8-way)"}

@@ -1,4 +1,5 @@
 """Graph priors (paper section 2, Figure 3) and the frozen-graph signature fit."""
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -81,17 +82,20 @@ def test_ring_of_cliques_is_the_authors_construction_on_a_hand_checked_case():
     # p_in inside each clique, then for clique c the row and column of its first node (0, 3, 6)
     # set to 1 over cliques c and c + 1 (slice c*3:(c+2)*3, cut at n: node 6 has no link back to 0).
     o, i = 0.1, 0.5
-    expected = np.array([
-        [1, 1, 1, 1, 1, 1, o, o, o],
-        [1, 1, i, o, o, o, o, o, o],
-        [1, i, 1, o, o, o, o, o, o],
-        [1, o, o, 1, 1, 1, 1, 1, 1],
-        [1, o, o, 1, 1, i, o, o, o],
-        [1, o, o, 1, i, 1, o, o, o],
-        [o, o, o, 1, o, o, 1, 1, 1],
-        [o, o, o, 1, o, o, 1, 1, i],
-        [o, o, o, 1, o, o, 1, i, 1],
-    ], dtype=np.float32)
+    expected = np.array(
+        [
+            [1, 1, 1, 1, 1, 1, o, o, o],
+            [1, 1, i, o, o, o, o, o, o],
+            [1, i, 1, o, o, o, o, o, o],
+            [1, o, o, 1, 1, 1, 1, 1, 1],
+            [1, o, o, 1, 1, i, o, o, o],
+            [1, o, o, 1, i, 1, o, o, o],
+            [o, o, o, 1, o, o, 1, 1, 1],
+            [o, o, o, 1, o, o, 1, 1, i],
+            [o, o, o, 1, o, o, 1, i, 1],
+        ],
+        dtype=np.float32,
+    )
     assert np.array_equal(prior_target("ring_of_cliques", 9, n_blocks=3, p_in=i, p_out=o, diagonal="one"), expected)
     np.fill_diagonal(expected, [1, i, i, 1, i, i, 1, i, i])  # the authors' diagonal: p_in, 1 on first nodes
     assert np.array_equal(prior_target("ring_of_cliques", 9, n_blocks=3, p_in=i, p_out=o), expected)
@@ -223,8 +227,9 @@ def test_authors_fit_at_the_paper_size_leaves_few_false_links(name):
     n, d_sig = 256, 64
     counts = {}
     for fit in FITS:
-        sig, graph = prior_signatures(name, n, d_sig, seed=0, truncation=0.9, prior_params=PRIOR_DEFAULTS[name],
-                                      fit=fit)
+        sig, graph = prior_signatures(
+            name, n, d_sig, seed=0, truncation=0.9, prior_params=PRIOR_DEFAULTS[name], fit=fit
+        )
         A = _adjacency(graph, n)
         counts[fit] = _false_links(sig, A, 0.9)
     if name == "scale_free":
@@ -254,8 +259,7 @@ def test_authors_fit_is_the_plain_mean_hinge():
         opt.step()
     ours = fit_signatures_to_graph(A, d_sig, truncation=t, steps=steps, seed=5)
     assert torch.allclose(ours, sig.detach(), atol=1e-6, rtol=0)
-    assert not torch.equal(ours, fit_signatures_to_graph(A, d_sig, truncation=t, steps=steps, seed=5,
-                                                         method="margin"))
+    assert not torch.equal(ours, fit_signatures_to_graph(A, d_sig, truncation=t, steps=steps, seed=5, method="margin"))
 
 
 def test_fit_progress_bar_is_off_unless_asked(capsys):

@@ -3,14 +3,15 @@ The input is read into N separate input latents (their own codes and initial sta
 the processors at every propagator and to the read-out; the processors start from their own
 initial states. Our reading (docs/reference.md, "Switches"): the latents are fixed after the
 read-in, their links are dense (K = 1), the kernel covers the processors' links only."""
+
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-
 from tiny_models import make_tiny_config
+
 from nac.checkpoint_io import load_model, save_checkpoint
 from nac.circuits.attention import SKMDPA
 from nac.circuits.layers import cat_modules
@@ -43,8 +44,18 @@ def _manual(model, x, perturb_layer=None, noise=None):
         states = layer(states, design.codes, model._P(design.signatures, layer=i), latents=lat, latent_codes=codes_in)
     lat = latents + noise if perturb_layer == "readout" else latents
     K = model._P(design.readout_signatures, design.signatures, layer="readout")
-    return model.read_out(design.readout_states, torch.cat([lat, states], 1), design.readout_codes,
-                          cat_modules(codes_in, design.codes), K, dense_senders=N), latents, states
+    return (
+        model.read_out(
+            design.readout_states,
+            torch.cat([lat, states], 1),
+            design.readout_codes,
+            cat_modules(codes_in, design.codes),
+            K,
+            dense_senders=N,
+        ),
+        latents,
+        states,
+    )
 
 
 def test_shapes_and_the_read_in_reads_into_the_input_latents_only():
@@ -114,14 +125,25 @@ def test_dense_senders_follow_eq_3_with_K_1_on_the_input_latents():
     torch.testing.assert_close(y, manual, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(variant="perceiver_io"), dict(variant="modfc"), dict(variant="frozen_graph"),
-                                dict(kernel_per_module=False), dict(initial_state="code", code_noise=0.05, state_noise=0.1)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),
+        dict(variant="perceiver_io"),
+        dict(variant="modfc"),
+        dict(variant="frozen_graph"),
+        dict(kernel_per_module=False),
+        dict(initial_state="code", code_noise=0.05, state_noise=0.1),
+    ],
+)
 def test_gradients_reach_every_parameter(kw):
     model = _model(**kw).train()
     model(_images()).square().sum().backward()
     missing = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
     assert not missing
-    assert all(p.grad.abs().sum() > 0 for n, p in model.named_parameters() if n.startswith(("input_latents", "read_in")))
+    assert all(
+        p.grad.abs().sum() > 0 for n, p in model.named_parameters() if n.startswith(("input_latents", "read_in"))
+    )
     if kw.get("variant") == "perceiver_io":  # a learned latent array, no codes
         codes, states = model.input_latents()
         assert codes is None and states is model.input_latents.latents and states.shape == (N, 32)
@@ -162,7 +184,9 @@ def test_the_default_path_is_unchanged():
 def test_a_model_with_input_latents_trains_a_step_and_round_trips_through_a_checkpoint(tmp_path):
     model = _model().train()
     decay, no_decay = decay_groups(model)
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": no_decay, "weight_decay": 0.0}], lr=1e-3)
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.05}, {"params": no_decay, "weight_decay": 0.0}], lr=1e-3
+    )
     x, y = _images(), torch.tensor([0, 1, 2])
     before = model.input_latents.codes.detach().clone()
     loss = F.cross_entropy(model(x), y) + model.graph_regularizer()
@@ -187,8 +211,9 @@ def test_module_dropping_keeps_the_input_latents():
 
 
 def test_conditional_generator_with_input_latents():
-    model = _model(generator="conditional",
-                   cond_tokenizer={"kind": "sequence", "vocab_size": 20, "dim": 16, "max_length": 6}).train()
+    model = _model(
+        generator="conditional", cond_tokenizer={"kind": "sequence", "vocab_size": 20, "dim": 16, "max_length": 6}
+    ).train()
     cond = torch.randint(1, 20, (3, 6))
     logits = model(_images(), cond=cond, cond_mask=cond > 0)
     assert logits.shape == (3, 5)

@@ -1,4 +1,5 @@
 """The Table 1 ladder and every graph prior as one parametrized family (timm style)."""
+
 import pytest
 import torch
 
@@ -24,7 +25,11 @@ def test_ladder_forward_backward_determinism(variant, prior, tiny_config):
     assert torch.isfinite(logits).all()
     loss = torch.nn.functional.cross_entropy(logits, torch.arange(4) % cfg.num_classes) + model.graph_regularizer()
     loss.backward()
-    missing = [n for n, p in model.named_parameters() if p.requires_grad and (p.grad is None or not torch.isfinite(p.grad).all())]
+    missing = [
+        n
+        for n, p in model.named_parameters()
+        if p.requires_grad and (p.grad is None or not torch.isfinite(p.grad).all())
+    ]
     assert not missing, f"parameters without a (finite) gradient: {missing}"
     dead = [n for n, p in model.named_parameters() if p.requires_grad and p.grad.abs().sum() == 0]
     assert not dead, f"parameters whose gradient is identically zero: {dead}"
@@ -45,7 +50,7 @@ def test_ladder_rungs_differ_as_described(tiny_config):
     modfc = build_model(tiny_config(variant="modfc"))
     frozen = build_model(tiny_config(variant="frozen_graph"))
     nac = build_model(tiny_config(variant="nac"))
-    assert not any(hasattr(m, "alpha") for m in pio.modules())          # plain linear layers
+    assert not any(hasattr(m, "alpha") for m in pio.modules())  # plain linear layers
     assert any(hasattr(m, "alpha") for m in modfc.modules())
     assert not hasattr(pio.generator, "signatures") and not modfc.generator.use_signatures  # dense graph
     assert "generator.signatures" not in dict(frozen.named_parameters())  # frozen: not learnable
@@ -122,7 +127,9 @@ def test_dense_evaluation_kernel_equals_the_modfc_path(tiny_config):
 
 
 def test_conditional_nac_forward(tiny_config):
-    cfg = tiny_config(generator="conditional", cond_tokenizer={"kind": "sequence", "vocab_size": 20, "dim": 16, "max_length": 6})
+    cfg = tiny_config(
+        generator="conditional", cond_tokenizer={"kind": "sequence", "vocab_size": 20, "dim": 16, "max_length": 6}
+    )
     model = build_model(cfg)
     x = torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8)
     cond = torch.randint(1, 20, (2, 6))
@@ -145,8 +152,15 @@ def test_conditional_regularizer_is_off_by_default_and_per_sample_when_on(tiny_c
     off = build_model(tiny_config(generator="conditional", cond_tokenizer=cond_tok))
     assert off.prior_target is None and float(off.graph_regularizer(off.design(cond))) == 0.0
     torch.manual_seed(0)
-    on = build_model(tiny_config(generator="conditional", cond_tokenizer=cond_tok, generator_regularizer=True,
-                                 prior="planted_partition", prior_params={"n_blocks": 2}))
+    on = build_model(
+        tiny_config(
+            generator="conditional",
+            cond_tokenizer=cond_tok,
+            generator_regularizer=True,
+            prior="planted_partition",
+            prior_params={"n_blocks": 2},
+        )
+    )
     design = on.design(cond)
     reg = on.graph_regularizer(design)
     G = prior_target("planted_partition", 16, n_blocks=2)
@@ -157,18 +171,21 @@ def test_conditional_regularizer_is_off_by_default_and_per_sample_when_on(tiny_c
     assert on.generator.queries.grad.abs().sum() > 0
 
 
-@pytest.mark.parametrize("bad,match", [
-    (dict(variant="transformer"), "perceiver_io, modfc, frozen_graph, nac"),
-    (dict(prior="small_world"), "scale_free, planted_partition"),
-    (dict(d_model=30, heads=4), "not divisible"),
-    (dict(n_processor=0), "positive"),
-    (dict(eval_kernel="mean"), "expectation, threshold, sample, dense"),
-    (dict(truncation=2.5), "truncation"),
-    (dict(signature_init="orthogonal"), "prior, random"),
-    (dict(tokenizer={"kind": "vit"}), "conv32"),
-    (dict(generator="conditional"), "cond_tokenizer"),
-    (dict(generator_query_init=0.0), "generator_query_init"),
-])
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        (dict(variant="transformer"), "perceiver_io, modfc, frozen_graph, nac"),
+        (dict(prior="small_world"), "scale_free, planted_partition"),
+        (dict(d_model=30, heads=4), "not divisible"),
+        (dict(n_processor=0), "positive"),
+        (dict(eval_kernel="mean"), "expectation, threshold, sample, dense"),
+        (dict(truncation=2.5), "truncation"),
+        (dict(signature_init="orthogonal"), "prior, random"),
+        (dict(tokenizer={"kind": "vit"}), "conv32"),
+        (dict(generator="conditional"), "cond_tokenizer"),
+        (dict(generator_query_init=0.0), "generator_query_init"),
+    ],
+)
 def test_bad_config_is_rejected_with_the_valid_choices(bad, match, tiny_config):
     with pytest.raises(ValueError, match=match):
         tiny_config(**bad)
@@ -178,10 +195,16 @@ def test_other_tokenizers_run_through_the_model(tiny_config):
     cases = [
         ({"kind": "points", "dim": 16}, torch.randn(2, 50, 3), None),
         ({"kind": "sequence", "vocab_size": 30, "dim": 16, "max_length": 40}, torch.randint(1, 30, (2, 40)), True),
-        ({"kind": "convnext", "depths": [1, 1], "dims": [8, 16], "pos_dim": 8, "image_size": 32},
-         torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8), None),
-        ({"kind": "image_pair", "image": {"kind": "conv32", "dim": 16, "pos_dim": 4}},
-         torch.randint(0, 256, (2, 2, 3, 32, 32), dtype=torch.uint8), None),
+        (
+            {"kind": "convnext", "depths": [1, 1], "dims": [8, 16], "pos_dim": 8, "image_size": 32},
+            torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8),
+            None,
+        ),
+        (
+            {"kind": "image_pair", "image": {"kind": "conv32", "dim": 16, "pos_dim": 4}},
+            torch.randint(0, 256, (2, 2, 3, 32, 32), dtype=torch.uint8),
+            None,
+        ),
         ({"kind": "features", "d_feat": 12, "dim": 16}, torch.randn(2, 3, 12), None),
     ]
     for tok, x, masked in cases:

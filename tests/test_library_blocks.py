@@ -4,6 +4,7 @@ cross-entropy give the same outputs and gradients from the same weights and RNG 
 initial weights from the same seed, and models built either way have the same state_dict (keys,
 order, shapes, values) and load each other's checkpoints: the mini image NAC, the paper's
 Tiny-ImageNet NAC and its ConvNeXt tokenizer."""
+
 import copy
 from dataclasses import replace
 
@@ -96,8 +97,8 @@ def test_drop_path_same_mask_same_rng_stream(p):
     o_new, g_new, _, rng_new = _outputs_and_grads(new, x)
     assert torch.equal(o_ref == 0, o_new == 0) and 0 < int((o_new[:, 0, 0] == 0).sum()) < 64
     assert torch.equal(rng_ref, rng_new)
-    torch.testing.assert_close(o_new, o_ref, rtol=2 ** -23, atol=0)
-    torch.testing.assert_close(g_new, g_ref, rtol=2 ** -23, atol=0)
+    torch.testing.assert_close(o_new, o_ref, rtol=2**-23, atol=0)
+    torch.testing.assert_close(g_new, g_ref, rtol=2**-23, atol=0)
     for m in (ref, new):  # evaluation and p = 0: the identity, no RNG drawn
         m.eval()
         assert m(x) is x
@@ -115,7 +116,11 @@ def test_layer_scale_equal(init):
         assert new(x) is x and ref(x) is x and not list(new.parameters())
         return
     for a, b in zip(_outputs_and_grads(ref, x), _outputs_and_grads(new, x)):
-        assert (a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)) if isinstance(a, dict) else torch.equal(a, b)
+        assert (
+            (a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a))
+            if isinstance(a, dict)
+            else torch.equal(a, b)
+        )
 
 
 def _assert_same(ref: nn.Module, new: nn.Module, x: torch.Tensor) -> None:
@@ -186,7 +191,9 @@ def _both_ways(monkeypatch, build):
     return ref, build()
 
 
-@pytest.mark.parametrize("make", [_mini_nac, pytest.param(_tiny_inet_nac, marks=pytest.mark.slow)], ids=["mini", "tiny_inet"])
+@pytest.mark.parametrize(
+    "make", [_mini_nac, pytest.param(_tiny_inet_nac, marks=pytest.mark.slow)], ids=["mini", "tiny_inet"]
+)
 def test_models_same_state_dict_and_outputs(monkeypatch, make):
     """The NAC built before and after: the same state_dict keys, order, shapes and values (the
     signature fit shortened: it does not touch the blocks), the same logits, and a checkpoint of
@@ -225,8 +232,11 @@ def test_convnext_tokenizer_same_state_dict_outputs_and_gradients(monkeypatch, p
     """A ConvNeXt tokenizer (the paper's: 3/3/9 blocks, 96/192/384 channels, 64 px; or a small
     one), built both ways from one seed: the same state_dict, bitwise the same tokens and
     gradients."""
-    spec = (compose(["profile=paper"])["image"]["model"]["tokenizer"] if paper else
-            {"kind": "convnext", "depths": [1, 2], "dims": [8, 16], "pos_dim": 4, "image_size": 32})
+    spec = (
+        compose(["profile=paper"])["image"]["model"]["tokenizer"]
+        if paper
+        else {"kind": "convnext", "depths": [1, 2], "dims": [8, 16], "pos_dim": 4, "image_size": 32}
+    )
     assert spec["kind"] == "convnext"
     ref, new = _both_ways(monkeypatch, lambda: tokenizers.build_tokenizer(spec))
     x = torch.rand(2, 3, spec["image_size"], spec["image_size"], generator=torch.Generator().manual_seed(0))

@@ -5,6 +5,7 @@ one line naming the intact checkpoint, no traceback, a resumable checkpoint. Kil
 that launched a stage (``kill -9``, which nothing can forward) stops the stage and its workers
 within seconds; before the fix they went on training, reparented to PID 1.
 """
+
 import os
 import signal
 import subprocess
@@ -21,8 +22,10 @@ from nac.pipeline import lifeline
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
-LINE = ("toy-0: interrupted at epoch {e} after {s}/4 steps; the checkpoint of epoch {k} at {ckpt} is intact; "
-        "rerun to resume")
+LINE = (
+    "toy-0: interrupted at epoch {e} after {s}/4 steps; the checkpoint of epoch {k} at {ckpt} is intact; "
+    "rerun to resume"
+)
 
 
 def _env(**extra) -> dict:
@@ -36,7 +39,8 @@ def _env(**extra) -> dict:
 def _stage_script(tmp_path: Path, jobs: int, epochs: int = 400) -> Path:
     """A training stage as stages/train.py is one: ``run_stage`` around ``run_jobs`` of toy jobs."""
     script = tmp_path / "stage.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         from nac.pipeline.lifeline import run_stage
         from nac.pipeline.pool import run_jobs
         from test_placement import toy_job
@@ -47,7 +51,8 @@ def _stage_script(tmp_path: Path, jobs: int, epochs: int = 400) -> Path:
 
         if __name__ == "__main__":
             run_stage(main, "toy")
-    """))
+    """)
+    )
     return script
 
 
@@ -62,8 +67,9 @@ def _default_signals() -> None:
 def _wait_for(paths: list[Path], proc: subprocess.Popen, timeout: float = 300, log: Path | None = None) -> None:
     deadline = time.time() + timeout
     while not all(p.exists() for p in paths):
-        assert proc.poll() is None, (log.read_text()[-3000:] if log else
-                                     proc.communicate()[1][-3000:] if proc.stderr else "exited")
+        assert proc.poll() is None, (
+            log.read_text()[-3000:] if log else proc.communicate()[1][-3000:] if proc.stderr else "exited"
+        )
         assert time.time() < deadline, "training did not write its first checkpoint"
         time.sleep(0.05)
 
@@ -71,9 +77,15 @@ def _wait_for(paths: list[Path], proc: subprocess.Popen, timeout: float = 300, l
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
 def test_sigterm_and_sighup_stop_training_like_ctrl_c(tmp_path, sig):
     ckpt = tmp_path / "toy-0.pt"
-    proc = subprocess.Popen([sys.executable, str(_stage_script(tmp_path, jobs=1))], cwd=tmp_path,
-                            env=_env(NAC_WORKERS="1"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=_default_signals)
+    proc = subprocess.Popen(
+        [sys.executable, str(_stage_script(tmp_path, jobs=1))],
+        cwd=tmp_path,
+        env=_env(NAC_WORKERS="1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_default_signals,
+    )
     try:
         _wait_for([ckpt], proc)
         proc.send_signal(sig)
@@ -84,7 +96,9 @@ def test_sigterm_and_sighup_stop_training_like_ctrl_c(tmp_path, sig):
     assert "Traceback" not in err, err[-3000:]
     last = err.replace("\r", "\n").strip().splitlines()[-1]
     saved = torch.load(ckpt, weights_only=True)["epoch"]
-    assert last in {LINE.format(e=e, s=s, k=saved, ckpt=ckpt) for e in (saved + 1,) for s in range(5)}, last  # 4/4: stopped in the epoch-end evaluation
+    assert last in {LINE.format(e=e, s=s, k=saved, ckpt=ckpt) for e in (saved + 1,) for s in range(5)}, (
+        last
+    )  # 4/4: stopped in the epoch-end evaluation
 
 
 def _processes_of(root: psutil.Process) -> list[psutil.Process]:
@@ -97,9 +111,18 @@ def test_killing_the_launcher_stops_the_stage_and_its_workers(tmp_path):
     processes; ``kill -9`` of the launcher once both train; within seconds neither the stage nor a
     worker is left, the checkpoints load, and a rerun resumes them."""
     launcher = subprocess.Popen(
-        [sys.executable, "-c", "import subprocess, sys; sys.exit(subprocess.call([sys.executable, sys.argv[1]]))",
-         str(_stage_script(tmp_path, jobs=2, epochs=30))], cwd=tmp_path, env=_env(NAC_WORKERS="2", DVC_STAGE="train"),
-        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "stderr.txt", "w"), text=True)
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys; sys.exit(subprocess.call([sys.executable, sys.argv[1]]))",
+            str(_stage_script(tmp_path, jobs=2, epochs=30)),
+        ],
+        cwd=tmp_path,
+        env=_env(NAC_WORKERS="2", DVC_STAGE="train"),
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "stderr.txt", "w"),
+        text=True,
+    )
     ckpts = [tmp_path / "toy-0.pt", tmp_path / "toy-1.pt"]
     try:
         _wait_for(ckpts, launcher, log=tmp_path / "stderr.txt")
@@ -108,15 +131,18 @@ def test_killing_the_launcher_stops_the_stage_and_its_workers(tmp_path):
         launcher.send_signal(signal.SIGKILL)
         launcher.wait()
         gone, alive = psutil.wait_procs(tree, timeout=lifeline.HARD_STOP_S + 30)
-        assert not alive, (f"still running after the launcher died: {[p.cmdline() for p in alive]}\n"
-                           f"{(tmp_path / 'stderr.txt').read_text()[-6000:]}")
+        assert not alive, (
+            f"still running after the launcher died: {[p.cmdline() for p in alive]}\n"
+            f"{(tmp_path / 'stderr.txt').read_text()[-6000:]}"
+        )
     finally:
         for p in _processes_of(psutil.Process(launcher.pid)) if launcher.poll() is None else []:
             p.kill()
     epochs = [torch.load(c, weights_only=True)["epoch"] for c in ckpts]
     assert 1 <= min(epochs) and max(epochs) < 30, epochs
-    from nac.pipeline import pool
     from test_placement import toy_job
+
+    from nac.pipeline import pool
 
     out = pool.run_jobs(toy_job, [(0, str(tmp_path), 30)], device="cpu", desc="toy")
     assert out[0]["epochs_run"] == list(range(epochs[0] + 1, 31))  # resumed
@@ -146,8 +172,18 @@ def test_a_hung_stop_is_killed_with_its_children_after_the_hard_stop(tmp_path):
     second later (``hard_stop_s``) it has said where it hung and it and its child are gone."""
     log = tmp_path / "stderr.txt"
     launcher = subprocess.Popen(
-        [sys.executable, "-c", "import subprocess, sys; subprocess.Popen([sys.executable, '-c', sys.argv[1]]); "
-         "import time; time.sleep(600)", HUNG], env=_env(), stdout=subprocess.PIPE, stderr=open(log, "w"), text=True)
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys; subprocess.Popen([sys.executable, '-c', sys.argv[1]]); "
+            "import time; time.sleep(600)",
+            HUNG,
+        ],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=open(log, "w"),
+        text=True,
+    )
     try:
         child = psutil.Process(int(launcher.stdout.readline()))
         watched = psutil.Process(child.ppid())
@@ -174,7 +210,8 @@ def _repo_processes(repo: Path) -> list[psutil.Process]:
     return out
 
 
-@pytest.mark.slow  # 20-90 s (a dvc repro of two training jobs); the signal tests above cover the stop in the default run
+# 20-90 s (a dvc repro of two training jobs); the signal tests above cover the stop in the default run
+@pytest.mark.slow
 def test_kill_9_of_dvc_repro_leaves_no_trainer_and_a_resumable_checkpoint(tmp_path):
     """``dvc repro train_points`` (two jobs in two workers) in a temporary copy of the repository;
     ``kill -9`` of the dvc process once both jobs have a checkpoint; within seconds no process of
@@ -183,9 +220,10 @@ def test_kill_9_of_dvc_repro_leaves_no_trainer_and_a_resumable_checkpoint(tmp_pa
     import shutil
 
     import yaml
+    from test_pipeline import COPY
+    from test_pipeline import _env as pipeline_env
 
     from nac.compose import write_params
-    from test_pipeline import COPY, _env as pipeline_env
 
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -200,14 +238,26 @@ def test_kill_9_of_dvc_repro_leaves_no_trainer_and_a_resumable_checkpoint(tmp_pa
     params["points"]["train"]["epochs"] = 200  # still training when killed
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     env = pipeline_env(repo)
-    for cmd in (["git", "init", "-q"], [sys.executable, "-m", "dvc", "init", "-q"], ["git", "add", "-A"],
-                ["git", "-c", "user.name=test", "-c", "user.email=test@example.invalid", "commit", "-qm", "copy"]):
+    for cmd in (
+        ["git", "init", "-q"],
+        [sys.executable, "-m", "dvc", "init", "-q"],
+        ["git", "add", "-A"],
+        ["git", "-c", "user.name=test", "-c", "user.email=test@example.invalid", "commit", "-qm", "copy"],
+    ):
         subprocess.run(cmd, cwd=repo, env=env, check=True, capture_output=True)
     ckpts = [repo / "models/points" / f"{run}-0.pt" for run in params["points"]["runs"]]
-    log = tmp_path / "stderr.txt"  # a file, not a pipe: nobody reads a pipe while the stage runs, and a full one blocks it
+    log = (
+        tmp_path / "stderr.txt"
+    )  # a file, not a pipe: nobody reads a pipe while the stage runs, and a full one blocks it
     with open(log, "w") as err:
-        dvc = subprocess.Popen([sys.executable, "-m", "dvc", "repro", "train_points"], cwd=repo, env=env,
-                               stdout=subprocess.DEVNULL, stderr=err, text=True)
+        dvc = subprocess.Popen(
+            [sys.executable, "-m", "dvc", "repro", "train_points"],
+            cwd=repo,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            text=True,
+        )
     try:
         _wait_for(ckpts, dvc, timeout=600, log=log)
         trainers = [p for p in _repo_processes(repo) if p.pid != dvc.pid]
@@ -216,16 +266,22 @@ def test_kill_9_of_dvc_repro_leaves_no_trainer_and_a_resumable_checkpoint(tmp_pa
         dvc.wait()
         # the bound is the lifeline's hard stop: a graceful stop normally ends within seconds
         _, alive = psutil.wait_procs(trainers, timeout=lifeline.HARD_STOP_S + 30)
-        assert not alive, (f"still running after dvc was killed: {[p.cmdline() for p in alive]}\n"
-                           f"{log.read_text()[-6000:]}")
+        assert not alive, (
+            f"still running after dvc was killed: {[p.cmdline() for p in alive]}\n{log.read_text()[-6000:]}"
+        )
     finally:
         for p in _repo_processes(repo):
             p.kill()
     saved = {c.name: torch.load(c, weights_only=True)["epoch"] for c in ckpts}
     assert all(1 <= e < 200 for e in saved.values()), saved
-    rerun = subprocess.Popen([sys.executable, "stages/train_track.py", "points"], cwd=repo,
-                             env=dict(env, NAC_WORKERS="1"),  # in this process: its lines show
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    rerun = subprocess.Popen(
+        [sys.executable, "stages/train_track.py", "points"],
+        cwd=repo,
+        env=dict(env, NAC_WORKERS="1"),  # in this process: its lines show
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         seen, line = "", "-"
         while "resuming from" not in seen and line:
@@ -245,9 +301,10 @@ def test_kill_9_of_dvc_repro_leaves_no_trainer_and_a_resumable_checkpoint(tmp_pa
 def test_stopped_while_resuming_says_the_checkpoint_is_untouched(tmp_path, monkeypatch):
     """A stop signal that lands while a checkpoint is being resumed (before its epoch is known):
     the line says the checkpoint is untouched and a rerun resumes, not "no checkpoint was written"."""
+    from test_placement import toy_job
+
     from nac.training import resume
     from nac.training.errors import TrainingInterrupted
-    from test_placement import toy_job
 
     toy_job(0, str(tmp_path), epochs=1, progress=False)
     ckpt = tmp_path / "toy-0.pt"
@@ -259,6 +316,7 @@ def test_stopped_while_resuming_says_the_checkpoint_is_untouched(tmp_path, monke
     monkeypatch.setattr(resume, "load_checkpoint", interrupted)
     with pytest.raises(TrainingInterrupted) as err:
         toy_job(0, str(tmp_path), epochs=2, progress=False)
-    assert err.value.code == (f"toy-0: interrupted before the first step; the checkpoint at {ckpt} is untouched; "
-                              "rerun to resume")
+    assert err.value.code == (
+        f"toy-0: interrupted before the first step; the checkpoint at {ckpt} is untouched; rerun to resume"
+    )
     assert ckpt.read_bytes() == before

@@ -2,6 +2,7 @@
 there, labels copied non-blocking, the EMA as foreach ops), and the guarantees kept: a
 non-finite step still stops training before a checkpoint is written, the EMA gives PyTorch's
 bits."""
+
 import copy
 import sys
 from pathlib import Path
@@ -46,8 +47,7 @@ def _syncs_in_fit(tiny_config, steps: int) -> int:
             m.attn_impl = "sdpa"
     data = Quadrants(8 * steps, 0)
     with SyncOps() as ops:
-        fit(model, data, None, small_train(epochs=1, batch_size=8, ema=0.9, adamw="fused"),
-            progress=False)
+        fit(model, data, None, small_train(epochs=1, batch_size=8, ema=0.9, adamw="fused"), progress=False)
     return ops.n
 
 
@@ -62,8 +62,9 @@ def test_a_training_step_has_no_host_sync(tiny_config, monkeypatch):
 def test_ema_update_is_bitwise_pytorchs(tiny_config):
     torch.manual_seed(0)
     model = build_model(tiny_config(num_classes=4))
-    ref = torch.optim.swa_utils.AveragedModel(model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(0.9),
-                                              use_buffers=True)
+    ref = torch.optim.swa_utils.AveragedModel(
+        model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(0.9), use_buffers=True
+    )
     ours = copy.deepcopy(ref)
     groups = ema_groups(ours, model)
     for i in range(4):
@@ -77,7 +78,9 @@ def test_ema_update_is_bitwise_pytorchs(tiny_config):
         assert torch.equal(a, b), k
 
 
-@pytest.mark.parametrize("sync_every", [1, pytest.param(1000, marks=pytest.mark.slow)])   # read every step / at epoch end
+@pytest.mark.parametrize(
+    "sync_every", [1, pytest.param(1000, marks=pytest.mark.slow)]
+)  # read every step / at epoch end
 def test_non_finite_loss_mid_epoch_stops_before_the_checkpoint(tmp_path, tiny_config, monkeypatch, sync_every):
     """The record is read every SYNC_EVERY steps or at the epoch end; either way the error names
     the step that went wrong and nothing is saved after it."""
@@ -90,6 +93,7 @@ def test_non_finite_loss_mid_epoch_stops_before_the_checkpoint(tmp_path, tiny_co
         calls.append(1)
         out = orig(*a, **k)
         return out * float("nan") if len(calls) == 5 else out  # epoch 2, step 2 of 3
+
     monkeypatch.setattr(loop.F, "cross_entropy", poisoned)
     with pytest.raises(NonFiniteLossError, match=r"epoch 2, step 2;.*last good checkpoint is kept at .* \(epoch 1\)"):
         fit(model, Quadrants(48, 0), None, small_train(epochs=3), checkpoint=ckpt, progress=False)
@@ -107,6 +111,7 @@ def test_non_finite_weight_stops_before_the_checkpoint(tmp_path, tiny_config, mo
         if len(steps) == 2:  # epoch 1, step 2
             with torch.no_grad():
                 optimizer.param_groups[0]["params"][0].fill_(float("nan"))
+
     handle = register_optimizer_step_post_hook(blow_up)
     try:
         with pytest.raises(NonFiniteWeightsError, match=r"epoch 1, step 2 "):

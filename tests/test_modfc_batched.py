@@ -12,6 +12,7 @@ operations, but ``W_c c`` runs as one product with every ``W_c`` stacked, and it
 the code's gradient over all the ModFCs in one product instead of accumulating one product per
 ModFC, so the summation order (and BLAS blocking) differs in the last bits.
 """
+
 import copy
 
 import pytest
@@ -91,8 +92,9 @@ def _assert_same(a, b):
         assert (ga is None) == (gb is None), name
         if ga is not None:
             scale = max(float(ga.abs().max()), float(gb.abs().max()))
-            torch.testing.assert_close(ga, gb, rtol=1e-5, atol=max(1e-5 * scale, floor),
-                                       msg=lambda m, n=name: f"{n}: {m}")
+            torch.testing.assert_close(
+                ga, gb, rtol=1e-5, atol=max(1e-5 * scale, floor), msg=lambda m, n=name: f"{n}: {m}"
+            )
 
 
 @pytest.mark.parametrize("train", [True, False])
@@ -119,6 +121,7 @@ def test_batched_modulation_is_used_and_covers_every_modfc():
         def spy(self, code, _orig=orig):
             calls.append(self.modulation_key)
             return _orig(self, code)
+
         ModFC.modulation = spy
         try:
             model(x)
@@ -143,6 +146,7 @@ def _count(model, impl, x, op=None) -> int:
             if op is None or func._overloadpacket.__name__ == op:
                 n[0] += 1
             return func(*args, **(kwargs or {}))
+
     model.modulation_impl = impl
     with Count():
         model(x).sum().backward()
@@ -216,8 +220,15 @@ def test_dropped_modules_batched_equals_per_layer(kw):
 def test_batched_modulations_on_its_own():
     """``batched_modulations`` for ModFCs of mixed widths and forms, unbatched and per-sample codes."""
     torch.manual_seed(0)
-    fcs = torch.nn.ModuleDict({"a": ModFC(6, 5, 4), "b": ModFC(7, 3, 4), "c": ModFC(6, 2, 4),
-                               "d": ModFC(6, 2, 4, norm_affine=True), "e": ModFC(7, 2, 4, gain="ln_only")})
+    fcs = torch.nn.ModuleDict(
+        {
+            "a": ModFC(6, 5, 4),
+            "b": ModFC(7, 3, 4),
+            "c": ModFC(6, 2, 4),
+            "d": ModFC(6, 2, 4, norm_affine=True),
+            "e": ModFC(7, 2, 4, gain="ln_only"),
+        }
+    )
     name_modfcs(fcs)
     with torch.no_grad():
         fcs["d"].code_norm.weight.normal_()

@@ -1,6 +1,7 @@
 """Modular Networks baseline (Kirsch et al. 2018): shapes, summed modules, generalized Viterbi EM
 (the E-step never lowers a*'s score), a* in the checkpoint (exact resume), evaluation by the
 controller's mode, and the training loop's generic hook."""
+
 import json
 import sys
 from pathlib import Path
@@ -22,23 +23,41 @@ from test_overfit import Quadrants, quadrant_batch  # noqa: E402
 
 
 def tiny_config(**kw):
-    base = dict(num_classes=4, image_size=32, conv_layers=[4, 4], pool_after=[0, 1], dense_layers=[8],
-                modules_per_layer=3, k=2, e_step_every=2, samples=4, dataset_size=32)
+    base = dict(
+        num_classes=4,
+        image_size=32,
+        conv_layers=[4, 4],
+        pool_after=[0, 1],
+        dense_layers=[8],
+        modules_per_layer=3,
+        k=2,
+        e_step_every=2,
+        samples=4,
+        dataset_size=32,
+    )
     base.update(kw)
     return ModularNetworkConfig(**base)
 
 
 def train_cfg(**kw):
-    base = dict(epochs=2, batch_size=8, lr=3e-3, warmup_epochs=0, min_lr=1e-4, label_smoothing=0.0, augment=False,
-                seed=0)
+    base = dict(
+        epochs=2, batch_size=8, lr=3e-3, warmup_epochs=0, min_lr=1e-4, label_smoothing=0.0, augment=False, seed=0
+    )
     base.update(kw)
     return TrainConfig(**base)
 
 
 def test_config_defaults_roundtrip_and_validation():
     c = ModularNetworkConfig()
-    assert (c.variant, c.conv_layers, c.kernel_size, c.modules_per_layer, c.k, c.e_step_every, c.samples) == \
-        ("modular_network", [8, 8, 8, 8], 3, 5, 1, 10, 10)
+    assert (c.variant, c.conv_layers, c.kernel_size, c.modules_per_layer, c.k, c.e_step_every, c.samples) == (
+        "modular_network",
+        [8, 8, 8, 8],
+        3,
+        5,
+        1,
+        10,
+        10,
+    )
     d = json.loads(json.dumps(c.to_dict()))
     assert ModularNetworkConfig.from_dict(d) == c
     with pytest.raises(ValueError, match="unknown"):
@@ -48,7 +67,7 @@ def test_config_defaults_roundtrip_and_validation():
     m = ModularNetwork(ModularNetworkConfig(dataset_size=7))
     assert m.best_selection.shape == (7, 4, 1) and m.best_selection.dtype == torch.long
     assert int(m.best_selection.min()) >= 0 and int(m.best_selection.max()) < 5
-    assert m.layers[0].weight.shape == (5, 3, 3, 3, 8)   # [M, kh, kw, cin, cout]
+    assert m.layers[0].weight.shape == (5, 3, 3, 3, 8)  # [M, kh, kw, cin, cout]
 
 
 def test_shapes_finite_grads_and_determinism():
@@ -65,8 +84,9 @@ def test_shapes_finite_grads_and_determinism():
     model.train()
     idx = torch.arange(12)
     with torch.no_grad():
-        model.best_selection[idx] = (idx[:, None, None] + torch.arange(2)[None, None, :]) % 3 * torch.ones(1, 3, 1,
-                                                                                                          dtype=torch.long)
+        model.best_selection[idx] = (
+            (idx[:, None, None] + torch.arange(2)[None, None, :]) % 3 * torch.ones(1, 3, 1, dtype=torch.long)
+        )
     logits, loss = model.training_loss({"inputs": x}, y, idx, step=1)
     assert logits.shape == (12, 4) and torch.isfinite(loss)
     loss.backward()
@@ -84,13 +104,22 @@ def test_k_module_outputs_are_summed():
     nn.init.normal_(conv.bias)
     x = torch.randn(5, 3, 8, 8)
     sel = torch.tensor([[0, 1], [2, 2], [1, 0], [2, 1], [0, 0]])
-    want = torch.stack([sum(F.relu(F.conv2d(x[b:b + 1], conv.module_weight(int(m)), conv.bias[int(m)], padding=1))[0]
-                            for m in sel[b]) for b in range(5)])
+    want = torch.stack(
+        [
+            sum(
+                F.relu(F.conv2d(x[b : b + 1], conv.module_weight(int(m)), conv.bias[int(m)], padding=1))[0]
+                for m in sel[b]
+            )
+            for b in range(5)
+        ]
+    )
     assert torch.allclose(conv(x, sel), want, atol=1e-5)
     dense = DenseModules(num_modules=3, k=2, d_in=6, d_out=4)
     nn.init.normal_(dense.bias)
     h = torch.randn(5, 6)
-    want = torch.stack([sum(F.relu(h[b] @ dense.weight[int(m)] + dense.bias[int(m)]) for m in sel[b]) for b in range(5)])
+    want = torch.stack(
+        [sum(F.relu(h[b] @ dense.weight[int(m)] + dense.bias[int(m)]) for m in sel[b]) for b in range(5)]
+    )
     assert torch.allclose(dense(h, sel), want, atol=1e-5)
 
 
@@ -109,11 +138,11 @@ def test_e_step_never_lowers_the_stored_score():
         assert torch.allclose(res["new"], after, atol=1e-4)
         assert (after >= before - 1e-4).all(), (after - before).min()
         improved += int((after > before + 1e-4).sum())
-        _, loss = model.training_loss({"inputs": x}, y, idx, step=1)   # an M-step in between (changes the scores)
+        _, loss = model.training_loss({"inputs": x}, y, idx, step=1)  # an M-step in between (changes the scores)
         opt.zero_grad()
         loss.backward()
         opt.step()
-    assert improved > 0   # the E-step did replace some a*
+    assert improved > 0  # the E-step did replace some a*
 
 
 def test_evaluation_uses_the_controller_mode_not_a_star():
@@ -133,7 +162,7 @@ def test_evaluation_uses_the_controller_mode_not_a_star():
         model.best_selection.copy_(torch.randint(0, 3, model.best_selection.shape))
     assert torch.equal(model(x), logits)
     model.train()
-    assert torch.equal(model(x), logits)   # plain forward in train mode: the mode too
+    assert torch.equal(model(x), logits)  # plain forward in train mode: the mode too
     data = [{"input": x[i], "label": y[i]} for i in range(16)]
     assert torch.allclose(torch.from_numpy(predict(model, data, batch_size=16)["logits"]), logits)
     stats = model.selection_entropy(x)
@@ -157,15 +186,22 @@ def test_a_star_survives_checkpoint_and_resume_bit_exactly(tmp_path):
 
     torch.manual_seed(0)
     with pytest.raises(Interrupt):
-        fit(ModularNetwork(tiny_config()), train, val, cfg, checkpoint=tmp_path / "b.pt", progress=False,
-            on_epoch_end=stop_after_first)
+        fit(
+            ModularNetwork(tiny_config()),
+            train,
+            val,
+            cfg,
+            checkpoint=tmp_path / "b.pt",
+            progress=False,
+            on_epoch_end=stop_after_first,
+        )
     ckpt = load_checkpoint(tmp_path / "b.pt")
     assert ckpt["epoch"] == 1 and ckpt["model"]["best_selection"].shape == (32, 3, 2)
-    torch.manual_seed(123)   # another process state: the resume must not depend on it
+    torch.manual_seed(123)  # another process state: the resume must not depend on it
     resumed_model = ModularNetwork(tiny_config())
     resumed = fit(resumed_model, train, val, cfg, checkpoint=tmp_path / "b.pt", progress=False)
     assert resumed["history"] == full["history"]
-    assert not torch.equal(full_model.best_selection, init)   # the E-steps changed a*
+    assert not torch.equal(full_model.best_selection, init)  # the E-steps changed a*
     a, b = full_model.state_dict(), resumed_model.state_dict()
     assert a.keys() == b.keys()
     for k in a:
@@ -219,5 +255,5 @@ def test_training_loss_hook_receives_indices_and_the_global_step():
     out = fit(Spy(tiny_config()), train, None, train_cfg(epochs=1, label_smoothing=0.1), progress=False)
     assert [c[1] for c in calls] == [0, 1, 2, 3]
     assert all(c[2] == 0.1 for c in calls)
-    assert sorted(torch.cat([c[0] for c in calls]).tolist()) == list(range(32))   # one epoch: every example once
+    assert sorted(torch.cat([c[0] for c in calls]).tolist()) == list(range(32))  # one epoch: every example once
     assert out["final"]["train_reg"] == 0.0 and out["final"]["train_loss"] > 0

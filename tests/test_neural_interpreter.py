@@ -1,4 +1,5 @@
 """Neural Interpreters baseline (nac.baselines.neural_interpreter) against direct implementations."""
+
 from __future__ import annotations
 
 import math
@@ -9,17 +10,37 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import nac.circuits.kernel as nac_kernel
-from nac.baselines.neural_interpreter import (LOC, Interpreter, ModAttn, ModLin, NeuralInterpreter,
-                                              NeuralInterpreterConfig, Script, aggregate_streams,
-                                              build_neural_interpreter, normalize_compatibilities,
-                                              truncated_kernel)
+from nac.baselines.neural_interpreter import (
+    LOC,
+    Interpreter,
+    ModAttn,
+    ModLin,
+    NeuralInterpreter,
+    NeuralInterpreterConfig,
+    Script,
+    aggregate_streams,
+    build_neural_interpreter,
+    normalize_compatibilities,
+    truncated_kernel,
+)
 
 B, V, D, DC, U = 2, 5, 8, 6, 3
 
 
 def small_config(**kw) -> NeuralInterpreterConfig:
-    base = dict(num_classes=4, tokenizer={"kind": "conv32", "dim": 16, "pos_dim": 8}, d_model=16, d_type=8,
-                d_code=12, n_functions=3, n_scripts=2, n_iterations=2, loc_layers=1, heads=2, mlp_mult=1.0)
+    base = dict(
+        num_classes=4,
+        tokenizer={"kind": "conv32", "dim": 16, "pos_dim": 8},
+        d_model=16,
+        d_type=8,
+        d_code=12,
+        n_functions=3,
+        n_scripts=2,
+        n_iterations=2,
+        loc_layers=1,
+        heads=2,
+        mlp_mult=1.0,
+    )
     base.update(kw)
     return NeuralInterpreterConfig(**base)
 
@@ -57,9 +78,17 @@ def test_modlin_formula():
     torch.manual_seed(0)
     m = ModLin(D, 7, DC)
     x, c = torch.randn(B, U, V, D), torch.randn(U, DC)
-    direct = torch.stack([F.linear(x[:, u] * F.layer_norm(c[u] @ m.cond.weight.T, (D,), m.cond_norm.weight,
-                                                          m.cond_norm.bias), m.linear.weight, m.linear.bias)
-                          for u in range(U)], dim=1)
+    direct = torch.stack(
+        [
+            F.linear(
+                x[:, u] * F.layer_norm(c[u] @ m.cond.weight.T, (D,), m.cond_norm.weight, m.cond_norm.bias),
+                m.linear.weight,
+                m.linear.bias,
+            )
+            for u in range(U)
+        ],
+        dim=1,
+    )
     torch.testing.assert_close(m(x, c), direct)
 
 
@@ -74,7 +103,7 @@ def test_modattn_with_unit_compatibility_is_plain_attention():
     attn = ModAttn(D, DC, heads=H, head_dim=3)
     x, c = torch.randn(B, U, V, D), torch.randn(U, DC)
     out = attn(x, c, torch.ones(B, U, V))
-    q = _proj(attn.query, x, c).unflatten(-1, (H, 3)).transpose(2, 3)     # [B, U, H, V, 3]
+    q = _proj(attn.query, x, c).unflatten(-1, (H, 3)).transpose(2, 3)  # [B, U, H, V, 3]
     k = _proj(attn.key, x, c).unflatten(-1, (H, 3)).transpose(2, 3)
     v = _proj(attn.value, x, c).unflatten(-1, (H, D // H)).transpose(2, 3)
     y = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(3), dim=-1) @ v
@@ -133,7 +162,7 @@ def test_interpreter_is_eq11_over_the_loc_stack():
         streams = loc(streams, codes, C)
     torch.testing.assert_close(interp(x, codes, C), x + (C.unsqueeze(-1) * streams).sum(1))
     C0 = C.clone()
-    C0[:, :, 3] = 0.0                                  # no function accepts x_3: y_3 = x_3
+    C0[:, :, 3] = 0.0  # no function accepts x_3: y_3 = x_3
     torch.testing.assert_close(interp(x, codes, C0)[:, 3], x[:, 3], rtol=0, atol=0)
 
 
@@ -142,7 +171,7 @@ def test_kernel_is_nacs_and_truncation_gives_exact_zeros(monkeypatch):
     torch.manual_seed(0)
     s = F.normalize(torch.randn(U, 4), dim=-1)
     t = F.normalize(torch.randn(B, V, 4), dim=-1)
-    t[0, 0] = -s[0]                                    # distance 2 > truncation: cut
+    t[0, 0] = -s[0]  # distance 2 > truncation: cut
     K = truncated_kernel(s, t, 1.0, 0.5)
     d = 1 - torch.einsum("ud,bvd->buv", s, t)
     torch.testing.assert_close(K, torch.where(d > 0.5, torch.zeros(()), torch.exp(-d)))
@@ -163,7 +192,7 @@ def test_kernel_is_nacs_and_truncation_gives_exact_zeros(monkeypatch):
     C = script.type_matching(torch.randn(B, V, 16))
     assert calls and calls[0]["truncation"] == 0.3 and C.shape == (B, 3, V)
     assert isinstance(script.bandwidth, nn.Parameter) and script.bandwidth.item() == 1.0
-    assert "functions.0.signatures" not in dict(script.named_parameters())     # frozen: a buffer
+    assert "functions.0.signatures" not in dict(script.named_parameters())  # frozen: a buffer
     assert "functions.0.signatures" in script.state_dict()
 
 
@@ -178,7 +207,7 @@ def test_model_forward_backward_conv32():
     assert model.design() is None and model.graph_regularizer(None).shape == () and model.graph_regularizer() == 0
     (logits.square().mean() + model.graph_regularizer()).backward()
     names = [n for n, p in model.named_parameters() if p.requires_grad]
-    assert not any("signatures" in n for n in names)   # frozen at initialisation by default
+    assert not any("signatures" in n for n in names)  # frozen at initialisation by default
     for n, p in model.named_parameters():
         assert p.grad is not None, n
         assert torch.isfinite(p.grad).all(), n
@@ -217,7 +246,7 @@ def test_model_sequence_tokenizer_with_mask():
     out = model(ids, mask=mask)
     assert out.shape == (2, 4) and torch.isfinite(out).all()
     ids2 = ids.clone()
-    ids2[0, 6:] = 7                                      # change only padded tokens: same output
+    ids2[0, 6:] = 7  # change only padded tokens: same output
     torch.testing.assert_close(model(ids2, mask=mask)[0], out[0])
     model.train()
     model(ids, mask=mask).sum().backward()
@@ -233,8 +262,14 @@ def test_finetune_new_head_new_functions_and_frozen_old_parameters():
     assert model.config.added_functions == [2] and model.config.n_cls_tokens == 2
     assert model.head is not old_head and all(not p.requires_grad for p in old_params)
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
-    assert trainable == {"cls_tokens.1", "scripts.0.functions.1.codes", "head.norm.weight", "head.norm.bias",
-                         "head.linear.weight", "head.linear.bias"}
+    assert trainable == {
+        "cls_tokens.1",
+        "scripts.0.functions.1.codes",
+        "head.norm.weight",
+        "head.norm.bias",
+        "head.linear.weight",
+        "head.linear.bias",
+    }
     x = images(2)
     logits = model(x)
     assert logits.shape == (2, 7)

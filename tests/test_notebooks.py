@@ -1,6 +1,7 @@
 """The notebooks in notebooks/: paired .py/.ipynb kept in sync and committed without outputs; the
 execution helper (nac.report.notebooks) on tiny generated notebooks. The real notebooks are
 executed by the pipeline's `notebooks` stage (smoke pipeline test)."""
+
 from pathlib import Path
 
 import jupytext
@@ -26,10 +27,12 @@ def test_paired_notebook_in_sync(source):
     paired = source.with_suffix(".ipynb")
     assert paired.exists(), f"{source.name} has no paired {paired.name}; run `jupytext --sync {source}`"
     script = jupytext.read(source)
-    assert script.metadata.get("jupytext", {}).get("formats") == "ipynb,py:percent", \
+    assert script.metadata.get("jupytext", {}).get("formats") == "ipynb,py:percent", (
         f"{source.name}: header must pair formats 'ipynb,py:percent'"
-    assert _cells(nbformat.read(paired, as_version=4)) == _cells(script), \
+    )
+    assert _cells(nbformat.read(paired, as_version=4)) == _cells(script), (
         f"{paired.name} differs from {source.name}; run `jupytext --sync {source}`"
+    )
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
@@ -37,11 +40,12 @@ def test_paired_notebook_has_no_outputs(source):
     nb = nbformat.read(source.with_suffix(".ipynb"), as_version=4)
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "code":
-            assert not cell.outputs and cell.execution_count is None, \
+            assert not cell.outputs and cell.execution_count is None, (
                 f"{source.with_suffix('.ipynb').name} cell {i} carries outputs; clear them before committing"
+            )
 
 
-TINY = '''# %% [markdown]
+TINY = """# %% [markdown]
 # # A tiny notebook
 
 # %%
@@ -49,7 +53,7 @@ import os
 import nac  # the kernel runs this interpreter, so the package imports
 
 print("hello from", os.path.basename(os.getcwd()))
-'''
+"""
 
 
 def test_execute_writes_ipynb_and_html(tmp_path):

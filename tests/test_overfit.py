@@ -1,4 +1,5 @@
 """A tiny NAC learns: it overfits a small fixed batch of a synthetic task on CPU."""
+
 import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
@@ -14,7 +15,7 @@ def quadrant_batch(n: int = 32, seed: int = 0):
     for i in range(n):
         r, c = divmod(int(y[i]), 2)
         oy, ox = torch.randint(0, 8, (2,), generator=g).tolist()
-        x[i, :, 16 * r + oy: 16 * r + oy + 8, 16 * c + ox: 16 * c + ox + 8] = 255
+        x[i, :, 16 * r + oy : 16 * r + oy + 8, 16 * c + ox : 16 * c + ox + 8] = 255
     return x, y
 
 
@@ -29,6 +30,7 @@ class Quadrants(Dataset):
 
     def __getitem__(self, i):
         return {"input": self.x[i], "label": self.y[i]}
+
 
 def test_tiny_nac_overfits_a_fixed_batch(tiny_config):
     torch.manual_seed(0)

@@ -7,6 +7,7 @@ The whole file takes about 55 s on 2 CPU cores (24 tests, the largest the 640-mo
 39 M parameters, ~10 s), so it is marked ``slow``: out of the default run, which stays under 5
 minutes; ``.ci/run`` runs it after the default run (``python -m pytest -m slow``).
 """
+
 import time
 
 import pytest
@@ -30,11 +31,23 @@ def _info():
     clip_dim = 512  # CLIP ViT-B-32 (data.nlvr2.clip_model) embeds images and text in 512 dims
     assert data["nlvr2"]["clip_model"] == "ViT-B-32"
     return {
-        "points": {"num_classes": 40, "input_kind": "points", "input_shape": [int(data["modelnet40"]["num_points"]), 3]},
-        "listops": {"num_classes": 10, "input_kind": "tokens", "vocab_size": len(VOCAB),
-                    "input_shape": [int(data["lra_listops"]["max_length"])]},
-        "text": {"num_classes": 2, "input_kind": "bytes", "vocab_size": VOCAB_SIZE,
-                 "input_shape": [int(data["imdb_bytes"]["max_length"])]},
+        "points": {
+            "num_classes": 40,
+            "input_kind": "points",
+            "input_shape": [int(data["modelnet40"]["num_points"]), 3],
+        },
+        "listops": {
+            "num_classes": 10,
+            "input_kind": "tokens",
+            "vocab_size": len(VOCAB),
+            "input_shape": [int(data["lra_listops"]["max_length"])],
+        },
+        "text": {
+            "num_classes": 2,
+            "input_kind": "bytes",
+            "vocab_size": VOCAB_SIZE,
+            "input_shape": [int(data["imdb_bytes"]["max_length"])],
+        },
         "nlvr": {"num_classes": 2, "input_kind": "features", "input_shape": [2, clip_dim], "cond_shape": [clip_dim]},
     }
 
@@ -49,7 +62,7 @@ def _inputs(kind: str, info: dict, g: torch.Generator) -> dict:
         L = info["input_shape"][0]
         ids = torch.randint(1, info["vocab_size"], (BATCH, L), generator=g)
         mask = torch.ones(BATCH, L, dtype=torch.bool)
-        mask[1, L // 2:] = False  # the second sequence padded to half the length
+        mask[1, L // 2 :] = False  # the second sequence padded to half the length
         return {"inputs": ids.masked_fill(~mask, 0), "mask": mask}
     kw = {"inputs": torch.randn(BATCH, *info["input_shape"], generator=g)}  # CLIP features
     if kind == "features":  # the conditional NAC: the image pair and the sentence
@@ -81,8 +94,11 @@ def _one_step(config, kind: str, info: dict) -> dict:
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
-    graded = {n for n, p in model.named_parameters() if p.requires_grad and p.grad is not None
-              and bool(p.grad.abs().sum() > 0)}
+    graded = {
+        n
+        for n, p in model.named_parameters()
+        if p.requires_grad and p.grad is not None and bool(p.grad.abs().sum() > 0)
+    }
     assert graded, "no parameter received a gradient"
     unchanged = [n for n, p in model.named_parameters() if n in graded and torch.equal(p.detach(), before[n])]
     assert not unchanged, f"parameters with a gradient did not change: {unchanged[:5]}"
@@ -91,8 +107,10 @@ def _one_step(config, kind: str, info: dict) -> dict:
 
 
 def _report(name, out):
-    print(f"\n{name}: {out['params'] / 1e6:.1f} M parameters, built in {out['build_s']:.1f} s, "
-          f"one step in {out['step_s']:.1f} s")
+    print(
+        f"\n{name}: {out['params'] / 1e6:.1f} M parameters, built in {out['build_s']:.1f} s, "
+        f"one step in {out['step_s']:.1f} s"
+    )
 
 
 @pytest.mark.parametrize("run", PARAMS["image"]["ladder"])
@@ -136,8 +154,10 @@ def test_fewshot_imagenet_pretrain_model_takes_a_step(run):
         cfg.update(variant="nac", **prior_settings(PARAMS))
     size = int(PARAMS["data"]["imagenet"]["image_size"])
     assert size == 224 and pre["model"]["tokenizer"]["image_size"] == 224
-    _report(f"fewshot pretrain {run}", _one_step(ModelConfig.from_dict(cfg), "image", {"num_classes": 1000,
-                                                                                       "image_size": size}))
+    _report(
+        f"fewshot pretrain {run}",
+        _one_step(ModelConfig.from_dict(cfg), "image", {"num_classes": 1000, "image_size": size}),
+    )
 
 
 @pytest.mark.parametrize("run", ["nac-scale_free", "modular_network"])
@@ -165,8 +185,9 @@ def test_image_train_config_with_its_augmentation_recipe_takes_a_step(run):
 
     base = image_train_config(PARAMS, seed=0)
     assert base.augment == AUTHORS_TINYIMAGENET
-    cfg = TrainConfig.from_dict(dict(base.to_dict(), epochs=1, batch_size=2, warmup_epochs=0, num_workers=0,
-                                     device="cpu"))
+    cfg = TrainConfig.from_dict(
+        dict(base.to_dict(), epochs=1, batch_size=2, warmup_epochs=0, num_workers=0, device="cpu")
+    )
     torch.manual_seed(0)
     model = build_model(image_model_config(PARAMS, run, seed=0, num_classes=200))
     before = [p.detach().clone() for p in model.parameters()]

@@ -1,4 +1,5 @@
 """params.yaml is the default composition of conf/; bad configs are rejected before any work."""
+
 import copy
 from pathlib import Path
 
@@ -16,8 +17,10 @@ def test_committed_params_yaml_is_the_default_composition():
     assert committed == compose([]), "params.yaml is stale: run `python -m nac.compose` and commit it"
 
 
-@pytest.mark.parametrize("overrides", [[], ["profile=smoke"], ["profile=paper"], ["prior=ring_of_cliques"],
-                                       ["profile=smoke", "prior=erdos_renyi"]])
+@pytest.mark.parametrize(
+    "overrides",
+    [[], ["profile=smoke"], ["profile=paper"], ["prior=ring_of_cliques"], ["profile=smoke", "prior=erdos_renyi"]],
+)
 def test_every_group_choice_composes_and_validates(overrides):
     params = compose(overrides)
     validate(params)
@@ -64,17 +67,20 @@ def _broken(path: str, value):
     return params
 
 
-@pytest.mark.parametrize("path,value,match", [
-    ("image.model.heads", 3, "not divisible"),
-    ("image.model.n_processor", 0, "positive"),
-    ("image.train.batch_size", 0, "batch_size"),
-    ("image.train.warmup_epochs", 99, "warmup_epochs"),
-    ("image.ladder", ["nac-small_world"], "valid: perceiver_io"),
-    ("seeds", [], "seeds"),
-    ("prune.dropped_fraction", [0.0, 1.0], r"\[0, 1\)"),
-    ("data.shapes.n_trian", 5, "unknown params"),
-    ("image.ood_dataset", "cifar10", "not in data.datasets"),
-])
+@pytest.mark.parametrize(
+    "path,value,match",
+    [
+        ("image.model.heads", 3, "not divisible"),
+        ("image.model.n_processor", 0, "positive"),
+        ("image.train.batch_size", 0, "batch_size"),
+        ("image.train.warmup_epochs", 99, "warmup_epochs"),
+        ("image.ladder", ["nac-small_world"], "valid: perceiver_io"),
+        ("seeds", [], "seeds"),
+        ("prune.dropped_fraction", [0.0, 1.0], r"\[0, 1\)"),
+        ("data.shapes.n_trian", 5, "unknown params"),
+        ("image.ood_dataset", "cifar10", "not in data.datasets"),
+    ],
+)
 def test_impossible_values_are_rejected_naming_the_key(path, value, match):
     with pytest.raises((ParamsError, ValueError), match=match):
         validate(_broken(path, value))
@@ -90,7 +96,9 @@ def test_conf_prior_group_is_the_code_s_priors():
     files = {p.stem: yaml.safe_load(p.read_text()) for p in (ROOT / "conf" / "prior").glob("*.yaml")}
     assert sorted(files) == sorted(PRIORS)
     for name, group in files.items():
-        assert group == {"name": name, "params": PRIOR_DEFAULTS[name]}, f"conf/prior/{name}.yaml differs from PRIOR_DEFAULTS"
+        assert group == {"name": name, "params": PRIOR_DEFAULTS[name]}, (
+            f"conf/prior/{name}.yaml differs from PRIOR_DEFAULTS"
+        )
 
 
 def test_composer_help_lists_groups_and_print_writes_nothing(tmp_path, capsys, monkeypatch):

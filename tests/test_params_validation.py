@@ -1,5 +1,6 @@
 """Every stage rejects a bad params.yaml before any work, naming the key and the fix; the composer
 never leaves an invalid params.yaml behind (issue "Reliability: no silent wrong numbers")."""
+
 import copy
 import os
 import time
@@ -44,31 +45,63 @@ def _with_line(lineno: int, line: str) -> str:
 
 # (id, params.yaml text, or overrides for the composer, and the message the user sees)
 DEFECTS = [
-    ("string-number", _text(**{"image.train.lr": "LR"}).replace("lr: LR", "lr: 1e-3"),  # as a user types it
-     r"image\.train\.lr='1e-3' is a string: YAML reads 1e-3 as text .*; write 1\.0e-3"),
-    ("quoted-int", _text(**{"image.train.epochs": "5"}),
-     r"image\.train\.epochs='5' is a string, not a number: remove the quotes \(write 5\)"),
+    (
+        "string-number",
+        _text(**{"image.train.lr": "LR"}).replace("lr: LR", "lr: 1e-3"),  # as a user types it
+        r"image\.train\.lr='1e-3' is a string: YAML reads 1e-3 as text .*; write 1\.0e-3",
+    ),
+    (
+        "quoted-int",
+        _text(**{"image.train.epochs": "5"}),
+        r"image\.train\.epochs='5' is a string, not a number: remove the quotes \(write 5\)",
+    ),
     ("empty-file", "", r"params\.yaml is empty; recreate it with `python -m nac\.compose`"),
     ("comments-only", "# nothing here\n", r"params\.yaml is empty"),
     ("not-a-mapping", "- profile\n- mini\n", r"params\.yaml must be a mapping of sections .*got a list"),
     ("n_train-0", _text(**{"data.shapes.n_train": 0}), r"data\.shapes\.n_train=0 is out of range: must be >= 1"),
-    ("n_train-negative", _text(**{"data.shapes.n_train": -5}), r"data\.shapes\.n_train=-5 is out of range: must be >= 1"),
-    ("batch_size-fraction", _text(**{"image.train.batch_size": 1.5}),
-     r"image\.train\.batch_size=1\.5 must be an int; use a whole number"),
-    ("num_workers-negative", _text(**{"image.train.num_workers": -1}),
-     r"image\.train\.num_workers=-1 is out of range: must be >= 0"),
-    ("unknown-top-level-key", _text(epochs=3),
-     r"unknown top-level key 'epochs' .*valid keys: profile, device, seeds, data, image"),
-    ("unknown-nested-key", _text(**{"image.train.lrr": 0.1}),
-     r"image\.train\.lrr is not a known key .*valid keys at image\.train: .*batch_size.*, lr, "),
-    ("unknown-track-key", _text(**{"points.model.tokenizer.dimm": 8}),
-     r"points\.model\.tokenizer\.dimm is not a known key .*valid keys at points\.model\.tokenizer: dim, kind, n_freqs"),
-    ("unknown-protocol-key", _text(**{"fewshot.protocol.way": 5}),
-     r"fewshot\.protocol\.way is not a known key .*ways"),
+    (
+        "n_train-negative",
+        _text(**{"data.shapes.n_train": -5}),
+        r"data\.shapes\.n_train=-5 is out of range: must be >= 1",
+    ),
+    (
+        "batch_size-fraction",
+        _text(**{"image.train.batch_size": 1.5}),
+        r"image\.train\.batch_size=1\.5 must be an int; use a whole number",
+    ),
+    (
+        "num_workers-negative",
+        _text(**{"image.train.num_workers": -1}),
+        r"image\.train\.num_workers=-1 is out of range: must be >= 0",
+    ),
+    (
+        "unknown-top-level-key",
+        _text(epochs=3),
+        r"unknown top-level key 'epochs' .*valid keys: profile, device, seeds, data, image",
+    ),
+    (
+        "unknown-nested-key",
+        _text(**{"image.train.lrr": 0.1}),
+        r"image\.train\.lrr is not a known key .*valid keys at image\.train: .*batch_size.*, lr, ",
+    ),
+    (
+        "unknown-track-key",
+        _text(**{"points.model.tokenizer.dimm": 8}),
+        r"points\.model\.tokenizer\.dimm is not a known key "
+        r".*valid keys at points\.model\.tokenizer: dim, kind, n_freqs",
+    ),
+    ("unknown-protocol-key", _text(**{"fewshot.protocol.way": 5}), r"fewshot\.protocol\.way is not a known key .*ways"),
     ("yaml-syntax-error", _with_line(7, "\tbroken: 1"), r"params\.yaml:7:1: YAML syntax error: .*'\\t'"),
-    ("yaml-unclosed-bracket", _with_line(3, "seeds_bad: [0, 1"), r"params\.yaml:\d+:\d+: YAML syntax error: .*at line 3\)"),
-    ("composer-validates-before-writing", ["image.train.num_workers=-1"],
-     r"image\.train\.num_workers=-1 is out of range: must be >= 0"),
+    (
+        "yaml-unclosed-bracket",
+        _with_line(3, "seeds_bad: [0, 1"),
+        r"params\.yaml:\d+:\d+: YAML syntax error: .*at line 3\)",
+    ),
+    (
+        "composer-validates-before-writing",
+        ["image.train.num_workers=-1"],
+        r"image\.train\.num_workers=-1 is out of range: must be >= 0",
+    ),
     ("composer-validates-tracks", ["points.train.lr=-1"], r"points\.train"),
 ]
 
@@ -92,18 +125,26 @@ def test_defect_is_rejected_naming_the_key_and_the_fix(tmp_path, case, content, 
 
 
 # The validators a stage reading the defective section passes to load_params (none: every stage's).
-STAGE_CHECK = {"string-number": [image.validate], "quoted-int": [image.validate],
-               "batch_size-fraction": [image.validate], "num_workers-negative": [image.validate],
-               "unknown-nested-key": [image.validate], "unknown-track-key": [common.validator("points")],
-               "unknown-protocol-key": [fewshot_params.validate]}
+STAGE_CHECK = {
+    "string-number": [image.validate],
+    "quoted-int": [image.validate],
+    "batch_size-fraction": [image.validate],
+    "num_workers-negative": [image.validate],
+    "unknown-nested-key": [image.validate],
+    "unknown-track-key": [common.validator("points")],
+    "unknown-protocol-key": [fewshot_params.validate],
+}
 
 
-@pytest.mark.parametrize("key,value,reads,other", [
-    ("points.train.lr", -1.0, [common.validator("points")], [image.validate, common.validator("text")]),
-    ("image.train.epochs", 0, [image.validate], [common.validator("nlvr"), fewshot_params.validate]),
-    ("prune.dropped_fraction", [0.0, 0.3], [image.validate_prune], [image.validate]),
-    ("fewshot.protocol.ways", 11, [fewshot_params.validate], [image.validate, image.validate_prune]),
-])
+@pytest.mark.parametrize(
+    "key,value,reads,other",
+    [
+        ("points.train.lr", -1.0, [common.validator("points")], [image.validate, common.validator("text")]),
+        ("image.train.epochs", 0, [image.validate], [common.validator("nlvr"), fewshot_params.validate]),
+        ("prune.dropped_fraction", [0.0, 0.3], [image.validate_prune], [image.validate]),
+        ("fewshot.protocol.ways", 11, [fewshot_params.validate], [image.validate, image.validate_prune]),
+    ],
+)
 def test_a_stage_validates_only_the_sections_it_reads(tmp_path, key, value, reads, other):
     """A defect in one section fails the stages that read it and no other (the composer and
     ``load_all_params`` reject it too)."""
@@ -131,8 +172,15 @@ def test_committed_params_load_and_name_the_profile(tmp_path, capsys, monkeypatc
     assert capsys.readouterr().err == ""
 
 
-@pytest.mark.parametrize("section,cls", [("image.model", "ModelConfig"), ("points.model", "ModelConfig"),
-                                         ("image.train", "TrainConfig"), ("nlvr.train", "TrainConfig")])
+@pytest.mark.parametrize(
+    "section,cls",
+    [
+        ("image.model", "ModelConfig"),
+        ("points.model", "ModelConfig"),
+        ("image.train", "TrainConfig"),
+        ("nlvr.train", "TrainConfig"),
+    ],
+)
 def test_every_numeric_dataclass_field_is_type_checked(section, cls):
     """Types come from the dataclass annotations: a field added to ModelConfig / TrainConfig later
     is covered without a change to the validation."""
@@ -152,23 +200,26 @@ def test_every_numeric_dataclass_field_is_type_checked(section, cls):
             validate_all(p)
 
 
-@pytest.mark.parametrize("key,value,message", [
-    ("fewshot.protocol.ways", 11, r"fewshot\.protocol\.ways=11 exceeds the 10 classes of target 'digits'"),
-    ("prune.dropped_fraction", [0.0, 0.3], r"not a whole number of modules .*multiples of 1/32"),
-    ("data.shapes.n_val", 0, r"image\.val_split='val' reads the val split of 'shapes', but data\.shapes\.n_val=0"),
-    ("data.digits.test_fraction", 0.95, r"data\.digits: the split fractions .* sum to"),
-    ("data.listops.min_length", 500, r"data\.listops\.min_length=500 exceeds data\.listops\.max_length=100"),
-    ("image.model.tokenizer.image_size", 30, r"image\.model\.tokenizer\.image_size=30 must be divisible by 4"),
-    ("image.train.seed", 3, r"image\.train\.seed is set by `seeds`, not by params\.yaml; remove it"),
-    ("prior.params.c", "1e1", r"prior\.params\.c='1e1' is a string: .*write 1\.0e\+1"),
-    ("prior.params.k", 3, r"prior\.params\.k is not a known param .*valid params at prior\.params: c, m"),
-    ("device", "gpu", r"device='gpu'; valid choices: auto, cpu, cuda"),
-    ("nlvr.analysis.folds", 1, r"nlvr\.analysis\.folds=1 is out of range: must be >= 2"),
-    ("text.ngram.n", "3", r"text\.ngram\.n='3' is a string, not a number"),
-    ("image.train.augment", "yes", r"train\.augment='yes'; valid choices: true"),
-    ("image.train.epochs", "1e1", r"image\.train\.epochs='1e1' is a string: .*; write 10$"),
-    ("points.train.batch_size", 5000, r"points\.train\.batch_size=5000 exceeds data\.pointclouds\.n_train=2400"),
-])
+@pytest.mark.parametrize(
+    "key,value,message",
+    [
+        ("fewshot.protocol.ways", 11, r"fewshot\.protocol\.ways=11 exceeds the 10 classes of target 'digits'"),
+        ("prune.dropped_fraction", [0.0, 0.3], r"not a whole number of modules .*multiples of 1/32"),
+        ("data.shapes.n_val", 0, r"image\.val_split='val' reads the val split of 'shapes', but data\.shapes\.n_val=0"),
+        ("data.digits.test_fraction", 0.95, r"data\.digits: the split fractions .* sum to"),
+        ("data.listops.min_length", 500, r"data\.listops\.min_length=500 exceeds data\.listops\.max_length=100"),
+        ("image.model.tokenizer.image_size", 30, r"image\.model\.tokenizer\.image_size=30 must be divisible by 4"),
+        ("image.train.seed", 3, r"image\.train\.seed is set by `seeds`, not by params\.yaml; remove it"),
+        ("prior.params.c", "1e1", r"prior\.params\.c='1e1' is a string: .*write 1\.0e\+1"),
+        ("prior.params.k", 3, r"prior\.params\.k is not a known param .*valid params at prior\.params: c, m"),
+        ("device", "gpu", r"device='gpu'; valid choices: auto, cpu, cuda"),
+        ("nlvr.analysis.folds", 1, r"nlvr\.analysis\.folds=1 is out of range: must be >= 2"),
+        ("text.ngram.n", "3", r"text\.ngram\.n='3' is a string, not a number"),
+        ("image.train.augment", "yes", r"train\.augment='yes'; valid choices: true"),
+        ("image.train.epochs", "1e1", r"image\.train\.epochs='1e1' is a string: .*; write 10$"),
+        ("points.train.batch_size", 5000, r"points\.train\.batch_size=5000 exceeds data\.pointclouds\.n_train=2400"),
+    ],
+)
 def test_ranges_and_cross_field_rules(key, value, message):
     with pytest.raises(ParamsError, match=message):
         p = _params(**{key: value})

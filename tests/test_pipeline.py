@@ -1,6 +1,7 @@
 """End to end: the whole `smoke` pipeline in a temporary copy of the repository, then DVC's
 bookkeeping (nothing changed -> nothing reruns; a prune param -> only prune and report) and a
 training stage killed mid-run that resumes from its checkpoint."""
+
 import json
 import os
 import re
@@ -19,15 +20,47 @@ from nac.compose import write_params
 from nac.report.claims import claim_ids
 
 ROOT = Path(__file__).resolve().parents[1]
-COPY = ["nac", "stages", "conf", "notebooks", "bench", "dvc.yaml", ".dvcignore", "pyproject.toml"]  # bench: results the report cites
+COPY = [
+    "nac",
+    "stages",
+    "conf",
+    "notebooks",
+    "bench",
+    "dvc.yaml",
+    ".dvcignore",
+    "pyproject.toml",
+]  # bench: results the report cites
 REPORT_TRACKS = ["points", "listops", "text", "nlvr"]
-REPORT_FIGURES = ["figure3_graph_priors", "figure4_fewshot", "figure5a_prune_accuracy", "figure5b_prune_throughput",
-                  "figure15_prune_relative", "figure6_nlvr_circuits", "learning_curves_image", "learning_curves_tracks",
-                  "figure_baselines_routing", "figure5b_paper_size_throughput"]
+REPORT_FIGURES = [
+    "figure3_graph_priors",
+    "figure4_fewshot",
+    "figure5a_prune_accuracy",
+    "figure5b_prune_throughput",
+    "figure15_prune_relative",
+    "figure6_nlvr_circuits",
+    "learning_curves_image",
+    "learning_curves_tracks",
+    "figure_baselines_routing",
+    "figure5b_paper_size_throughput",
+]
 # (no convergence figure or table: bench/results/convergence.json holds mini's runs, not smoke's)
-REPORT_TABLES = ["table1", "table1_numeric", "table1_ood_by_style", "figure4_fewshot", "figure4_fewshot_numeric", "table2",
-                 "table3", "nlvr", "nlvr_by_type", "nlvr_analysis", "mechanism", "mechanism_distance_init",
-                 "mechanism_distance_final", "prune_connectivity_vs_random", "switches"]
+REPORT_TABLES = [
+    "table1",
+    "table1_numeric",
+    "table1_ood_by_style",
+    "figure4_fewshot",
+    "figure4_fewshot_numeric",
+    "table2",
+    "table3",
+    "nlvr",
+    "nlvr_by_type",
+    "nlvr_analysis",
+    "mechanism",
+    "mechanism_distance_init",
+    "mechanism_distance_final",
+    "prune_connectivity_vs_random",
+    "switches",
+]
 VERDICTS = ("supported", "not supported", "inconclusive")
 
 
@@ -100,15 +133,30 @@ def test_smoke_pipeline_writes_every_table_figure_and_metric(smoke_repo):
         graph = run.startswith("nac-") or run == "frozen_graph"
         assert ("mechanism" in train) == graph and ("iid_acc1_dense" in evaluation) == graph, run
         if graph:
-            assert set(train["mechanism"]["final"]["distance"]) == {"scale_free", "planted_partition", "ring_of_cliques",
-                                                                    "erdos_renyi"}
+            assert set(train["mechanism"]["final"]["distance"]) == {
+                "scale_free",
+                "planted_partition",
+                "ring_of_cliques",
+                "erdos_renyi",
+            }
     assert "modular_usage" in json.loads((smoke_repo / "metrics/image/eval/modular_network-0.json").read_text())
     prune = json.loads((smoke_repo / "metrics/image/prune.json").read_text())
-    assert {r["order"] for r in prune} == {"connectivity"} | {f"random-{i}" for i in range(params["prune"]["random_orders"])}
+    assert {r["order"] for r in prune} == {"connectivity"} | {
+        f"random-{i}" for i in range(params["prune"]["random_orders"])
+    }
     readme = (smoke_repo / "reports/README.md").read_text()
     assert "profile **smoke**" in readme and "nan" not in readme.lower()
-    for section in ["Table 1", "Figure 3", "Figure 4", "Figures 5a", "Table 2", "Table 3", "NLVR", "Learning curves",
-                    "Discrepancies"]:
+    for section in [
+        "Table 1",
+        "Figure 3",
+        "Figure 4",
+        "Figures 5a",
+        "Table 2",
+        "Table 3",
+        "NLVR",
+        "Learning curves",
+        "Discrepancies",
+    ]:
         assert f"## {section}" in readme, section
     for fig in REPORT_FIGURES:
         assert f"figures/{fig}.png" in readme, fig
@@ -121,10 +169,10 @@ def test_smoke_pipeline_writes_every_table_figure_and_metric(smoke_repo):
     summary = json.loads((smoke_repo / "reports/tables/summary.json").read_text())
     assert summary["provenance"]["profile"] == "smoke"
     assert {"table2", "table3", "nlvr", "fewshot"} <= set(summary)
-    headline = json.loads((smoke_repo / "metrics/summary.json").read_text())   # what `dvc exp show` shows
+    headline = json.loads((smoke_repo / "metrics/summary.json").read_text())  # what `dvc exp show` shows
     assert sum(headline["claims"].values()) == len(claim_ids(params))
     assert {"iid_gain", "ood_gain", "points_gap"} <= set(headline)
-    for plot in ("learning_curves/image.csv", "prune.csv"):   # the `dvc plots show` overlays
+    for plot in ("learning_curves/image.csv", "prune.csv"):  # the `dvc plots show` overlays
         assert (smoke_repo / "reports/plots" / plot).exists(), plot
 
 
@@ -163,8 +211,10 @@ def test_a_prune_param_reruns_only_prune_and_what_reads_it(smoke_repo):
         status = json.loads(_run([sys.executable, "-m", "dvc", "status", "--json"], smoke_repo).stdout)
         # ``validate`` (params.yaml in full) reruns too, but its output does not change, so no stage
         # below it does
-        assert status == {"validate": [{"changed deps": {"params.yaml": {"prune": "modified"}}}],
-                          "prune": [{"changed deps": {"params.yaml": {"prune": "modified"}}}]}, status
+        assert status == {
+            "validate": [{"changed deps": {"params.yaml": {"prune": "modified"}}}],
+            "prune": [{"changed deps": {"params.yaml": {"prune": "modified"}}}],
+        }, status
     finally:
         path.write_text(original)
     with Repo(str(smoke_repo)) as repo:
@@ -191,11 +241,15 @@ def test_killed_training_stage_resumes_and_matches_an_uninterrupted_run(smoke_re
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     import torch
+
     epoch_at_kill = torch.load(ckpt, weights_only=True)["epoch"]
     assert 1 <= epoch_at_kill < 6, f"the run was not interrupted mid-way (checkpoint at epoch {epoch_at_kill})"
 
     resumed = _run(cmd, repo)
-    assert f"resuming from models/image/nac-scale_free-0.pt after epoch {epoch_at_kill}/6" in resumed.stdout + resumed.stderr
+    assert (
+        f"resuming from models/image/nac-scale_free-0.pt after epoch {epoch_at_kill}/6"
+        in resumed.stdout + resumed.stderr
+    )
     resumed_metrics = json.loads((repo / "metrics/image/train/nac-scale_free-0.json").read_text())
     assert [h["epoch"] for h in resumed_metrics["history"]] == [1, 2, 3, 4, 5, 6]
 
@@ -213,8 +267,14 @@ def test_training_jobs_in_two_workers_match_one_after_another_in_one_process(smo
     repo = tmp_path / "one"
     shutil.copytree(smoke_repo, repo, symlinks=True, ignore=shutil.ignore_patterns("models", "metrics", ".dvc", ".git"))
     env = dict(_env(repo), NAC_WORKERS="1")
-    proc = subprocess.run([sys.executable, "stages/train_track.py", "points"], cwd=repo, env=env, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "stages/train_track.py", "points"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "(1 worker)" in proc.stderr
     pooled = sorted((smoke_repo / "metrics/tracks/points").glob("*.json"))
@@ -223,9 +283,14 @@ def test_training_jobs_in_two_workers_match_one_after_another_in_one_process(smo
         assert (repo / "metrics/tracks/points" / f.name).read_bytes() == f.read_bytes(), f.name
 
 
-@pytest.mark.parametrize("placed", [pytest.param({"NAC_DEVICES": "cpu:0,cpu:1"}, marks=pytest.mark.slow),  # toy jobs
-                                    {"NAC_EXECUTOR": "local", "NAC_DEVICES": "cpu:0,cpu:1"}],       # (test_placement)
-                         ids=["two-fake-devices", "submitit-local"])
+@pytest.mark.parametrize(
+    "placed",
+    [
+        pytest.param({"NAC_DEVICES": "cpu:0,cpu:1"}, marks=pytest.mark.slow),  # toy jobs
+        {"NAC_EXECUTOR": "local", "NAC_DEVICES": "cpu:0,cpu:1"},
+    ],  # (test_placement)
+    ids=["two-fake-devices", "submitit-local"],
+)
 def test_training_jobs_placed_on_two_devices_or_through_submitit_match(smoke_repo, tmp_path, placed):
     """nac.pipeline.placement and nac.pipeline.slurm: the point-cloud stage's two jobs, each
     pinned to its own (fake, CPU-core) device, or each a job of submitit's local executor, give
@@ -236,8 +301,14 @@ def test_training_jobs_placed_on_two_devices_or_through_submitit_match(smoke_rep
     shutil.copytree(smoke_repo, repo, symlinks=True, ignore=shutil.ignore_patterns("models", "metrics", ".dvc", ".git"))
     env = dict(_env(repo), NAC_SUBMITIT_DIR=str(tmp_path / "submitit"), **placed)
     env.pop("NAC_WORKERS")  # one worker per device
-    proc = subprocess.run([sys.executable, "stages/train_track.py", "points"], cwd=repo, env=env, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "stages/train_track.py", "points"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert ("submitit local, 2 at a time" if "NAC_EXECUTOR" in placed else "2 workers on cpu:0, cpu:1") in proc.stderr
     pooled = sorted((smoke_repo / "metrics/tracks/points").glob("*.json"))

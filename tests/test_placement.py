@@ -3,6 +3,7 @@ the same training jobs pinned to two (fake, CPU-core) devices, and submitted thr
 local executor, give metrics byte-identical to one process running them one after another; a
 submitit job killed mid-run is resubmitted and resumes from its checkpoint; every setting is read
 with an error that names its variable."""
+
 import json
 import os
 import sys
@@ -15,8 +16,16 @@ from nac.pipeline import placement, pool
 from nac.pipeline.envvars import EnvError
 
 TESTS = Path(__file__).resolve().parent
-ENVS = (pool.WORKERS_ENV, pool.THREADS_ENV, pool.EXECUTOR_ENV, placement.DEVICES_ENV, placement.PER_GPU_ENV,
-        "NAC_RETRIES", "NAC_SUBMITIT_DIR", "WORLD_SIZE")
+ENVS = (
+    pool.WORKERS_ENV,
+    pool.THREADS_ENV,
+    pool.EXECUTOR_ENV,
+    placement.DEVICES_ENV,
+    placement.PER_GPU_ENV,
+    "NAC_RETRIES",
+    "NAC_SUBMITIT_DIR",
+    "WORLD_SIZE",
+)
 TWO_CORES = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two fake devices need two usable CPU cores")
 
 
@@ -24,24 +33,38 @@ def toy_job(seed: int, out: str, epochs: int = 2, progress: bool = True) -> dict
     """One training job as a stage runs it: a tiny NAC trained on a toy task with a per-epoch
     checkpoint, its metrics written to ``out/toy-<seed>.json``. Returns where it ran."""
     sys.path.insert(0, str(TESTS))
-    from tiny_models import make_tiny_config
+    import torch
     from test_overfit import Quadrants
+    from tiny_models import make_tiny_config
 
     from nac import build_model
     from nac.training.config import TrainConfig
     from nac.training.loop import fit
 
-    import torch
     torch.manual_seed(seed)
     model = build_model(make_tiny_config(variant="modfc", num_classes=4))
-    cfg = TrainConfig(epochs=epochs, batch_size=16, lr=3e-3, warmup_epochs=1, min_lr=1e-4, label_smoothing=0.0,
-                      seed=seed)
+    cfg = TrainConfig(
+        epochs=epochs, batch_size=16, lr=3e-3, warmup_epochs=1, min_lr=1e-4, label_smoothing=0.0, seed=seed
+    )
     ran = []
-    res = fit(model, Quadrants(64, seed), Quadrants(32, 100 + seed), cfg, checkpoint=Path(out) / f"toy-{seed}.pt",
-              progress=progress, desc=f"toy-{seed}", on_epoch_end=ran.append)
+    res = fit(
+        model,
+        Quadrants(64, seed),
+        Quadrants(32, 100 + seed),
+        cfg,
+        checkpoint=Path(out) / f"toy-{seed}.pt",
+        progress=progress,
+        desc=f"toy-{seed}",
+        on_epoch_end=ran.append,
+    )
     (Path(out) / f"toy-{seed}.json").write_text(json.dumps(res["history"], indent=2))
-    return {"device": os.environ.get(placement.PLACED_ENV), "pid": os.getpid(), "epochs_run": ran,
-            "cores": sorted(os.sched_getaffinity(0)), "threads": torch.get_num_threads()}
+    return {
+        "device": os.environ.get(placement.PLACED_ENV),
+        "pid": os.getpid(),
+        "epochs_run": ran,
+        "cores": sorted(os.sched_getaffinity(0)),
+        "threads": torch.get_num_threads(),
+    }
 
 
 @pytest.fixture
@@ -85,8 +108,8 @@ def test_jobs_on_two_fake_devices_match_one_process(clean_env, tmp_path, one_pro
     out = tmp_path / "two"
     placed = pool.run_jobs(toy_job, _jobs(out), device="cpu", desc="toy")
     cores = sorted(os.sched_getaffinity(0))
-    assert {p["device"] for p in placed} == {"cpu:0", "cpu:1"}           # both devices used ...
-    for p in placed:                                                    # ... each worker pinned to its own
+    assert {p["device"] for p in placed} == {"cpu:0", "cpu:1"}  # both devices used ...
+    for p in placed:  # ... each worker pinned to its own
         assert p["cores"] == [cores[int(p["device"][4:])]] and p["threads"] == 1
     assert len({p["pid"] for p in placed}) == 2 and os.getpid() not in {p["pid"] for p in placed}
     assert _metrics(out) == one_process
@@ -150,16 +173,20 @@ def test_a_submitit_job_killed_mid_run_is_resubmitted_and_resumes(clean_env, tmp
 
 # ---- settings -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name, value, expect", [
-    (pool.WORKERS_ENV, "²", "NAC_WORKERS='²' is not a positive integer"),  # str.isdigit() says yes
-    (pool.THREADS_ENV, "four", "NAC_THREADS='four' is not a positive integer"),
-    (placement.PER_GPU_ENV, "0", "NAC_JOBS_PER_GPU='0' is not a positive integer"),
-    (placement.DEVICES_ENV, "gpu0", "NAC_DEVICES='gpu0': cannot read 'gpu0'; valid form: GPU indices"),
-    (placement.DEVICES_ENV, "cpu:999", "NAC_DEVICES='cpu:999': cpu:999 does not exist"),
-    (placement.DEVICES_ENV, "cpu:0,cpu:0", "names a device twice; .*NAC_JOBS_PER_GPU"),
-    (placement.DEVICES_ENV, "cuda:0", "NAC_DEVICES='cuda:0': cuda:0 is not visible"),
-    (pool.EXECUTOR_ENV, "ray", "NAC_EXECUTOR='ray'; valid choices: pool, local, slurm"),
-])
+
+@pytest.mark.parametrize(
+    "name, value, expect",
+    [
+        (pool.WORKERS_ENV, "²", "NAC_WORKERS='²' is not a positive integer"),  # str.isdigit() says yes
+        (pool.THREADS_ENV, "four", "NAC_THREADS='four' is not a positive integer"),
+        (placement.PER_GPU_ENV, "0", "NAC_JOBS_PER_GPU='0' is not a positive integer"),
+        (placement.DEVICES_ENV, "gpu0", "NAC_DEVICES='gpu0': cannot read 'gpu0'; valid form: GPU indices"),
+        (placement.DEVICES_ENV, "cpu:999", "NAC_DEVICES='cpu:999': cpu:999 does not exist"),
+        (placement.DEVICES_ENV, "cpu:0,cpu:0", "names a device twice; .*NAC_JOBS_PER_GPU"),
+        (placement.DEVICES_ENV, "cuda:0", "NAC_DEVICES='cuda:0': cuda:0 is not visible"),
+        (pool.EXECUTOR_ENV, "ray", "NAC_EXECUTOR='ray'; valid choices: pool, local, slurm"),
+    ],
+)
 def test_every_setting_is_read_with_an_error_naming_it(clean_env, name, value, expect):
     clean_env.setenv(name, value)
     clean_env.setenv("CUDA_VISIBLE_DEVICES", "")
@@ -205,13 +232,24 @@ def test_slurm_executor_takes_the_nac_slurm_settings(clean_env, tmp_path):
 
     clean_env.setattr(submitit.SlurmExecutor, "affinity", classmethod(lambda cls: 1))  # "srun is there"
     clean_env.setenv("NAC_SUBMITIT_DIR", str(tmp_path))
-    for name, value in {"NAC_SLURM_PARTITION": "gpu", "NAC_SLURM_TIME": "90", "NAC_SLURM_GPUS": "2",
-                        "NAC_SLURM_CPUS": "12", "NAC_SLURM_ACCOUNT": "lab"}.items():
+    for name, value in {
+        "NAC_SLURM_PARTITION": "gpu",
+        "NAC_SLURM_TIME": "90",
+        "NAC_SLURM_GPUS": "2",
+        "NAC_SLURM_CPUS": "12",
+        "NAC_SLURM_ACCOUNT": "lab",
+    }.items():
         clean_env.setenv(name, value)
     ex = slurm.make_executor("slurm", "train")
     text = ex._executor._make_submission_file_text("python -m job", "uid")
-    for line in ("#SBATCH --partition=gpu", "#SBATCH --time=90", "#SBATCH --gpus-per-node=2",
-                 "#SBATCH --cpus-per-task=12", "#SBATCH --account=lab", "#SBATCH --job-name=nac-train"):
+    for line in (
+        "#SBATCH --partition=gpu",
+        "#SBATCH --time=90",
+        "#SBATCH --gpus-per-node=2",
+        "#SBATCH --cpus-per-task=12",
+        "#SBATCH --account=lab",
+        "#SBATCH --job-name=nac-train",
+    ):
         assert line in text, text
     clean_env.setenv("NAC_SLURM_TIME", "1:30")
     with pytest.raises(EnvError, match="NAC_SLURM_TIME='1:30' is not a positive integer"):

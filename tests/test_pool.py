@@ -1,6 +1,7 @@
 """nac.pipeline.pool: a stage's jobs spread over worker processes give the results of running
 them one after another (the byte-identical check on real training jobs is in test_pipeline.py),
 in job order, with the first failure raised in the stage and a bad setting rejected."""
+
 import os
 
 import pytest
@@ -11,6 +12,7 @@ from nac.pipeline import pool
 
 def _square_and_threads(x: int, progress: bool = True) -> tuple[int, int, int, bool, dict]:
     from nac.progress import bar_kwargs
+
     return x * x, torch.get_num_threads(), os.getpid(), progress, bar_kwargs()
 
 
@@ -55,11 +57,11 @@ def test_defaults(monkeypatch):
     for name in (pool.WORKERS_ENV, pool.THREADS_ENV, "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
     assert pool.threads_for("cpu") == 1 and pool.threads_for("cuda") is None
-    assert pool.workers_for("cuda", 10) == 1             # one GPU: the jobs take turns
+    assert pool.workers_for("cuda", 10) == 1  # one GPU: the jobs take turns
     assert 1 <= pool.workers_for("cpu", 10) <= max(1, len(os.sched_getaffinity(0)))
-    assert pool.workers_for("cpu", 1) == 1               # never more workers than jobs
+    assert pool.workers_for("cpu", 1) == 1  # never more workers than jobs
     monkeypatch.setenv("WORLD_SIZE", "4")
-    assert pool.workers_for("cpu", 10) == 1              # under torchrun each job is itself parallel
+    assert pool.workers_for("cpu", 10) == 1  # under torchrun each job is itself parallel
 
 
 def test_run_and_seed_go_together():

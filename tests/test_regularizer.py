@@ -1,5 +1,6 @@
 """Graph Structure Regularizer (paper section 2): the matchings (the authors' one Hungarian step,
 this project's wider search), the loss, and the asynchronous matching."""
+
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np

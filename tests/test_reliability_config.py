@@ -2,6 +2,7 @@
 output (the ``validate`` stage), ``data.root`` outside the repository is refused before any
 download, lists of runs are unique and pruning takes only models with processor modules, and the
 Python API names the field, type or input layout it refuses."""
+
 import copy
 import os
 import shutil
@@ -50,8 +51,9 @@ def _env(repo: Path) -> dict:
     return env
 
 
-@pytest.mark.parametrize("override", ["+image.train.epocs=2",
-                                      pytest.param("seeds=0", marks=pytest.mark.slow)])   # each a dvc exp run
+@pytest.mark.parametrize(
+    "override", ["+image.train.epocs=2", pytest.param("seeds=0", marks=pytest.mark.slow)]
+)  # each a dvc exp run
 def test_bad_override_fails_in_validate_and_removes_no_output(tmp_path, override):
     """``dvc exp run -S profile=smoke -S <bad>`` (DVC composes params.yaml itself with Hydra, past
     the composer): the ``validate`` stage fails naming the key, and no other stage ran, so the
@@ -70,11 +72,21 @@ def test_bad_override_fails_in_validate_and_removes_no_output(tmp_path, override
     kept = repo / "metrics/image/train/nac-scale_free-0.json"
     kept.parent.mkdir(parents=True)
     kept.write_text('{"run": "nac-scale_free", "seed": 0}')
-    for cmd in (["git", "init", "-q"], [sys.executable, "-m", "dvc", "init", "-q"], ["git", "add", "-A"],
-                ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "copy"]):
+    for cmd in (
+        ["git", "init", "-q"],
+        [sys.executable, "-m", "dvc", "init", "-q"],
+        ["git", "add", "-A"],
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "copy"],
+    ):
         subprocess.run(cmd, cwd=repo, env=_env(repo), check=True, capture_output=True, timeout=120)
-    proc = subprocess.run([sys.executable, "-m", "dvc", "exp", "run", "-S", "profile=smoke", "-S", override],
-                          cwd=repo, env=_env(repo), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dvc", "exp", "run", "-S", "profile=smoke", "-S", override],
+        cwd=repo,
+        env=_env(repo),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
     key = override.lstrip("+").split("=")[0]
@@ -100,16 +112,22 @@ def test_data_root_inside_the_repository_is_accepted():
 
 
 # ---- defect 7: unique runs, and prune takes only models with processor modules -----------------
-@pytest.mark.parametrize("key,runs", [
-    ("image.ladder", [*COMMITTED["image"]["ladder"], "perceiver_io"]),
-    ("prune.runs", [*COMMITTED["prune"]["runs"], "modfc"]),
-    ("points.runs", ["perceiver_io", "nac", "perceiver_io"]),
-    ("nlvr.runs", ["conditional", "conditional", "text_only", "image_only"]),
-    ("fewshot.runs", [*COMMITTED["fewshot"]["runs"], COMMITTED["fewshot"]["runs"][0]]),
-])
+@pytest.mark.parametrize(
+    "key,runs",
+    [
+        ("image.ladder", [*COMMITTED["image"]["ladder"], "perceiver_io"]),
+        ("prune.runs", [*COMMITTED["prune"]["runs"], "modfc"]),
+        ("points.runs", ["perceiver_io", "nac", "perceiver_io"]),
+        ("nlvr.runs", ["conditional", "conditional", "text_only", "image_only"]),
+        ("fewshot.runs", [*COMMITTED["fewshot"]["runs"], COMMITTED["fewshot"]["runs"][0]]),
+    ],
+)
 def test_a_repeated_run_is_refused_naming_the_entry(key, runs):
-    with pytest.raises(ParamsError, match=rf"{key}\[\d+\]='{runs[-1] if key != 'nlvr.runs' else 'conditional'}' "
-                                          rf"repeats an earlier entry of {key}"):
+    with pytest.raises(
+        ParamsError,
+        match=rf"{key}\[\d+\]='{runs[-1] if key != 'nlvr.runs' else 'conditional'}' "
+        rf"repeats an earlier entry of {key}",
+    ):
         validate_all(_params(**{key: runs}))
 
 
@@ -121,13 +139,16 @@ def test_pruning_a_baseline_is_refused_naming_the_entry(baseline):
 
 
 # ---- defect 8: the Python API ---------------------------------------------------------------
-@pytest.mark.parametrize("kw,message", [
-    ({"d_model": "64"}, r"model\.d_model='64' is a str; expected int \(remove the quotes\)"),
-    ({"tau": "hot"}, r"model\.tau='hot' is a str; expected float"),
-    ({"n_processor": 8.0}, r"model\.n_processor=8\.0 is a float; expected int"),
-    ({"gated_ffn": 1}, r"model\.gated_ffn=1 is an int; expected bool"),
-    ({"tokenizer": None}, r"model\.tokenizer=None is None; expected dict"),
-])
+@pytest.mark.parametrize(
+    "kw,message",
+    [
+        ({"d_model": "64"}, r"model\.d_model='64' is a str; expected int \(remove the quotes\)"),
+        ({"tau": "hot"}, r"model\.tau='hot' is a str; expected float"),
+        ({"n_processor": 8.0}, r"model\.n_processor=8\.0 is a float; expected int"),
+        ({"gated_ffn": 1}, r"model\.gated_ffn=1 is an int; expected bool"),
+        ({"tokenizer": None}, r"model\.tokenizer=None is None; expected dict"),
+    ],
+)
 def test_model_config_checks_types_before_arithmetic(kw, message):
     with pytest.raises(TypeError, match=message):
         ModelConfig(**kw)
@@ -150,19 +171,48 @@ def test_baseline_and_train_configs_check_types():
 CONV = {"kind": "conv32", "dim": 16, "pos_dim": 4, "width": 8}
 
 
-@pytest.mark.parametrize("shape,dtype,message", [
-    ((2, 32, 32, 3), torch.uint8, r"\[B, 3, H, W\], channels first, got shape \[2, 32, 32, 3\], which looks "
-                                  r"channels-last; permute it: x\.permute\(0, 3, 1, 2\)"),
-    ((2, 1, 32, 32), torch.float32, r"got shape \[2, 1, 32, 32\]: one channel \(grayscale\); repeat it to 3 channels"),
-    ((3, 32, 32), torch.uint8, r"got a 3-D tensor of shape \[3, 32, 32\] \(a single example\? add the batch dimension"),
-    ((2, 3, 32, 32), torch.int64, r"got dtype torch\.int64"),
-])
+@pytest.mark.parametrize(
+    "shape,dtype,message",
+    [
+        (
+            (2, 32, 32, 3),
+            torch.uint8,
+            r"\[B, 3, H, W\], channels first, got shape \[2, 32, 32, 3\], which looks "
+            r"channels-last; permute it: x\.permute\(0, 3, 1, 2\)",
+        ),
+        (
+            (2, 1, 32, 32),
+            torch.float32,
+            r"got shape \[2, 1, 32, 32\]: one channel \(grayscale\); repeat it to 3 channels",
+        ),
+        (
+            (3, 32, 32),
+            torch.uint8,
+            r"got a 3-D tensor of shape \[3, 32, 32\] \(a single example\? add the batch dimension",
+        ),
+        ((2, 3, 32, 32), torch.int64, r"got dtype torch\.int64"),
+    ],
+)
 def test_model_refuses_image_layouts_saying_what_it_expected(shape, dtype, message):
     from nac.model import build_model
 
-    model = build_model(ModelConfig(variant="perceiver_io", tokenizer=CONV, d_model=16, d_sig=8, n_processor=4,
-                                    heads=2, readin_heads=1, readout_heads=1, generator_heads=2, depth=1))
-    with pytest.raises((TypeError, ValueError), match=rf"image tokenizer expected uint8 \(0-255\) or float .*{message}"):
+    model = build_model(
+        ModelConfig(
+            variant="perceiver_io",
+            tokenizer=CONV,
+            d_model=16,
+            d_sig=8,
+            n_processor=4,
+            heads=2,
+            readin_heads=1,
+            readout_heads=1,
+            generator_heads=2,
+            depth=1,
+        )
+    )
+    with pytest.raises(
+        (TypeError, ValueError), match=rf"image tokenizer expected uint8 \(0-255\) or float .*{message}"
+    ):
         model(torch.zeros(shape, dtype=dtype))
     assert model(torch.zeros(2, 3, 32, 32, dtype=torch.uint8)).shape[0] == 2
 
@@ -170,7 +220,9 @@ def test_model_refuses_image_layouts_saying_what_it_expected(shape, dtype, messa
 def test_sequence_point_and_feature_tokenizers_check_their_input():
     from nac.circuits.tokenizers import build_tokenizer
 
-    with pytest.raises(TypeError, match=r"sequence tokenizer expected integer token ids \[B, T\], got dtype torch\.float32"):
+    with pytest.raises(
+        TypeError, match=r"sequence tokenizer expected integer token ids \[B, T\], got dtype torch\.float32"
+    ):
         build_tokenizer({"kind": "sequence", "vocab_size": 10, "dim": 8})(torch.zeros(2, 5))
     with pytest.raises(ValueError, match=r"point tokenizer expected float points \[B, N, 3\].*transpose"):
         build_tokenizer({"kind": "points", "dim": 8})(torch.zeros(2, 3, 100))

@@ -5,6 +5,7 @@ resume decided on every source file (a comment in the report code restarted trai
 overwritten mismatching checkpoint; evaluation of a checkpoint trained with another model
 config; two trainers on one checkpoint, a bare traceback on Ctrl-C, a full disk.
 """
+
 import errno
 import shutil
 import subprocess
@@ -32,6 +33,7 @@ def all_finite(ckpt: dict) -> bool:
 
 
 # 1. no poisoned checkpoint ------------------------------------------------------------------
+
 
 def test_save_checkpoint_refuses_non_finite_tensors_and_leaves_the_file(tmp_path, tiny_config):
     from nac.checkpoint_io import PoisonedCheckpointError, save_checkpoint
@@ -67,11 +69,20 @@ def test_nan_gradient_stops_training_and_keeps_the_last_good_checkpoint(tmp_path
 
     weight.register_hook(poison)
     with pytest.raises(NonFiniteGradientError) as err:
-        fit(model, Quadrants(32, 0), None, small_train(epochs=3, grad_clip=None), checkpoint=ckpt, progress=False,
-            desc="train toy-0")
+        fit(
+            model,
+            Quadrants(32, 0),
+            None,
+            small_train(epochs=3, grad_clip=None),
+            checkpoint=ckpt,
+            progress=False,
+            desc="train toy-0",
+        )
     msg = str(err.value)
     assert isinstance(err.value, NonFiniteTrainingError)
-    assert "train toy-0" in msg and "epoch 2, step 2" in msg and f"last good checkpoint is kept at {ckpt} (epoch 1)" in msg
+    assert (
+        "train toy-0" in msg and "epoch 2, step 2" in msg and f"last good checkpoint is kept at {ckpt} (epoch 1)" in msg
+    )
     saved = load_checkpoint(ckpt)
     assert saved["epoch"] == 1 and all_finite(saved)
 
@@ -93,10 +104,20 @@ def test_non_finite_weights_after_the_step_stop_training(tmp_path, tiny_config):
 
     handle = register_optimizer_step_post_hook(blow_up)
     try:
-        with pytest.raises(NonFiniteWeightsError, match=r"train w: non-finite weights .* epoch 2, step 1 .*last good "
-                                                        r"checkpoint is kept at .*w\.pt \(epoch 1\)"):
-            fit(tiny(tiny_config), Quadrants(32, 0), None, small_train(epochs=2), checkpoint=tmp_path / "w.pt",
-                progress=False, desc="train w")
+        with pytest.raises(
+            NonFiniteWeightsError,
+            match=r"train w: non-finite weights .* epoch 2, step 1 .*last good "
+            r"checkpoint is kept at .*w\.pt \(epoch 1\)",
+        ):
+            fit(
+                tiny(tiny_config),
+                Quadrants(32, 0),
+                None,
+                small_train(epochs=2),
+                checkpoint=tmp_path / "w.pt",
+                progress=False,
+                desc="train w",
+            )
     finally:
         handle.remove()
     assert load_checkpoint(tmp_path / "w.pt")["epoch"] == 1
@@ -111,19 +132,29 @@ def test_poisoned_checkpoint_is_refused_by_loading_and_moved_aside_by_training(t
     next(v for v in state.values() if v.is_floating_point()).view(-1)[0] = float("nan")
     path = tmp_path / "p.pt"  # as the old code wrote it: no check on save
     torch.save({"format": 1, "config": model.config.to_dict(), "model": state, "epoch": 1}, path)
-    with pytest.raises(PoisonedCheckpointError, match=r"checkpoint .*p\.pt holds NaN or infinite .*Delete it and retrain"):
+    with pytest.raises(
+        PoisonedCheckpointError, match=r"checkpoint .*p\.pt holds NaN or infinite .*Delete it and retrain"
+    ):
         load_checkpoint(path)
     with pytest.raises(PoisonedCheckpointError):
         load_model(path)  # so the evaluation stages exit non-zero
     epochs = []
-    fit(tiny(tiny_config), Quadrants(32, 0), None, small_train(epochs=1), checkpoint=path, progress=False,
-        on_epoch_end=epochs.append)
+    fit(
+        tiny(tiny_config),
+        Quadrants(32, 0),
+        None,
+        small_train(epochs=1),
+        checkpoint=path,
+        progress=False,
+        on_epoch_end=epochs.append,
+    )
     assert epochs == [1]  # started over
     assert all_finite(load_checkpoint(path))
     assert len(list(tmp_path.glob("p.pt.nonfinite-*"))) == 1
 
 
 # 2. resume decided on what determines the result --------------------------------------------
+
 
 def test_fingerprint_covers_training_sources_only(tmp_path):
     """Edits of report or evaluation-stage code keep the fingerprint (a resume continues);
@@ -135,7 +166,14 @@ def test_fingerprint_covers_training_sources_only(tmp_path):
     shutil.copytree(Path(nac.__file__).parent, root, ignore=shutil.ignore_patterns("__pycache__"))
     entries = ("nac.training.loop", "nac.data.registry", "nac.tracks.image")
     files = {f.relative_to(root).as_posix() for f in source_closure(entries, root)}
-    assert {"training/loop.py", "model.py", "checkpoint_io.py", "config.py", "data/registry.py", "pipeline/runs.py"} <= files
+    assert {
+        "training/loop.py",
+        "model.py",
+        "checkpoint_io.py",
+        "config.py",
+        "data/registry.py",
+        "pipeline/runs.py",
+    } <= files
     assert not any(f.startswith(("report/", "tracks/image.py", "pipeline/params.py")) for f in files)
     base = source_fingerprint(entries, root)
     for rel in ("report/tables.py", "tracks/image.py", "pipeline/params.py", "pipeline/paths.py", "stats.py"):
@@ -161,6 +199,7 @@ def test_run_fingerprint_hashes_the_manifest_and_the_training_sources(tmp_path, 
     assert runs.run_fingerprint({}, "toy", __name__) != first
     # the sources part is the static closure of the loop and the data pipeline
     import hashlib
+
     h = hashlib.sha256(b'{"v": 2}')
     h.update(source_fingerprint(("nac.training.loop", "nac.data.registry", __name__)).encode())
     assert runs.run_fingerprint({}, "toy", __name__) == h.hexdigest()[:16]
@@ -171,21 +210,38 @@ def test_checkpoint_with_other_settings_is_moved_aside_not_overwritten(tmp_path,
     from nac.training.loop import fit
 
     ckpt = tmp_path / "s.pt"
-    fit(tiny(tiny_config), Quadrants(32, 0), None, small_train(epochs=1), checkpoint=ckpt, progress=False,
-        fingerprint="code-v1")
+    fit(
+        tiny(tiny_config),
+        Quadrants(32, 0),
+        None,
+        small_train(epochs=1),
+        checkpoint=ckpt,
+        progress=False,
+        fingerprint="code-v1",
+    )
     old = ckpt.read_bytes()
     capsys.readouterr()
-    fit(tiny(tiny_config), Quadrants(32, 0), None, small_train(epochs=1, lr=2e-3), checkpoint=ckpt, progress=False,
-        fingerprint="code-v2")
+    fit(
+        tiny(tiny_config),
+        Quadrants(32, 0),
+        None,
+        small_train(epochs=1, lr=2e-3),
+        checkpoint=ckpt,
+        progress=False,
+        fingerprint="code-v2",
+    )
     stale = list(tmp_path.glob("s.pt.stale-*"))
     assert len(stale) == 1 and stale[0].read_bytes() == old
     assert load_checkpoint(ckpt)["fingerprint"] == "code-v2"
     line = next(line for line in capsys.readouterr().out.splitlines() if "other settings" in line)
     assert str(stale[0]) in line and "train_config (lr: checkpoint 0.003, now 0.002)" in line
-    assert "fingerprint (checkpoint code-v1, now code-v2" in line and "config (" not in line.replace("train_config (", "")
+    assert "fingerprint (checkpoint code-v1, now code-v2" in line and "config (" not in line.replace(
+        "train_config (", ""
+    )
 
 
 # 3. evaluation checks the checkpoint against the params ---------------------------------------
+
 
 def test_load_model_refuses_a_checkpoint_of_another_model_config(tmp_path, tiny_config):
     from nac.checkpoint_io import CheckpointMismatchError, load_model, save_checkpoint
@@ -200,7 +256,9 @@ def test_evaluate_image_run_refuses_a_stale_checkpoint(tmp_path, tiny_config, mo
     from nac.checkpoint_io import CheckpointMismatchError, save_checkpoint
     from nac.tracks import image
 
-    model_params = {k: v for k, v in tiny_config().to_dict().items() if k not in ("variant", "num_classes", "graph_seed")}
+    model_params = {
+        k: v for k, v in tiny_config().to_dict().items() if k not in ("variant", "num_classes", "graph_seed")
+    }
     params = {"device": "cpu", "image": {"model": model_params, "dataset": "toy", "train": {}}}
     monkeypatch.setattr(image, "builder", lambda p, name: types.SimpleNamespace(info=lambda: {"num_classes": 4}))
     monkeypatch.setattr(image, "image_checkpoint", lambda run, seed: tmp_path / f"{run}-{seed}.pt")
@@ -212,19 +270,31 @@ def test_evaluate_image_run_refuses_a_stale_checkpoint(tmp_path, tiny_config, mo
 
 # 4. one trainer per checkpoint, Ctrl-C, full disk ---------------------------------------------
 
+
 def test_second_trainer_on_the_same_checkpoint_is_refused(tmp_path, tiny_config):
     from nac.checkpoint_lock import CheckpointBusyError
     from nac.training.loop import fit
 
     ckpt = tmp_path / "l.pt"
     holder = subprocess.Popen(  # another process holding the lock (what fit takes), then dying
-        [sys.executable, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
-         "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, b'pid 1 on host: train other'); print('locked', flush=True); "
-         "time.sleep(60)", str(ckpt) + ".lock"], stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
+            "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, b'pid 1 on host: train other'); print('locked', flush=True); "
+            "time.sleep(60)",
+            str(ckpt) + ".lock",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
-        with pytest.raises(CheckpointBusyError, match=r"l\.pt is in use by another training \(pid 1 on host: train "
-                                                      r"other\).*Wait for it to finish"):
+        with pytest.raises(
+            CheckpointBusyError,
+            match=r"l\.pt is in use by another training \(pid 1 on host: train "
+            r"other\).*Wait for it to finish",
+        ):
             fit(tiny(tiny_config), Quadrants(32, 0), None, small_train(epochs=1), checkpoint=ckpt, progress=False)
     finally:
         holder.kill()
@@ -243,9 +313,16 @@ def test_checkpoint_lock_of_a_killed_training_is_taken_over(tmp_path):
 
     ckpt = tmp_path / "k.pt"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from nac.checkpoint_lock import CheckpointLock; "
-         "CheckpointLock(sys.argv[1], owner='train first').acquire(); print('locked', flush=True); time.sleep(60)",
-         str(ckpt)], stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from nac.checkpoint_lock import CheckpointLock; "
+            "CheckpointLock(sys.argv[1], owner='train first').acquire(); print('locked', flush=True); time.sleep(60)",
+            str(ckpt),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(CheckpointBusyError, match=rf"pid {holder.pid} on .*: train first\)"):
@@ -286,8 +363,10 @@ def test_ctrl_c_ends_with_one_line_and_a_resumable_checkpoint(tmp_path, tiny_con
     with pytest.raises(SystemExit) as err:
         fit(tiny(tiny_config), data, None, cfg, checkpoint=ckpt, progress=False, desc="train toy-1")
     assert isinstance(err.value, TrainingInterrupted)
-    assert err.value.code == (f"train toy-1: interrupted at epoch 2 after 1/2 steps; the checkpoint of epoch 1 at "
-                              f"{ckpt} is intact; rerun to resume")  # non-zero exit, this one line on stderr
+    assert err.value.code == (
+        f"train toy-1: interrupted at epoch 2 after 1/2 steps; the checkpoint of epoch 1 at "
+        f"{ckpt} is intact; rerun to resume"
+    )  # non-zero exit, this one line on stderr
     assert load_checkpoint(ckpt)["epoch"] == 1
     assert not (tmp_path / "i.pt.lock").exists()
     epochs = []
@@ -311,8 +390,16 @@ def test_full_disk_ends_with_one_line_and_keeps_the_previous_checkpoint(tmp_path
     monkeypatch.setattr(torch, "save", save)
     ckpt = tmp_path / "d.pt"
     with pytest.raises(SystemExit) as err:
-        fit(tiny(tiny_config), Quadrants(32, 0), None, small_train(epochs=2), checkpoint=ckpt, progress=False,
-            desc="train toy-2", on_epoch_end=lambda e: saved.setdefault(e, ckpt.read_bytes()))
+        fit(
+            tiny(tiny_config),
+            Quadrants(32, 0),
+            None,
+            small_train(epochs=2),
+            checkpoint=ckpt,
+            progress=False,
+            desc="train toy-2",
+            on_epoch_end=lambda e: saved.setdefault(e, ckpt.read_bytes()),
+        )
     assert isinstance(err.value, CheckpointWriteFailed)
     msg = err.value.code
     assert "\n" not in msg and msg.startswith(f"train toy-2: disk full writing {ckpt} at the end of epoch 2")

@@ -1,6 +1,7 @@
 """The report builders of Tables 2 and 3, the NLVR tables, Figure 4 (few-shot), Figure 6 and the
 tracks' learning curves, on small synthetic metrics: every cell filled, the confidence intervals
 equal scipy's, and the whole build (image part stubbed) writes every file the README links."""
+
 import json
 import sys
 import types
@@ -11,32 +12,71 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from nac.stats import summarize
 from nac.report import build, figures, tables
 from nac.report.claims import headline as real_headline
 from nac.report.published import TABLE2, TABLE3, TRACK_LABELS
+from nac.stats import summarize
 
 SEEDS = [0, 1, 2]
-RUNS = {"points": ["perceiver_io", "nac"], "listops": ["perceiver_io", "nac"], "text": ["perceiver_io", "nac"],
-        "nlvr": ["conditional", "text_only", "image_only"]}
+RUNS = {
+    "points": ["perceiver_io", "nac"],
+    "listops": ["perceiver_io", "nac"],
+    "text": ["perceiver_io", "nac"],
+    "nlvr": ["conditional", "text_only", "image_only"],
+}
 TYPES = ["hard_cardinality", "soft_cardinality", "existential", "spatial"]
 TARGETS, SHOTS, EPISODES, U = ["digits", "shapes_novel"], [1, 2, 4, 8, 16], 4, 8
 
 
 def _params() -> dict:
-    return {"profile": "smoke", "seeds": SEEDS, "prior": {"name": "scale_free"},
-            **{t: {"dataset": f"{t}_data", "runs": runs} for t, runs in RUNS.items()},
-            "fewshot": {"source": "image", "targets": TARGETS,
-                        "protocol": {"ways": 8, "shots": SHOTS, "episodes": EPISODES, "queries_per_class": 4,
-                                     "steps": 3, "lr": 1e-3, "freeze": ["tokenizer"]}}}
+    return {
+        "profile": "smoke",
+        "seeds": SEEDS,
+        "prior": {"name": "scale_free"},
+        **{t: {"dataset": f"{t}_data", "runs": runs} for t, runs in RUNS.items()},
+        "fewshot": {
+            "source": "image",
+            "targets": TARGETS,
+            "protocol": {
+                "ways": 8,
+                "shots": SHOTS,
+                "episodes": EPISODES,
+                "queries_per_class": 4,
+                "steps": 3,
+                "lr": 1e-3,
+                "freeze": ["tokenizer"],
+            },
+        },
+    }
 
 
 def _track_result(track: str, run: str, seed: int, rng: np.random.Generator) -> dict:
     acc = lambda: float(rng.uniform(30, 90))  # noqa: E731
-    res = {"track": track, "dataset": f"{track}_data", "run": run, "seed": seed, "parameters": 1000,
-           "history": [{"epoch": e, "train_loss": 1.0 / e, "train_reg": 0.0, "train_acc": acc(), "lr": 1e-3,
-                        "val_acc1": acc(), "val_acc5": 100.0} for e in (1, 2, 3)],
-           "val_acc1": acc(), "val_chance": 25.0, "val_n": 100, "test_acc1": acc(), "test_chance": 20.0, "test_n": 100}
+    res = {
+        "track": track,
+        "dataset": f"{track}_data",
+        "run": run,
+        "seed": seed,
+        "parameters": 1000,
+        "history": [
+            {
+                "epoch": e,
+                "train_loss": 1.0 / e,
+                "train_reg": 0.0,
+                "train_acc": acc(),
+                "lr": 1e-3,
+                "val_acc1": acc(),
+                "val_acc5": 100.0,
+            }
+            for e in (1, 2, 3)
+        ],
+        "val_acc1": acc(),
+        "val_chance": 25.0,
+        "val_n": 100,
+        "test_acc1": acc(),
+        "test_chance": 20.0,
+        "test_n": 100,
+    }
     if track == "nlvr":
         res["val_acc1_by_type"] = {t: acc() for t in TYPES}
         res["test_acc1_by_type"] = {t: acc() for t in TYPES}
@@ -51,34 +91,79 @@ def write_metrics(root: Path, seed: int = 0) -> Path:
         (metrics / "tracks" / track).mkdir(parents=True)
         for run in runs:
             for s in SEEDS:
-                (metrics / "tracks" / track / f"{run}-{s}.json").write_text(json.dumps(_track_result(track, run, s, rng)))
+                (metrics / "tracks" / track / f"{run}-{s}.json").write_text(
+                    json.dumps(_track_result(track, run, s, rng))
+                )
     (metrics / "fewshot").mkdir()
     for target in TARGETS:
-        rows = [{"target": target, "run": run, "model": model, "shots": k, "episode": e, "model_index": e % 3,
-                 "acc1": float(np.clip(20 + 8 * np.log2(k) + (5 if run == "nac" else 0) + rng.normal(0, 4), 0, 100)),
-                 "n_query": 32, "classes": list(range(8))}
-                for run, model in (("perceiver_io", "perceiver_io"), ("nac", "nac-scale_free"))
-                for k in SHOTS for e in range(EPISODES)]
+        rows = [
+            {
+                "target": target,
+                "run": run,
+                "model": model,
+                "shots": k,
+                "episode": e,
+                "model_index": e % 3,
+                "acc1": float(np.clip(20 + 8 * np.log2(k) + (5 if run == "nac" else 0) + rng.normal(0, 4), 0, 100)),
+                "n_query": 32,
+                "classes": list(range(8)),
+            }
+            for run, model in (("perceiver_io", "perceiver_io"), ("nac", "nac-scale_free"))
+            for k in SHOTS
+            for e in range(EPISODES)
+        ]
         rng.shuffle(rows)  # pairing must go by (shots, episode), not by row order
-        (metrics / "fewshot" / f"{target}.json").write_text(json.dumps(
-            {"target": target, "source": "image", "protocol": _params()["fewshot"]["protocol"], "rows": rows}))
+        (metrics / "fewshot" / f"{target}.json").write_text(
+            json.dumps(
+                {"target": target, "source": "image", "protocol": _params()["fewshot"]["protocol"], "rows": rows}
+            )
+        )
     (metrics / "nlvr").mkdir()
-    analysis = {"n": 40, "pca_dim": 16, "pca_explained": 0.93, "knn_k": 5, "folds": 3, "chance": 25.0,
-                "p_spread": 0.02, "p_mean": 0.8, "knn_accuracy": 70.0, "knn_accuracy_ci95": 8.0, "knn_shuffled": 26.0,
-                "knn_shuffled_ci95": 5.0, "silhouette": 0.12, "silhouette_shuffled": -0.01, "run": "conditional",
-                "seed": 0, "split": "val", "reasoning_types": TYPES, "modules": U, "bandwidth": 1.0,
-                "count_by_type": {t: 10 for t in TYPES}}
+    analysis = {
+        "n": 40,
+        "pca_dim": 16,
+        "pca_explained": 0.93,
+        "knn_k": 5,
+        "folds": 3,
+        "chance": 25.0,
+        "p_spread": 0.02,
+        "p_mean": 0.8,
+        "knn_accuracy": 70.0,
+        "knn_accuracy_ci95": 8.0,
+        "knn_shuffled": 26.0,
+        "knn_shuffled_ci95": 5.0,
+        "silhouette": 0.12,
+        "silhouette_shuffled": -0.01,
+        "run": "conditional",
+        "seed": 0,
+        "split": "val",
+        "reasoning_types": TYPES,
+        "modules": U,
+        "bandwidth": 1.0,
+        "count_by_type": {t: 10 for t in TYPES},
+    }
     (metrics / "nlvr" / "analysis.json").write_text(json.dumps(analysis))
-    embedding = pd.DataFrame({"x": rng.normal(size=40), "y": rng.normal(size=40), "reasoning_type": TYPES * 10,
-                              "sentence": ["there is a red square"] * 40, "label": [1, 0] * 20})
+    embedding = pd.DataFrame(
+        {
+            "x": rng.normal(size=40),
+            "y": rng.normal(size=40),
+            "reasoning_type": TYPES * 10,
+            "sentence": ["there is a red square"] * 40,
+            "label": [1, 0] * 20,
+        }
+    )
     embedding.to_csv(metrics / "nlvr" / "embedding.csv", index=False)
     examples = []
     for i, t in enumerate(TYPES):
         P = np.exp(-(1 - np.clip(rng.uniform(-1, 1, (U, U)), -1, 1)))
         P = (P + P.T) / 2
         np.fill_diagonal(P, 1.0)
-        examples.append({"reasoning_type": t, "index": i, "sentence": f"a long sentence of type {t} " * 3, "P": P.tolist()})
-    (metrics / "nlvr" / "examples.json").write_text(json.dumps({"threshold": 0.5, "bandwidth": 1.0, "examples": examples}))
+        examples.append(
+            {"reasoning_type": t, "index": i, "sentence": f"a long sentence of type {t} " * 3, "P": P.tolist()}
+        )
+    (metrics / "nlvr" / "examples.json").write_text(
+        json.dumps({"threshold": 0.5, "bandwidth": 1.0, "examples": examples})
+    )
     return metrics
 
 
@@ -106,7 +191,9 @@ def test_paired_ci_equals_scipy_and_single_values_have_no_ci():
     ci = stats.ttest_rel(a, b).confidence_interval(0.95)
     assert tables.paired(a, b)["mean"] == pytest.approx(np.mean(a) - np.mean(b))
     assert tables.paired(a, b)["ci95"] == pytest.approx((ci.high - ci.low) / 2)
-    assert summarize([1.0, 2.0, 6.0])["ci95"] == pytest.approx(stats.t.ppf(0.975, 2) * np.std([1, 2, 6], ddof=1) / np.sqrt(3))
+    assert summarize([1.0, 2.0, 6.0])["ci95"] == pytest.approx(
+        stats.t.ppf(0.975, 2) * np.std([1, 2, 6], ddof=1) / np.sqrt(3)
+    )
     assert tables.welch([60.0], [50.0]) == {"mean": 10.0, "ci95": 0.0, "n": 1}
     assert tables.welch([60.0, 60.0], [50.0, 50.0])["ci95"] == 0.0
 
@@ -132,10 +219,13 @@ def test_t_intervals_equal_the_textbook_formula():
         textbook = float(stats.t.ppf(0.975, n - 1) * np.std(x, ddof=1) / np.sqrt(n))
         assert summarize(x.tolist())["ci95"] == textbook == t_half_width(x)
         ci = stats.ttest_1samp(x, 0.0).confidence_interval()
-        assert t_half_width(x) == pytest.approx((ci.high - ci.low) / 2, rel=1e-12)   # scipy's interval
+        assert t_half_width(x) == pytest.approx((ci.high - ci.low) / 2, rel=1e-12)  # scipy's interval
         assert summarize(x.tolist())["mean"] == float(x.mean()) and summarize(x.tolist())["n"] == n
         iv = mean_ci(x)
-        assert (iv.lo, iv.hi) == (pytest.approx(x.mean() - textbook, rel=1e-12), pytest.approx(x.mean() + textbook, rel=1e-12))
+        assert (iv.lo, iv.hi) == (
+            pytest.approx(x.mean() - textbook, rel=1e-12),
+            pytest.approx(x.mean() + textbook, rel=1e-12),
+        )
     assert summarize([3.0]) == {"mean": 3.0, "ci95": 0.0, "n": 1} and t_half_width([3.0]) == 0.0
 
 
@@ -160,8 +250,12 @@ def test_tables_2_and_3_have_every_cell_and_the_right_numbers(tmp_path):
     points = {"points": tables.read_track(metrics, "points", RUNS["points"], SEEDS)}
     display2, _ = tables.comparison_table(points, TABLE2, TRACK_LABELS, "ours: scale-free prior")
     _no_empty_cells(display2)
-    assert list(display2["model"][:4]) == ["Hierarchical Perceiver (no MAE)", "Perceiver IO",
-                                           "Hierarchical Perceiver (with MAE)", "NAC (ours: scale-free prior)"]
+    assert list(display2["model"][:4]) == [
+        "Hierarchical Perceiver (no MAE)",
+        "Perceiver IO",
+        "Hierarchical Perceiver (with MAE)",
+        "NAC (ours: scale-free prior)",
+    ]
 
 
 def test_missing_track_metrics_are_named(tmp_path):
@@ -193,8 +287,10 @@ def test_fewshot_differences_are_paired_by_episode(tmp_path):
     assert set(st["shots"]) == set(SHOTS) and (st["n"] == EPISODES).all()
     df = pd.DataFrame(rows)
     for k in SHOTS:
-        acc = {run: df[(df["run"] == run) & (df["shots"] == k)].sort_values("episode")["acc1"].to_numpy()
-               for run in ("perceiver_io", "nac")}
+        acc = {
+            run: df[(df["run"] == run) & (df["shots"] == k)].sort_values("episode")["acc1"].to_numpy()
+            for run in ("perceiver_io", "nac")
+        }
         ci = stats.ttest_rel(acc["nac"], acc["perceiver_io"]).confidence_interval(0.95)
         got = st[(st["shots"] == k) & (st["run"] == "nac_minus_perceiver_io")].iloc[0]
         assert got["mean"] == pytest.approx((acc["nac"] - acc["perceiver_io"]).mean())
@@ -208,10 +304,15 @@ def test_figures_4_6_and_track_curves_are_written(tmp_path):
     metrics = write_metrics(tmp_path)
     rows = {t: pd.DataFrame(json.loads((metrics / "fewshot" / f"{t}.json").read_text())["rows"]) for t in TARGETS}
     paths = figures.figure4(rows, SHOTS, 8, {"nac": "NAC"}, tmp_path / "figures")
-    paths += figures.figure6(pd.read_csv(metrics / "nlvr" / "embedding.csv"),
-                             json.loads((metrics / "nlvr" / "examples.json").read_text()), tmp_path / "figures")
+    paths += figures.figure6(
+        pd.read_csv(metrics / "nlvr" / "embedding.csv"),
+        json.loads((metrics / "nlvr" / "examples.json").read_text()),
+        tmp_path / "figures",
+    )
     results = {t: tables.read_track(metrics, t, RUNS[t], SEEDS) for t in RUNS}
-    histories = {t: {run: [r["history"] for r in res if r["run"] == run] for run in RUNS[t]} for t, res in results.items()}
+    histories = {
+        t: {run: [r["history"] for r in res if r["run"] == run] for run in RUNS[t]} for t, res in results.items()
+    }
     paths += figures.learning_curves_tracks(histories, {t: 25.0 for t in RUNS}, {}, {}, tmp_path / "figures")
     assert [p.suffix for p in paths] == [".png", ".svg"] * 3
     assert all(p.stat().st_size > 1000 for p in paths)
@@ -234,16 +335,47 @@ def test_build_report_writes_every_table_figure_and_section(tmp_path, monkeypatc
             md[key] = f"| {key} |"
         for key in ("figure3", "figure5a", "figure5b", "figure15", "learning_curves"):
             figs[key] = [out / "figures" / f"{key}.png"]
-        return {"table1": {"perceiver_io/iid_acc1": {"mean": 1.0, "ci95": 0.0, "paper": 58.89}},
-                "prune": {"perceiver_io": {"full_acc1": 1.0, "max_fraction_within_3pts": 0.5, "speedup_at_that_fraction": 1.5,
-                                           "speedup_ci95": 0.1}}}
+        return {
+            "table1": {"perceiver_io/iid_acc1": {"mean": 1.0, "ci95": 0.0, "paper": 58.89}},
+            "prune": {
+                "perceiver_io": {
+                    "full_acc1": 1.0,
+                    "max_fraction_within_3pts": 0.5,
+                    "speedup_at_that_fraction": 1.5,
+                    "speedup_ci95": 0.1,
+                }
+            },
+        }
 
-    rows = [{"id": "points_gap", "verdict": "supported", "reason": "CI above 0", "estimate": 1.5, "lo": 0.5, "hi": 2.5,
-             "n": 3},
-            {"id": "iid_gain", "verdict": "inconclusive", "reason": "CI spans 0", "estimate": 0.1, "lo": -1.0, "hi": 1.2,
-             "n": 3},
-            {"id": "nlvr_vs_zeroshot", "verdict": "inconclusive", "reason": "not measured: no CLIP", "estimate": None,
-             "lo": None, "hi": None, "n": 0}]
+    rows = [
+        {
+            "id": "points_gap",
+            "verdict": "supported",
+            "reason": "CI above 0",
+            "estimate": 1.5,
+            "lo": 0.5,
+            "hi": 2.5,
+            "n": 3,
+        },
+        {
+            "id": "iid_gain",
+            "verdict": "inconclusive",
+            "reason": "CI spans 0",
+            "estimate": 0.1,
+            "lo": -1.0,
+            "hi": 1.2,
+            "n": 3,
+        },
+        {
+            "id": "nlvr_vs_zeroshot",
+            "verdict": "inconclusive",
+            "reason": "not measured: no CLIP",
+            "estimate": None,
+            "lo": None,
+            "hi": None,
+            "n": 0,
+        },
+    ]
     claims = types.ModuleType("nac.report.claims")
     claims.evaluate_claims = lambda params, metrics: rows
     claims.headline = real_headline
@@ -255,8 +387,16 @@ def test_build_report_writes_every_table_figure_and_section(tmp_path, monkeypatc
     reports = tmp_path / "reports"
     # claims.md is written with the rest into a staging folder that replaces reports/'s files at the end
     assert len(calls) == 1 and calls[0][0] == metrics and calls[0][1].parent == tmp_path
-    assert not [p for p in tmp_path.iterdir() if ".staging-" in p.name]   # removed once committed
-    for name in ("table2", "table3", "nlvr", "nlvr_by_type", "nlvr_analysis", "figure4_fewshot", "figure4_fewshot_numeric"):
+    assert not [p for p in tmp_path.iterdir() if ".staging-" in p.name]  # removed once committed
+    for name in (
+        "table2",
+        "table3",
+        "nlvr",
+        "nlvr_by_type",
+        "nlvr_analysis",
+        "figure4_fewshot",
+        "figure4_fewshot_numeric",
+    ):
         assert (reports / "tables" / f"{name}.md").exists(), name
         _csv_is_full(reports / "tables" / f"{name}.csv")
     for name in ("figure4_fewshot", "figure6_nlvr_circuits", "learning_curves_tracks"):
@@ -265,21 +405,38 @@ def test_build_report_writes_every_table_figure_and_section(tmp_path, monkeypatc
     for target in TARGETS:
         assert list(pd.read_csv(reports / "plots" / "fewshot" / f"{target}.csv")["shots"]) == SHOTS
     readme = (reports / "README.md").read_text()
-    order = ["## Table 1", "## Figure 3", "## Figure 4", "## Figures 5a", "## Table 2", "## Table 3", "## NLVR",
-             "## Learning curves", "## Discrepancies"]
+    order = [
+        "## Table 1",
+        "## Figure 3",
+        "## Figure 4",
+        "## Figures 5a",
+        "## Table 2",
+        "## Table 3",
+        "## NLVR",
+        "## Learning curves",
+        "## Discrepancies",
+    ]
     assert [readme.index(h) for h in order] == sorted(readme.index(h) for h in order)
-    for link in ("claims.md", "(notebooks/)", "figures/figure4_fewshot.png", "figures/figure6_nlvr_circuits.png",
-                 "figures/learning_curves_tracks.png", "Hierarchical Perceiver (with MAE)", "36.37", "Tiny-ImageNet-R",
-                 "not computed: no CLIP weights offline / embedded profile"):
+    for link in (
+        "claims.md",
+        "(notebooks/)",
+        "figures/figure4_fewshot.png",
+        "figures/figure6_nlvr_circuits.png",
+        "figures/learning_curves_tracks.png",
+        "Hierarchical Perceiver (with MAE)",
+        "36.37",
+        "Tiny-ImageNet-R",
+        "not computed: no CLIP weights offline / embedded profile",
+    ):
         assert link in readme, link
     assert "nan" not in readme.lower()
     # no bench/bench_throughput.py results in this directory: the paper-size Figure 5b says it is skipped
     assert "Figure 5b (mini, trained)" in readme and "Figure 5b at the paper's size: skipped" in readme
-    headline = json.loads((metrics / "summary.json").read_text())   # the DVC metric: verdict counts, headline claims
+    headline = json.loads((metrics / "summary.json").read_text())  # the DVC metric: verdict counts, headline claims
     assert headline["claims"] == {"supported": 1, "not_supported": 0, "inconclusive": 2}
     assert headline["points_gap"] == {"estimate": 1.5, "lo": 0.5, "hi": 2.5, "n": 3}
     # the findings come first: what holds, what does not, what is undecided, what was not measured
-    findings = readme[readme.index("## Findings"):readme.index("## Table 1")]
+    findings = readme[readme.index("## Findings") : readme.index("## Table 1")]
     assert "**Supported** (1): `points_gap`" in findings and "**Undecided** (1" in findings
     assert "**Not measured** here (1): `nlvr_vs_zeroshot`" in findings
     fs = summary["fewshot"]["targets"]
@@ -295,15 +452,27 @@ def _throughput_results(cpu_clock: bool) -> dict:
         row = {"dropped_fraction": frac, "kept_modules": int(256 * (1 - frac))}
         for kind, base in (("executor", 10.0), ("whole", 8.0)):
             vals = base / (1 - frac + 0.05) * (1 + 0.05 * rng.standard_normal(4))
-            iv = {"mean": float(vals.mean()), "lo": float(vals.min()), "hi": float(vals.max()), "n": 4,
-                  "values": vals.tolist()}
+            iv = {
+                "mean": float(vals.mean()),
+                "lo": float(vals.min()),
+                "hi": float(vals.max()),
+                "n": 4,
+                "values": vals.tolist(),
+            }
             row[f"{kind}_images_per_s"] = iv
             if cpu_clock:
                 row[f"{kind}_images_per_cpu_s"] = iv
         rows.append(row)
-    return {"machine": {"cpu": "x86_64", "threads": 1, "torch": "2.x", "repeats": 4, "date": "2026-01-01"},
-            "figure5b_paper_size": {"n_processor": 256, "batch": 32, "image_size": 64,
-                                    "tokenizer": {"kind": "convnext"}, "rows": rows}}
+    return {
+        "machine": {"cpu": "x86_64", "threads": 1, "torch": "2.x", "repeats": 4, "date": "2026-01-01"},
+        "figure5b_paper_size": {
+            "n_processor": 256,
+            "batch": 32,
+            "image_size": 64,
+            "tokenizer": {"kind": "convnext"},
+            "rows": rows,
+        },
+    }
 
 
 @pytest.mark.parametrize("cpu_clock", [True, False])
@@ -320,13 +489,28 @@ def test_convergence_figure_and_table_from_bench_results(tmp_path):
     from nac.report import build, figures
 
     run = lambda accs, ood=None: {"val_acc1": accs, **({"eval": {"ood_acc1": ood}} if ood is not None else {})}  # noqa: E731
-    conv = {"mini_epochs": 3, "profile": "mini",
-            "runs": {"perceiver_io": {"8": {"0": run([10, 20, 30, 40, 50, 55, 58, 60], 30.0),
-                                            "1": run([10, 20, 30, 40, 50, 55, 58, 62], 32.0)}},
-                     "nac-scale_free": {"8": {"0": {"val_acc1": [11, 22, 33, 44, 55, 60, 64, 66],
-                                              "eval": {"ood_acc1": 35.0, "iid_acc1": 66.0, "iid_acc1_dense": 64.5},
-                                              "mechanism": {"final": {"sparsity": 0.9}}}},
-                                        "16": {"0": run(list(range(50, 66)), 40.0)}}}}
+    conv = {
+        "mini_epochs": 3,
+        "profile": "mini",
+        "runs": {
+            "perceiver_io": {
+                "8": {
+                    "0": run([10, 20, 30, 40, 50, 55, 58, 60], 30.0),
+                    "1": run([10, 20, 30, 40, 50, 55, 58, 62], 32.0),
+                }
+            },
+            "nac-scale_free": {
+                "8": {
+                    "0": {
+                        "val_acc1": [11, 22, 33, 44, 55, 60, 64, 66],
+                        "eval": {"ood_acc1": 35.0, "iid_acc1": 66.0, "iid_acc1_dense": 64.5},
+                        "mechanism": {"final": {"sparsity": 0.9}},
+                    }
+                },
+                "16": {"0": run(list(range(50, 66)), 40.0)},
+            },
+        },
+    }
     hist = lambda accs: [{"val_acc1": a} for a in accs]  # noqa: E731
     histories = {"perceiver_io": [hist([10, 20, 25]), hist([12, 18, 27])], "nac-scale_free": [hist([11, 21, 26])]}
     paths = figures.figure_convergence(conv, histories, {}, tmp_path)
@@ -336,7 +520,7 @@ def test_convergence_figure_and_table_from_bench_results(tmp_path):
     pio = table.loc[build.RUN_LABELS.get("perceiver_io", "perceiver_io")]
     ci = stats.t.ppf(0.975, 1) * np.std([25, 27], ddof=1) / np.sqrt(2)
     assert pio["this pipeline: val Acc@1 after 3 epochs"] == f"26.00 ± {ci:.2f} (2 seeds)"
-    assert pio["its gain over the last epoch"] == 7.0          # (5 + 9) / 2
+    assert pio["its gain over the last epoch"] == 7.0  # (5 + 9) / 2
     assert pio["8 epochs: val Acc@1"].startswith("61.00 ± ") and pio["8 epochs: OOD Acc@1"].startswith("31.00 ± ")
     nac = table.loc[build.RUN_LABELS.get("nac-scale_free", "nac-scale_free")]
     assert nac["8 epochs: val Acc@1"] == "66.00 (1 seed)" and nac["8 epochs: OOD Acc@1"] == "35.00 (1 seed)"
@@ -351,6 +535,7 @@ def test_the_discrepancies_come_from_their_file_in_order(tmp_path, monkeypatch):
     """``discrepancies.yaml`` is read in order as (topic, text); an entry without its two fields is an
     error naming the file and the entry, not a silently short Discrepancies section."""
     from nac.report import published
+
     rows = published.discrepancies()
     assert len(rows) > 10 and all(topic and text for topic, text in rows)
     bad = tmp_path / "discrepancies.yaml"
@@ -359,13 +544,15 @@ def test_the_discrepancies_come_from_their_file_in_order(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"discrepancies.yaml: entry 1 must have exactly"):
         published.discrepancies()
     bad.write_text("- topic: A\n  text: >-\n    one\n    two.\n")
-    assert published.discrepancies() == [("A", "one two.")]   # folded lines join with one space
+    assert published.discrepancies() == [("A", "one two.")]  # folded lines join with one space
 
 
 def test_the_readme_template_refuses_a_missing_value():
     """A name the template uses but the build does not pass raises (StrictUndefined) instead of
     rendering an empty table into reports/README.md."""
     import jinja2
+
     with pytest.raises(jinja2.UndefinedError, match="findings"):
-        build.TEMPLATES.get_template("README.md.j2").render(p={"profile": "x", "commit": "c", "date": "d",
-                                                                "machine": "m", "torch": "t"}, md={})
+        build.TEMPLATES.get_template("README.md.j2").render(
+            p={"profile": "x", "commit": "c", "date": "d", "machine": "m", "torch": "t"}, md={}
+        )

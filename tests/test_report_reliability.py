@@ -4,6 +4,7 @@ one before writing anything, and replace their outputs all at once (issue 23, de
 The stage runs on a copy of the committed metrics/ and reports/ in a temporary folder; each bad
 input must end in exit 1 with a message naming the file (and the key), and every previous output
 byte-identical."""
+
 import json
 import math
 import os
@@ -45,14 +46,24 @@ def repo(pristine, tmp_path) -> Path:
 
 def snapshot(root: Path) -> dict[str, bytes]:
     """Every file of reports/ and metrics/ (summary.json included), by relative path."""
-    return {p.relative_to(root).as_posix(): p.read_bytes() for d in ("reports", "metrics")
-            for p in sorted((root / d).rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for d in ("reports", "metrics")
+        for p in sorted((root / d).rglob("*"))
+        if p.is_file()
+    }
 
 
 def run_report(root: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NAC_QUIET": "1", "MPLBACKEND": "Agg"}
-    return subprocess.run([sys.executable, str(ROOT / "stages" / "report.py")], cwd=root, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "stages" / "report.py")],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def refused(root: Path, *needles: str) -> str:
@@ -93,8 +104,11 @@ def test_a_stray_copy_is_refused_naming_it_and_nothing_is_written(repo):
 def test_a_renamed_or_copied_file_is_refused(repo):
     """Seed 0's content under seed 1's name would count seed 0 twice."""
     shutil.copy(repo / EVAL / "nac-scale_free-0.json", repo / EVAL / "nac-scale_free-1.json")
-    with pytest.raises(metrics_io.MetricsError, match=r"nac-scale_free-1\.json says run 'nac-scale_free' seed 0, but "
-                                                      r"its name says run 'nac-scale_free' seed 1"):
+    with pytest.raises(
+        metrics_io.MetricsError,
+        match=r"nac-scale_free-1\.json says run 'nac-scale_free' seed 0, but "
+        r"its name says run 'nac-scale_free' seed 1",
+    ):
         build.validate_inputs(read_params(repo / "params.yaml"), repo / "metrics")
 
 
@@ -115,10 +129,16 @@ def test_extra_track_and_fewshot_files_and_duplicate_prune_rows_are_refused(repo
 
 
 # ---- defect 2: the report writes before it validates ----
-@pytest.mark.parametrize("value, expected", [(math.nan, "not a finite number"), (math.inf, "not a finite number"),
-                                             ("50.0", "iid_acc1 = str '50.0', expected a finite number"),
-                                             (None, "iid_acc1 = null, expected a finite number"),
-                                             (True, "iid_acc1 = bool True, expected a finite number")])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (math.nan, "not a finite number"),
+        (math.inf, "not a finite number"),
+        ("50.0", "iid_acc1 = str '50.0', expected a finite number"),
+        (None, "iid_acc1 = null, expected a finite number"),
+        (True, "iid_acc1 = bool True, expected a finite number"),
+    ],
+)
 def test_a_bad_accuracy_exits_1_with_every_output_unchanged(repo, value, expected):
     edit_eval(repo, "nac-scale_free-0.json", iid_acc1=value)
     refused(repo, "metrics/image/eval/nac-scale_free-0.json", "iid_acc1", expected)
@@ -141,7 +161,9 @@ def test_non_finite_embedding_coordinates_are_refused(repo, bad):
     df = pd.read_csv(path, dtype=str, keep_default_na=False)
     df.loc[3, "y"] = bad
     df.to_csv(path, index=False)
-    with pytest.raises(metrics_io.MetricsError, match=r"embedding\.csv: column y row 4 \(line 5\) = .*expected a finite number"):
+    with pytest.raises(
+        metrics_io.MetricsError, match=r"embedding\.csv: column y row 4 \(line 5\) = .*expected a finite number"
+    ):
         metrics_io.nlvr_embedding(path)
 
 
@@ -173,9 +195,17 @@ def test_a_failure_late_in_the_build_leaves_the_previous_report(tmp_path, monkey
             md[key] = f"| {key} |"
         for key in ("figure3", "figure5a", "figure5b", "figure15", "learning_curves"):
             figs[key] = [out / "figures" / f"{key}.png"]
-        return {"table1": {"perceiver_io/iid_acc1": {"mean": 1.0, "ci95": 0.0, "paper": 58.89}},
-                "prune": {"perceiver_io": {"full_acc1": 1.0, "max_fraction_within_3pts": 0.5,
-                                           "speedup_at_that_fraction": 1.5, "speedup_ci95": 0.1}}}
+        return {
+            "table1": {"perceiver_io/iid_acc1": {"mean": 1.0, "ci95": 0.0, "paper": 58.89}},
+            "prune": {
+                "perceiver_io": {
+                    "full_acc1": 1.0,
+                    "max_fraction_within_3pts": 0.5,
+                    "speedup_at_that_fraction": 1.5,
+                    "speedup_ci95": 0.1,
+                }
+            },
+        }
 
     claims = types.ModuleType("nac.report.claims")
     claims.evaluate_claims = lambda params, metrics: []
@@ -189,7 +219,7 @@ def test_a_failure_late_in_the_build_leaves_the_previous_report(tmp_path, monkey
     (reports / "notebooks").mkdir()
     (reports / "notebooks" / "nb.html").write_text("another stage's output\n")
     build.build_report(_params(), out=reports, metrics=metrics)
-    assert not (reports / "tables" / "stale.csv").exists()            # tables/ holds exactly this build's
+    assert not (reports / "tables" / "stale.csv").exists()  # tables/ holds exactly this build's
     assert (reports / "notebooks" / "nb.html").exists() and (reports / "claims.md").exists()
     before = snapshot(tmp_path)
 
@@ -204,8 +234,9 @@ def test_a_failure_late_in_the_build_leaves_the_previous_report(tmp_path, monkey
     with pytest.raises(RuntimeError, match="claims failed"):
         build.build_report(_params(), out=reports, metrics=metrics)
     after = snapshot(tmp_path)
-    assert {k: v for k, v in after.items() if k != "metrics/tracks/points/nac-0.json"} == \
-           {k: v for k, v in before.items() if k != "metrics/tracks/points/nac-0.json"}
+    assert {k: v for k, v in after.items() if k != "metrics/tracks/points/nac-0.json"} == {
+        k: v for k, v in before.items() if k != "metrics/tracks/points/nac-0.json"
+    }
     assert not [p.name for p in tmp_path.iterdir() if ".staging-" in p.name]
 
 
@@ -225,8 +256,11 @@ def test_staged_outputs_are_all_or_nothing(tmp_path):
         (stage / "a.json").write_text("new a")
         (stage / "sub").mkdir()
         (stage / "sub" / "b.json").write_text("new b")
-    assert {p.relative_to(out).as_posix(): p.read_text() for p in out.rglob("*") if p.is_file()} == \
-           {"a.json": "new a", "sub/b.json": "new b", "keep.txt": "not ours"}
+    assert {p.relative_to(out).as_posix(): p.read_text() for p in out.rglob("*") if p.is_file()} == {
+        "a.json": "new a",
+        "sub/b.json": "new b",
+        "keep.txt": "not ours",
+    }
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
@@ -248,7 +282,9 @@ def test_prune_refuses_a_non_finite_accuracy_and_keeps_the_previous_files(repo, 
     monkeypatch.setattr(mod, "load_params", lambda check=None: read_params(repo / "params.yaml"))
     monkeypatch.setattr(mod, "prune_sweep", lambda params: rows)
     before = snapshot(repo)
-    with pytest.raises(metrics_io.MetricsError, match=r"^metrics/image/prune\.json: \[5\]\.acc1 is not a finite number"):
+    with pytest.raises(
+        metrics_io.MetricsError, match=r"^metrics/image/prune\.json: \[5\]\.acc1 is not a finite number"
+    ):
         mod.main()
     assert snapshot(repo) == before
     rows[5]["acc1"] = 12.5

@@ -7,6 +7,7 @@ recompute: the same logits, regularizer and loss, and every parameter gradient t
 (not bit-exact: the backward through ``P`` now runs once on the sum of both consumers' gradients
 instead of twice, a different summation order).
 """
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -74,8 +75,9 @@ def test_shared_P_gives_the_step_that_computes_it_twice(name, monkeypatch):
     for n, g in ref[2].items():
         assert (g is None) == (shared[2][n] is None), n
         if g is not None:
-            torch.testing.assert_close(shared[2][n], g, rtol=1e-5, atol=max(1e-5 * float(g.abs().max()), floor),
-                                       msg=lambda m, n=n: f"{n}: {m}")
+            torch.testing.assert_close(
+                shared[2][n], g, rtol=1e-5, atol=max(1e-5 * float(g.abs().max()), floor), msg=lambda m, n=n: f"{n}: {m}"
+            )
     kernels = model.config.depth if model.config.kernel_per_module else 1
     assert shared[4] == kernels + 1 and ref[4] == 2 * kernels + 1  # + the read-out's P
 

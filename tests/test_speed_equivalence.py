@@ -17,6 +17,7 @@ is consumed identically (the pipeline's reproducibility depends on it).
 * ``nac.regularizer.BLAS_THREADS``: 1 (the matching's numpy products on one thread) vs None
   (numpy's default threads): bitwise the same.
 """
+
 import numpy as np
 import pytest
 import torch
@@ -60,7 +61,7 @@ def test_masked_kernel_bias_gives_plain_attention_and_gradients():
     for a, b in zip(outs["masked"], outs["plain"]):
         _close(a, b)
     masked = log_normalized_kernel(K)
-    assert torch.isinf(masked[:, :-1][K[:, :-1] == 0]).all()       # cut links: exactly no weight
+    assert torch.isinf(masked[:, :-1][K[:, :-1] == 0]).all()  # cut links: exactly no weight
     assert torch.equal(masked[:, -1], log_normalized_kernel(K, impl="plain")[:, -1])  # empty row as plain
 
 
@@ -78,7 +79,10 @@ def test_explicit_attention_equals_sdpa_with_a_learnable_bias():
     bias = log_normalized_kernel(K).unsqueeze(1)
     g = torch.randn(2, 3, 7, 4)
     ys = {}
-    for name, fn in (("explicit", explicit_attention), ("sdpa", lambda *a: F.scaled_dot_product_attention(*a[:3], attn_mask=a[3]))):
+    for name, fn in (
+        ("explicit", explicit_attention),
+        ("sdpa", lambda *a: F.scaled_dot_product_attention(*a[:3], attn_mask=a[3])),
+    ):
         y = fn(q, k, v, bias)
         ys[name] = (y, *torch.autograd.grad((y * g).sum(), (q, k, v, P), retain_graph=True))
     for a, b in zip(ys["explicit"], ys["sdpa"]):
@@ -95,8 +99,11 @@ def test_explicit_attention_adds_the_bias_in_place_bitwise():
 
     def out_of_place(q, k, v, bias):
         return torch.matmul((torch.matmul(q * 0.5, k.transpose(-1, -2)) + bias).softmax(-1), v)
-    res = [(y, *torch.autograd.grad((y * g).sum(), (q, k, v, P), retain_graph=True))
-           for y in (explicit_attention(q, k, v, bias), out_of_place(q, k, v, bias))]
+
+    res = [
+        (y, *torch.autograd.grad((y * g).sum(), (q, k, v, P), retain_graph=True))
+        for y in (explicit_attention(q, k, v, bias), out_of_place(q, k, v, bias))
+    ]
     assert all(torch.equal(a, b) for a, b in zip(*res))
 
 
@@ -111,8 +118,10 @@ def test_kernel_sampler_equals_sample_kernel_and_consumes_the_same_randomness(ba
         torch.manual_seed(7)
         sampler = KernelSampler(P, 0.5, impl=impl)
         Ks = [sampler(batch) for _ in range(3)]  # several layers from one P
-        after = torch.rand(5)                     # where the generator was left
-        grad = torch.autograd.grad(sum((K * torch.linspace(-1, 1, K.numel()).view_as(K)).sum() for K in Ks), s, retain_graph=True)[0]
+        after = torch.rand(5)  # where the generator was left
+        grad = torch.autograd.grad(
+            sum((K * torch.linspace(-1, 1, K.numel()).view_as(K)).sum() for K in Ks), s, retain_graph=True
+        )[0]
         draws[impl] = (Ks, after, grad)
     (Kp, after_p, grad_p), (Kr, after_r, grad_r) = draws["prepared"], draws["plain"]
     assert torch.equal(after_p, after_r)
@@ -196,8 +205,9 @@ def test_nac_fast_paths_give_the_plain_step(train, kernels, monkeypatch):
 
     sparse_biases = []
     real = attention._sparse_log_normalized_kernel
-    monkeypatch.setattr(attention, "_sparse_log_normalized_kernel",
-                        lambda *a: sparse_biases.append(real(*a)) or sparse_biases[-1])
+    monkeypatch.setattr(
+        attention, "_sparse_log_normalized_kernel", lambda *a: sparse_biases.append(real(*a)) or sparse_biases[-1]
+    )
     torch.manual_seed(0)
     # the default (a kernel per module, direct truncation) and nac v1's (one bandwidth, masked)
     form = {} if kernels == "per_module" else dict(kernel_per_module=False, truncation_mode="masked")
@@ -227,7 +237,11 @@ def test_nac_fast_paths_give_the_plain_step(train, kernels, monkeypatch):
     _close(lf, lp)
     _close(Lf, Lp)
     bandwidths = [n for n in gf if n.endswith("bandwidth")]
-    assert gf.keys() == gp.keys() and "generator.signatures" in gf and len(bandwidths) == (cfg.depth + 1 if form == {} else 1)
+    assert (
+        gf.keys() == gp.keys()
+        and "generator.signatures" in gf
+        and len(bandwidths) == (cfg.depth + 1 if form == {} else 1)
+    )
     # Some gradients are zero but for rounding (e.g. biases a softmax ignores): compare every
     # tensor against the largest gradient of the model.
     scale = max(float(g.abs().max()) for g in gp.values())
@@ -276,8 +290,11 @@ def _adamw_run(impl, steps=5):
     model = build_model(make_tiny_config(variant="nac", n_processor=12, depth=2, signature_fit_steps=10))
     params = list(model.parameters())
     decay = [p for p in params if p.dim() >= 2]
-    opt = make_adamw([{"params": decay, "weight_decay": 0.05},
-                      {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}], lr=1e-2, impl=impl)
+    opt = make_adamw(
+        [{"params": decay, "weight_decay": 0.05}, {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
+        lr=1e-2,
+        impl=impl,
+    )
     gen = torch.Generator().manual_seed(1)
     for _ in range(steps):
         for p in params:
@@ -317,8 +334,9 @@ def test_prune_sweep_tokenizing_once_equals_predict(variant, tiny_config):
 
     model = build_model(tiny_config(variant=variant))
     g = torch.Generator().manual_seed(0)
-    data = [{"input": torch.randint(0, 256, (3, 32, 32), dtype=torch.uint8, generator=g), "label": i % 5}
-            for i in range(23)]
+    data = [
+        {"input": torch.randint(0, 256, (3, 32, 32), dtype=torch.uint8, generator=g), "label": i % 5} for i in range(23)
+    ]
     tokens, labels = tokenize(model, data, batch_size=8)
     assert len(tokens) == 3 and model.training  # predict's batches; the mode is restored
     for k in (0, 5, 12):
@@ -332,8 +350,9 @@ def _ni_grads(fn, params, impl, seed=0):
     """Outputs, every parameter's gradient and the RNG state after ``fn(impl)`` under ``seed``."""
     torch.manual_seed(seed)
     out = fn(impl)
-    grads = torch.autograd.grad((out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum(), params,
-                                allow_unused=True)
+    grads = torch.autograd.grad(
+        (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum(), params, allow_unused=True
+    )
     return out.detach(), grads, torch.get_rng_state()
 
 
@@ -345,7 +364,7 @@ def _assert_ni_same(fn, params):
     for a, b in zip((o1, *g1), (o2, *g2)):
         if a is not None:
             torch.testing.assert_close(b, a, rtol=1e-5, atol=max(1e-6, 1e-5 * float(a.abs().max())))
-    assert torch.equal(rng1, rng2)                                      # the same random numbers drawn
+    assert torch.equal(rng1, rng2)  # the same random numbers drawn
 
 
 @pytest.mark.parametrize("form", ["full", "broadcast", "one_code", "batched_codes"])
@@ -353,7 +372,7 @@ def test_ni_modlin_fast_forms_equal_plain(form):
     torch.manual_seed(0)
     m, B, U, V = ModLin(8, 12, 6), 3, 4, 5
     x, c = torch.randn(B, U, V, 8, requires_grad=True), torch.randn(U, 6, requires_grad=True)
-    if form == "broadcast":                                             # x_ui = x_i: one GEMM
+    if form == "broadcast":  # x_ui = x_i: one GEMM
         x = torch.randn(B, V, 8, requires_grad=True)
     elif form == "one_code":
         x, c = torch.randn(B, V, 8, requires_grad=True), torch.randn(6, requires_grad=True)
@@ -363,6 +382,7 @@ def test_ni_modlin_fast_forms_equal_plain(form):
     def run(impl):
         m.impl = impl
         return m(x.unsqueeze(1).expand(-1, U, -1, -1) if form == "broadcast" else x, c)
+
     _assert_ni_same(run, [x, c, *m.parameters()])
 
 
@@ -371,10 +391,23 @@ def test_ni_modlin_fast_forms_equal_plain(form):
 def test_ni_fast_model_gives_the_plain_outputs_and_gradients(train, size):
     """The whole model (eqs. 1-14): two LOCs (a broadcast and a full input), a key mask with padded
     tokens, train (BatchNorm batch statistics) and eval; ``mini`` has params.yaml's mini sizes."""
-    kw = (dict(tokenizer={"kind": "conv32", "dim": 16, "pos_dim": 8}, d_model=16, d_type=8, d_code=12,
-               n_functions=3, n_scripts=2, loc_layers=2) if size == "small" else
-          dict(tokenizer={"kind": "conv32", "dim": 48, "pos_dim": 16, "width": 32, "norm": "batch"},
-               n_functions=4, loc_layers=1))
+    kw = (
+        dict(
+            tokenizer={"kind": "conv32", "dim": 16, "pos_dim": 8},
+            d_model=16,
+            d_type=8,
+            d_code=12,
+            n_functions=3,
+            n_scripts=2,
+            loc_layers=2,
+        )
+        if size == "small"
+        else dict(
+            tokenizer={"kind": "conv32", "dim": 48, "pos_dim": 16, "width": 32, "norm": "batch"},
+            n_functions=4,
+            loc_layers=1,
+        )
+    )
     torch.manual_seed(0)
     model = NeuralInterpreter(NeuralInterpreterConfig(num_classes=5, heads=2, n_iterations=2, **kw))
     images = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
@@ -383,9 +416,10 @@ def test_ni_fast_model_gives_the_plain_outputs_and_gradients(train, size):
     state = {k: v.clone() for k, v in model.state_dict().items()}
 
     def run(impl):
-        model.load_state_dict(state)                                    # BatchNorm statistics too
+        model.load_state_dict(state)  # BatchNorm statistics too
         set_impl(model, impl).train(train)
         return model(images, mask)
+
     _assert_ni_same(run, list(model.parameters()))
     assert all(m.impl == "fast" for m in model.modules() if hasattr(m, "impl"))
 

@@ -4,6 +4,7 @@ shapes and no host syncs, and give the plain form's draws (same random stream) a
 Syncs are found on the CPU by the aten ops CUDA would have to wait for (``nonzero``,
 ``_local_scalar_dense`` (``.item()``), ``is_nonzero`` (``bool(t)``), ``masked_select`` and
 boolean-mask indexing), seen by a ``TorchDispatchMode``."""
+
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -26,7 +27,8 @@ class SyncOps(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func._overloadpacket.__name__
         bool_index = name in ("index", "index_put", "index_put_") and any(
-            isinstance(t, torch.Tensor) and t.dtype == torch.bool for t in (args[1] if len(args) > 1 else []) or [])
+            isinstance(t, torch.Tensor) and t.dtype == torch.bool for t in (args[1] if len(args) > 1 else []) or []
+        )
         if name in SYNCS or bool_index:
             self.found.append(name)
         return func(*args, **(kwargs or {}))
@@ -65,8 +67,9 @@ def test_prepared_sampler_and_bias_have_no_host_sync_and_give_the_plain_draws(ba
     torch.manual_seed(0)
     Kr = [sample_kernel(P, 0.5, batch_size=batch) for _ in range(2)]
     br = [log_normalized_kernel(K, impl="masked") for K in Kr]
-    grad_r = torch.autograd.grad(sum((b.clamp_min(-50) * torch.linspace(-1, 1, b.numel()).view_as(b)).sum()
-                                     for b in br), s)[0]
+    grad_r = torch.autograd.grad(
+        sum((b.clamp_min(-50) * torch.linspace(-1, 1, b.numel()).view_as(b)).sum() for b in br), s
+    )[0]
     assert torch.equal(torch.rand(4), after)  # the generator left where the plain form leaves it
     for a, b in zip(Ks, Kr):
         assert torch.equal(a == 0, b == 0)

@@ -1,27 +1,46 @@
 """The switch table of the report (nac.report.switches): every registered switch is shown, and the
 measured effects are paired-by-seed differences switch − default, used only under the params the
 bench ran with."""
+
 import numpy as np
 import pytest
 from scipy import stats
 
 from nac.report import switches as S
 
-PARAMS = {"profile": "test", "seeds": [0, 1, 2], "prior": {"name": "scale_free", "params": {}},
-          "data": {"shapes": {"n_train": 10}, "shapes_r": {"n_test": 5}},
-          "image": {"dataset": "shapes", "val_split": "val", "ood_dataset": "shapes_r", "ood_split": "test",
-                    "model": {"d_model": 8}, "train": {"epochs": 1}}}
+PARAMS = {
+    "profile": "test",
+    "seeds": [0, 1, 2],
+    "prior": {"name": "scale_free", "params": {}},
+    "data": {"shapes": {"n_train": 10}, "shapes_r": {"n_test": 5}},
+    "image": {
+        "dataset": "shapes",
+        "val_split": "val",
+        "ood_dataset": "shapes_r",
+        "ood_split": "test",
+        "model": {"d_model": 8},
+        "train": {"epochs": 1},
+    },
+}
 
 
 def _run(iid, ood, dense, sparsity, own, other):
-    return ({"iid_acc1": iid, "ood_acc1": ood, "iid_acc1_dense": dense},
-            {"sparsity": sparsity, "distance": {"scale_free": own, "erdos_renyi": other, "ring_of_cliques": other + 1}})
+    return (
+        {"iid_acc1": iid, "ood_acc1": ood, "iid_acc1_dense": dense},
+        {"sparsity": sparsity, "distance": {"scale_free": own, "erdos_renyi": other, "ring_of_cliques": other + 1}},
+    )
 
 
 def _bench(per_seed):
-    return {"params": S.bench_params(PARAMS),
-            "switches": {name: {str(s): dict(zip(("eval", "mechanism"), (ev, {"final": mech})))
-                                for s, (ev, mech) in per_seed.items()} for name in S.SWITCHES}}
+    return {
+        "params": S.bench_params(PARAMS),
+        "switches": {
+            name: {
+                str(s): dict(zip(("eval", "mechanism"), (ev, {"final": mech}))) for s, (ev, mech) in per_seed.items()
+            }
+            for name in S.SWITCHES
+        },
+    }
 
 
 def test_effects_are_paired_differences_switch_minus_default():
@@ -50,7 +69,7 @@ def test_bench_used_only_under_its_own_params_and_seeds():
     assert S.bench_status(None, PARAMS).endswith("(python bench/bench_switches.py)")
     other = {**PARAMS, "image": {**PARAMS["image"], "model": {"d_model": 16}}}
     assert "other params or code" in S.bench_status(bench, other)
-    stale = {**bench, "params": {**bench["params"], "code": "0" * 16}}   # trained by other code
+    stale = {**bench, "params": {**bench["params"], "code": "0" * 16}}  # trained by other code
     assert "other params or code" in S.bench_status(stale, PARAMS)
     more = {**PARAMS, "seeds": [0, 1, 2, 3]}
     assert "lacks switch" in S.bench_status(bench, more) and "[3]" in S.bench_status(bench, more)

@@ -1,5 +1,6 @@
 """The tracks beyond Table 1: few-shot episodes and adaptation, track model configs and inputs,
 params validation, and the NLVR analysis measures."""
+
 import copy
 
 import numpy as np
@@ -9,8 +10,15 @@ import torch
 from nac.model import build_model
 from nac.tracks import fewshot as fs
 from nac.tracks.common import RunInputs, majority_rate, sentence_reasoning_type, track_model_config
-from nac.tracks.nlvr import (analyse, clique_measures, community_structure, degree_preserving_shuffle, graph_of,
-                             lower_triangle, typical_examples)
+from nac.tracks.nlvr import (
+    analyse,
+    clique_measures,
+    community_structure,
+    degree_preserving_shuffle,
+    graph_of,
+    lower_triangle,
+    typical_examples,
+)
 
 
 # ------------------------------------------------------------------------------------ few-shot
@@ -57,8 +65,13 @@ def test_precomputed_tokens_equal_plain_adaptation(tiny_config, variant):
     assert isinstance(fast.tokenizer, torch.nn.Identity) and not isinstance(plain.tokenizer, torch.nn.Identity)
     fast_sd, plain_sd = fast.state_dict(), plain.state_dict()
     pre_sd = pre.state_dict()
-    moved = [k for k in fast_sd if k in pre_sd and fast_sd[k].shape == pre_sd[k].shape
-             and not torch.allclose(fast_sd[k].float(), pre_sd[k].float())]
+    moved = [
+        k
+        for k in fast_sd
+        if k in pre_sd
+        and fast_sd[k].shape == pre_sd[k].shape
+        and not torch.allclose(fast_sd[k].float(), pre_sd[k].float())
+    ]
     assert moved, "fine-tuning changed nothing"
     for k, v in fast_sd.items():
         torch.testing.assert_close(v, plain_sd[k], rtol=1e-5, atol=1e-6)
@@ -71,7 +84,9 @@ def test_adaptation_freezes_the_tokenizer_and_replaces_the_head(tiny_config):
     pre = build_model(tiny_config(num_classes=10)).eval()
     before = copy.deepcopy(pre.state_dict())
     cfg = fs.FewShotConfig(ways=3, shots=[2], steps=3, lr=1e-2, precompute_tokens=False)
-    model = fs.adapt(pre, torch.randint(0, 256, (6, 3, 32, 32), dtype=torch.uint8), torch.tensor([0, 0, 1, 1, 2, 2]), cfg, 0)
+    model = fs.adapt(
+        pre, torch.randint(0, 256, (6, 3, 32, 32), dtype=torch.uint8), torch.tensor([0, 0, 1, 1, 2, 2]), cfg, 0
+    )
     assert model.read_out.head.out_features == 3
     for k, v in model.tokenizer.state_dict().items():  # frozen: weights and BatchNorm statistics unchanged
         torch.testing.assert_close(v, before[f"tokenizer.{k}"])
@@ -80,9 +95,9 @@ def test_adaptation_freezes_the_tokenizer_and_replaces_the_head(tiny_config):
 
 
 def test_fewshot_learns_a_separable_task(tiny_config):
-    """Adaptation can fail: on an easy task (class = colour) accuracy must rise well above chance."""
-    torch.manual_seed(0)
-    pre = build_model(tiny_config(num_classes=10)).eval()
+    """Adaptation can fail: on an easy task (class = colour) accuracy must rise well above chance.
+    One episode of 40 queries swings between 50% and 100% with float rounding (100 AdamW steps on
+    an untrained model amplify it), so the mean over five seeds is what is judged."""
     colours = torch.tensor([[255, 0, 0], [0, 255, 0], [0, 0, 255], [255, 255, 0]], dtype=torch.uint8)
 
     def images(labels):
@@ -91,8 +106,12 @@ def test_fewshot_learns_a_separable_task(tiny_config):
 
     y, qy = torch.arange(16) % 4, torch.arange(40) % 4
     cfg = fs.FewShotConfig(ways=4, shots=[4], steps=100, lr=1e-3)
-    acc = fs.adapt_and_evaluate(pre, images(y), y, images(qy), qy, cfg, seed=0)
-    assert acc >= 60.0  # chance: 25
+    accs = []
+    for seed in range(5):
+        torch.manual_seed(seed)
+        pre = build_model(tiny_config(num_classes=10)).eval()
+        accs.append(fs.adapt_and_evaluate(pre, images(y), y, images(qy), qy, cfg, seed=seed))
+    assert sum(accs) / len(accs) >= 60.0, accs  # chance: 25
 
 
 @pytest.mark.parametrize("source", ["image", "pretrain"])
@@ -133,21 +152,39 @@ def test_fewshot_config_rejects_bad_values():
 NLVR_INFO = {"num_classes": 2, "vocab_size": 30, "cond_shape": [16], "input_shape": [2, 3, 32, 32]}
 NLVR_PARAMS = {
     "prior": {"name": "ring_of_cliques", "params": {"n_blocks": 4, "p_in": 0.9, "p_out": 0.05}},
-    "nlvr": {"model": {"tokenizer": {"kind": "image_pair", "image": {"kind": "conv32", "dim": 16, "pos_dim": 4}},
-                       "cond_tokenizer": {"kind": "sequence", "dim": 16}, "d_model": 16, "d_sig": 8,
-                       "n_processor": 8, "n_readout": 2, "depth": 1, "heads": 2}}}
+    "nlvr": {
+        "model": {
+            "tokenizer": {"kind": "image_pair", "image": {"kind": "conv32", "dim": 16, "pos_dim": 4}},
+            "cond_tokenizer": {"kind": "sequence", "dim": 16},
+            "d_model": 16,
+            "d_sig": 8,
+            "n_processor": 8,
+            "n_readout": 2,
+            "depth": 1,
+            "heads": 2,
+        }
+    },
+}
 
 
 def test_nlvr_runs_build_and_read_their_inputs():
-    item = {"input": torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8), "cond": torch.randint(1, 30, (16,)),
-            "cond_mask": torch.ones(16, dtype=torch.bool), "label": torch.tensor(1)}
-    cfgs = {run: track_model_config(NLVR_PARAMS, "nlvr", run, NLVR_INFO) for run in ("conditional", "text_only", "image_only")}
+    item = {
+        "input": torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8),
+        "cond": torch.randint(1, 30, (16,)),
+        "cond_mask": torch.ones(16, dtype=torch.bool),
+        "label": torch.tensor(1),
+    }
+    cfgs = {
+        run: track_model_config(NLVR_PARAMS, "nlvr", run, NLVR_INFO)
+        for run in ("conditional", "text_only", "image_only")
+    }
     assert cfgs["conditional"].generator == "conditional" and cfgs["conditional"].cond_tokenizer["vocab_size"] == 30
     assert cfgs["text_only"].tokenizer["kind"] == "sequence" and cfgs["text_only"].prior == "ring_of_cliques"
     assert cfgs["image_only"].tokenizer["kind"] == "image_pair" and cfgs["image_only"].generator == "unconditional"
     from torch.utils.data import default_collate
 
     from nac.evaluation import model_kwargs
+
     for run, cfg in cfgs.items():
         seen = RunInputs([item, item], run)[0]
         if run == "text_only":
@@ -163,6 +200,7 @@ def test_neural_interpreter_on_a_track_reads_the_tracks_tokens():
     """A track's neural_interpreter run is Table 1's Neural Interpreter (image.baselines) with the
     track's tokenizer (vocabulary and length from the dataset), padding masked like the NAC's."""
     from nac.pipeline.params import compose
+
     params = compose([])
     info = {"num_classes": 10, "vocab_size": 20, "max_length": 12}
     cfg = track_model_config(params, "listops", "neural_interpreter", info)
@@ -191,13 +229,15 @@ def test_hashed_ngrams_embed_local_context():
 
     ids = torch.tensor([[5, 6, 7, 5, 6, 7, 0, 0], [9, 5, 6, 7, 1, 0, 0, 0]])
     h = hashed_ngrams(ids, 3, 50)
-    assert h.shape == ids.shape and torch.equal(h == 0, ids == 0)       # padding stays 0
+    assert h.shape == ids.shape and torch.equal(h == 0, ids == 0)  # padding stays 0
     assert ((h >= 1) & (h <= 50) | (ids == 0)).all()
-    assert h[0, 2] == h[0, 5] == h[1, 3]                                # the same trigram (5, 6, 7) anywhere
-    assert h[0, 1] != h[1, 2] or h[0, 0] != h[1, 1]                     # different left context, (almost) surely
-    assert torch.equal(hashed_ngrams(ids[1], 3, 50), h[1])              # one item == a batch row
+    assert h[0, 2] == h[0, 5] == h[1, 3]  # the same trigram (5, 6, 7) anywhere
+    assert h[0, 1] != h[1, 2] or h[0, 0] != h[1, 1]  # different left context, (almost) surely
+    assert torch.equal(hashed_ngrams(ids[1], 3, 50), h[1])  # one item == a batch row
     assert torch.equal(hashed_ngrams(ids, 1, 50), torch.where(ids > 0, 1 + ids % 50, 0))
-    item = RunInputs([{"input": ids[0], "mask": ids[0] > 0, "label": torch.tensor(0)}], "nac", {"n": 3, "buckets": 50})[0]
+    item = RunInputs([{"input": ids[0], "mask": ids[0] > 0, "label": torch.tensor(0)}], "nac", {"n": 3, "buckets": 50})[
+        0
+    ]
     assert torch.equal(item["input"], h[0])
 
 
@@ -223,16 +263,19 @@ def _params(**changes):
     return p
 
 
-@pytest.mark.parametrize("key,value,message", [
-    ("points.runs", ["nac", "transformer"], "points.runs"),
-    ("listops.dataset", "lra_listops", "not in data.datasets"),
-    ("nlvr.analysis", {"run": "conditional", "seed": 7}, "nlvr.analysis.seed"),
-    ("fewshot.targets", ["cifar10"], "fewshot.targets"),
-    ("fewshot.source", "hub", "fewshot.source"),
-    ("fewshot.protocol", {"ways": 0}, "fewshot.protocol"),
-    ("text.train", {"epochs": 0}, "text.train"),
-    ("points.model", {"tokenizer": {"kind": "points", "dim": 8}, "d_model": 30, "heads": 4}, "points.model"),
-])
+@pytest.mark.parametrize(
+    "key,value,message",
+    [
+        ("points.runs", ["nac", "transformer"], "points.runs"),
+        ("listops.dataset", "lra_listops", "not in data.datasets"),
+        ("nlvr.analysis", {"run": "conditional", "seed": 7}, "nlvr.analysis.seed"),
+        ("fewshot.targets", ["cifar10"], "fewshot.targets"),
+        ("fewshot.source", "hub", "fewshot.source"),
+        ("fewshot.protocol", {"ways": 0}, "fewshot.protocol"),
+        ("text.train", {"epochs": 0}, "text.train"),
+        ("points.model", {"tokenizer": {"kind": "points", "dim": 8}, "d_model": 30, "heads": 4}, "points.model"),
+    ],
+)
 def test_bad_track_params_are_rejected(key, value, message):
     from nac.compose import validate_all
     from nac.pipeline.params import ParamsError
@@ -262,10 +305,14 @@ def test_a_bad_track_param_stops_the_first_stage_before_work(tmp_path):
 
     root = Path(__file__).resolve().parents[1]
     p = _params(**{"points.runs": ["nac", "transformer"]})
-    p["data"]["root"] = "data"   # relative to the repository (here tmp_path, the stage's working directory)
+    p["data"]["root"] = "data"  # relative to the repository (here tmp_path, the stage's working directory)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(p))
-    proc = subprocess.run([sys.executable, str(root / "stages" / "train_track.py"), "points", "--run", "nac",
-                           "--seed", "0"], cwd=tmp_path, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, str(root / "stages" / "train_track.py"), "points", "--run", "nac", "--seed", "0"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode != 0 and "points.runs" in proc.stderr
     assert not (tmp_path / "data").exists() and not (tmp_path / "models").exists()
 
@@ -317,7 +364,7 @@ def _two_cliques(U: int, rng, bridges: int = 2) -> np.ndarray:
     """``P`` of two cliques of U/2 random modules each, ``bridges`` links between them."""
     A = np.zeros((U, U))
     perm = rng.permutation(U)
-    a, b = perm[:U // 2], perm[U // 2:]
+    a, b = perm[: U // 2], perm[U // 2 :]
     A[np.ix_(a, a)] = A[np.ix_(b, b)] = 0.9
     A[a[:bridges], b[:bridges]] = A[b[:bridges], a[:bridges]] = 0.9
     return A
@@ -332,7 +379,7 @@ def test_degree_preserving_shuffle_keeps_degrees_and_breaks_cliques():
     assert (S.sum(0) == A.sum(0)).all() and S.sum() == A.sum() and (S != A).any()
     assert community_structure(A) == (pytest.approx(community_structure(A)[0]), 2)
     assert community_structure(S)[0] < community_structure(A)[0] - 0.1
-    full = ~np.eye(8, dtype=bool)                                  # no swap possible: unchanged
+    full = ~np.eye(8, dtype=bool)  # no swap possible: unchanged
     assert (degree_preserving_shuffle(full, seed=0) == full).all()
 
 
@@ -342,12 +389,14 @@ def test_clique_measures_tell_two_cliques_from_their_controls():
     cliques = clique_measures(np.stack([_two_cliques(U, rng) for _ in range(12)]), seed=0)
     assert cliques["clique_two_fraction"] == 1.0 and cliques["clique_two_fraction_null"] < 0.2
     assert cliques["clique_modularity_gap"] - cliques["clique_modularity_gap_ci95"] > 0.1 and cliques["clique_n"] == 12
-    complete = clique_measures(np.ones((12, U, U)), seed=0)        # the old conditional NAC's graphs
+    complete = clique_measures(np.ones((12, U, U)), seed=0)  # the old conditional NAC's graphs
     assert complete["clique_two_fraction"] == 0.0 and complete["clique_modularity_gap"] == 0.0
     noise = rng.random((12, U, U))
     random = clique_measures(np.triu(noise, 1) + np.triu(noise, 1).transpose(0, 2, 1), seed=0)  # Erdos-Renyi, p = 0.5
     assert abs(random["clique_modularity_gap"]) < 0.03 and random["clique_two_fraction"] < 0.5
-    assert clique_measures(np.stack([_two_cliques(U, rng) for _ in range(30)]), seed=0, max_sentences=10)["clique_n"] == 10
+    assert (
+        clique_measures(np.stack([_two_cliques(U, rng) for _ in range(30)]), seed=0, max_sentences=10)["clique_n"] == 10
+    )
 
 
 def test_eval_mode_restores_the_previous_mode_even_on_error():

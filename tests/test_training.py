@@ -1,4 +1,5 @@
 """The training loop: schedule, resume equivalence, non-finite loss, EMA, DDP on CPU."""
+
 import json
 import os
 import socket
@@ -35,8 +36,15 @@ def test_lr_schedule_warms_up_then_decays_to_floor():
 def test_fit_learns_and_logs(tmp_path, tiny_config, monkeypatch):
     monkeypatch.chdir(tmp_path)  # dvclive looks for a DVC repo from the working directory
     model = build_model(tiny_config(variant="modfc", num_classes=4))
-    out = fit(model, Quadrants(128, 0), Quadrants(64, 1), small_train(epochs=8, lr=1e-3, augment=False, warmup_epochs=0.5),
-              checkpoint=tmp_path / "ckpt.pt", live_dir=tmp_path / "live", progress=False)
+    out = fit(
+        model,
+        Quadrants(128, 0),
+        Quadrants(64, 1),
+        small_train(epochs=8, lr=1e-3, augment=False, warmup_epochs=0.5),
+        checkpoint=tmp_path / "ckpt.pt",
+        live_dir=tmp_path / "live",
+        progress=False,
+    )
     hist = out["history"]
     assert [h["epoch"] for h in hist] == list(range(1, 9))
     assert hist[-1]["train_loss"] < hist[0]["train_loss"]
@@ -61,11 +69,20 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path, tiny_config):
 
     torch.manual_seed(0)
     with pytest.raises(Interrupt):
-        fit(build_model(tiny_config(num_classes=4)), train, val, cfg, checkpoint=tmp_path / "b.pt", progress=False,
-            on_epoch_end=stop_after_first)
+        fit(
+            build_model(tiny_config(num_classes=4)),
+            train,
+            val,
+            cfg,
+            checkpoint=tmp_path / "b.pt",
+            progress=False,
+            on_epoch_end=stop_after_first,
+        )
     assert load_checkpoint(tmp_path / "b.pt")["epoch"] == 1
     torch.manual_seed(123)  # a different process state: resume must not depend on it
-    resumed = fit(build_model(tiny_config(num_classes=4)), train, val, cfg, checkpoint=tmp_path / "b.pt", progress=False)
+    resumed = fit(
+        build_model(tiny_config(num_classes=4)), train, val, cfg, checkpoint=tmp_path / "b.pt", progress=False
+    )
     assert resumed["history"] == full["history"]
 
 
@@ -86,8 +103,16 @@ def test_resumed_run_logs_the_dvclive_files_of_an_uninterrupted_run(tmp_path, ti
 
     def run(name, cfg=cfg, **kw):
         torch.manual_seed(0)
-        return fit(build_model(tiny_config(num_classes=4)), train, val, cfg, checkpoint=tmp_path / f"{name}.pt",
-                   live_dir=tmp_path / name, progress=False, **kw)
+        return fit(
+            build_model(tiny_config(num_classes=4)),
+            train,
+            val,
+            cfg,
+            checkpoint=tmp_path / f"{name}.pt",
+            live_dir=tmp_path / name,
+            progress=False,
+            **kw,
+        )
 
     class Interrupt(Exception):
         pass
@@ -99,6 +124,7 @@ def test_resumed_run_logs_the_dvclive_files_of_an_uninterrupted_run(tmp_path, ti
     def stop_after_first(epoch):  # a: after epoch 1's checkpoint and log
         if epoch == 1:
             raise Interrupt
+
     with pytest.raises(Interrupt):
         run("a", on_epoch_end=stop_after_first)
     run("a")
@@ -110,6 +136,7 @@ def test_resumed_run_logs_the_dvclive_files_of_an_uninterrupted_run(tmp_path, ti
         if entry["epoch"] == 2:
             raise Interrupt
         real_log(live, entry)
+
     monkeypatch.setattr(loop, "_log_live", log_until_second)
     with pytest.raises(Interrupt):
         run("b")
@@ -139,8 +166,14 @@ def test_ema_weights_are_returned_and_loaded_for_evaluation(tmp_path, tiny_confi
     from nac.checkpoint_io import load_model
 
     model = build_model(tiny_config(num_classes=4))
-    out = fit(model, Quadrants(32, 0), Quadrants(16, 1), small_train(epochs=2, ema=0.9), checkpoint=tmp_path / "e.pt",
-              progress=False)
+    out = fit(
+        model,
+        Quadrants(32, 0),
+        Quadrants(16, 1),
+        small_train(epochs=2, ema=0.9),
+        checkpoint=tmp_path / "e.pt",
+        progress=False,
+    )
     assert "val_acc1" in out["final"]
     raw = load_checkpoint(tmp_path / "e.pt")["model"]
     loaded = load_model(tmp_path / "e.pt").state_dict()
@@ -148,19 +181,44 @@ def test_ema_weights_are_returned_and_loaded_for_evaluation(tmp_path, tiny_confi
         assert torch.equal(loaded[k], v), k
     assert any(not torch.equal(raw[k], v) for k, v in loaded.items() if v.is_floating_point())
     # BatchNorm statistics are averaged too (not left at their initial values)
-    assert not torch.equal(loaded["tokenizer.trunk.1.running_mean"], torch.zeros_like(loaded["tokenizer.trunk.1.running_mean"]))
+    assert not torch.equal(
+        loaded["tokenizer.trunk.1.running_mean"], torch.zeros_like(loaded["tokenizer.trunk.1.running_mean"])
+    )
 
 
 def test_checkpoint_from_other_code_or_data_is_not_resumed(tmp_path, tiny_config):
     cfg, train = small_train(epochs=1), Quadrants(32, 0)
-    fit(build_model(tiny_config(num_classes=4)), train, None, cfg, checkpoint=tmp_path / "f.pt", progress=False,
-        fingerprint="code-v1")
+    fit(
+        build_model(tiny_config(num_classes=4)),
+        train,
+        None,
+        cfg,
+        checkpoint=tmp_path / "f.pt",
+        progress=False,
+        fingerprint="code-v1",
+    )
     epochs_run = []
-    fit(build_model(tiny_config(num_classes=4)), train, None, cfg, checkpoint=tmp_path / "f.pt", progress=False,
-        fingerprint="code-v1", on_epoch_end=epochs_run.append)
+    fit(
+        build_model(tiny_config(num_classes=4)),
+        train,
+        None,
+        cfg,
+        checkpoint=tmp_path / "f.pt",
+        progress=False,
+        fingerprint="code-v1",
+        on_epoch_end=epochs_run.append,
+    )
     assert epochs_run == []  # same fingerprint, finished: nothing to redo
-    fit(build_model(tiny_config(num_classes=4)), train, None, cfg, checkpoint=tmp_path / "f.pt", progress=False,
-        fingerprint="code-v2", on_epoch_end=epochs_run.append)
+    fit(
+        build_model(tiny_config(num_classes=4)),
+        train,
+        None,
+        cfg,
+        checkpoint=tmp_path / "f.pt",
+        progress=False,
+        fingerprint="code-v2",
+        on_epoch_end=epochs_run.append,
+    )
     assert epochs_run == [1]  # another fingerprint: trained again from scratch
     assert load_checkpoint(tmp_path / "f.pt")["fingerprint"] == "code-v2"
 
@@ -183,9 +241,11 @@ world = init_distributed("cpu")
 torch.manual_seed(0)
 model = build_model(make_tiny_config(variant="modfc", num_classes=4,
                                      tokenizer={{"kind": "conv32", "dim": 16, "pos_dim": 8, "norm": "layer"}}))
-out = fit(model, Quadrants(32, 0), None, small_train(epochs=2, batch_size=8, augment=False), world=world, progress=False)
+cfg = small_train(epochs=2, batch_size=8, augment=False)
+out = fit(model, Quadrants(32, 0), None, cfg, world=world, progress=False)
 if world.is_main:
-    json.dump({{"history": out["history"], "w": [p.detach().sum().item() for p in model.parameters()]}}, open({out!r}, "w"))
+    w = [p.detach().sum().item() for p in model.parameters()]
+    json.dump({{"history": out["history"], "w": w}}, open({out!r}, "w"))
 """
 
 
@@ -200,8 +260,15 @@ def test_ddp_two_processes_match_single_process(tmp_path):
         script = tmp_path / f"ddp{nproc}.py"
         script.write_text(DDP_SCRIPT.format(tests=str(Path(__file__).parent), out=str(out)))
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
-               f"--master_port={_free_port()}", str(script)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nproc_per_node={nproc}",
+            "--master_addr=127.0.0.1",
+            f"--master_port={_free_port()}",
+            str(script),
+        ]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
         assert proc.returncode == 0, proc.stderr[-3000:]
         results[nproc] = json.loads(out.read_text())

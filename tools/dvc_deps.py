@@ -24,6 +24,7 @@ files instead).
 
 No dvc and no ``nac`` import: dvc.yaml is read with yaml, the sources with ast.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -93,12 +94,16 @@ def _imports(root: Path, f: Path) -> tuple[tuple[str, tuple[str, ...]], ...]:
             base = node.module or ""
             if node.level:
                 anchor = package.split(".") if package else []
-                anchor = anchor[:len(anchor) - (node.level - 1)]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join(anchor + ([base] if base else []))
             out.append((base, tuple(a.name for a in node.names if a.name != "*")))
-        elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
-              and isinstance(node.args[0].value, str)
-              and getattr(node.func, "attr", getattr(node.func, "id", None)) in ("import_module", "__import__")):
+        elif (
+            isinstance(node, ast.Call)
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and getattr(node.func, "attr", getattr(node.func, "id", None)) in ("import_module", "__import__")
+        ):
             out.append((node.args[0].value, ()))
     return tuple(out)
 
@@ -110,8 +115,11 @@ def _lazy_names(root: Path, module: str) -> dict[str, str]:
     if f is None or f.name != "__init__.py":
         return {}
     for node in ast.parse(f.read_bytes()).body:
-        if (isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "_LAZY" for t in node.targets)
-                and isinstance(node.value, ast.Dict)):
+        if (
+            isinstance(node, ast.Assign)
+            and any(getattr(t, "id", None) == "_LAZY" for t in node.targets)
+            and isinstance(node.value, ast.Dict)
+        ):
             return {k.value: v.value for k, v in zip(node.value.keys, node.value.values)}
     return {}
 
@@ -176,12 +184,13 @@ def _data_files(root: Path, files: set[str]) -> set[str]:
     out = set()
     for f in files:
         src = (root / f).read_text()
-        strings = {n.value for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+        strings = {
+            n.value for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+        }
         for p in (root / f).parent.iterdir():
             if p.is_file() and p.suffix not in (".py", ".pyc") and p.name in src:
                 out.add(p.relative_to(root).as_posix())
-            elif (p.is_dir() and p.name in strings and p.name != "__pycache__"
-                  and not any(p.rglob("*.py"))):
+            elif p.is_dir() and p.name in strings and p.name != "__pycache__" and not any(p.rglob("*.py")):
                 out.add(p.relative_to(root).as_posix())
     return out
 
@@ -211,8 +220,11 @@ def check_stage(name: str, stage: dict, root: Path = ROOT) -> tuple[list[str], l
         if not any(covers(d, f) for f in files):
             unused.append(d)
         elif (root / d).is_dir():
-            idle = sorted(p.relative_to(root).as_posix() for p in (root / d).rglob("*.py")
-                          if "__pycache__" not in p.parts and p.relative_to(root).as_posix() not in files)
+            idle = sorted(
+                p.relative_to(root).as_posix()
+                for p in (root / d).rglob("*.py")
+                if "__pycache__" not in p.parts and p.relative_to(root).as_posix() not in files
+            )
             if idle:
                 unused.append(f"{d} (folder also holds files never run: {', '.join(idle)})")
     return missing, unused
@@ -227,8 +239,10 @@ def problems(name: str, stage: dict, root: Path = ROOT) -> str:
     if missing:
         msg.append("  run but not declared (add a dep covering them):\n" + "\n".join(f"    - {m}" for m in missing))
     if unused:
-        msg.append("  declared but never run (remove, or narrow a folder to its files):\n"
-                   + "\n".join(f"    - {u}" for u in unused))
+        msg.append(
+            "  declared but never run (remove, or narrow a folder to its files):\n"
+            + "\n".join(f"    - {u}" for u in unused)
+        )
     return "\n".join(msg)
 
 
@@ -268,7 +282,7 @@ def write_exact_deps(path: Path = ROOT / "dvc.yaml") -> int:
             j = i
             while j < len(lines) and re.match(r"^\s+- nac/", lines[j]):
                 j += 1
-            indent = lines[i][:len(lines[i]) - len(lines[i].lstrip())]
+            indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
             new = [f"{indent}- {d}" for d in exact_deps(by_name[name], path.parent)]
             if new != lines[i:j]:
                 changed += 1
@@ -284,7 +298,9 @@ def main(argv: list[str] | None = None, root: Path = ROOT) -> int:
     ap = argparse.ArgumentParser(prog="python tools/dvc_deps.py", description=__doc__.split("\n")[0])
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help="rewrite dvc.yaml's nac deps to the exact set")
-    mode.add_argument("--show", nargs="*", metavar="STAGE", help="print the exact nac deps of these stages (all if none)")
+    mode.add_argument(
+        "--show", nargs="*", metavar="STAGE", help="print the exact nac deps of these stages (all if none)"
+    )
     args = ap.parse_args(argv)
     by_name = stages(root)
     if args.write:

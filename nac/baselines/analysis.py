@@ -8,6 +8,7 @@ validation split):
 * Neural Interpreters: the type-to-function routing, mean compatibility ``C`` per function for
   each class (averaged over an example's tokens).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -33,6 +34,7 @@ def modular_usage(model: ModularNetwork, data, device, batch_size: int, seed: in
     label shuffles, exp(entropy) of the batch-averaged selection, and the usage counts
     ``[layer][class][module]``."""
     from sklearn.metrics import mutual_info_score  # slow to import: only the analysis needs it
+
     model.eval()
     usage, labels = [], []
     for batch in _batches(data, batch_size):
@@ -63,7 +65,7 @@ def interpreter_routing(model: NeuralInterpreter, data, device, batch_size: int)
     per_example, labels = [], []
     for batch in _batches(data, batch_size):
         kw = model_kwargs(batch, device)
-        C = model.routing(kw["inputs"], kw.get("mask"), include_cls=False)   # [B, T, U]
+        C = model.routing(kw["inputs"], kw.get("mask"), include_cls=False)  # [B, T, U]
         per_example.append(C.mean(dim=1).float().cpu())
         labels.append(batch["label"])
     R, y = torch.cat(per_example).numpy(), torch.cat(labels).numpy()

@@ -22,6 +22,7 @@ few-shot loop through ``frozen_modules``).
   checkpoints it gave a clearly lower query Acc@1 than ``"modules"``, at less than half the cost.
 - ``freeze`` prefixes (the few-shot protocol's) further restrict what trains.
 """
+
 from __future__ import annotations
 
 import copy
@@ -47,12 +48,16 @@ def train_only(model: nn.Module, train: list[str], freeze=()) -> None:
 def frozen_modules(model: nn.Module) -> list[str]:
     """Names of the sub-modules that hold parameters, none of them trainable: they stay in eval
     mode while fine-tuning, and a frozen ``tokenizer`` allows precomputed tokens."""
-    return [name for name, m in model.named_modules()
-            if name and any(True for _ in m.parameters()) and not any(p.requires_grad for p in m.parameters())]
+    return [
+        name
+        for name, m in model.named_modules()
+        if name and any(True for _ in m.parameters()) and not any(p.requires_grad for p in m.parameters())
+    ]
 
 
-def prepare_neural_interpreter(pretrained: nn.Module, ways: int, seed: int, new_functions: int = 0,
-                               freeze=()) -> nn.Module:
+def prepare_neural_interpreter(
+    pretrained: nn.Module, ways: int, seed: int, new_functions: int = 0, freeze=()
+) -> nn.Module:
     """A copy of a pre-trained Neural Interpreter set up for its fine-tuning protocol (see the
     module docstring); ``seed`` seeds the new parameters."""
     model = copy.deepcopy(pretrained)
@@ -66,8 +71,9 @@ def prepare_neural_interpreter(pretrained: nn.Module, ways: int, seed: int, new_
     return model
 
 
-def prepare_modular_network(pretrained: nn.Module, ways: int, seed: int, train: str = "modules",
-                            freeze=()) -> nn.Module:
+def prepare_modular_network(
+    pretrained: nn.Module, ways: int, seed: int, train: str = "modules", freeze=()
+) -> nn.Module:
     """A copy of a pre-trained Modular Network with a new ``ways``-way head (see the module
     docstring for ``train``); ``seed`` seeds the new head."""
     if train not in MN_TRAIN:
@@ -83,8 +89,9 @@ def prepare_modular_network(pretrained: nn.Module, ways: int, seed: int, train: 
     return model
 
 
-def prepare_baseline(pretrained: nn.Module, ways: int, seed: int, ni_new_functions: int = 0, mn_train: str = "modules",
-                     freeze=()) -> tuple[nn.Module, list[str]] | None:
+def prepare_baseline(
+    pretrained: nn.Module, ways: int, seed: int, ni_new_functions: int = 0, mn_train: str = "modules", freeze=()
+) -> tuple[nn.Module, list[str]] | None:
     """The baseline's few-shot model and its frozen modules, or None when ``pretrained`` is not a
     baseline (NAC, Perceiver IO: the few-shot protocol's own head and ``freeze``)."""
     variant = getattr(pretrained.config, "variant", None)

@@ -37,6 +37,7 @@ plus ``training_loss(batch_kwargs, labels, indices, step, label_smoothing=0.0) -
 and ``needs_example_index = True``, which ``nac.training.loop.fit`` uses (it adds the dataset
 index to each training item).
 """
+
 from __future__ import annotations
 
 import math
@@ -62,16 +63,16 @@ class ModularNetworkConfig(ConfigDict):
     num_classes: int = 10
     image_size: int = 32
     in_channels: int = 3
-    conv_layers: list[int] = field(default_factory=lambda: [8, 8, 8, 8])   # output channels per modular conv layer
+    conv_layers: list[int] = field(default_factory=lambda: [8, 8, 8, 8])  # output channels per modular conv layer
     kernel_size: int = 3
-    pool_after: list[int] = field(default_factory=lambda: [1, 3])          # conv layers (0-based) followed by 2x2 max-pool
-    dense_layers: list[int] = field(default_factory=list)                   # units per modular dense layer (after the convs)
-    modules_per_layer: int = 5                                              # M
-    k: int = 1                                                              # modules chosen (and summed) per layer
-    e_step_every: int = 10                                                  # N: partial E-step every N iterations
-    samples: int = 10                                                       # S: candidates per E-step (a* + S-1 samples)
-    dataset_size: int = 0                                                   # rows of a*; set by the caller (training set size)
-    selection_seed: int = 0                                                 # a*'s uniform random initialisation
+    pool_after: list[int] = field(default_factory=lambda: [1, 3])  # conv layers (0-based) followed by 2x2 max-pool
+    dense_layers: list[int] = field(default_factory=list)  # units per modular dense layer (after the convs)
+    modules_per_layer: int = 5  # M
+    k: int = 1  # modules chosen (and summed) per layer
+    e_step_every: int = 10  # N: partial E-step every N iterations
+    samples: int = 10  # S: candidates per E-step (a* + S-1 samples)
+    dataset_size: int = 0  # rows of a*; set by the caller (training set size)
+    selection_seed: int = 0  # a*'s uniform random initialisation
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -83,8 +84,16 @@ class ModularNetworkConfig(ConfigDict):
     def validate(self) -> None:
         if self.variant != VARIANT:
             raise ValueError(f"modular network variant must be {VARIANT!r}, got {self.variant!r}")
-        for name in ("num_classes", "image_size", "in_channels", "kernel_size", "modules_per_layer", "k",
-                     "e_step_every", "samples"):
+        for name in (
+            "num_classes",
+            "image_size",
+            "in_channels",
+            "kernel_size",
+            "modules_per_layer",
+            "k",
+            "e_step_every",
+            "samples",
+        ):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"model.{name} must be a positive integer, got {getattr(self, name)!r}")
         if self.dataset_size < 0:
@@ -92,12 +101,15 @@ class ModularNetworkConfig(ConfigDict):
         if not self.conv_layers and not self.dense_layers:
             raise ValueError("a modular network needs at least one modular layer (conv_layers or dense_layers)")
         if any(c < 1 for c in self.conv_layers + self.dense_layers):
-            raise ValueError(f"layer widths must be positive: conv_layers={self.conv_layers}, "
-                             f"dense_layers={self.dense_layers}")
+            raise ValueError(
+                f"layer widths must be positive: conv_layers={self.conv_layers}, dense_layers={self.dense_layers}"
+            )
         bad = [i for i in self.pool_after if not 0 <= i < len(self.conv_layers)]
         if bad:
-            raise ValueError(f"model.pool_after names conv layers {bad} that do not exist "
-                             f"({len(self.conv_layers)} conv layers, 0-based)")
+            raise ValueError(
+                f"model.pool_after names conv layers {bad} that do not exist "
+                f"({len(self.conv_layers)} conv layers, 0-based)"
+            )
         if self.kernel_size % 2 == 0:
             raise ValueError(f"model.kernel_size must be odd ('same' padding), got {self.kernel_size}")
         if self.image_size >> len(self.pool_after) < 1:
@@ -131,7 +143,7 @@ class ModularLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, selection: torch.Tensor) -> torch.Tensor:
         """``selection`` long ``[B, K]`` -> the sum of the ``K`` chosen modules' outputs."""
-        out = self.all_modules(x)                                    # [B, M, *out]
+        out = self.all_modules(x)  # [B, M, *out]
         B, rest = out.shape[0], out.shape[2:]
         idx = selection.long().view(B, self.k, *([1] * len(rest))).expand(B, self.k, *rest)
         return out.gather(1, idx).sum(1)
@@ -172,7 +184,7 @@ class DenseModules(ModularLayer):
         return F.relu(torch.einsum("bi,mio->bmo", x.flatten(1), self.weight) + self.bias)
 
 
-Chooser = Callable[[int, torch.Tensor], torch.Tensor]   # (layer, log-probs [B, K, M]) -> selection [B, K]
+Chooser = Callable[[int, torch.Tensor], torch.Tensor]  # (layer, log-probs [B, K, M]) -> selection [B, K]
 
 
 def _mode(layer: int, logq: torch.Tensor) -> torch.Tensor:
@@ -182,7 +194,7 @@ def _mode(layer: int, logq: torch.Tensor) -> torch.Tensor:
 class ModularNetwork(nn.Module):
     """See the module docstring. ``best_selection`` (buffer): ``a*``, long ``[dataset_size, L, K]``."""
 
-    needs_example_index = True   # nac.training.loop.fit adds each training item's dataset index
+    needs_example_index = True  # nac.training.loop.fit adds each training item's dataset index
 
     def __init__(self, config: ModularNetworkConfig | dict):
         super().__init__()
@@ -223,10 +235,15 @@ class ModularNetwork(nn.Module):
         """One pass; ``choose`` is a fixed selection ``[B, L, K]`` or ``(layer, logq) -> [B, K]``.
         Returns ``(logits [B, C], log p(a|x) [B] (summed over layers and slots), selection
         [B, L, K], controller log-probs per layer [B, K, M])``."""
-        if inputs.dim() != 4 or inputs.shape[1] != self.config.in_channels or \
-                tuple(inputs.shape[-2:]) != (self.config.image_size,) * 2:
-            raise ValueError(f"modular network expects images [B, {self.config.in_channels}, {self.config.image_size}, "
-                             f"{self.config.image_size}], got {tuple(inputs.shape)}")
+        if (
+            inputs.dim() != 4
+            or inputs.shape[1] != self.config.in_channels
+            or tuple(inputs.shape[-2:]) != (self.config.image_size,) * 2
+        ):
+            raise ValueError(
+                f"modular network expects images [B, {self.config.in_channels}, {self.config.image_size}, "
+                f"{self.config.image_size}], got {tuple(inputs.shape)}"
+            )
         if isinstance(choose, torch.Tensor):
             fixed = choose.long()
             choose = lambda layer, logq: fixed[:, layer]  # noqa: E731
@@ -266,13 +283,17 @@ class ModularNetwork(nn.Module):
     # ---- generalized Viterbi EM ----------------------------------------------------------------
     def _check_indices(self, indices: torch.Tensor | None) -> torch.Tensor:
         if indices is None:
-            raise ValueError("modular network training needs each example's dataset index (the training loop adds "
-                             "it when the model sets needs_example_index)")
+            raise ValueError(
+                "modular network training needs each example's dataset index (the training loop adds "
+                "it when the model sets needs_example_index)"
+            )
         indices = indices.long().to(self.best_selection.device)
         n = self.best_selection.shape[0]
         if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= n):
-            raise ValueError(f"example index {int(indices.max())} outside a* of {n} rows: set "
-                             "model.dataset_size to the training set's size")
+            raise ValueError(
+                f"example index {int(indices.max())} outside a* of {n} rows: set "
+                "model.dataset_size to the training set's size"
+            )
         return indices
 
     @torch.no_grad()
@@ -282,8 +303,8 @@ class ModularNetwork(nn.Module):
         ``old`` (of the previous ``a*``) and ``new`` (of the kept one), ``[B]`` each."""
         indices = self._check_indices(indices)
         B, S, M, K = inputs.shape[0], self.config.samples, self.config.modules_per_layer, self.config.k
-        stored = self.best_selection[indices]                                    # [B, L, K]
-        tiled_x = inputs.repeat(S, *([1] * (inputs.dim() - 1)))                  # candidate s: rows s*B .. s*B+B-1
+        stored = self.best_selection[indices]  # [B, L, K]
+        tiled_x = inputs.repeat(S, *([1] * (inputs.dim() - 1)))  # candidate s: rows s*B .. s*B+B-1
         tiled_y = labels.long().repeat(S)
 
         def choose(layer: int, logq: torch.Tensor) -> torch.Tensor:
@@ -296,7 +317,7 @@ class ModularNetwork(nn.Module):
 
         logits, log_pa, cand, _ = self.run(tiled_x, choose)
         score = (log_pa - F.cross_entropy(logits.float(), tiled_y, reduction="none")).view(S, B)
-        best = score.argmax(0)                                                   # first maximum: ties keep a*
+        best = score.argmax(0)  # first maximum: ties keep a*
         new = cand.view(S, B, *cand.shape[1:])[best, torch.arange(B, device=best.device)]
         self._store(indices, new.to(self.best_selection.dtype))
         return {"old": score[0], "new": score.max(0).values}
@@ -315,8 +336,14 @@ class ModularNetwork(nn.Module):
             indices, new = torch.cat(all_idx), torch.cat(all_new)
         self.best_selection[indices] = new
 
-    def training_loss(self, batch_kwargs: dict, labels: torch.Tensor, indices: torch.Tensor | None, step: int,
-                      label_smoothing: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    def training_loss(
+        self,
+        batch_kwargs: dict,
+        labels: torch.Tensor,
+        indices: torch.Tensor | None,
+        step: int,
+        label_smoothing: float = 0.0,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """One EM iteration's objective: a partial E-step when ``step % e_step_every == 0``, then
         the M-step loss ``-mean log p(a*|x) - mean log p(y|x,a*)``. Returns ``(logits under a*, loss)``."""
         inputs = batch_kwargs["inputs"]
@@ -337,9 +364,9 @@ def _entropy_stats(logqs: list[torch.Tensor]) -> dict[str, list[float]]:
     the ``M`` modules of one slot, averaged over the ``K`` slots (``exp``: effective module count)."""
     per_example, batch = [], []
     for logq in logqs:
-        p = logq.exp()                                                  # [B, K, M]
+        p = logq.exp()  # [B, K, M]
         h_a = -(p * logq).sum(-1).mean()
-        p_bar = p.mean(0)                                               # [K, M]
+        p_bar = p.mean(0)  # [K, M]
         h_b = -(p_bar * p_bar.clamp_min(1e-30).log()).sum(-1).mean()
         per_example.append(float(h_a.exp()))
         batch.append(float(h_b.exp()))

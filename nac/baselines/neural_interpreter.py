@@ -28,6 +28,7 @@ detaches them; ``learn_signatures=True`` makes them parameters); codes are learn
 (``NeuralInterpreter.finetune``) follows the authors' protocol: a new CLS token and head, and
 optionally new functions, with the old parameters frozen.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -38,14 +39,27 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 # The equation pieces (eqs. 2-11) live in ni_layers; re-exported here (the import path of record).
-from nac.baselines.ni_layers import (EPS, IMPLS, LOC, Interpreter, ModAttn, ModLin, ModMLP,  # noqa: F401
-                                     TypeInference, aggregate_streams, modulated_attention,
-                                     modulated_attention_weights, normalize_compatibilities,
-                                     per_function_linear, set_impl, truncated_kernel)
+from nac.baselines.ni_layers import (
+    EPS,
+    IMPLS,
+    LOC,
+    Interpreter,
+    ModAttn,
+    ModLin,
+    ModMLP,
+    TypeInference,
+    aggregate_streams,
+    modulated_attention,
+    modulated_attention_weights,
+    normalize_compatibilities,
+    per_function_linear,
+    set_impl,
+    truncated_kernel,
+)
 from nac.circuits.tokenizers import TOKENIZERS, build_tokenizer
 from nac.config import ConfigDict, check_field_types
 
-PRESET_TRUNCATION = 1.4202567871309753       # the authors' only preset (presets/digits.yml)
+PRESET_TRUNCATION = 1.4202567871309753  # the authors' only preset (presets/digits.yml)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -70,19 +84,19 @@ class NeuralInterpreterConfig(ConfigDict):
     tokenizer: dict[str, Any] = field(default_factory=lambda: {"kind": "conv32", "dim": 64, "pos_dim": 16})
     d_model: int = 64
     d_type: int = 24
-    d_code: int | None = None                # defaults to d_model (preset: code = dim = 192)
+    d_code: int | None = None  # defaults to d_model (preset: code = dim = 192)
     n_functions: int = 5
     n_scripts: int = 1
     n_iterations: int = 2
     loc_layers: int = 1
     heads: int = 4
-    head_dim: int | None = None              # query/key width per head; defaults to d_model // heads
+    head_dim: int | None = None  # query/key width per head; defaults to d_model // heads
     mlp_mult: float = 2.0
     truncation: float | None = PRESET_TRUNCATION
-    bandwidth: float = 1.0                   # sigma of eq. 2 (initial value when learnable)
+    bandwidth: float = 1.0  # sigma of eq. 2 (initial value when learnable)
     learn_bandwidth: bool = True
-    learn_signatures: bool = False           # the paper: signatures frozen at initialisation
-    straight_through: bool = True            # truncated pairs get the untruncated gradient (as NAC)
+    learn_signatures: bool = False  # the paper: signatures frozen at initialisation
+    straight_through: bool = True  # truncated pairs get the untruncated gradient (as NAC)
     n_cls_tokens: int = 1
     added_functions: list[int] = field(default_factory=list)
 
@@ -99,14 +113,29 @@ class NeuralInterpreterConfig(ConfigDict):
         if self.variant != "neural_interpreter":
             raise ValueError(f"neural interpreter variant must be 'neural_interpreter', got {self.variant!r}")
         if self.tokenizer.get("kind") not in TOKENIZERS:
-            raise ValueError(f"tokenizer.kind={self.tokenizer.get('kind')!r} is not a valid choice; "
-                             f"valid choices: {', '.join(TOKENIZERS)}")
-        for name in ("num_classes", "d_model", "d_type", "d_code", "n_functions", "n_scripts", "n_iterations",
-                     "loc_layers", "heads", "head_dim", "n_cls_tokens"):
+            raise ValueError(
+                f"tokenizer.kind={self.tokenizer.get('kind')!r} is not a valid choice; "
+                f"valid choices: {', '.join(TOKENIZERS)}"
+            )
+        for name in (
+            "num_classes",
+            "d_model",
+            "d_type",
+            "d_code",
+            "n_functions",
+            "n_scripts",
+            "n_iterations",
+            "loc_layers",
+            "heads",
+            "head_dim",
+            "n_cls_tokens",
+        ):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"neural_interpreter.{name} must be a positive integer, got {getattr(self, name)!r}")
         if self.d_model % self.heads:
-            raise ValueError(f"d_model={self.d_model} is not divisible by heads={self.heads} (values are split over heads)")
+            raise ValueError(
+                f"d_model={self.d_model} is not divisible by heads={self.heads} (values are split over heads)"
+            )
         if not self.bandwidth > 0 or not self.mlp_mult > 0:
             raise ValueError(f"need bandwidth > 0 and mlp_mult > 0, got {self.bandwidth}, {self.mlp_mult}")
         if self.truncation is not None and not 0 < self.truncation <= 2:
@@ -157,10 +186,12 @@ class Script(nn.Module):
             self.bandwidth = nn.Parameter(bw)
         else:
             self.register_buffer("bandwidth", bw)
-        self.functions = nn.ModuleList(FunctionGroup(n, c.d_type, c.d_code, c.learn_signatures)
-                                       for n in [c.n_functions, *c.added_functions])
-        self.interpreter = Interpreter(c.d_model, c.d_code, c.loc_layers, c.heads, c.head_dim,
-                                       max(1, int(round(c.d_model * c.mlp_mult))))
+        self.functions = nn.ModuleList(
+            FunctionGroup(n, c.d_type, c.d_code, c.learn_signatures) for n in [c.n_functions, *c.added_functions]
+        )
+        self.interpreter = Interpreter(
+            c.d_model, c.d_code, c.loc_layers, c.heads, c.head_dim, max(1, int(round(c.d_model * c.mlp_mult)))
+        )
 
     @property
     def signatures(self) -> torch.Tensor:
@@ -176,19 +207,23 @@ class Script(nn.Module):
         """Eq. 13 (with eqs. 2-3), ``C_uj = TypeMatching(s_u, x_j)``: ``[B, V, d]`` -> ``[B, U, V]``.
         The bandwidth is floored at 1e-3 (as NAC's): a step through 0 would flip the kernel."""
         types = self.type_inference(x)
-        C_tilde = truncated_kernel(self.signatures, types, self.bandwidth.clamp_min(1e-3), self.truncation,
-                                   self.straight_through)
+        C_tilde = truncated_kernel(
+            self.signatures, types, self.bandwidth.clamp_min(1e-3), self.truncation, self.straight_through
+        )
         return normalize_compatibilities(C_tilde)
 
-    def function_iteration(self, x: torch.Tensor, key_mask: torch.Tensor | None = None,
-                           record: list | None = None) -> torch.Tensor:
+    def function_iteration(
+        self, x: torch.Tensor, key_mask: torch.Tensor | None = None, record: list | None = None
+    ) -> torch.Tensor:
         """Eq. 12, ``FnIter({x_j}_j) = Interpreter({x_j}_j, {c_u}_u, {C_uj}_{u,j})``."""
         C = self.type_matching(x)
         if record is not None:
             record.append(C)
         return self.interpreter(x, self.codes, C, key_mask)
 
-    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None, record: list | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, key_mask: torch.Tensor | None = None, record: list | None = None
+    ) -> torch.Tensor:
         for _ in range(self.n_iterations):
             x = self.function_iteration(x, key_mask, record)
         return x
@@ -256,18 +291,19 @@ class NeuralInterpreter(nn.Module):
         x = self._run(inputs, mask)
         return self.head(x[:, len(self.cls_tokens) - 1])
 
-    def routing(self, inputs, mask=None, script: int = 0, iteration: int = 0,
-                include_cls: bool = True) -> torch.Tensor:
+    def routing(self, inputs, mask=None, script: int = 0, iteration: int = 0, include_cls: bool = True) -> torch.Tensor:
         """The compatibilities ``C`` (eq. 3) of one function iteration, as ``[B, V, U]``
         (variable-to-function routing). V = ``n_cls_tokens`` CLS tokens then the T input tokens
         (``include_cls=False`` drops the CLS rows: ``[B, T, U]``)."""
         record: list[torch.Tensor] = []
         self._run(inputs, mask, record)
         C = record[script * self.config.n_iterations + iteration].transpose(1, 2)
-        return C if include_cls else C[:, len(self.cls_tokens):]
+        return C if include_cls else C[:, len(self.cls_tokens) :]
 
     # -- the authors' fine-tuning protocol ----------------------------------------------------------
-    def finetune(self, num_classes: int, num_new_functions: int = 0, freeze_existing: bool = True) -> "NeuralInterpreter":
+    def finetune(
+        self, num_classes: int, num_new_functions: int = 0, freeze_existing: bool = True
+    ) -> "NeuralInterpreter":
         """A new CLS token and a new head of ``num_classes``; optionally ``num_new_functions`` new
         functions appended to every script (random signatures, learnable codes). With
         ``freeze_existing`` every old parameter gets ``requires_grad=False``. The config is
@@ -284,8 +320,11 @@ class NeuralInterpreter(nn.Module):
         self.head = ClassificationHead(c.d_model, num_classes).to(device=ref.device, dtype=ref.dtype)
         if num_new_functions > 0:
             for script in self.scripts:
-                script.functions.append(FunctionGroup(num_new_functions, c.d_type, c.d_code, c.learn_signatures)
-                                        .to(device=ref.device, dtype=ref.dtype))
+                script.functions.append(
+                    FunctionGroup(num_new_functions, c.d_type, c.d_code, c.learn_signatures).to(
+                        device=ref.device, dtype=ref.dtype
+                    )
+                )
         added = [*c.added_functions, int(num_new_functions)] if num_new_functions > 0 else list(c.added_functions)
         self.config = replace(c, num_classes=int(num_classes), n_cls_tokens=c.n_cls_tokens + 1, added_functions=added)
         return self

@@ -16,6 +16,7 @@ one matmul, and a stream that is one input broadcast over the functions (the fir
 weights ``W`` are never formed). Equal up to float rounding, outputs and gradients:
 tests/test_speed_equivalence.py.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,7 +27,7 @@ import torch.nn.functional as F
 
 from nac.circuits.kernel import link_probabilities
 
-EPS = 1e-6                                   # the paper's epsilon of eqs. 3 and 7
+EPS = 1e-6  # the paper's epsilon of eqs. 3 and 7
 IMPLS = ("plain", "fast")
 
 
@@ -56,7 +57,7 @@ def per_function_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None
     if w.dim() == 3 and x.dim() == 4 and x.shape[1] == w.shape[0]:
         U, d_out = w.shape[:2]
         src = _broadcast_source(x)
-        if src is not None:                                            # [B, V, U * d_out]
+        if src is not None:  # [B, V, U * d_out]
             y = F.linear(src, w.flatten(0, 1), None if b is None else b.repeat(U))
             return y.unflatten(-1, (U, d_out)).transpose(1, 2)
         B, _, V, d_in = x.shape
@@ -87,15 +88,21 @@ class TypeInference(nn.Module):
         return F.normalize(self.mlp(self.norm(x)), dim=-1)
 
 
-def truncated_kernel(signatures: torch.Tensor, types: torch.Tensor, bandwidth: torch.Tensor | float,
-                     truncation: float | None, straight_through: bool = True) -> torch.Tensor:
+def truncated_kernel(
+    signatures: torch.Tensor,
+    types: torch.Tensor,
+    bandwidth: torch.Tensor | float,
+    truncation: float | None,
+    straight_through: bool = True,
+) -> torch.Tensor:
     """Eq. 2, ``C~_ui = exp(-d_T(s_u, t_i) / sigma)`` with ``d_T = 1 - s_u . t_i``, and ``0`` where
     ``d_T > tau`` (truncation): NAC's kernel, ``nac.circuits.kernel.link_probabilities``.
 
     signatures: ``[U, d_type]``; types: ``[B, V, d_type]`` -> ``[B, U, V]``.
     """
-    return link_probabilities(signatures, types, bandwidth=bandwidth, truncation=truncation,
-                              straight_through=straight_through)
+    return link_probabilities(
+        signatures, types, bandwidth=bandwidth, truncation=truncation, straight_through=straight_through
+    )
 
 
 def normalize_compatibilities(C_tilde: torch.Tensor, eps: float = EPS) -> torch.Tensor:
@@ -121,8 +128,8 @@ class ModLin(nn.Module):
 
     def __init__(self, d_in: int, d_out: int, d_cond: int, bias: bool = True):
         super().__init__()
-        self.linear = nn.Linear(d_in, d_out, bias=bias)       # W, b
-        self.cond = nn.Linear(d_cond, d_in, bias=False)       # W_c
+        self.linear = nn.Linear(d_in, d_out, bias=bias)  # W, b
+        self.cond = nn.Linear(d_cond, d_in, bias=False)  # W_c
         self.cond_norm = nn.LayerNorm(d_in)
 
     def modulation(self, c: torch.Tensor) -> torch.Tensor:
@@ -157,8 +164,9 @@ class ModMLP(nn.Module):
 # ---------------------------------------------------------------------------------------------
 # Eqs. 6-8: ModAttn
 # ---------------------------------------------------------------------------------------------
-def modulated_attention_weights(q: torch.Tensor, k: torch.Tensor, C: torch.Tensor,
-                                key_mask: torch.Tensor | None = None, eps: float = EPS) -> torch.Tensor:
+def modulated_attention_weights(
+    q: torch.Tensor, k: torch.Tensor, C: torch.Tensor, key_mask: torch.Tensor | None = None, eps: float = EPS
+) -> torch.Tensor:
     """Eq. 7, ``W_uhij = W~_uhij / (eps + sum_j W~_uhij)`` with
     ``W~_uhij = C_ui C_uj softmax_j(q_uhi . k_uhj / sqrt(d_key))``.
 
@@ -173,20 +181,31 @@ def modulated_attention_weights(q: torch.Tensor, k: torch.Tensor, C: torch.Tenso
     return W / (eps + W.sum(dim=-1, keepdim=True))
 
 
-def modulated_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, C: torch.Tensor,
-                        key_mask: torch.Tensor | None = None, eps: float = EPS) -> torch.Tensor:
+def modulated_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    C: torch.Tensor,
+    key_mask: torch.Tensor | None = None,
+    eps: float = EPS,
+) -> torch.Tensor:
     """Eqs. 7-8 without forming ``W``: ``y_i = sum_j W_ij v_j = C_i (A (C v))_i / (eps + C_i
     (A C)_i)`` with ``A = softmax_j(q_i . k_j / sqrt(d_key))`` (``C_i`` factors out of eq. 7's
     sum over j); ``A`` multiplies ``[C_j v_j, C_j]`` in one matmul.
 
     q, k: ``[B, U, H, V, d_key]``; v: ``[B, U, H, V, e]``; C: ``[B, U, V]`` -> ``[B, U, H, V, e]``.
     """
-    *batch, V, d_key = q.shape                                           # the scale inside the GEMM
-    logits = torch.baddbmm(q.new_zeros(()).expand(math.prod(batch), V, k.shape[-2]), q.reshape(-1, V, d_key),
-                           k.reshape(-1, *k.shape[-2:]).mT, beta=0, alpha=1 / math.sqrt(d_key)).view(*batch, V, -1)
+    *batch, V, d_key = q.shape  # the scale inside the GEMM
+    logits = torch.baddbmm(
+        q.new_zeros(()).expand(math.prod(batch), V, k.shape[-2]),
+        q.reshape(-1, V, d_key),
+        k.reshape(-1, *k.shape[-2:]).mT,
+        beta=0,
+        alpha=1 / math.sqrt(d_key),
+    ).view(*batch, V, -1)
     if key_mask is not None:
         logits = logits.masked_fill(~key_mask[:, None, None, None, :], float("-inf"))
-    Cv = C[:, :, None, :, None]                                          # C_j (and C_i): [B, U, 1, V, 1]
+    Cv = C[:, :, None, :, None]  # C_j (and C_i): [B, U, 1, V, 1]
     o = logits.softmax(dim=-1) @ torch.cat([v * Cv, Cv.expand(*v.shape[:-1], 1)], dim=-1)
     return o[..., :-1] * (Cv / (eps + Cv * o[..., -1:]))
 
@@ -210,22 +229,25 @@ class ModAttn(nn.Module):
         self.value = ModLin(d_model, d_model, d_code)
         self.out = ModLin(d_model, d_model, d_code)
 
-    def forward(self, x: torch.Tensor, c: torch.Tensor, C: torch.Tensor,
-                key_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, c: torch.Tensor, C: torch.Tensor, key_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         H = self.heads
-        if self.impl != "plain":                                         # one projection for q, k, v
+        if self.impl != "plain":  # one projection for q, k, v
             qkv = (self.query, self.key, self.value)
             b = None if any(m.linear.bias is None for m in qkv) else torch.cat([m.linear.bias for m in qkv])
             y = per_function_linear(x, torch.cat([m.weight(c) for m in qkv], dim=-2), b)
-            q, k, v = (t.unflatten(-1, (H, -1)).transpose(-2, -3)       # [B, U, H, V, .]
-                       for t in y.split([m.linear.out_features for m in qkv], dim=-1))
-            y = modulated_attention(q, k, v, C, key_mask)                # eqs. 7-8: [B, U, H, V, d / H]
+            q, k, v = (
+                t.unflatten(-1, (H, -1)).transpose(-2, -3)  # [B, U, H, V, .]
+                for t in y.split([m.linear.out_features for m in qkv], dim=-1)
+            )
+            y = modulated_attention(q, k, v, C, key_mask)  # eqs. 7-8: [B, U, H, V, d / H]
             return self.out(y.transpose(-2, -3).flatten(-2), c)
-        q = self.query(x, c).unflatten(-1, (H, -1))                      # eq. 6: [B, U, V, H, d_key]
+        q = self.query(x, c).unflatten(-1, (H, -1))  # eq. 6: [B, U, V, H, d_key]
         k = self.key(x, c).unflatten(-1, (H, -1))
-        v = self.value(x, c).unflatten(-1, (H, -1))                      # [B, U, V, H, d / H]
-        W = modulated_attention_weights(q, k, C, key_mask)               # eq. 7: [B, U, H, V, V]
-        y = torch.einsum("buhij,bujhe->buihe", W, v).flatten(-2)         # eq. 8: heads folded
+        v = self.value(x, c).unflatten(-1, (H, -1))  # [B, U, V, H, d / H]
+        W = modulated_attention_weights(q, k, C, key_mask)  # eq. 7: [B, U, H, V, V]
+        y = torch.einsum("buhij,bujhe->buihe", W, v).flatten(-2)  # eq. 8: heads folded
         return self.out(y, c)
 
 
@@ -251,13 +273,14 @@ class LOC(nn.Module):
         self.mlp_norm = nn.LayerNorm(d_model)
         self.mlp = ModMLP(d_model, d_code, mlp_hidden)
 
-    def forward(self, x: torch.Tensor, c: torch.Tensor, C: torch.Tensor,
-                key_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, c: torch.Tensor, C: torch.Tensor, key_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         gate = C.unsqueeze(-1)
         src = _broadcast_source(x) if self.impl != "plain" else None
         h = self.attn_norm(x) if src is None else self.attn_norm(src).unsqueeze(1).expand_as(x)  # once if x_ui = x_i
-        a = x + gate * self.attn(h, c, C, key_mask)                     # eq. 9
-        return a + gate * self.mlp(self.mlp_norm(a), c)                 # eq. 10
+        a = x + gate * self.attn(h, c, C, key_mask)  # eq. 9
+        return a + gate * self.mlp(self.mlp_norm(a), c)  # eq. 10
 
 
 # ---------------------------------------------------------------------------------------------
@@ -284,9 +307,10 @@ class Interpreter(nn.Module):
         super().__init__()
         self.locs = nn.ModuleList(LOC(d_model, d_code, heads, head_dim, mlp_hidden) for _ in range(loc_layers))
 
-    def forward(self, x: torch.Tensor, codes: torch.Tensor, C: torch.Tensor,
-                key_mask: torch.Tensor | None = None) -> torch.Tensor:
-        streams = x.unsqueeze(1).expand(-1, codes.shape[0], -1, -1)      # x_ui = x_i: [B, U, V, d]
+    def forward(
+        self, x: torch.Tensor, codes: torch.Tensor, C: torch.Tensor, key_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        streams = x.unsqueeze(1).expand(-1, codes.shape[0], -1, -1)  # x_ui = x_i: [B, U, V, d]
         for loc in self.locs:
             streams = loc(streams, codes, C, key_mask)
         return aggregate_streams(x, streams, C)

@@ -13,6 +13,7 @@ Note: ``log K_hat`` differs from ``log K`` by a per-row constant, and softmax is
 per-row constants, so the normalisation in eq. 3 does not change ``W`` (except through the
 ``delta`` floor where a whole row of ``K`` is ~0). We implement eq. 3 as written anyway.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,7 +24,6 @@ import torch.nn.functional as F
 
 from nac.circuits.kernel import SparseKernel
 from nac.circuits.modfc import ModFC
-
 
 KERNEL_BIAS_IMPLS = ("masked", "plain")
 _LOG_FLOOR = 1e-30
@@ -109,13 +109,15 @@ class SKMDPA(nn.Module):
     and eq. 3's normalisation runs over the whole row. Returns ``[B, U, d]``.
     """
 
-    def __init__(self, d: int, d_code: int, heads: int, modulated: bool = True, delta: float = 1e-6, alpha_init: float = 0.1):
+    def __init__(
+        self, d: int, d_code: int, heads: int, modulated: bool = True, delta: float = 1e-6, alpha_init: float = 0.1
+    ):
         super().__init__()
         if d % heads:
             raise ValueError(f"state width {d} is not divisible by {heads} heads; choose heads that divide d_model")
         self.heads, self.d_head, self.delta = heads, d // heads, delta
         # The fast forms by default; ("plain", "sdpa") is the reference (tests/test_speed_equivalence.py).
-        self.bias_impl = "masked"    # log_normalized_kernel's impl
+        self.bias_impl = "masked"  # log_normalized_kernel's impl
         self.attn_impl = "explicit"  # ATTN_IMPLS
         self.q = ModFC(d, d, d_code, modulated, alpha_init)
         # No key bias: it adds q_i . b_k to a whole row of scores, which softmax ignores.
@@ -132,11 +134,15 @@ class SKMDPA(nn.Module):
         return x.unflatten(-1, (self.heads, self.d_head)).transpose(1, 2)
 
     def _qkv(self, x_recv, x_send, code_recv, code_send):
-        return (self._split(self.q(x_recv, code_recv)), self._split(self.k(x_send, code_send)),
-                self._split(self.v(x_send, code_send)))
+        return (
+            self._split(self.q(x_recv, code_recv)),
+            self._split(self.k(x_send, code_send)),
+            self._split(self.v(x_send, code_send)),
+        )
 
-    def _bias(self, K: torch.Tensor | None, key_mask: torch.Tensor | None, dtype: torch.dtype,
-              dense_senders: int = 0) -> torch.Tensor | None:
+    def _bias(
+        self, K: torch.Tensor | None, key_mask: torch.Tensor | None, dtype: torch.dtype, dense_senders: int = 0
+    ) -> torch.Tensor | None:
         bias = None
         if K is not None:
             if dense_senders:  # input latents first: linked to every receiver with K = 1
@@ -150,7 +156,9 @@ class SKMDPA(nn.Module):
             bias = pad if bias is None else bias + pad
         return None if bias is None else bias.to(dtype)
 
-    def forward(self, x_recv, x_send, code_recv, code_send, K=None, key_mask=None, dense_senders: int = 0) -> torch.Tensor:
+    def forward(
+        self, x_recv, x_send, code_recv, code_send, K=None, key_mask=None, dense_senders: int = 0
+    ) -> torch.Tensor:
         q, k, v = self._qkv(x_recv, x_send, code_recv, code_send)
         bias = self._bias(K, key_mask, q.dtype, dense_senders)
         # CPU only: on CUDA, SDPA's fused kernels take a bias with a gradient themselves.
@@ -161,7 +169,9 @@ class SKMDPA(nn.Module):
         return self.out(y.transpose(1, 2).flatten(2), code_recv)
 
     @torch.no_grad()
-    def weights(self, x_recv, x_send, code_recv, code_send, K=None, key_mask=None, dense_senders: int = 0) -> torch.Tensor:
+    def weights(
+        self, x_recv, x_send, code_recv, code_send, K=None, key_mask=None, dense_senders: int = 0
+    ) -> torch.Tensor:
         """The attention weights ``W_{i<-j}``, ``[B, H, U, V]``, computed explicitly (for
         analysis and for ranking Perceiver IO latents by the attention they receive)."""
         q, k, _ = self._qkv(x_recv, x_send, code_recv, code_send)

@@ -1,5 +1,6 @@
 """Circuit generators (paper section 2.2): they produce the circuit design, a signature, a code
 and an initial state per module, for ``U_p`` processor and ``U_o`` read-out modules."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -55,9 +56,19 @@ class UnconditionalCircuitGenerator(nn.Module):
     (a buffer): the frozen-graph rung of Table 1. ``use_signatures=False`` drops signatures (dense
     graph: the ``modfc`` rung)."""
 
-    def __init__(self, n_processor: int, n_readout: int, d: int, d_code: int, d_sig: int,
-                 use_signatures: bool = True, learn_signatures: bool = True, initial_state: str = "mlp",
-                 code_noise: float = 0.0, state_noise: float = 0.0):
+    def __init__(
+        self,
+        n_processor: int,
+        n_readout: int,
+        d: int,
+        d_code: int,
+        d_sig: int,
+        use_signatures: bool = True,
+        learn_signatures: bool = True,
+        initial_state: str = "mlp",
+        code_noise: float = 0.0,
+        state_noise: float = 0.0,
+    ):
         super().__init__()
         if initial_state not in ("mlp", "code"):
             raise ValueError(f"unknown initial_state {initial_state!r}; valid choices: mlp, code")
@@ -91,7 +102,10 @@ class UnconditionalCircuitGenerator(nn.Module):
         return self._noisy(states, self.state_noise)
 
     def forward(self, cond=None, cond_mask=None) -> CircuitDesign:
-        codes, readout_codes = self._noisy(self.codes, self.code_noise), self._noisy(self.readout_codes, self.code_noise)
+        codes, readout_codes = (
+            self._noisy(self.codes, self.code_noise),
+            self._noisy(self.readout_codes, self.code_noise),
+        )
         return CircuitDesign(
             signatures=self.signatures if self.use_signatures else None,
             codes=codes,
@@ -123,8 +137,16 @@ class InputLatents(nn.Module):
 
     ``forward() -> (codes [N, d_code] or None, states [N, d])``."""
 
-    def __init__(self, n: int, d: int, d_code: int, modulated: bool = True, initial_state: str = "mlp",
-                 code_noise: float = 0.0, state_noise: float = 0.0):
+    def __init__(
+        self,
+        n: int,
+        d: int,
+        d_code: int,
+        modulated: bool = True,
+        initial_state: str = "mlp",
+        code_noise: float = 0.0,
+        state_noise: float = 0.0,
+    ):
         super().__init__()
         if initial_state not in ("mlp", "code"):
             raise ValueError(f"unknown initial_state {initial_state!r}; valid choices: mlp, code")
@@ -185,8 +207,18 @@ class ConditionalCircuitGenerator(nn.Module):
     ``1 - cos`` between modules averaged 0.036 (truncation 0.9), so every graph was complete
     before training and stayed so after (docs/reference.md, "Conditional circuits")."""
 
-    def __init__(self, n_processor: int, n_readout: int, d: int, d_code: int, d_sig: int, d_cond: int,
-                 heads: int = 4, ffn_mult: float = 2.0, query_init: float = 1.0):
+    def __init__(
+        self,
+        n_processor: int,
+        n_readout: int,
+        d: int,
+        d_code: int,
+        d_sig: int,
+        d_cond: int,
+        heads: int = 4,
+        ffn_mult: float = 2.0,
+        query_init: float = 1.0,
+    ):
         super().__init__()
         if not query_init > 0:
             raise ValueError(f"generator_query_init (std of the generator's queries) must be > 0, got {query_init}")
@@ -197,7 +229,9 @@ class ConditionalCircuitGenerator(nn.Module):
         self.cross = nn.MultiheadAttention(d, heads, kdim=d_cond, vdim=d_cond, batch_first=True)
         self.norm_ffn = nn.LayerNorm(d)
         self.ffn = nn.Sequential(nn.Linear(d, hidden), nn.GELU(), nn.Linear(hidden, d))
-        self.self_attn = nn.TransformerEncoderLayer(d, heads, hidden, dropout=0.0, activation="gelu", batch_first=True, norm_first=True)
+        self.self_attn = nn.TransformerEncoderLayer(
+            d, heads, hidden, dropout=0.0, activation="gelu", batch_first=True, norm_first=True
+        )
         self.norm_heads = nn.LayerNorm(d)
         self.signature_ffn = nn.Sequential(nn.Linear(d, hidden), nn.GELU(), nn.Linear(hidden, d_sig))
         self.code_ffn = nn.Sequential(nn.Linear(d, hidden), nn.GELU(), nn.Linear(hidden, d_code))
@@ -218,14 +252,26 @@ class ConditionalCircuitGenerator(nn.Module):
         h = self.norm_heads(self.self_attn(h))
         sig, code = self.signature_ffn(h), self.code_ffn(h)
         P = self.n_processor
-        return CircuitDesign(sig[:, :P], code[:, :P], self.state_mlp(code[:, :P]),
-                             sig[:, P:], code[:, P:], self.readout_state_mlp(code[:, P:]))
+        return CircuitDesign(
+            sig[:, :P],
+            code[:, :P],
+            self.state_mlp(code[:, :P]),
+            sig[:, P:],
+            code[:, P:],
+            self.readout_state_mlp(code[:, P:]),
+        )
 
     def keep_processors(self, keep: torch.Tensor) -> None:
         raise NotImplementedError(
             "module dropping ranks modules by a fixed learned graph; a conditional NAC generates a new graph per "
-            "sample, so drop modules from an unconditional NAC instead")
+            "sample, so drop modules from an unconditional NAC instead"
+        )
 
 
-__all__ = ["CircuitDesign", "UnconditionalCircuitGenerator", "InputLatents", "PerceiverLatents",
-           "ConditionalCircuitGenerator"]
+__all__ = [
+    "CircuitDesign",
+    "UnconditionalCircuitGenerator",
+    "InputLatents",
+    "PerceiverLatents",
+    "ConditionalCircuitGenerator",
+]

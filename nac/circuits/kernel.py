@@ -31,6 +31,7 @@ independently per example in training, with ``K = 0`` exactly where ``P = 0``; a
 kernel is ``P`` itself (``expectation``, the authors' default), ``P > 0.5`` (``threshold``), a
 sample, or no kernel at all (``dense``: all-to-all attention, the kernel ablation).
 """
+
 from __future__ import annotations
 
 import torch
@@ -50,9 +51,14 @@ def cosine_distance(s_recv: torch.Tensor, s_send: torch.Tensor | None = None) ->
         return 1.0 - cos.clamp(-1.0, 1.0)  # rounding can push cos(s, s) past 1, and P past 1
 
 
-def link_probabilities(s_recv: torch.Tensor, s_send: torch.Tensor | None = None,
-                       bandwidth: float | torch.Tensor = 1.0, truncation: float | None = None,
-                       straight_through: bool = True, mode: str = "masked") -> torch.Tensor:
+def link_probabilities(
+    s_recv: torch.Tensor,
+    s_send: torch.Tensor | None = None,
+    bandwidth: float | torch.Tensor = 1.0,
+    truncation: float | None = None,
+    straight_through: bool = True,
+    mode: str = "masked",
+) -> torch.Tensor:
     """Eq. 2: ``P_ij = exp(-(1 - cos(s_i, s_j)) / eps)``, cut to 0 where ``1 - cos > truncation``.
 
     s_recv: ``[..., U, d_sig]`` receiver signatures; s_send: ``[..., V, d_sig]`` sender
@@ -76,7 +82,9 @@ def link_probabilities(s_recv: torch.Tensor, s_send: torch.Tensor | None = None,
         return P + (P_cut - P).detach() if straight_through else P_cut
 
 
-def sample_kernel(P: torch.Tensor, tau: float, batch_size: int | None = None, mode: str = "sample") -> torch.Tensor | None:
+def sample_kernel(
+    P: torch.Tensor, tau: float, batch_size: int | None = None, mode: str = "sample"
+) -> torch.Tensor | None:
     """Draw the kernel ``K`` from link probabilities ``P`` (eq. 2).
 
     P: ``[U, V]`` (shared design) or ``[B, U, V]`` (per-sample design). With ``mode="sample"``

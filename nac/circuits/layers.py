@@ -1,4 +1,5 @@
 """Propagator layers and the read-out (paper section 2.1)."""
+
 from __future__ import annotations
 
 import torch
@@ -66,9 +67,21 @@ class Propagator(nn.Module):
     pre-LayerNorm on every sender; the latents themselves are not updated. ``send_codes``: the
     senders' codes ``[latent_codes; codes]`` when the caller has them already (once per forward)."""
 
-    def __init__(self, d: int, d_code: int, heads: int, ffn_mult: float = 4.0, modulated: bool = True, gated: bool = False,
-                 drop_path: float = 0.0, layer_scale: float | None = None, delta: float = 1e-6, alpha_init: float = 0.1,
-                 bandwidth: float | None = None, learn_bandwidth: bool = True):
+    def __init__(
+        self,
+        d: int,
+        d_code: int,
+        heads: int,
+        ffn_mult: float = 4.0,
+        modulated: bool = True,
+        gated: bool = False,
+        drop_path: float = 0.0,
+        layer_scale: float | None = None,
+        delta: float = 1e-6,
+        alpha_init: float = 0.1,
+        bandwidth: float | None = None,
+        learn_bandwidth: bool = True,
+    ):
         super().__init__()
         register_bandwidth(self, bandwidth, learn_bandwidth)
         self.norm_attn = nn.LayerNorm(d)
@@ -112,10 +125,23 @@ class ReadOut(nn.Module):
     ``[(B,) U_o, U_p - n]``).
     """
 
-    def __init__(self, d: int, d_code: int, heads: int, num_classes: int, ffn_mult: float = 4.0, modulated: bool = True,
-                 gated: bool = False, delta: float = 1e-6, alpha_init: float = 0.1, residual: bool = False,
-                 norm: bool = False, layer_scale: float | None = 0.1, bandwidth: float | None = None,
-                 learn_bandwidth: bool = True):
+    def __init__(
+        self,
+        d: int,
+        d_code: int,
+        heads: int,
+        num_classes: int,
+        ffn_mult: float = 4.0,
+        modulated: bool = True,
+        gated: bool = False,
+        delta: float = 1e-6,
+        alpha_init: float = 0.1,
+        residual: bool = False,
+        norm: bool = False,
+        layer_scale: float | None = 0.1,
+        bandwidth: float | None = None,
+        learn_bandwidth: bool = True,
+    ):
         super().__init__()
         register_bandwidth(self, bandwidth, learn_bandwidth)
         self.residual = residual
@@ -130,14 +156,23 @@ class ReadOut(nn.Module):
 
     code_readers = Propagator.code_readers  # receivers: the read-out's codes; senders: the processors'
 
-    def forward(self, readout_states, processor_states, readout_codes, processor_codes, K=None,
-                dense_senders: int = 0) -> torch.Tensor:
+    def forward(
+        self, readout_states, processor_states, readout_codes, processor_codes, K=None, dense_senders: int = 0
+    ) -> torch.Tensor:
         B = processor_states.shape[0]
         y = readout_states.expand(B, *readout_states.shape[-2:])
-        a = self.scale_attn(self.attn(self.norm_recv(y), self.norm_send(processor_states), readout_codes, processor_codes, K,
-                                      dense_senders=dense_senders))
+        a = self.scale_attn(
+            self.attn(
+                self.norm_recv(y),
+                self.norm_send(processor_states),
+                readout_codes,
+                processor_codes,
+                K,
+                dense_senders=dense_senders,
+            )
+        )
         y = y + a if self.residual else a
         y = y + self.scale_ffn(self.ffn(self.norm_ffn(y), readout_codes))
         h = self.norm_out(y)
-        weight = self.confidence(h).softmax(dim=1)                      # [B, U_o, 1]
+        weight = self.confidence(h).softmax(dim=1)  # [B, U_o, 1]
         return (weight * self.head(h)).sum(dim=1)

@@ -20,6 +20,7 @@ LayerNorm per width, one ``alpha`` product) and handed to each ModFC as a ``Modu
 place of the code tensor. ``NAC.execute`` does this (``NAC.modulation_impl``); a code tensor
 passed directly keeps the per-layer form, the reference (``tests/test_modfc_batched.py``).
 """
+
 from __future__ import annotations
 
 import torch
@@ -33,8 +34,17 @@ class ModFC(nn.Module):
     """Eq. 1. ``x``: ``[B, U, ..., d_in]`` (module axis second); ``code``: ``[U, d_code]`` or
     ``[B, U, d_code]``. Returns ``[B, U, ..., d_out]``."""
 
-    def __init__(self, d_in: int, d_out: int, d_code: int, modulated: bool = True, alpha_init: float = 0.1, bias: bool = True,
-                 norm_affine: bool = False, gain: str = "one_plus_alpha"):
+    def __init__(
+        self,
+        d_in: int,
+        d_out: int,
+        d_code: int,
+        modulated: bool = True,
+        alpha_init: float = 0.1,
+        bias: bool = True,
+        norm_affine: bool = False,
+        gain: str = "one_plus_alpha",
+    ):
         super().__init__()
         self.d_in, self.d_out, self.modulated = d_in, d_out, modulated
         self.modulation_key: str | None = None  # its name in the model (``name_modfcs``): its entry in a Modulations
@@ -81,9 +91,11 @@ class Modulations:
     def of(self, fc: ModFC) -> torch.Tensor:
         m = self.table.get(fc.modulation_key)
         if m is None:
-            raise KeyError(f"ModFC {fc.modulation_key!r} was handed precomputed modulations that do not include it: "
-                           "list it among the readers of that code (NAC.code_modulations), or set "
-                           "NAC.modulation_impl = 'per_layer'")
+            raise KeyError(
+                f"ModFC {fc.modulation_key!r} was handed precomputed modulations that do not include it: "
+                "list it among the readers of that code (NAC.code_modulations), or set "
+                "NAC.modulation_impl = 'per_layer'"
+            )
         return m
 
 
@@ -117,12 +129,12 @@ def batched_modulations(code: torch.Tensor, fcs: list[ModFC]) -> Modulations:
         groups.setdefault((fc.d_in, fc.gain, norm.elementwise_affine, norm.bias is not None, norm.eps), []).append(fc)
     order = [fc for g in groups.values() for fc in g]
     W = torch.cat([fc.code_proj.weight for fc in order]) if len(order) > 1 else order[0].code_proj.weight
-    h_all = F.linear(code, W)                                                    # [(B,) U, sum d_in]
+    h_all = F.linear(code, W)  # [(B,) U, sum d_in]
     parts = h_all.split([len(g) * g[0].d_in for g in groups.values()], dim=-1) if len(groups) > 1 else (h_all,)
     table = {}
     for (d, gain, affine, has_bias, eps), g, part in zip(groups, groups.values(), parts):
         n = len(g)
-        h = F.layer_norm(part.unflatten(-1, (n, d)), (d,), eps=eps)               # [(B,) U, n, d]
+        h = F.layer_norm(part.unflatten(-1, (n, d)), (d,), eps=eps)  # [(B,) U, n, d]
         if affine:
             h = h * torch.stack([fc.code_norm.weight for fc in g])
             if has_bias:
@@ -158,7 +170,16 @@ class ModFFN(nn.Module):
     emits value and gate). Shapes as ``ModFC``; hidden width ``round(ffn_mult * d)``.
     """
 
-    def __init__(self, d: int, d_code: int, ffn_mult: float = 4.0, modulated: bool = True, gated: bool = False, dropout: float = 0.0, alpha_init: float = 0.1):
+    def __init__(
+        self,
+        d: int,
+        d_code: int,
+        ffn_mult: float = 4.0,
+        modulated: bool = True,
+        gated: bool = False,
+        dropout: float = 0.0,
+        alpha_init: float = 0.1,
+    ):
         super().__init__()
         hidden = max(1, round(ffn_mult * d))
         self.gated = gated

@@ -18,6 +18,7 @@ per-module form as the reference; tests assert both agree (outputs and gradients
 Eq. 5 as printed has no softmax over tokens; we use softmax attention (the authors' code, and
 what "cross-attention" means), and pre-LayerNorm residuals around attention and ModFFN.
 """
+
 from __future__ import annotations
 
 import math
@@ -33,10 +34,21 @@ READIN_IMPLS = ("fast", "direct")
 
 class ReadIn(nn.Module):
     """tokens ``[B, T, d_in]``, states ``[(B,) U, d]``, codes ``[(B,) U, d_code]`` (or ``None``
-    when unmodulated, or a ``Modulations`` of them for every ModFC here), mask ``[B, T]`` bool (True = real token). Returns ``[B, U, d]``."""
+    when unmodulated, or a ``Modulations`` of them for every ModFC here), mask ``[B, T]`` bool
+    (True = real token). Returns ``[B, U, d]``."""
 
-    def __init__(self, d_in: int, d: int, d_code: int, heads: int = 1, modulated: bool = True, ffn_mult: float = 4.0,
-                 gated: bool = False, alpha_init: float = 0.1, impl: str = "fast"):
+    def __init__(
+        self,
+        d_in: int,
+        d: int,
+        d_code: int,
+        heads: int = 1,
+        modulated: bool = True,
+        ffn_mult: float = 4.0,
+        gated: bool = False,
+        alpha_init: float = 0.1,
+        impl: str = "fast",
+    ):
         super().__init__()
         if d % heads:
             raise ValueError(f"state width {d} is not divisible by {heads} read-in heads")
@@ -70,21 +82,25 @@ class ReadIn(nn.Module):
     def attend_fast(self, x, h, codes, mask=None) -> torch.Tensor:
         """x ``[B, T, d_in]`` (normalised tokens), h ``[B, U, d]`` -> ``[B, U, d]`` (pre-exit)."""
         B, U, H, e = h.shape[0], h.shape[1], self.heads, self.d_head
-        q = self.q(h, codes).unflatten(-1, (H, e))                     # [B, U, H, e]
-        Wk = self.k.linear.weight.unflatten(0, (H, e))                  # [H, e, d_in]
-        q_fold = torch.einsum("buhe,hed->bhud", q, Wk)                  # [B, H, U, d_in]
+        q = self.q(h, codes).unflatten(-1, (H, e))  # [B, U, H, e]
+        Wk = self.k.linear.weight.unflatten(0, (H, e))  # [H, e, d_in]
+        q_fold = torch.einsum("buhe,hed->bhud", q, Wk)  # [B, H, U, d_in]
         mk = self._modulation(self.k, codes, B, U)
         if mk is not None:
             q_fold = q_fold * mk.unsqueeze(1)
         bias = None
         if mask is not None:
-            bias = torch.zeros(mask.shape, device=x.device, dtype=q_fold.dtype).masked_fill(~mask, float("-inf"))[:, None, None, :]
+            bias = torch.zeros(mask.shape, device=x.device, dtype=q_fold.dtype).masked_fill(~mask, float("-inf"))[
+                :, None, None, :
+            ]
         xs = x.unsqueeze(1).expand(B, H, *x.shape[1:])
-        summary = F.scaled_dot_product_attention(q_fold, xs, xs, attn_mask=bias, scale=1.0 / math.sqrt(e))  # [B, H, U, d_in]
+        summary = F.scaled_dot_product_attention(
+            q_fold, xs, xs, attn_mask=bias, scale=1.0 / math.sqrt(e)
+        )  # [B, H, U, d_in]
         mv = self._modulation(self.v, codes, B, U)
         if mv is not None:
             summary = summary * mv.unsqueeze(1)
-        Wv = self.v.linear.weight.unflatten(0, (H, e))                  # [H, e, d_in]
+        Wv = self.v.linear.weight.unflatten(0, (H, e))  # [H, e, d_in]
         y = torch.einsum("bhud,hed->buhe", summary, Wv)
         if self.v.linear.bias is not None:
             y = y + self.v.linear.bias.unflatten(0, (H, e))
@@ -93,9 +109,9 @@ class ReadIn(nn.Module):
     def attend_direct(self, x, h, codes, mask=None) -> torch.Tensor:
         """Eq. 4 literally: per-module keys and values ``[B, U, T, d]`` (the reference)."""
         B, U, T, H, e = h.shape[0], h.shape[1], x.shape[1], self.heads, self.d_head
-        q = self.q(h, codes).unflatten(-1, (H, e))                      # [B, U, H, e]
+        q = self.q(h, codes).unflatten(-1, (H, e))  # [B, U, H, e]
         xu = x.unsqueeze(1).expand(B, U, T, x.shape[-1])
-        k = self.k(xu, codes).unflatten(-1, (H, e))                     # [B, U, T, H, e]
+        k = self.k(xu, codes).unflatten(-1, (H, e))  # [B, U, T, H, e]
         v = self.v(xu, codes).unflatten(-1, (H, e))
         scores = torch.einsum("buhe,buthe->bhut", q, k) / math.sqrt(e)
         if mask is not None:

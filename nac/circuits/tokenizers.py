@@ -12,6 +12,7 @@
 Image tokenizers take uint8 ``[B, 3, H, W]`` (or floats in [0, 1]) and normalise internally,
 and concatenate a learned positional grid (``pos_dim`` channels) to each token.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,13 +29,16 @@ def _check_tensor(who: str, x, expected: str, rank: int | tuple[int, ...], float
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{who} expected a torch.Tensor {expected}, got a {type(x).__name__}")
     ranks = (rank,) if isinstance(rank, int) else rank
-    ok = (floating and x.dtype.is_floating_point) or (integer and not x.dtype.is_floating_point
-                                                      and not x.dtype.is_complex and x.dtype != torch.bool)
+    ok = (floating and x.dtype.is_floating_point) or (
+        integer and not x.dtype.is_floating_point and not x.dtype.is_complex and x.dtype != torch.bool
+    )
     if not ok:
         raise TypeError(f"{who} expected {expected}, got dtype {x.dtype} (shape {list(x.shape)})")
     if x.dim() not in ranks:
-        raise ValueError(f"{who} expected {expected}, got a {x.dim()}-D tensor of shape {list(x.shape)}"
-                         + (" (a single example? add the batch dimension: x.unsqueeze(0))" if x.dim() + 1 in ranks else ""))
+        raise ValueError(
+            f"{who} expected {expected}, got a {x.dim()}-D tensor of shape {list(x.shape)}"
+            + (" (a single example? add the batch dimension: x.unsqueeze(0))" if x.dim() + 1 in ranks else "")
+        )
 
 
 def _check_images(who: str, images, lead: int = 1) -> None:
@@ -42,8 +46,10 @@ def _check_images(who: str, images, lead: int = 1) -> None:
     shape = "[B, 2, 3, H, W]" if lead == 2 else "[B, 3, H, W]"
     expected = f"uint8 (0-255) or float (0-1) images {shape}, channels first"
     if isinstance(images, torch.Tensor) and images.dtype != torch.uint8 and not images.dtype.is_floating_point:
-        raise TypeError(f"{who} expected {expected}, got dtype {images.dtype} (shape {list(images.shape)}); "
-                        "convert with images.to(torch.uint8) for 0-255 values or images.float() / 255")
+        raise TypeError(
+            f"{who} expected {expected}, got dtype {images.dtype} (shape {list(images.shape)}); "
+            "convert with images.to(torch.uint8) for 0-255 values or images.float() / 255"
+        )
     _check_tensor(who, images, expected, lead + 3, floating=True, integer=True)
     c = images.shape[lead]
     if c == 3:
@@ -53,8 +59,10 @@ def _check_images(who: str, images, lead: int = 1) -> None:
         perm = "x.permute(0, 1, 4, 2, 3)" if lead == 2 else "x.permute(0, 3, 1, 2)"
         raise ValueError(f"{who} expected {expected}, got {got}, which looks channels-last; permute it: {perm}")
     if c == 1:
-        raise ValueError(f"{who} expected {expected}, got {got}: one channel (grayscale); repeat it to 3 channels: "
-                         f"x.expand({', '.join(['-1'] * lead)}, 3, -1, -1)")
+        raise ValueError(
+            f"{who} expected {expected}, got {got}: one channel (grayscale); repeat it to 3 channels: "
+            f"x.expand({', '.join(['-1'] * lead)}, 3, -1, -1)"
+        )
     raise ValueError(f"{who} expected {expected}, got {got}: {c} channels at dim {lead} instead of 3")
 
 
@@ -79,8 +87,10 @@ class ImageTokenizer(nn.Module):
         _check_images("image tokenizer", images)
         fmap = self.trunk(_to_float(images))
         if fmap.shape[-1] != self.grid or fmap.shape[-2] != self.grid:
-            raise ValueError(f"image tokenizer expected a {self.grid}x{self.grid} feature map, got {tuple(fmap.shape[-2:])}: "
-                             "check tokenizer.image_size against the dataset's image size")
+            raise ValueError(
+                f"image tokenizer expected a {self.grid}x{self.grid} feature map, got {tuple(fmap.shape[-2:])}: "
+                "check tokenizer.image_size against the dataset's image size"
+            )
         tokens = fmap.flatten(2).transpose(1, 2)
         if self.pos is not None:
             tokens = torch.cat([tokens, self.pos.expand(tokens.shape[0], -1, -1)], dim=-1)
@@ -98,7 +108,9 @@ def layer_norm_2d(channels: int) -> nn.Module:
 NORMS = {"layer": layer_norm_2d, "batch": nn.BatchNorm2d}
 
 
-def conv32(dim: int = 128, pos_dim: int = 32, image_size: int = 32, norm: str = "batch", width: int = 32) -> ImageTokenizer:
+def conv32(
+    dim: int = 128, pos_dim: int = 32, image_size: int = 32, norm: str = "batch", width: int = 32
+) -> ImageTokenizer:
     """Small stem for 32 px images: four 3x3 convs, two of them stride 2 (``image_size / 4``
     tokens a side). ``norm="batch"`` trains fastest; under DDP it is synchronised across
     processes (``SyncBatchNorm``) so data-parallel training equals single-process training;
@@ -107,9 +119,15 @@ def conv32(dim: int = 128, pos_dim: int = 32, image_size: int = 32, norm: str = 
         raise ValueError(f"conv32 tokenizer: unknown norm {norm!r}; valid choices: {', '.join(NORMS)}")
     Norm = NORMS[norm]
     trunk = nn.Sequential(
-        nn.Conv2d(3, width, 3, padding=1), Norm(width), nn.GELU(),
-        nn.Conv2d(width, 2 * width, 3, stride=2, padding=1), Norm(2 * width), nn.GELU(),
-        nn.Conv2d(2 * width, 2 * width, 3, padding=1), Norm(2 * width), nn.GELU(),
+        nn.Conv2d(3, width, 3, padding=1),
+        Norm(width),
+        nn.GELU(),
+        nn.Conv2d(width, 2 * width, 3, stride=2, padding=1),
+        Norm(2 * width),
+        nn.GELU(),
+        nn.Conv2d(2 * width, 2 * width, 3, padding=1),
+        Norm(2 * width),
+        nn.GELU(),
         nn.Conv2d(2 * width, dim, 3, stride=2, padding=1),
     )
     return ImageTokenizer(trunk, dim, image_size // 4, pos_dim)
@@ -122,10 +140,10 @@ _CONVNEXT_NAMES = (("conv_dw.", "dw."), ("mlp.fc1.", "mlp.0."), ("mlp.fc2.", "ml
 def _rename(state_dict: dict, prefix: str, pairs) -> None:
     """Rename in place, keeping their order, the keys under ``prefix`` that start ``prefix + old``."""
     for key in [k for k in state_dict if k.startswith(prefix)]:
-        value, local = state_dict.pop(key), key[len(prefix):]
+        value, local = state_dict.pop(key), key[len(prefix) :]
         for old, new in pairs:
             if local.startswith(old):
-                local = new + local[len(old):]
+                local = new + local[len(old) :]
         state_dict[prefix + local] = value
 
 
@@ -176,10 +194,11 @@ class PointTokenizer(nn.Module):
     def forward(self, points: torch.Tensor) -> torch.Tensor:
         _check_tensor("point tokenizer", points, "float points [B, N, 3]", 3, floating=True, integer=False)
         if points.shape[-1] != 3:
-            raise ValueError(f"point tokenizer expected float points [B, N, 3] (xyz last), got shape {list(points.shape)}"
-                             + ("; it looks like [B, 3, N]: transpose it: points.transpose(1, 2)"
-                                if points.shape[1] == 3 else ""))
-        angles = points.float().unsqueeze(-1) * self.freqs              # [B, N, 3, F]
+            raise ValueError(
+                f"point tokenizer expected float points [B, N, 3] (xyz last), got shape {list(points.shape)}"
+                + ("; it looks like [B, 3, N]: transpose it: points.transpose(1, 2)" if points.shape[1] == 3 else "")
+            )
+        angles = points.float().unsqueeze(-1) * self.freqs  # [B, N, 3, F]
         feats = torch.cat([points.float(), angles.sin().flatten(2), angles.cos().flatten(2)], dim=-1)
         return self.mlp(feats)
 
@@ -229,11 +248,14 @@ class FeatureTokenizer(nn.Module):
 
     def forward(self, feats: torch.Tensor) -> torch.Tensor:
         d = self.proj.in_features
-        _check_tensor("feature tokenizer", feats, f"float features [B, N, {d}] or [B, {d}]", (2, 3), floating=True,
-                      integer=False)
+        _check_tensor(
+            "feature tokenizer", feats, f"float features [B, N, {d}] or [B, {d}]", (2, 3), floating=True, integer=False
+        )
         if feats.shape[-1] != d:
-            raise ValueError(f"feature tokenizer expected float features [B, N, {d}] or [B, {d}] (d_feat={d}), got "
-                             f"shape {list(feats.shape)}")
+            raise ValueError(
+                f"feature tokenizer expected float features [B, N, {d}] or [B, {d}] (d_feat={d}), got "
+                f"shape {list(feats.shape)}"
+            )
         return self.proj(feats.float() if feats.dim() == 3 else feats.float().unsqueeze(1))
 
 
@@ -249,10 +271,11 @@ class ImagePairTokenizer(nn.Module):
     def forward(self, pair: torch.Tensor) -> torch.Tensor:
         _check_images("image-pair tokenizer", pair, lead=2)
         if pair.shape[1] != 2:
-            raise ValueError(f"image-pair tokenizer expected two images per example [B, 2, 3, H, W], got shape "
-                             f"{list(pair.shape)}")
+            raise ValueError(
+                f"image-pair tokenizer expected two images per example [B, 2, 3, H, W], got shape {list(pair.shape)}"
+            )
         B = pair.shape[0]
-        tokens = self.image(pair.flatten(0, 1)).unflatten(0, (B, 2))     # [B, 2, T, d]
+        tokens = self.image(pair.flatten(0, 1)).unflatten(0, (B, 2))  # [B, 2, T, d]
         return (tokens + self.side[None, :, None, :]).flatten(1, 2)
 
 

@@ -8,6 +8,7 @@ the archive and the member. This check is sufficient on its own (tarfile's ``dat
 the Python has one, is a second line of defence only). A corrupt or truncated archive raises
 ``CorruptFileError``. ``nac.data.download`` re-exports every public name here.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -52,32 +53,42 @@ def _mb(n: int) -> str:
     return f"{n / 2**20:,.1f} MB"
 
 
-def _check_budget(archive: Path, sizes: list[tuple[str, int]], max_bytes: int, max_members: int,
-                  target: Path) -> None:
+def _check_budget(archive: Path, sizes: list[tuple[str, int]], max_bytes: int, max_members: int, target: Path) -> None:
     """Refuse, before anything is written, ``sizes`` (member name, uncompressed bytes) over the
     limits or over the free space at ``target``, naming the archive and the largest member."""
-    fix = ("If the archive is genuine, raise the limit (extract(max_bytes=, max_members=); in the pipeline the "
-           "dataset's max_extract_mb / max_extract_files params)")
+    fix = (
+        "If the archive is genuine, raise the limit (extract(max_bytes=, max_members=); in the pipeline the "
+        "dataset's max_extract_mb / max_extract_files params)"
+    )
     if len(sizes) > max_members:
-        raise ArchiveTooLargeError(f"{archive}: {len(sizes):,} members selected, over the limit of {max_members:,} "
-                                   f"(first over it: {sizes[max_members][0]!r}); refusing to extract, nothing was "
-                                   f"written. {fix}")
+        raise ArchiveTooLargeError(
+            f"{archive}: {len(sizes):,} members selected, over the limit of {max_members:,} "
+            f"(first over it: {sizes[max_members][0]!r}); refusing to extract, nothing was "
+            f"written. {fix}"
+        )
     total = sum(n for _, n in sizes)
     name, biggest = max(sizes, key=lambda x: x[1], default=("", 0))
     if total > max_bytes:
-        raise ArchiveTooLargeError(f"{archive}: the selected members expand to {_mb(total)} ({total:,} bytes), over "
-                                   f"the limit of {_mb(max_bytes)}; the largest is member {name!r} ({_mb(biggest)}); "
-                                   f"refusing to extract, nothing was written. {fix}")
+        raise ArchiveTooLargeError(
+            f"{archive}: the selected members expand to {_mb(total)} ({total:,} bytes), over "
+            f"the limit of {_mb(max_bytes)}; the largest is member {name!r} ({_mb(biggest)}); "
+            f"refusing to extract, nothing was written. {fix}"
+        )
     free = shutil.disk_usage(target).free
     if total > free:
-        raise ArchiveTooLargeError(f"{archive}: extracting needs {_mb(total)} (largest member {name!r}, "
-                                   f"{_mb(biggest)}) but only {_mb(free)} is free at {target}; free some space "
-                                   f"and rerun; nothing was written")
+        raise ArchiveTooLargeError(
+            f"{archive}: extracting needs {_mb(total)} (largest member {name!r}, "
+            f"{_mb(biggest)}) but only {_mb(free)} is free at {target}; free some space "
+            f"and rerun; nothing was written"
+        )
 
 
 def _write_error(archive: Path, member: str, size: int, total: int, target: Path, e: OSError) -> ExtractionError:
-    return ExtractionError(e.errno, f"{archive}: cannot write member {member!r} ({_mb(size)}; the extraction needs "
-                                    f"{_mb(total)} in all) under {target}: {e.strerror or e}")
+    return ExtractionError(
+        e.errno,
+        f"{archive}: cannot write member {member!r} ({_mb(size)}; the extraction needs "
+        f"{_mb(total)} in all) under {target}: {e.strerror or e}",
+    )
 
 
 # ------------------------------------------------------------------------------------ extracting
@@ -144,8 +155,9 @@ class _Tree:
                 continue
             hops += 1
             if hops > _MAX_LINK_HOPS:
-                raise UnsafeArchiveError(f"{self.archive}: member {member!r} goes through a loop of symlinks; "
-                                         f"refusing to extract")
+                raise UnsafeArchiveError(
+                    f"{self.archive}: member {member!r} goes through a loop of symlinks; refusing to extract"
+                )
             target = self.split(link[0])
             if target is None:
                 return None
@@ -159,20 +171,26 @@ class _Tree:
         if m.issym():
             parent = self.resolve(parts[:-1], m.name) if parts else None
             if parent is None:
-                raise UnsafeArchiveError(f"{self.archive}: member {m.name!r} is a symlink placed {where} "
-                                         f"(through the links before it); refusing to extract")
+                raise UnsafeArchiveError(
+                    f"{self.archive}: member {m.name!r} is a symlink placed {where} "
+                    f"(through the links before it); refusing to extract"
+                )
             if self.resolve(self.split(m.linkname), m.name, base=parent) is None:
-                raise UnsafeArchiveError(f"{self.archive}: member {m.name!r} is a symlink to {m.linkname!r}, "
-                                         f"{where}; refusing to extract")
+                raise UnsafeArchiveError(
+                    f"{self.archive}: member {m.name!r} is a symlink to {m.linkname!r}, {where}; refusing to extract"
+                )
             self.links[(*parent, self.key(parts[-1]))] = (m.linkname, m.name)
             return
         # Files, folders and hard links are written *through* a link already at their path.
         if self.resolve(parts, m.name) is None:
-            raise UnsafeArchiveError(f"{self.archive}: member {m.name!r} would be written {where} "
-                                     f"(through the links before it); refusing to extract")
+            raise UnsafeArchiveError(
+                f"{self.archive}: member {m.name!r} would be written {where} "
+                f"(through the links before it); refusing to extract"
+            )
         if m.islnk() and self.resolve(self.split(m.linkname), m.name) is None:
-            raise UnsafeArchiveError(f"{self.archive}: member {m.name!r} is a hard link to {m.linkname!r}, "
-                                     f"{where}; refusing to extract")
+            raise UnsafeArchiveError(
+                f"{self.archive}: member {m.name!r} is a hard link to {m.linkname!r}, {where}; refusing to extract"
+            )
 
     def check_final(self) -> None:
         """Every link must still point inside once all members are in place (a later link can
@@ -181,7 +199,8 @@ class _Tree:
             if self.resolve(list(location), member) is None:
                 raise UnsafeArchiveError(
                     f"{self.archive}: member {member!r} is a symlink to {linkname!r}, which leads outside the "
-                    f"target folder through the links extracted with it; refusing to extract")
+                    f"target folder through the links extracted with it; refusing to extract"
+                )
 
 
 def _check_tar_members(archive: Path, members: Sequence[tarfile.TarInfo]) -> None:
@@ -194,8 +213,10 @@ def _check_tar_members(archive: Path, members: Sequence[tarfile.TarInfo]) -> Non
         if not (m.isfile() or m.isdir() or m.issym() or m.islnk()):
             raise UnsafeArchiveError(f"{archive}: member {m.name!r} is a device or fifo; refusing to extract")
         if m.issym() and m.linkname.replace("\\", "/").startswith("/"):
-            raise UnsafeArchiveError(f"{archive}: member {m.name!r} is a symlink to {m.linkname!r}, outside "
-                                     f"the target folder; refusing to extract")
+            raise UnsafeArchiveError(
+                f"{archive}: member {m.name!r} is a symlink to {m.linkname!r}, outside "
+                f"the target folder; refusing to extract"
+            )
     for fold, windows in ((False, False), (True, False), (True, True)):
         tree = _Tree(archive, fold, windows)
         for m in members:
@@ -207,8 +228,9 @@ def _check_zip_member(archive: Path, info: zipfile.ZipInfo) -> None:
     _check_name(archive, info.filename)
     mode = info.external_attr >> 16  # the Unix mode, for archives made on Unix
     if stat.S_ISLNK(mode):
-        raise UnsafeArchiveError(f"{archive}: member {info.filename!r} is a symlink; refusing to extract "
-                                 f"(zip links are not supported)")
+        raise UnsafeArchiveError(
+            f"{archive}: member {info.filename!r} is a symlink; refusing to extract (zip links are not supported)"
+        )
     if stat.S_IFMT(mode) and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
         raise UnsafeArchiveError(f"{archive}: member {info.filename!r} is a device or fifo; refusing to extract")
 
@@ -232,8 +254,13 @@ def archive_kind(path: str | Path) -> str:
     raise ValueError(f"{path}: not a zip, tar or gzip archive (first bytes do not match any)")
 
 
-def extract(archive: str | Path, dest: str | Path, members: Callable[[str], bool] | None = None,
-            max_bytes: int | None = None, max_members: int | None = None) -> Path:
+def extract(
+    archive: str | Path,
+    dest: str | Path,
+    members: Callable[[str], bool] | None = None,
+    max_bytes: int | None = None,
+    max_members: int | None = None,
+) -> Path:
     """Extract ``archive`` into the folder ``dest`` and return it.
 
     ``members`` (optional) selects member names to extract (e.g. one task of LRA's 7 GB tar).
@@ -272,9 +299,11 @@ def extract(archive: str | Path, dest: str | Path, members: Callable[[str], bool
                     try:
                         zf.extract(i, tmp)
                     except (zipfile.BadZipFile, zlib.error, EOFError) as e:
-                        raise CorruptFileError(f"cannot extract {archive}: member {i.filename!r}: {e}. The archive is "
-                                               f"corrupt or truncated; delete it (and any {archive.name}.sha256 / "
-                                               f".verified beside it) and rerun the download stage") from e
+                        raise CorruptFileError(
+                            f"cannot extract {archive}: member {i.filename!r}: {e}. The archive is "
+                            f"corrupt or truncated; delete it (and any {archive.name}.sha256 / "
+                            f".verified beside it) and rerun the download stage"
+                        ) from e
                     except OSError as e:
                         raise _write_error(archive, i.filename, i.file_size, total, tmp, e) from e
         elif kind == "tar":
@@ -296,9 +325,11 @@ def extract(archive: str | Path, dest: str | Path, members: Callable[[str], bool
                     except getattr(tarfile, "FilterError", ()) as e:
                         raise UnsafeArchiveError(f"{archive}: member {m.name!r}: {e}; refusing to extract") from e
                     except (tarfile.ReadError, tarfile.CompressionError, EOFError, zlib.error) as e:
-                        raise CorruptFileError(f"cannot extract {archive}: member {m.name!r}: {e}. The archive is "
-                                               f"corrupt or truncated; delete it (and any {archive.name}.sha256 / "
-                                               f".verified beside it) and rerun the download stage") from e
+                        raise CorruptFileError(
+                            f"cannot extract {archive}: member {m.name!r}: {e}. The archive is "
+                            f"corrupt or truncated; delete it (and any {archive.name}.sha256 / "
+                            f".verified beside it) and rerun the download stage"
+                        ) from e
                     except OSError as e:
                         raise _write_error(archive, m.name, m.size, total, tmp, e) from e
         else:
@@ -311,17 +342,25 @@ def extract(archive: str | Path, dest: str | Path, members: Callable[[str], bool
                         raise ArchiveTooLargeError(
                             f"{archive}: member {out.name!r} expands past the limit of {_mb(max_bytes)}; refusing to "
                             f"extract further, nothing was kept. If the archive is genuine, raise the limit "
-                            f"(extract(max_bytes=); in the pipeline the dataset's max_extract_mb param)")
+                            f"(extract(max_bytes=); in the pipeline the dataset's max_extract_mb param)"
+                        )
                     try:
                         dst.write(chunk)
                     except OSError as e:
                         raise _write_error(archive, out.name, written, written, tmp, e) from e
-    except (tarfile.ReadError, tarfile.CompressionError, zipfile.BadZipFile, EOFError, zlib.error,
-            gzip.BadGzipFile) as e:
+    except (
+        tarfile.ReadError,
+        tarfile.CompressionError,
+        zipfile.BadZipFile,
+        EOFError,
+        zlib.error,
+        gzip.BadGzipFile,
+    ) as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise CorruptFileError(
             f"cannot extract {archive}: {e}. The archive is corrupt or truncated; delete it (and any "
-            f"{archive.name}.sha256 / .verified beside it) and rerun the download stage") from e
+            f"{archive.name}.sha256 / .verified beside it) and rerun the download stage"
+        ) from e
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -14,6 +14,7 @@ per process and file, cheap beside a stage's start-up) -- and raises ``CacheCorr
 naming the file and the fix, so a damaged cache never yields numbers. A manifest without
 ``files`` (written before checksums were recorded) is refused the same way: re-prepare it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -45,8 +46,7 @@ class CacheCorruptError(RuntimeError):
 
 
 def _fix(cache_dir: Path, dataset: str) -> str:
-    return (f"Delete {cache_dir} and rerun `dvc repro` (or `python stages/prepare.py {dataset}`) to "
-            f"rebuild the cache")
+    return f"Delete {cache_dir} and rerun `dvc repro` (or `python stages/prepare.py {dataset}`) to rebuild the cache"
 
 
 def _digest(path: Path) -> str:
@@ -89,8 +89,13 @@ def write_cache(
             np.save(path, arr, allow_pickle=False)
             layout[split][key] = [list(arr.shape), str(arr.dtype)]
             files[split][key] = {"bytes": path.stat().st_size, HASH: _digest(path)}
-    manifest = {"dataset": dataset, "params": _jsonable(params), "splits": layout, "files": files,
-                "extra": _jsonable(extra or {})}
+    manifest = {
+        "dataset": dataset,
+        "params": _jsonable(params),
+        "splits": layout,
+        "files": files,
+        "extra": _jsonable(extra or {}),
+    }
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
     if cache_dir.exists():
         shutil.rmtree(cache_dir)
@@ -138,10 +143,13 @@ def load_arrays(cache_dir: str | Path, manifest: Mapping[str, Any], split: str) 
     if not isinstance(manifest.get("files"), dict):
         raise CacheCorruptError(
             f"cache manifest {cache_dir / MANIFEST} records no checksums of its array files (it was prepared by "
-            f"an older version of nac), so its content cannot be verified. {_fix(cache_dir, dataset)}")
+            f"an older version of nac), so its content cannot be verified. {_fix(cache_dir, dataset)}"
+        )
     files = manifest["files"].get(split, {})
-    return {key: _load_checked(cache_dir, dataset, split, key, layout, files.get(key))
-            for key, layout in manifest["splits"][split].items()}
+    return {
+        key: _load_checked(cache_dir, dataset, split, key, layout, files.get(key))
+        for key, layout in manifest["splits"][split].items()
+    }
 
 
 def _load_checked(cache_dir: Path, dataset: str, split: str, key: str, layout: Any, record: Any) -> np.ndarray:
@@ -166,14 +174,14 @@ def _load_checked(cache_dir: Path, dataset: str, split: str, key: str, layout: A
     except (OSError, ValueError, EOFError) as e:
         raise corrupt(f"cannot be read as a .npy array ({e})") from e
     if arr.shape != shape or arr.dtype != dtype:
-        raise corrupt(f"holds an array of shape {list(arr.shape)} {arr.dtype} but the manifest records "
-                      f"{list(shape)} {dtype}")
+        raise corrupt(
+            f"holds an array of shape {list(arr.shape)} {arr.dtype} but the manifest records {list(shape)} {dtype}"
+        )
     seen = (str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns, digest)
     if seen not in _VERIFIED:
         actual = _digest(path)
         if actual != digest:
-            raise corrupt(f"has {HASH} {actual} but the manifest records {digest} (its content changed "
-                          f"after prepare)")
+            raise corrupt(f"has {HASH} {actual} but the manifest records {digest} (its content changed after prepare)")
         _VERIFIED.add(seen)
     return arr
 

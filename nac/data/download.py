@@ -9,14 +9,16 @@
   never taken for a complete file. Sources without a published checksum get one on their first
   complete download (``<dest>.sha256``, ``sha256sum`` format) and are verified against it later.
 - ``extract(archive, dest)`` (defined in ``nac.data.archives``, re-exported here): zip, tar,
-  tar.gz / tgz (by content, whatever the suffix) and plain .gz. Every member is checked *before* anything is written: absolute paths, ``..`` components,
-  device files, zip symlinks and any tar member whose final location -- resolved through the
-  links extracted before it, as the OS would -- leaves the target folder are refused, naming the
-  archive and the member. This check is sufficient on its own (tarfile's ``data`` filter, where
-  the Python has one, is a second line of defence only).
+  tar.gz / tgz (by content, whatever the suffix) and plain .gz. Every member is checked *before*
+  anything is written: absolute paths, ``..`` components, device files, zip symlinks and any tar
+  member whose final location -- resolved through the links extracted before it, as the OS
+  would -- leaves the target folder are refused, naming the archive and the member. This check
+  is sufficient on its own (tarfile's ``data`` filter, where the Python has one, is a second line
+  of defence only).
 - ``UserDataRequired``: raised where the user must supply files (ImageNet, NLVR2 images); its
   message says which files go where. Uncaught, it makes the stage exit non-zero.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -33,8 +35,17 @@ from typing import Sequence
 from tqdm.auto import tqdm
 
 # extraction lives in nac.data.archives; its public names stay importable from here
-from nac.data.archives import (CHUNK, ArchiveTooLargeError, CorruptFileError, ExtractionError,  # noqa: F401
-                               UnsafeArchiveError, archive_kind, extract, prefix_filter)
+from nac.data.archives import (
+    CHUNK,
+    ArchiveTooLargeError,
+    CorruptFileError,
+    ExtractionError,
+    UnsafeArchiveError,
+    archive_kind,
+    extract,
+    prefix_filter,
+)
+
 
 @dataclass(frozen=True)
 class Source:
@@ -54,39 +65,81 @@ class Source:
 
 
 SOURCES: dict[str, Source] = {
-    "tiny_imagenet": Source("tiny-imagenet-200.zip", ("https://cs231n.stanford.edu/tiny-imagenet-200.zip",),
-                            md5="90528d7ca1a48142e341f4ef8d21d0de", max_extract_mb=1024, max_extract_files=250_000),
-    "imagenet_r": Source("imagenet-r.tar", ("https://people.eecs.berkeley.edu/~hendrycks/imagenet-r.tar",),
-                         md5="a61312130a589d0ca1a8fca1f2bd3337", note="2.19 GB", max_extract_mb=5 * 1024,
-                         max_extract_files=60_000),
-    "cub": Source("CUB_200_2011.tgz", ("https://data.caltech.edu/records/65de6-vp158/files/CUB_200_2011.tgz",),
-                  md5="97eceeb196236b17998738112f37df78", max_extract_mb=3 * 1024, max_extract_files=30_000),
-    "cifar10": Source("cifar-10-python.tar.gz", ("https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",),
-                      md5="c58f30108f718f92721af3b95e74349a", max_extract_mb=512, max_extract_files=100),
-    "cifar100": Source("cifar-100-python.tar.gz", ("https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz",),
-                       md5="eb9058c3a382ffc7106e4002c42a8d85", max_extract_mb=512, max_extract_files=100),
+    "tiny_imagenet": Source(
+        "tiny-imagenet-200.zip",
+        ("https://cs231n.stanford.edu/tiny-imagenet-200.zip",),
+        md5="90528d7ca1a48142e341f4ef8d21d0de",
+        max_extract_mb=1024,
+        max_extract_files=250_000,
+    ),
+    "imagenet_r": Source(
+        "imagenet-r.tar",
+        ("https://people.eecs.berkeley.edu/~hendrycks/imagenet-r.tar",),
+        md5="a61312130a589d0ca1a8fca1f2bd3337",
+        note="2.19 GB",
+        max_extract_mb=5 * 1024,
+        max_extract_files=60_000,
+    ),
+    "cub": Source(
+        "CUB_200_2011.tgz",
+        ("https://data.caltech.edu/records/65de6-vp158/files/CUB_200_2011.tgz",),
+        md5="97eceeb196236b17998738112f37df78",
+        max_extract_mb=3 * 1024,
+        max_extract_files=30_000,
+    ),
+    "cifar10": Source(
+        "cifar-10-python.tar.gz",
+        ("https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",),
+        md5="c58f30108f718f92721af3b95e74349a",
+        max_extract_mb=512,
+        max_extract_files=100,
+    ),
+    "cifar100": Source(
+        "cifar-100-python.tar.gz",
+        ("https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz",),
+        md5="eb9058c3a382ffc7106e4002c42a8d85",
+        max_extract_mb=512,
+        max_extract_files=100,
+    ),
     "modelnet40": Source(
         "modelnet40_ply_hdf5_2048.zip",
-        ("https://shapenet.cs.stanford.edu/media/modelnet40_ply_hdf5_2048.zip",
-         # The Stanford host is often down; this mirror serves the same archive.
-         "https://huggingface.co/datasets/Msun/modelnet40/resolve/main/modelnet40_ply_hdf5_2048.zip"),
-        md5="c9ab8e6dfb16f67afdab25e155c79e59", max_extract_mb=2 * 1024, max_extract_files=1_000),
-    "lra": Source("lra_release.gz", ("https://storage.googleapis.com/long-range-arena/lra_release.gz",),
-                  note="a gzipped tar; no checksum is published",
-                  max_extract_mb=4 * 1024, max_extract_files=1_000),  # the ListOps members only
-    "imdb": Source("aclImdb_v1.tar.gz", ("https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz",),
-                   sha256="c40f74a18d3b61f90feba1e17730e0d38e8b97c05fde7008942e91923d1658fe", note="84 MB",
-                   max_extract_mb=1024, max_extract_files=120_000),  # the labelled reviews only
+        (
+            "https://shapenet.cs.stanford.edu/media/modelnet40_ply_hdf5_2048.zip",
+            # The Stanford host is often down; this mirror serves the same archive.
+            "https://huggingface.co/datasets/Msun/modelnet40/resolve/main/modelnet40_ply_hdf5_2048.zip",
+        ),
+        md5="c9ab8e6dfb16f67afdab25e155c79e59",
+        max_extract_mb=2 * 1024,
+        max_extract_files=1_000,
+    ),
+    "lra": Source(
+        "lra_release.gz",
+        ("https://storage.googleapis.com/long-range-arena/lra_release.gz",),
+        note="a gzipped tar; no checksum is published",
+        max_extract_mb=4 * 1024,
+        max_extract_files=1_000,
+    ),  # the ListOps members only
+    "imdb": Source(
+        "aclImdb_v1.tar.gz",
+        ("https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz",),
+        sha256="c40f74a18d3b61f90feba1e17730e0d38e8b97c05fde7008942e91923d1658fe",
+        note="84 MB",
+        max_extract_mb=1024,
+        max_extract_files=120_000,
+    ),  # the labelled reviews only
     **{
-        f"nlvr2_{split}": Source(f"{split}.json",
-                                 (f"https://raw.githubusercontent.com/lil-lab/nlvr/master/nlvr2/data/{split}.json",),
-                                 md5="e0423ecad966f61a6548bacddb79edc8" if split == "dev" else None)
+        f"nlvr2_{split}": Source(
+            f"{split}.json",
+            (f"https://raw.githubusercontent.com/lil-lab/nlvr/master/nlvr2/data/{split}.json",),
+            md5="e0423ecad966f61a6548bacddb79edc8" if split == "dev" else None,
+        )
         for split in ("train", "dev", "test1")
     },
     "imagenet_train": Source("ILSVRC2012_img_train.tar", md5="1d675b47d978889d74fa0da5fadfb00e", user_supplied=True),
     "imagenet_val": Source("ILSVRC2012_img_val.tar", md5="29b22e2961454d5413ddabcf34fc5622", user_supplied=True),
-    "imagenet_devkit": Source("ILSVRC2012_devkit_t12.tar.gz", md5="fa75699e90414af021442c21a62c3abf",
-                              user_supplied=True),
+    "imagenet_devkit": Source(
+        "ILSVRC2012_devkit_t12.tar.gz", md5="fa75699e90414af021442c21a62c3abf", user_supplied=True
+    ),
 }
 
 
@@ -196,8 +249,9 @@ def _write_record(path: Path, digest: str) -> None:
 
 def _write_stamp(path: Path, algo: str, digest: str) -> None:
     st = path.stat()
-    _stamp(path).write_text(json.dumps({"size": st.st_size, "mtime_ns": st.st_mtime_ns, "algo": algo,
-                                        "digest": digest}))
+    _stamp(path).write_text(
+        json.dumps({"size": st.st_size, "mtime_ns": st.st_mtime_ns, "algo": algo, "digest": digest})
+    )
 
 
 def _forget(path: Path) -> None:
@@ -223,8 +277,7 @@ def _stream(url: str, part: Path, algo: str, desc: str) -> str:
     received = 0
     with urllib.request.urlopen(req, timeout=60) as resp, open(part, "wb") as out:
         total = _content_length(resp.headers)
-        with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024,
-                  desc=desc, mininterval=1.0) as bar:
+        with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, mininterval=1.0) as bar:
             while chunk := resp.read(CHUNK):
                 out.write(chunk)
                 h.update(chunk)
@@ -235,7 +288,8 @@ def _stream(url: str, part: Path, algo: str, desc: str) -> str:
     if total is not None and received != total:
         raise IncompleteDownloadError(
             f"received {received} of the {total} bytes the server announced (Content-Length): the "
-            f"transfer was cut short; the partial file was discarded")
+            f"transfer was cut short; the partial file was discarded"
+        )
     return h.hexdigest()
 
 
@@ -263,8 +317,11 @@ def _usable(dest: Path, want: tuple[str, str] | None, urls: Sequence[str]) -> bo
             verify(dest, sha256=recorded)
             return True
         except ChecksumError as e:
-            print(f"{e} (the sha256 recorded in {_record(dest)} at its first complete download): the file "
-                  f"was truncated or modified since; removing it and downloading again", file=sys.stderr)
+            print(
+                f"{e} (the sha256 recorded in {_record(dest)} at its first complete download): the file "
+                f"was truncated or modified since; removing it and downloading again",
+                file=sys.stderr,
+            )
     else:
         try:
             verify(dest, **{want[0]: want[1]})
@@ -282,17 +339,26 @@ def _adopt(dest: Path, urls: Sequence[str]) -> bool:
     size = dest.stat().st_size
     remote = _remote_size(urls)
     if remote is not None and remote != size:
-        print(f"{dest} has {size} bytes but the server announces {remote}: an incomplete earlier download; "
-              f"removing it and downloading again", file=sys.stderr)
+        print(
+            f"{dest} has {size} bytes but the server announces {remote}: an incomplete earlier download; "
+            f"removing it and downloading again",
+            file=sys.stderr,
+        )
         _forget(dest)
         return False
     digest = file_digest(dest, "sha256")
     _write_record(dest, digest)
     _write_stamp(dest, "sha256", digest)
-    checked = ("its size matches the server's" if remote is not None
-               else "no server answered, so its size could not be checked")
-    print(f"{dest.name}: existing file without a published checksum ({checked}); recorded its sha256 {digest} "
-          f"in {_record(dest)}. If it is incomplete, delete it and rerun the download.", file=sys.stderr)
+    checked = (
+        "its size matches the server's"
+        if remote is not None
+        else "no server answered, so its size could not be checked"
+    )
+    print(
+        f"{dest.name}: existing file without a published checksum ({checked}); recorded its sha256 {digest} "
+        f"in {_record(dest)}. If it is incomplete, delete it and rerun the download.",
+        file=sys.stderr,
+    )
     return True
 
 
@@ -332,7 +398,8 @@ def fetch(url: str | Sequence[str], dest: str | Path, md5: str | None = None, sh
             raise
     else:
         raise DownloadError(
-            f"could not download {dest.name}:\n" + "\n".join(errors)
+            f"could not download {dest.name}:\n"
+            + "\n".join(errors)
             + f"\nCheck the network, or set the dataset's `url` param to a mirror (a list of URLs is "
             f"tried in order), or place the file at {dest} yourself."
         )
@@ -345,8 +412,7 @@ def fetch(url: str | Sequence[str], dest: str | Path, md5: str | None = None, sh
         )
     if not want:  # recorded before the rename: a downloaded ``dest`` always has its record
         _write_record(dest, actual)
-        print(f"{dest.name}: no published checksum; recorded its sha256 {actual} in {_record(dest)}",
-              file=sys.stderr)
+        print(f"{dest.name}: no published checksum; recorded its sha256 {actual} in {_record(dest)}", file=sys.stderr)
     os.replace(part, dest)
     _write_stamp(dest, algo, actual)
     return dest

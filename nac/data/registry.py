@@ -10,6 +10,7 @@
 Builders register themselves by name with ``@register``; ``get_builder(name, root, params)``
 looks them up and rejects unknown names with the list of valid ones.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,4 +1,5 @@
 """The dataset builders of params.yaml's sections (``data.<name>`` under ``data.root``)."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,6 +1,7 @@
 """The environment variables that place a stage's jobs (``NAC_WORKERS``, ``NAC_THREADS``,
 ``NAC_DEVICES``, ``NAC_JOBS_PER_GPU``, ``NAC_EXECUTOR``, ``NAC_SLURM_*``), read with errors that
 name the variable and its valid form. They are not DVC params: none of them changes a result."""
+
 from __future__ import annotations
 
 import os
@@ -26,8 +27,9 @@ def positive_int(name: str, example: str = "1 or 2", minimum: int = 1) -> int | 
         return None
     if not _DIGITS.fullmatch(value) or int(value) < minimum:
         what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise EnvError(f"{name}={value!r} is not {what}; set it to e.g. {example} "
-                       "(ASCII digits), or unset it for the default")
+        raise EnvError(
+            f"{name}={value!r} is not {what}; set it to e.g. {example} (ASCII digits), or unset it for the default"
+        )
     return int(value)
 
 

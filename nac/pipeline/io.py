@@ -1,4 +1,5 @@
 """Writing the stages' outputs."""
+
 from __future__ import annotations
 
 import json

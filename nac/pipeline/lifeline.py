@@ -14,6 +14,7 @@ kernel hands to another thread would not wake a main thread blocked on a lock), 
 a process whose graceful stop has not ended ``HARD_STOP_S`` seconds later prints where each of its
 threads stands and kills its children and itself, so nothing outlives its launcher by more.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -57,6 +58,7 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
 def _identity(pid: int) -> tuple[int, float] | None:
     """``(pid, start time)``: a pid reused by another process is not mistaken for the launcher."""
     import psutil
+
     try:
         return pid, psutil.Process(pid).create_time()
     except psutil.Error:
@@ -65,6 +67,7 @@ def _identity(pid: int) -> tuple[int, float] | None:
 
 def _alive(ident: tuple[int, float]) -> bool:
     import psutil
+
     try:
         return psutil.Process(ident[0]).create_time() == ident[1]
     except psutil.Error:
@@ -75,6 +78,7 @@ def launchers() -> list[tuple[int, float]]:
     """The processes whose death stops this one: the parent, and its parent when the parent is a
     shell. Nothing when the parent is init (already orphaned, or started by a service manager)."""
     import psutil
+
     out = []
     pid = os.getppid()
     for _ in range(2):
@@ -97,6 +101,7 @@ def launchers() -> list[tuple[int, float]]:
 def _hard_stop(why: str) -> None:
     """The graceful stop did not end: say where it hung, then SIGKILL this process's children and itself."""
     import psutil
+
     try:
         print(f"{why}; where each thread stands:", file=sys.stderr, flush=True)
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
@@ -114,8 +119,12 @@ def _hard_stop(why: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def watch(idents: list[tuple[int, float]], sig: int = signal.SIGTERM, poll_s: float = POLL_S,
-          hard_stop_s: float | None = HARD_STOP_S) -> threading.Thread | None:
+def watch(
+    idents: list[tuple[int, float]],
+    sig: int = signal.SIGTERM,
+    poll_s: float = POLL_S,
+    hard_stop_s: float | None = HARD_STOP_S,
+) -> threading.Thread | None:
     """A daemon thread that sends ``sig`` to this process's main thread once any of ``idents`` has
     died, and kills the process (children first) if it is still running ``hard_stop_s`` later."""
     if not idents:
@@ -171,5 +180,6 @@ def run_stage(main, name: str) -> None:
         main()
     except KeyboardInterrupt as e:
         how = e.args[0] if e.args else "SIGINT"
-        raise SystemExit(f"{name}: interrupted ({how}); every finished epoch's checkpoint is intact; rerun to resume"
-                         ) from None
+        raise SystemExit(
+            f"{name}: interrupted ({how}); every finished epoch's checkpoint is intact; rerun to resume"
+        ) from None

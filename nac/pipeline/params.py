@@ -10,6 +10,7 @@ Validation first checks the shape of a section (``nac.pipeline.schema``: known k
 level, types derived from the config dataclasses, ranges), then the rules between sections;
 every message names the key and what would be valid.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,6 +28,7 @@ from nac.pipeline.schema import ParamsError, check_schema
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 PROFILES = ("smoke", "mini", "paper")
 __all__ = ["CONF_DIR", "PROFILES", "ParamsError", "compose", "load_params", "read_params", "validate"]
+
 
 def compose(overrides: list[str] | None = None, conf_dir: str | Path = CONF_DIR) -> dict[str, Any]:
     """Compose ``conf/config.yaml`` with Hydra overrides, as DVC's Hydra integration does."""
@@ -52,28 +54,35 @@ def read_params(path: Path, shown_as: str | Path | None = None) -> dict[str, Any
         what = e.problem or e.context or "invalid YAML"
         if e.context and ctx is not None and ctx is not mark:
             what += f" ({e.context} at line {ctx.line + 1})"
-        raise ParamsError(f"{where}: YAML syntax error: {what}; fix that line, or recreate the file with "
-                          "`python -m nac.compose`") from None
+        raise ParamsError(
+            f"{where}: YAML syntax error: {what}; fix that line, or recreate the file with `python -m nac.compose`"
+        ) from None
     except yaml.YAMLError as e:
         raise ParamsError(f"{name}: YAML error: {e}; recreate it with `python -m nac.compose`") from None
     if params is None:
-        raise ParamsError(f"{name} is empty; recreate it with `python -m nac.compose` "
-                          "(or `dvc exp run`, which composes it from conf/)")
+        raise ParamsError(
+            f"{name} is empty; recreate it with `python -m nac.compose` "
+            "(or `dvc exp run`, which composes it from conf/)"
+        )
     if not isinstance(params, dict):
-        raise ParamsError(f"{name} must be a mapping of sections (profile, seeds, data, image, ...), got a "
-                          f"{type(params).__name__}: {str(params)[:60]!r}; recreate it with `python -m nac.compose`")
+        raise ParamsError(
+            f"{name} must be a mapping of sections (profile, seeds, data, image, ...), got a "
+            f"{type(params).__name__}: {str(params)[:60]!r}; recreate it with `python -m nac.compose`"
+        )
     return params
 
 
-def load_params(path: str | Path = "params.yaml",
-                check: Iterable[Callable[[dict[str, Any]], None]] = ()) -> dict[str, Any]:
+def load_params(
+    path: str | Path = "params.yaml", check: Iterable[Callable[[dict[str, Any]], None]] = ()
+) -> dict[str, Any]:
     """Read params.yaml, validate the sections every stage reads (``validate``), then run each
     validator of ``check`` (the sections the caller reads besides); prints
     ``params.yaml: profile=... prior=...`` to stderr unless ``NAC_QUIET`` is set."""
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"{path} not found; run stages from the repository root, or recreate it with "
-                                "`python -m nac.compose`")
+        raise FileNotFoundError(
+            f"{path} not found; run stages from the repository root, or recreate it with `python -m nac.compose`"
+        )
     params = read_params(path)
     validate(params)
     for validator in check:
@@ -87,14 +96,19 @@ def validate(params: dict[str, Any]) -> None:
     """Reject an impossible configuration of the sections every stage reads (``profile``,
     ``seeds``, ``device``, ``data``, ``prior``), naming the key and what would be valid."""
     if not isinstance(params, dict):
-        raise ParamsError(f"params.yaml must be a mapping of sections (profile, seeds, data, ...), got {params!r}; "
-                          "recreate it with `python -m nac.compose`")
+        raise ParamsError(
+            f"params.yaml must be a mapping of sections (profile, seeds, data, ...), got {params!r}; "
+            "recreate it with `python -m nac.compose`"
+        )
     _require(params, "profile")
     if params["profile"] not in PROFILES:
         raise ParamsError(f"profile={params['profile']!r}; valid choices: {', '.join(PROFILES)}")
     seeds = params.get("seeds")
-    if not isinstance(seeds, list) or not seeds or not all(
-            isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
+    if (
+        not isinstance(seeds, list)
+        or not seeds
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
+    ):
         raise ParamsError(f"seeds must be a non-empty list of non-negative ints, got {seeds!r}")
     if len(set(seeds)) != len(seeds):
         raise ParamsError(f"seeds contains duplicates: {seeds}")

@@ -7,6 +7,7 @@ baseline, ``nac-<prior>``, or a control of a NAC, ``nac-<prior>-noreg`` (the gra
 off) or ``nac-<prior>-randinit`` (random instead of prior-fitted initial signatures); with a seed
 it names one trained model, ``<run>-<seed>``.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,8 +18,10 @@ from nac.model import BASELINES
 from nac.pipeline.schema import ParamsError
 
 PLAIN_RUNS = tuple(v for v in VARIANTS if v != "nac") + tuple(BASELINES)
-CONTROLS = {"noreg": "the NAC with the graph regularizer off",
-            "randinit": "the NAC from random instead of prior-fitted signatures"}
+CONTROLS = {
+    "noreg": "the NAC with the graph regularizer off",
+    "randinit": "the NAC from random instead of prior-fitted signatures",
+}
 
 
 def parse_run(run: str) -> tuple[str, str | None, str | None]:
@@ -29,11 +32,13 @@ def parse_run(run: str) -> tuple[str, str | None, str | None]:
     parts = run.split("-")
     if len(parts) in (2, 3) and parts[0] == "nac" and parts[1] in PRIORS and (len(parts) == 2 or parts[2] in CONTROLS):
         return "nac", parts[1], (parts[2] if len(parts) == 3 else None)
-    raise ParamsError(f"unknown run {run!r}; valid: {', '.join(PLAIN_RUNS)}, nac-<prior> or nac-<prior>-<control> "
-                      f"with prior in {', '.join(PRIORS)} and control in {', '.join(CONTROLS)}")
+    raise ParamsError(
+        f"unknown run {run!r}; valid: {', '.join(PLAIN_RUNS)}, nac-<prior> or nac-<prior>-<control> "
+        f"with prior in {', '.join(PRIORS)} and control in {', '.join(CONTROLS)}"
+    )
 
 
-FEWSHOT_BASELINES = ("neural_interpreter", "modular_network")   # few-shot runs = image-track runs of that name
+FEWSHOT_BASELINES = ("neural_interpreter", "modular_network")  # few-shot runs = image-track runs of that name
 
 
 def fewshot_image_run(params: dict, run: str) -> str:

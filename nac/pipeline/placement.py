@@ -10,6 +10,7 @@ one GPU). Worker ``k`` is pinned to device ``k mod len(devices)``: a GPU worker 
 GPU), a CPU worker runs on its core (``sched_setaffinity``). Results do not depend on placement:
 every job seeds itself and runs the same code with the same thread count on any device of a kind.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,6 +29,7 @@ class Slot:
     """One device a worker is pinned to: ``kind`` ``cuda`` or ``cpu``, ``index`` as the user
     counts it, ``target`` what pinning sets (the physical GPU id for ``CUDA_VISIBLE_DEVICES``,
     or the CPU core number)."""
+
     kind: str
     index: int
     target: str
@@ -50,6 +52,7 @@ def _visible_gpus() -> list[str]:
     if visible is not None and visible.strip() != "":
         return [v.strip() for v in visible.split(",") if v.strip()]
     import torch
+
     return [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
 
 
@@ -68,18 +71,24 @@ def devices(on_gpu: bool) -> list[Slot]:
         if kind == "cpu":
             cores = _usable_cores()
             if index >= len(cores):
-                raise EnvError(f"{DEVICES_ENV}={value!r}: cpu:{index} does not exist, this process may use "
-                               f"{len(cores)} CPU core(s) (cpu:0 to cpu:{len(cores) - 1})")
+                raise EnvError(
+                    f"{DEVICES_ENV}={value!r}: cpu:{index} does not exist, this process may use "
+                    f"{len(cores)} CPU core(s) (cpu:0 to cpu:{len(cores) - 1})"
+                )
             slots.append(Slot("cpu", index, str(cores[index])))
         else:
             gpus = _visible_gpus()
             if index >= len(gpus):
-                raise EnvError(f"{DEVICES_ENV}={value!r}: cuda:{index} is not visible ({len(gpus)} GPU(s) visible"
-                               f"{', CUDA_VISIBLE_DEVICES=' + os.environ['CUDA_VISIBLE_DEVICES'] if 'CUDA_VISIBLE_DEVICES' in os.environ else ''})")
+                visible = "CUDA_VISIBLE_DEVICES" in os.environ
+                raise EnvError(
+                    f"{DEVICES_ENV}={value!r}: cuda:{index} is not visible ({len(gpus)} GPU(s) visible"
+                    f"{', CUDA_VISIBLE_DEVICES=' + os.environ['CUDA_VISIBLE_DEVICES'] if visible else ''})"
+                )
             slots.append(Slot("cuda", index, gpus[index]))
     if len({s.name for s in slots}) != len(slots):
-        raise EnvError(f"{DEVICES_ENV}={value!r} names a device twice; to run several jobs on one device set "
-                       f"{PER_GPU_ENV}")
+        raise EnvError(
+            f"{DEVICES_ENV}={value!r} names a device twice; to run several jobs on one device set {PER_GPU_ENV}"
+        )
     return slots
 
 
@@ -105,6 +114,7 @@ def pin(slot: Slot | None) -> None:
         os.sched_setaffinity(0, {int(slot.target)})
         return
     import torch
+
     if torch.cuda.is_initialized():
         torch.cuda.set_device(slot.index)
     else:

@@ -22,6 +22,7 @@ Placement (``nac.pipeline.placement``): each worker is pinned to one device of `
 machine or on a SLURM cluster, and wait for them: the same outputs either way. Signals and the
 death of the launching ``dvc`` stop the workers (``nac.pipeline.lifeline``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,9 +34,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any
 
-from nac.progress import set_worker_line
 from nac.pipeline import lifeline, placement
 from nac.pipeline.envvars import choice, positive_int
+from nac.progress import set_worker_line
 
 WORKERS_ENV, THREADS_ENV, EXECUTOR_ENV = "NAC_WORKERS", "NAC_THREADS", "NAC_EXECUTOR"
 EXECUTORS = ("pool", "local", "slurm")
@@ -77,6 +78,7 @@ def _on_gpu(device: str) -> bool:
     if device != "auto":
         return False
     import torch
+
     return torch.cuda.is_available()
 
 
@@ -111,6 +113,7 @@ def threads_for(device: str) -> int | None:
 def _run_one(fn: Callable, args: tuple, threads: int | None, progress: bool) -> Any:
     if threads is not None:
         import torch
+
         torch.set_num_threads(threads)
     lifeline.BUSY[0] = True
     try:
@@ -160,8 +163,14 @@ def _stop(procs: list, pending: set) -> None:
         p.join()
 
 
-def run_jobs(fn: Callable, jobs: Sequence[tuple], *, device: str = "auto", desc: str = "jobs",
-             label: Callable[[tuple], str] = lambda job: "-".join(map(str, job))) -> list[Any]:
+def run_jobs(
+    fn: Callable,
+    jobs: Sequence[tuple],
+    *,
+    device: str = "auto",
+    desc: str = "jobs",
+    label: Callable[[tuple], str] = lambda job: "-".join(map(str, job)),
+) -> list[Any]:
     """``[fn(*job, progress=...) for job in jobs]``, with the jobs spread over ``workers_for(device)``
     processes, in the given order (put the longest first). ``fn`` must be importable (a module
     function taking a keyword ``progress``, true when its own bars may show). A bar counts finished
@@ -176,10 +185,12 @@ def run_jobs(fn: Callable, jobs: Sequence[tuple], *, device: str = "auto", desc:
     slots = placement.assign(slots_for(device), n)
     if executor != "pool":
         from nac.pipeline import slurm
+
         return slurm.run_jobs(fn, jobs, executor=executor, threads=threads, slots=slots, desc=desc, label=label)
     where = f" on {', '.join(sorted({s.name for s in slots}))}" if slots[0] is not None else ""
-    bar = tqdm(total=len(jobs), desc=f"{desc} ({n} worker{'s' if n > 1 else ''}{where})", unit="job",
-               dynamic_ncols=True)
+    bar = tqdm(
+        total=len(jobs), desc=f"{desc} ({n} worker{'s' if n > 1 else ''}{where})", unit="job", dynamic_ncols=True
+    )
     results: list[Any] = [None] * len(jobs)
     if n == 1:
         try:
@@ -194,8 +205,9 @@ def run_jobs(fn: Callable, jobs: Sequence[tuple], *, device: str = "auto", desc:
         lines.put(k)
     bar_lock = ctx.RLock()
     tqdm.set_lock(bar_lock)  # this process's bar and the workers' share the terminal
-    ex = ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_init_worker,
-                             initargs=(queue, lines, bar_lock, os.getpid()))
+    ex = ProcessPoolExecutor(
+        max_workers=n, mp_context=ctx, initializer=_init_worker, initargs=(queue, lines, bar_lock, os.getpid())
+    )
     futures: dict = {}
     pending: set = set()
     try:

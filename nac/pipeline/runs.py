@@ -1,5 +1,7 @@
-"""Constructing what a run needs, for every track: the training config, the prior settings, the fingerprint a resume must agree on, and ``train_run``,
-the one build-then-fit every training stage goes through. Imports no track."""
+"""Constructing what a run needs, for every track: the training config, the prior settings, the
+fingerprint a resume must agree on, and ``train_run``, the one build-then-fit every training stage
+goes through. Imports no track."""
+
 from __future__ import annotations
 
 import hashlib
@@ -51,11 +53,21 @@ def run_fingerprint(params: dict, dataset: str, source: str) -> str:
     return h.hexdigest()[:16]
 
 
-def train_run(params: dict, model_config: ModelConfig, train_cfg: TrainConfig, train_set: Dataset,
-              val_set: Dataset | None, *, dataset: str, checkpoint: str | Path, source: str, desc: str,
-              live_dir: str | Path | None = None, progress: bool = True,
-              before_fit: Callable[[torch.nn.Module], None] | None = None
-              ) -> tuple[torch.nn.Module, dict[str, Any], World]:
+def train_run(
+    params: dict,
+    model_config: ModelConfig,
+    train_cfg: TrainConfig,
+    train_set: Dataset,
+    val_set: Dataset | None,
+    *,
+    dataset: str,
+    checkpoint: str | Path,
+    source: str,
+    desc: str,
+    live_dir: str | Path | None = None,
+    progress: bool = True,
+    before_fit: Callable[[torch.nn.Module], None] | None = None,
+) -> tuple[torch.nn.Module, dict[str, Any], World]:
     """Build the model (``torch.manual_seed(train_cfg.seed)`` first, so runs with one seed share
     every initialisation) and train it with ``fit`` (resuming ``checkpoint`` under the same
     fingerprint; ``val_set`` is evaluated on the main process only). ``before_fit(model)`` runs
@@ -66,6 +78,16 @@ def train_run(params: dict, model_config: ModelConfig, train_cfg: TrainConfig, t
     model = build_model(model_config)
     if before_fit is not None:
         before_fit(model)
-    out = fit(model, train_set, val_set if world.is_main else None, train_cfg, world=world, checkpoint=checkpoint,
-              live_dir=live_dir, progress=progress, desc=desc, fingerprint=run_fingerprint(params, dataset, source))
+    out = fit(
+        model,
+        train_set,
+        val_set if world.is_main else None,
+        train_cfg,
+        world=world,
+        checkpoint=checkpoint,
+        live_dir=live_dir,
+        progress=progress,
+        desc=desc,
+        fingerprint=run_fingerprint(params, dataset, source),
+    )
     return model, out, world

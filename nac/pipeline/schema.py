@@ -17,6 +17,7 @@ Every message names the key (``image.train.lr``), the problem and the fix; YAML'
 named explicitly: PyYAML (YAML 1.1) reads ``1e-3`` and ``1.0e3`` as *strings* (a float needs a
 dot and a signed exponent: ``1.0e-3``), and a quoted ``"5"`` is a string too.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,9 +38,23 @@ from nac.graphs import PRIOR_DEFAULTS, PRIORS
 class ParamsError(ValueError):
     """params.yaml asks for something impossible; raised before any work starts."""
 
+
 # Top-level sections of params.yaml (the keys of conf/config.yaml's composition).
-TOP_LEVEL = ("profile", "device", "seeds", "data", "image", "prune", "fewshot", "points", "listops", "text",
-             "nlvr", "prior", "template")
+TOP_LEVEL = (
+    "profile",
+    "device",
+    "seeds",
+    "data",
+    "image",
+    "prune",
+    "fewshot",
+    "points",
+    "listops",
+    "text",
+    "nlvr",
+    "prior",
+    "template",
+)
 TRACKS = ("points", "listops", "text", "nlvr")
 DEVICES = ("auto", "cpu", "cuda")
 SPLITS = ("train", "val", "test")
@@ -47,34 +62,66 @@ SPLITS = ("train", "val", "test")
 # ModelConfig / TrainConfig fields the pipeline sets itself (from the run, the dataset, ``seeds``,
 # ``device`` and ``prior``): a value in params.yaml would be silently overwritten, so it is rejected.
 # (Names that are not ModelConfig fields are ignored, so both old and new field names may be listed.)
-IMAGE_MODEL_SET = {"variant": "the ladder run", "num_classes": "the dataset", "frozen_graph_seed": "the seed",
-                   "graph_seed": "the seed", "prior": "the ladder run (nac-<prior>)",
-                   "prior_params": "nac.graphs.PRIOR_DEFAULTS"}
-TRACK_MODEL_SET = {"variant": "the run", "num_classes": "the dataset", "generator": "the run",
-                   "prior": "the `prior` group (prior.name)", "prior_params": "the `prior` group (prior.params)"}
+IMAGE_MODEL_SET = {
+    "variant": "the ladder run",
+    "num_classes": "the dataset",
+    "frozen_graph_seed": "the seed",
+    "graph_seed": "the seed",
+    "prior": "the ladder run (nac-<prior>)",
+    "prior_params": "nac.graphs.PRIOR_DEFAULTS",
+}
+TRACK_MODEL_SET = {
+    "variant": "the run",
+    "num_classes": "the dataset",
+    "generator": "the run",
+    "prior": "the `prior` group (prior.name)",
+    "prior_params": "the `prior` group (prior.params)",
+}
 TRAIN_SET = {"seed": "`seeds`", "device": "the top-level `device`"}
 
 # Ranges the dataclasses do not check themselves: key -> (lower, lower_inclusive, upper, upper_inclusive).
-TRAIN_RANGES = {"num_workers": (0, True, None, False), "weight_decay": (0, True, None, False),
-                "label_smoothing": (0, True, 1, False), "grad_clip": (0, True, None, False),
-                "reg_weight": (0, True, None, False), "lr_batch_scaling": (1, True, None, False),
-                "min_lr": (0, True, None, False)}
-MODEL_RANGES = {"ffn_mult": (0, False, None, False), "layer_scale": (0, False, None, False),
-                "alpha_init": (0, True, None, False), "frozen_graph_m": (1, True, None, False),
-                "frozen_graph_seed": (0, True, None, False), "frozen_graph_fit_steps": (0, True, None, False),
-                "graph_seed": (0, True, None, False), "signature_fit_steps": (0, True, None, False)}
+TRAIN_RANGES = {
+    "num_workers": (0, True, None, False),
+    "weight_decay": (0, True, None, False),
+    "label_smoothing": (0, True, 1, False),
+    "grad_clip": (0, True, None, False),
+    "reg_weight": (0, True, None, False),
+    "lr_batch_scaling": (1, True, None, False),
+    "min_lr": (0, True, None, False),
+}
+MODEL_RANGES = {
+    "ffn_mult": (0, False, None, False),
+    "layer_scale": (0, False, None, False),
+    "alpha_init": (0, True, None, False),
+    "frozen_graph_m": (1, True, None, False),
+    "frozen_graph_seed": (0, True, None, False),
+    "frozen_graph_fit_steps": (0, True, None, False),
+    "graph_seed": (0, True, None, False),
+    "signature_fit_steps": (0, True, None, False),
+}
 PROTOCOL_RANGES = {"weight_decay": (0, True, None, False), "reg_weight": (0, True, None, False)}
 
 # Hand-written sections: key -> (type, range or None, required).
 POS = (1, True, None, False)
 NONNEG = (0, True, None, False)
-PRUNE_KEYS = {"runs": (list[str], None, True), "dropped_fraction": (list[float], None, True),
-              "calibration_size": (int, POS, True), "throughput_batch": (int, POS, True),
-              "throughput_repeats": (int, POS, True), "random_orders": (int, NONNEG, False)}
-NLVR_ANALYSIS_KEYS = {"run": (str, None, False), "seed": (int, NONNEG, False), "pca_dim": (int, POS, False),
-                      "knn_k": (int, POS, False), "folds": (int, (2, True, None, False), False),
-                      "shuffles": (int, POS, False), "perplexity": (float, (0, False, None, False), False),
-                      "clique_sentences": (int, (2, True, None, False), False)}
+PRUNE_KEYS = {
+    "runs": (list[str], None, True),
+    "dropped_fraction": (list[float], None, True),
+    "calibration_size": (int, POS, True),
+    "throughput_batch": (int, POS, True),
+    "throughput_repeats": (int, POS, True),
+    "random_orders": (int, NONNEG, False),
+}
+NLVR_ANALYSIS_KEYS = {
+    "run": (str, None, False),
+    "seed": (int, NONNEG, False),
+    "pca_dim": (int, POS, False),
+    "knn_k": (int, POS, False),
+    "folds": (int, (2, True, None, False), False),
+    "shuffles": (int, POS, False),
+    "perplexity": (float, (0, False, None, False), False),
+    "clique_sentences": (int, (2, True, None, False), False),
+}
 NGRAM_KEYS = {"n": (int, POS, True), "buckets": (int, (2, True, None, False), True)}
 
 
@@ -166,8 +213,10 @@ def check_type(where: str, value: Any, tp: Any) -> None:
             fix = yaml_float_fix(text)
             if num == "int" and float(text).is_integer():
                 fix = str(int(float(text)))  # an int field: write the whole number
-            raise ParamsError(f"{where}={value!r} is a string: YAML reads {text} as text (a float needs a dot and a "
-                              f"signed exponent); write {fix}")
+            raise ParamsError(
+                f"{where}={value!r} is a string: YAML reads {text} as text (a float needs a dot and a "
+                f"signed exponent); write {fix}"
+            )
         raise ParamsError(f"{where}={value!r} is a string, not a number: remove the quotes (write {text})")
     if isinstance(value, float) and num == "int":
         fix = f"write {int(value)}" if math.isfinite(value) and value.is_integer() else "use a whole number"
@@ -187,8 +236,9 @@ def check_range(where: str, value: Any, rng: tuple | None) -> None:
     if rng is None or value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
         return
     lo, lo_in, hi, hi_in = rng
-    bad = (lo is not None and (value < lo if lo_in else value <= lo)) or \
-          (hi is not None and (value > hi if hi_in else value >= hi))
+    bad = (lo is not None and (value < lo if lo_in else value <= lo)) or (
+        hi is not None and (value > hi if hi_in else value >= hi)
+    )
     if bad or (isinstance(value, float) and math.isnan(value)):
         left = "" if lo is None else f"{'[' if lo_in else '('}{lo}"
         right = "" if hi is None else f"{hi}{']' if hi_in else ')'}"
@@ -207,8 +257,10 @@ def check_keys(where: str, section: Any, valid, required=(), what: str = "key") 
         raise ParamsError(f"{where} must be a mapping of {what}s ({', '.join(sorted(valid))}), got {section!r}")
     unknown = [k for k in section if k not in valid]
     if unknown:
-        raise ParamsError(f"{where}.{unknown[0]} is not a known {what} (unknown {what}s {unknown}); "
-                          f"valid {what}s at {where}: {', '.join(sorted(valid))}")
+        raise ParamsError(
+            f"{where}.{unknown[0]} is not a known {what} (unknown {what}s {unknown}); "
+            f"valid {what}s at {where}: {', '.join(sorted(valid))}"
+        )
     missing = [k for k in required if k not in section]
     if missing:
         raise ParamsError(f"{where}.{missing[0]} is missing; required keys at {where}: {', '.join(required)}")
@@ -231,8 +283,10 @@ def check_unique(where: str, values: list) -> None:
     seen: set = set()
     for i, v in enumerate(values):
         if v in seen:
-            raise ParamsError(f"{where}[{i}]={v!r} repeats an earlier entry of {where} {values}; list each run once "
-                              f"(seeds come from `seeds`)")
+            raise ParamsError(
+                f"{where}[{i}]={v!r} repeats an earlier entry of {where} {values}; list each run once "
+                f"(seeds come from `seeds`)"
+            )
         seen.add(v)
 
 
@@ -242,8 +296,9 @@ def _hints(cls: type) -> dict[str, Any]:
     return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(cls)}
 
 
-def check_dataclass(where: str, section: Any, cls: type, set_by: dict[str, str] | None = None,
-                    ranges: dict[str, tuple] | None = None) -> dict:
+def check_dataclass(
+    where: str, section: Any, cls: type, set_by: dict[str, str] | None = None, ranges: dict[str, tuple] | None = None
+) -> dict:
     """A section read into dataclass ``cls``: keys are its fields (less those the pipeline sets,
     ``set_by``: field -> what sets it), types its annotations, plus ``ranges``."""
     fields = _hints(cls)
@@ -293,11 +348,14 @@ def check_data(params: dict) -> None:
         where = f"data.{ds}"
         sec, defaults = data[ds], _REGISTRY[ds].defaults
         if not isinstance(sec, dict):
-            raise ParamsError(f"{where} must be a mapping of dataset params ({', '.join(sorted(defaults))}), got {sec!r}")
+            raise ParamsError(
+                f"{where} must be a mapping of dataset params ({', '.join(sorted(defaults))}), got {sec!r}"
+            )
         unknown = sorted(set(sec) - set(defaults))
         if unknown:
-            raise ParamsError(f"{where}.{unknown[0]}: unknown params {unknown} of dataset {ds!r}; "
-                              f"valid params: {sorted(defaults)}")
+            raise ParamsError(
+                f"{where}.{unknown[0]}: unknown params {unknown} of dataset {ds!r}; valid params: {sorted(defaults)}"
+            )
         for key, value in sec.items():
             default = defaults[key]
             if isinstance(default, bool):
@@ -310,12 +368,18 @@ def check_data(params: dict) -> None:
         merged = {**defaults, **sec}
         fr = [merged[k] for k in merged if k.endswith("_fraction")]
         if len(fr) > 1 and sum(fr) >= 1:
-            raise ParamsError(f"{where}: the split fractions {', '.join(k for k in merged if k.endswith('_fraction'))} "
-                              f"sum to {sum(fr)}; they must leave a training split (sum < 1)")
-        if isinstance(merged.get("min_length"), int) and isinstance(merged.get("max_length"), int) \
-                and merged["min_length"] > merged["max_length"]:
-            raise ParamsError(f"{where}.min_length={merged['min_length']} exceeds {where}.max_length="
-                              f"{merged['max_length']}")
+            raise ParamsError(
+                f"{where}: the split fractions {', '.join(k for k in merged if k.endswith('_fraction'))} "
+                f"sum to {sum(fr)}; they must leave a training split (sum < 1)"
+            )
+        if (
+            isinstance(merged.get("min_length"), int)
+            and isinstance(merged.get("max_length"), int)
+            and merged["min_length"] > merged["max_length"]
+        ):
+            raise ParamsError(
+                f"{where}.min_length={merged['min_length']} exceeds {where}.max_length={merged['max_length']}"
+            )
 
 
 def check_data_root(root: str) -> None:
@@ -330,7 +394,8 @@ def check_data_root(root: str) -> None:
             f"output outside the repository, nor through a symlinked folder, and would refuse the downloads only "
             f"after fetching them. To keep the data on another disk, keep data.root: data and bind-mount the disk "
             f"there (`mkdir -p data && sudo mount --bind /mnt/disk/nac-data data`), or put DVC's cache on it "
-            f"(`dvc cache dir /mnt/disk/dvc-cache && dvc config cache.type symlink`)")
+            f"(`dvc cache dir /mnt/disk/dvc-cache && dvc config cache.type symlink`)"
+        )
 
 
 def check_batch_fits(params: dict, where: str, dataset: Any, train: Any) -> None:
@@ -341,8 +406,10 @@ def check_batch_fits(params: dict, where: str, dataset: Any, train: Any) -> None
     n = {**_REGISTRY[dataset].defaults, **(params.get("data", {}).get(dataset) or {})}.get("n_train")
     bs = train.get("batch_size")
     if isinstance(n, int) and isinstance(bs, int) and bs > n:
-        raise ParamsError(f"{where}.batch_size={bs} exceeds data.{dataset}.n_train={n}: the last incomplete batch is "
-                          f"dropped, so no step would be taken; make batch_size <= {n}")
+        raise ParamsError(
+            f"{where}.batch_size={bs} exceeds data.{dataset}.n_train={n}: the last incomplete batch is "
+            f"dropped, so no step would be taken; make batch_size <= {n}"
+        )
 
 
 def check_split_read(params: dict, where: str, dataset: Any, split: Any) -> None:
@@ -355,8 +422,10 @@ def check_split_read(params: dict, where: str, dataset: Any, split: Any) -> None
     merged = {**_REGISTRY[dataset].defaults, **(params.get("data", {}).get(dataset) or {})}
     n = merged.get(f"n_{split}")
     if isinstance(n, int) and n < 1:
-        raise ParamsError(f"{where}={split!r} reads the {split} split of {dataset!r}, but data.{dataset}.n_{split}={n}; "
-                          f"make it >= 1 or read another split")
+        raise ParamsError(
+            f"{where}={split!r} reads the {split} split of {dataset!r}, but data.{dataset}.n_{split}={n}; "
+            f"make it >= 1 or read another split"
+        )
 
 
 # ----------------------------------------------------------------------------------- sections
@@ -365,12 +434,16 @@ def check_schema(params: Any) -> None:
     (known keys at every level, types, ranges; see the module doc). The other sections are
     checked by their tracks' validators."""
     if not isinstance(params, dict):
-        raise ParamsError(f"params.yaml must be a mapping of sections ({', '.join(TOP_LEVEL)}), got {_article(params)}; "
-                          "recreate it with `python -m nac.compose`")
+        raise ParamsError(
+            f"params.yaml must be a mapping of sections ({', '.join(TOP_LEVEL)}), got {_article(params)}; "
+            "recreate it with `python -m nac.compose`"
+        )
     unknown = [k for k in params if k not in TOP_LEVEL]
     if unknown:
-        raise ParamsError(f"params.yaml has an unknown top-level key {unknown[0]!r} (unknown: {unknown}); valid keys: "
-                          f"{', '.join(TOP_LEVEL)}")
+        raise ParamsError(
+            f"params.yaml has an unknown top-level key {unknown[0]!r} (unknown: {unknown}); valid keys: "
+            f"{', '.join(TOP_LEVEL)}"
+        )
     if "device" in params and params["device"] not in DEVICES:
         raise ParamsError(f"device={params['device']!r}; valid choices: {', '.join(DEVICES)}")
     check_prior(params)
@@ -403,8 +476,10 @@ def check_prune(params: dict) -> None:
 def check_prior(params: dict) -> None:
     prior = params.get("prior")
     if not isinstance(prior, dict):
-        raise ParamsError(f"prior must be a mapping {{name, params}}, got {prior!r}; pick one with `prior=<name>` "
-                          f"({', '.join(PRIORS)})")
+        raise ParamsError(
+            f"prior must be a mapping {{name, params}}, got {prior!r}; pick one with `prior=<name>` "
+            f"({', '.join(PRIORS)})"
+        )
     check_keys("prior", prior, ["name", "params"], ["name"])
     if prior["name"] not in PRIORS:
         raise ParamsError(f"prior.name={prior['name']!r}; valid choices: {', '.join(PRIORS)}")

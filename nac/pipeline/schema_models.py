@@ -2,6 +2,7 @@
 ladder and its baselines, the few-shot protocol, the tracks). Split from ``nac.pipeline.schema``
 so that stages which read only data params (download, prepare) do not import the model code.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -13,10 +14,27 @@ from nac.circuits import tokenizers as T
 from nac.config import ModelConfig
 from nac.data.registry import _REGISTRY
 from nac.model import BASELINES
-from nac.pipeline.schema import (IMAGE_MODEL_SET, MODEL_RANGES, NGRAM_KEYS, NLVR_ANALYSIS_KEYS, NONNEG, POS,
-                                 PROTOCOL_RANGES, TRACK_MODEL_SET, TRAIN_RANGES, TRAIN_SET, ParamsError,
-                                 check_batch_fits, check_dataclass, check_keys, check_range, check_split_read,
-                                 check_table, check_type, check_unique)
+from nac.pipeline.schema import (
+    IMAGE_MODEL_SET,
+    MODEL_RANGES,
+    NGRAM_KEYS,
+    NLVR_ANALYSIS_KEYS,
+    NONNEG,
+    POS,
+    PROTOCOL_RANGES,
+    TRACK_MODEL_SET,
+    TRAIN_RANGES,
+    TRAIN_SET,
+    ParamsError,
+    check_batch_fits,
+    check_dataclass,
+    check_keys,
+    check_range,
+    check_split_read,
+    check_table,
+    check_type,
+    check_unique,
+)
 from nac.training.config import TrainConfig
 
 
@@ -25,9 +43,13 @@ from nac.training.config import TrainConfig
 def _tokenizer_args() -> dict[str, dict[str, Any]]:
     """kind -> {argument: annotation} of the tokenizer's constructor (``image_pair``: {image})."""
     out: dict[str, dict[str, Any]] = {"image_pair": {"image": dict}}
-    for kind, fn in (("conv32", getattr(T, "conv32", None)), ("convnext", getattr(T, "convnext", None)),
-                     ("points", getattr(T, "PointTokenizer", None)), ("sequence", getattr(T, "SequenceTokenizer", None)),
-                     ("features", getattr(T, "FeatureTokenizer", None))):
+    for kind, fn in (
+        ("conv32", getattr(T, "conv32", None)),
+        ("convnext", getattr(T, "convnext", None)),
+        ("points", getattr(T, "PointTokenizer", None)),
+        ("sequence", getattr(T, "SequenceTokenizer", None)),
+        ("features", getattr(T, "FeatureTokenizer", None)),
+    ):
         if fn is None:
             continue
         target = fn.__init__ if inspect.isclass(fn) else fn
@@ -35,8 +57,11 @@ def _tokenizer_args() -> dict[str, dict[str, Any]]:
             hints = typing.get_type_hints(target)
         except Exception:
             hints = {}
-        out[kind] = {n: hints.get(n, Any) for n, p in inspect.signature(target).parameters.items()
-                     if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        out[kind] = {
+            n: hints.get(n, Any)
+            for n, p in inspect.signature(target).parameters.items()
+            if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        }
     return out
 
 
@@ -66,8 +91,10 @@ def check_tokenizer(where: str, tok: Any) -> None:
     if kind == "convnext" and isinstance(size, int) and isinstance(tok.get("depths"), list):
         stride = 4 * 2 ** (len(tok["depths"]) - 1)
         if size % stride:
-            raise ParamsError(f"{where}.image_size={size} must be divisible by {stride} (the convnext stride with "
-                              f"{len(tok['depths'])} stages)")
+            raise ParamsError(
+                f"{where}.image_size={size} must be divisible by {stride} (the convnext stride with "
+                f"{len(tok['depths'])} stages)"
+            )
 
 
 def check_model(where: str, model: Any, set_by: dict[str, str]) -> None:
@@ -82,9 +109,12 @@ def check_train(where: str, train: Any) -> None:
 
 
 def check_image(params: dict) -> None:
-    image = check_keys("image", params["image"], ["dataset", "val_split", "ood_dataset", "ood_split", "ladder",
-                                                   "model", "train", "baselines"], ["dataset", "ood_dataset", "ladder",
-                                                                                    "model", "train"])
+    image = check_keys(
+        "image",
+        params["image"],
+        ["dataset", "val_split", "ood_dataset", "ood_split", "ladder", "model", "train", "baselines"],
+        ["dataset", "ood_dataset", "ladder", "model", "train"],
+    )
     for key in ("dataset", "ood_dataset"):
         check_type(f"image.{key}", image[key], str)
     check_type("image.ladder", image["ladder"], list[str])
@@ -116,8 +146,10 @@ def _check_image_size(params: dict, where: str, tok: Any, dataset: str) -> None:
         return
     size = {**_REGISTRY[dataset].defaults, **(params["data"].get(dataset) or {})}.get("image_size")
     if isinstance(size, int) and size != tok["image_size"]:
-        raise ParamsError(f"{where}.image_size={tok['image_size']} but data.{dataset}.image_size={size}; "
-                          "the tokenizer must read the dataset's image size")
+        raise ParamsError(
+            f"{where}.image_size={tok['image_size']} but data.{dataset}.image_size={size}; "
+            "the tokenizer must read the dataset's image size"
+        )
 
 
 def check_fewshot(params: dict, protocol: type) -> None:
@@ -136,13 +168,18 @@ def check_fewshot(params: dict, protocol: type) -> None:
         check_dataclass("fewshot.protocol", fs["protocol"], protocol, ranges=PROTOCOL_RANGES)
     pre = fs.get("pretrain")
     if pre is not None:
-        check_keys("fewshot.pretrain", pre, ["dataset", "val_split", "model", "perceiver_io", "train"],
-                   ["dataset", "model", "train"])
+        check_keys(
+            "fewshot.pretrain",
+            pre,
+            ["dataset", "val_split", "model", "perceiver_io", "train"],
+            ["dataset", "model", "train"],
+        )
         check_type("fewshot.pretrain.dataset", pre["dataset"], str)
         check_model("fewshot.pretrain.model", pre["model"], TRACK_MODEL_SET)
         if pre.get("perceiver_io") is not None:
-            check_dataclass("fewshot.pretrain.perceiver_io", pre["perceiver_io"], ModelConfig, TRACK_MODEL_SET,
-                            MODEL_RANGES)
+            check_dataclass(
+                "fewshot.pretrain.perceiver_io", pre["perceiver_io"], ModelConfig, TRACK_MODEL_SET, MODEL_RANGES
+            )
         check_train("fewshot.pretrain.train", pre["train"])
 
 
@@ -153,8 +190,9 @@ def check_track(params: dict, track: str) -> None:
         valid.append("analysis")
     sec = params[track]
     if not isinstance(sec, dict):
-        raise ParamsError(f"{track} must be a mapping {{{', '.join(valid)}}}; see conf/base.yaml for a complete "
-                          f"{track} section")
+        raise ParamsError(
+            f"{track} must be a mapping {{{', '.join(valid)}}}; see conf/base.yaml for a complete {track} section"
+        )
     for key in ("dataset", "runs", "model", "train"):
         if key not in sec:
             raise ParamsError(f"{track}.{key} is missing; see conf/base.yaml for a complete {track} section")

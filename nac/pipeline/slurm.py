@@ -18,6 +18,7 @@ pickles, default ``.submitit/``), ``NAC_SLURM_PARTITION``, ``NAC_SLURM_ACCOUNT``
 ``NAC_SLURM_MEM_GB`` (default 32). ``NAC_WORKERS`` caps the jobs in flight (default: every job on
 SLURM; as for the pool on this machine).
 """
+
 from __future__ import annotations
 
 import os
@@ -39,12 +40,14 @@ class Job:
     intra-op threads, pinned to ``slot`` (local executor). ``watch_pid``: the stage's process,
     whose death stops the job (local executor; on SLURM ``scancel`` does)."""
 
-    def __init__(self, fn: Callable, args: tuple, threads: int | None, slot: placement.Slot | None,
-                 watch_pid: int | None):
+    def __init__(
+        self, fn: Callable, args: tuple, threads: int | None, slot: placement.Slot | None, watch_pid: int | None
+    ):
         self.fn, self.args, self.threads, self.slot, self.watch_pid = fn, args, threads, slot, watch_pid
 
     def __call__(self) -> Any:
         from nac.pipeline.pool import _run_one
+
         # submitit's own handlers stay (SIGTERM bypassed, USR2 requeues through ``checkpoint``); the
         # stage's death interrupts with SIGINT, what cancelling a local job sends
         if self.watch_pid is not None:
@@ -58,6 +61,7 @@ class Job:
     def checkpoint(self, *args, **kwargs):
         """Preempted or timed out: requeue this same job; it resumes from its own checkpoint."""
         import submitit
+
         return submitit.helpers.DelayedSubmission(self)
 
 
@@ -81,11 +85,19 @@ def make_executor(kind: str, desc: str):
         return ex
     ex = submitit.AutoExecutor(folder=folder, cluster="slurm")
     params: dict[str, Any] = dict(
-        name=f"nac-{desc}", timeout_min=positive_int("NAC_SLURM_TIME", "240 (minutes)") or 240,
-        nodes=1, tasks_per_node=1, gpus_per_node=_gpus(),
-        cpus_per_task=positive_int("NAC_SLURM_CPUS", "8") or 8, mem_gb=positive_int("NAC_SLURM_MEM_GB", "32") or 32)
-    for env, key in (("NAC_SLURM_PARTITION", "slurm_partition"), ("NAC_SLURM_ACCOUNT", "slurm_account"),
-                     ("NAC_SLURM_QOS", "slurm_qos")):
+        name=f"nac-{desc}",
+        timeout_min=positive_int("NAC_SLURM_TIME", "240 (minutes)") or 240,
+        nodes=1,
+        tasks_per_node=1,
+        gpus_per_node=_gpus(),
+        cpus_per_task=positive_int("NAC_SLURM_CPUS", "8") or 8,
+        mem_gb=positive_int("NAC_SLURM_MEM_GB", "32") or 32,
+    )
+    for env, key in (
+        ("NAC_SLURM_PARTITION", "slurm_partition"),
+        ("NAC_SLURM_ACCOUNT", "slurm_account"),
+        ("NAC_SLURM_QOS", "slurm_qos"),
+    ):
         if raw(env) is not None:
             params[key] = raw(env)
     ex.update_parameters(**params)
@@ -97,8 +109,16 @@ def _last_line(err: BaseException) -> str:
     return lines[-1] if lines else repr(err)
 
 
-def run_jobs(fn: Callable, jobs: list[tuple], *, executor: str, threads: int | None,
-             slots: list[placement.Slot | None], desc: str, label: Callable[[tuple], str]) -> list[Any]:
+def run_jobs(
+    fn: Callable,
+    jobs: list[tuple],
+    *,
+    executor: str,
+    threads: int | None,
+    slots: list[placement.Slot | None],
+    desc: str,
+    label: Callable[[tuple], str],
+) -> list[Any]:
     """``[fn(*job, progress=False) for job in jobs]`` as submitit jobs, at most ``len(slots)``
     (local) or ``NAC_WORKERS`` (SLURM; default all) in flight; results in job order."""
     from submitit.core.utils import FailedJobError, UncompletedJobError
@@ -116,15 +136,17 @@ def run_jobs(fn: Callable, jobs: list[tuple], *, executor: str, threads: int | N
     free = list(range(len(slots)))  # indices of free slots
     queue = list(range(len(jobs)))
     running: dict = {}  # submitit job -> (job index, slot index, tries)
-    bar = tqdm(total=len(jobs), desc=f"{desc} (submitit {executor}, {len(slots)} at a time)", unit="job",
-               dynamic_ncols=True)
+    bar = tqdm(
+        total=len(jobs), desc=f"{desc} (submitit {executor}, {len(slots)} at a time)", unit="job", dynamic_ncols=True
+    )
     start = time.perf_counter()
 
     def submit(i: int, k: int, tries: int) -> None:
         job = ex.submit(Job(fn, jobs[i], threads, slots[k], watch_pid))
         running[job] = (i, k, tries)
-        tqdm.write(f"{desc}: {label(jobs[i])} submitted as job {job.job_id} (logs in {job.paths.folder})",
-                   file=sys.stderr)
+        tqdm.write(
+            f"{desc}: {label(jobs[i])} submitted as job {job.job_id} (logs in {job.paths.folder})", file=sys.stderr
+        )
 
     try:
         while queue or running:
@@ -136,15 +158,21 @@ def run_jobs(fn: Callable, jobs: list[tuple], *, executor: str, threads: int | N
                 try:
                     results[i] = job.result()
                 except FailedJobError as e:  # the job raised: it would again
-                    raise SystemExit(f"{desc}: {label(jobs[i])} failed (job {job.job_id}, log "
-                                     f"{job.paths.stderr}): {_last_line(e)}") from None
+                    raise SystemExit(
+                        f"{desc}: {label(jobs[i])} failed (job {job.job_id}, log {job.paths.stderr}): {_last_line(e)}"
+                    ) from None
                 except UncompletedJobError as e:  # killed, node lost: resume from its checkpoint
                     if tries >= retries:
-                        raise SystemExit(f"{desc}: {label(jobs[i])} died {tries + 1} times without a result (job "
-                                         f"{job.job_id}: {_last_line(e)}); its checkpoint is intact, rerun to "
-                                         "resume") from None
-                    tqdm.write(f"{desc}: {label(jobs[i])} (job {job.job_id}) died without a result; resubmitting "
-                               "it, it resumes from its checkpoint", file=sys.stderr)
+                        raise SystemExit(
+                            f"{desc}: {label(jobs[i])} died {tries + 1} times without a result (job "
+                            f"{job.job_id}: {_last_line(e)}); its checkpoint is intact, rerun to "
+                            "resume"
+                        ) from None
+                    tqdm.write(
+                        f"{desc}: {label(jobs[i])} (job {job.job_id}) died without a result; resubmitting "
+                        "it, it resumes from its checkpoint",
+                        file=sys.stderr,
+                    )
                     submit(i, k, tries + 1)
                     continue
                 free.append(k)

@@ -2,6 +2,7 @@
 `dvc plots` curves (reports/plots/), the index README and claims.md. Only the runs and seeds
 named in params.yaml are read, so stale metrics of runs no longer configured never leak into a
 table."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -16,17 +17,26 @@ import numpy as np
 import pandas as pd
 import torch
 
+from nac import metrics_io
 from nac.checkpoint_io import load_model
 from nac.pipeline.datasets import builder
-from nac import metrics_io
 from nac.pipeline.io import staged, write_json
 from nac.pipeline.paths import image_checkpoint, parse_run
-from nac.report import figures, mechanism, switches, tables
-from nac.report.published import (FEWSHOT_CLAIM, LRA_LEADERBOARD_TRANSFORMER, PRIOR_LABELS, RUN_LABELS, TABLE2, TABLE3,
-                                   TRACK_LABELS, TRACK_RUN_LABELS, discrepancies)
 from nac.pipeline.pool import usable_cores
+from nac.report import figures, mechanism, switches, tables
 from nac.report.claims.metrics import CONVERGENCE
 from nac.report.claims.rules import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED
+from nac.report.published import (
+    FEWSHOT_CLAIM,
+    LRA_LEADERBOARD_TRANSFORMER,
+    PRIOR_LABELS,
+    RUN_LABELS,
+    TABLE2,
+    TABLE3,
+    TRACK_LABELS,
+    TRACK_RUN_LABELS,
+    discrepancies,
+)
 from nac.report.style import setup
 from nac.stats import mean_ci
 
@@ -37,16 +47,24 @@ PAPER_THROUGHPUT = Path("bench/results/throughput.json")
 # The report's prose: Markdown templates beside this file (templates/README.md.j2), filled with the
 # computed tables and numbers. A block tag alone on its line leaves no blank line behind; a name the
 # template uses but the code does not pass is an error, not an empty string.
-TEMPLATES = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).with_name("templates")),
-                               undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                               keep_trailing_newline=True, autoescape=False)
+TEMPLATES = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(Path(__file__).with_name("templates")),
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+    autoescape=False,
+)
 
 
 def _mean_text(values: list[float]) -> str:
     """'mean ± CI half-width (n seeds)', or the value and '(1 seed)'."""
     iv = mean_ci(values)
-    return (f"{iv.estimate:.2f} ± {iv.hi - iv.estimate:.2f} ({iv.n} seeds)" if iv.has_ci
-            else f"{iv.estimate:.2f} ({len(values)} seed)")
+    return (
+        f"{iv.estimate:.2f} ± {iv.hi - iv.estimate:.2f} ({iv.n} seeds)"
+        if iv.has_ci
+        else f"{iv.estimate:.2f} ({len(values)} seed)"
+    )
 
 
 def _convergence_table(conv: dict, histories: dict[str, list[list[dict]]]) -> pd.DataFrame:
@@ -67,8 +85,11 @@ def _convergence_table(conv: dict, histories: dict[str, list[list[dict]]]) -> pd
             row[f"{epochs} epochs: val Acc@1"] = _mean_text([r["val_acc1"][-1] for r in by_seed.values()])
             ood = [r["eval"]["ood_acc1"] for r in by_seed.values() if "eval" in r]
             row[f"{epochs} epochs: OOD Acc@1"] = _mean_text(ood) if ood else "—"
-            ablation = [r["eval"]["iid_acc1"] - r["eval"]["iid_acc1_dense"] for r in by_seed.values()
-                        if "iid_acc1_dense" in r.get("eval", {})]
+            ablation = [
+                r["eval"]["iid_acc1"] - r["eval"]["iid_acc1_dense"]
+                for r in by_seed.values()
+                if "iid_acc1_dense" in r.get("eval", {})
+            ]
             row[f"{epochs} epochs: kernel − dense attention (IID Acc@1)"] = _mean_text(ablation) if ablation else "—"
             sparsity = [100 * r["mechanism"]["final"]["sparsity"] for r in by_seed.values() if "mechanism" in r]
             if sparsity:
@@ -80,21 +101,38 @@ def _convergence_table(conv: dict, histories: dict[str, list[list[dict]]]) -> pd
 
 def _provenance(params: dict) -> dict[str, str]:
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "nac", "stages", "conf", "dvc.yaml"],
-                               capture_output=True, text=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "nac", "stages", "conf", "dvc.yaml"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
         commit += " (with uncommitted code changes)" if dirty else ""
     except (OSError, subprocess.CalledProcessError):
         commit = "unknown (not a git checkout)"
-    device = (torch.cuda.get_device_name() if torch.cuda.is_available()
-              else f"CPU ({platform.machine()}, {usable_cores()} cores)")
-    return {"profile": params["profile"], "commit": commit, "date": dt.date.today().isoformat(),
-            "machine": f"{platform.node() or 'unknown host'}, {device}", "torch": torch.__version__}
+    device = (
+        torch.cuda.get_device_name()
+        if torch.cuda.is_available()
+        else f"CPU ({platform.machine()}, {usable_cores()} cores)"
+    )
+    return {
+        "profile": params["profile"],
+        "commit": commit,
+        "date": dt.date.today().isoformat(),
+        "machine": f"{platform.node() or 'unknown host'}, {device}",
+        "torch": torch.__version__,
+    }
 
 
 def build_report(params: dict, out: str | Path = "reports", metrics: str | Path = "metrics") -> dict[str, Any]:
     """Every table, figure and the index README, then ``reports/claims.md``; returns summary.json."""
-    from nac.report.claims import evaluate_claims, headline, write_claims  # at call time: tests stand in a fake registry
+    from nac.report.claims import (
+        evaluate_claims,
+        headline,
+        write_claims,
+    )  # at call time: tests stand in a fake registry
 
     setup()
     out, metrics = Path(out), Path(metrics)
@@ -143,15 +181,16 @@ def validate_inputs(params: dict, metrics: str | Path = "metrics") -> None:
 def _image(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dict[str, list[Path]]) -> dict[str, Any]:
     """Table 1, Figures 3, 5a, 5b, 15 and the image learning curves."""
     ladder, seeds = params["image"]["ladder"], params["seeds"]
-    evals = metrics_io.image_runs(metrics, "eval", ladder, seeds)    # exactly the configured runs and seeds
+    evals = metrics_io.image_runs(metrics, "eval", ladder, seeds)  # exactly the configured runs and seeds
     trains = metrics_io.image_runs(metrics, "train", ladder, seeds)
     parameters = {t["run"]: int(t["parameters"]) for t in trains if "parameters" in t}
     t1, t1_numeric = tables.table1(evals, ladder, parameters)
     md["table1"] = tables.write_table(t1, out / "tables", "table1")
     md["mechanism"] = tables.write_table(mechanism.mechanism_table(trains, evals, ladder), out / "tables", "mechanism")
     for phase in ("init", "final"):
-        md[f"distance_{phase}"] = tables.write_table(mechanism.distance_table(trains, ladder, phase), out / "tables",
-                                                     f"mechanism_distance_{phase}")
+        md[f"distance_{phase}"] = tables.write_table(
+            mechanism.distance_table(trains, ladder, phase), out / "tables", f"mechanism_distance_{phase}"
+        )
     tables.write_table(t1_numeric, out / "tables", "table1_numeric")
     styles = tables.style_table(evals, ladder)
     if styles is not None:
@@ -171,36 +210,50 @@ def _image(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dic
     figs["figure5a"] = figures.figure5a(prune, out / "figures", main_runs)
     figs["figure5b"] = figures.figure5b(prune, out / "figures", prune_runs, str(prune["device"].iloc[0]))
     if PAPER_THROUGHPUT.exists():
-        figs["figure5b_paper_size"] = figures.figure_5b_paper_size(json.loads(PAPER_THROUGHPUT.read_text()),
-                                                                   out / "figures")
+        figs["figure5b_paper_size"] = figures.figure_5b_paper_size(
+            json.loads(PAPER_THROUGHPUT.read_text()), out / "figures"
+        )
     figs["figure15"] = figures.figure15(prune, out / "figures", prune_runs)
-    md["prune_random"] = tables.write_table(tables.prune_control_table(prune, prune_runs), out / "tables",
-                                            "prune_connectivity_vs_random")
+    md["prune_random"] = tables.write_table(
+        tables.prune_control_table(prune, prune_runs), out / "tables", "prune_connectivity_vs_random"
+    )
     first = {e["run"]: e for e in evals if e["seed"] == seeds[0]}
     class_names = _class_names(params)
-    baseline_fig = figures.figure_baselines((first.get("modular_network") or {}).get("modular_usage"),
-                                            (first.get("neural_interpreter") or {}).get("routing"), class_names,
-                                            out / "figures")
+    baseline_fig = figures.figure_baselines(
+        (first.get("modular_network") or {}).get("modular_usage"),
+        (first.get("neural_interpreter") or {}).get("routing"),
+        class_names,
+        out / "figures",
+    )
     if baseline_fig:
         figs["baselines"] = baseline_fig
     histories = {run: [t["history"] for t in trains if t["run"] == run] for run in ladder}
     figs["learning_curves"] = figures.learning_curves(histories, out / "figures")
     # `dvc plots show`: Table 1's curves together, and accuracy as modules are dropped, one line per model
     curve = pd.DataFrame([{"run": t["run"], **h} for t in trains for h in t["history"]])
-    _plot_csv(curve.pivot_table(index="epoch", columns="run", values="val_acc1")[ladder].reset_index(),
-              out / "plots" / "learning_curves", "image")
+    _plot_csv(
+        curve.pivot_table(index="epoch", columns="run", values="val_acc1")[ladder].reset_index(),
+        out / "plots" / "learning_curves",
+        "image",
+    )
     conn = prune[prune["order"] == "connectivity"] if "order" in prune else prune
-    _plot_csv(conn.pivot_table(index="dropped_fraction", columns="run", values="acc1")[prune_runs].reset_index(),
-              out / "plots", "prune")
+    _plot_csv(
+        conn.pivot_table(index="dropped_fraction", columns="run", values="acc1")[prune_runs].reset_index(),
+        out / "plots",
+        "prune",
+    )
     conv = json.loads(CONVERGENCE.read_text()) if CONVERGENCE.exists() else None
-    if conv is not None and conv.get("profile") == params["profile"]:   # another profile's runs say nothing of this one
+    if conv is not None and conv.get("profile") == params["profile"]:  # another profile's runs say nothing of this one
         figs["convergence"] = figures.figure_convergence(conv, histories, RUN_LABELS, out / "figures")
         md["convergence"] = tables.write_table(_convergence_table(conv, histories), out / "tables", "convergence")
         # the runs answer for this model only if they were trained under the committed settings
         md["convergence_current"] = "yes" if conv.get("params") == switches.bench_params(params) else ""
-    return {"table1": {f"{r.run}/{r.metric}": {"mean": r.mean, "ci95": r.ci95, "paper": r.paper}
-                       for r in t1_numeric.itertuples()},
-            "prune": _prune_summary(prune, prune_runs)}
+    return {
+        "table1": {
+            f"{r.run}/{r.metric}": {"mean": r.mean, "ci95": r.ci95, "paper": r.paper} for r in t1_numeric.itertuples()
+        },
+        "prune": _prune_summary(prune, prune_runs),
+    }
 
 
 def _switches(params: dict, metrics: Path, out: Path, md: dict[str, str]) -> None:
@@ -232,8 +285,9 @@ def _prior_label(params: dict) -> str:
     return f"{PRIOR_LABELS.get(params['prior']['name'], params['prior']['name']).lower()} prior"
 
 
-def _comparison(params: dict, out: Path, metrics: Path, md: dict[str, str], tracks: list[str],
-                published: dict, name: str) -> dict[str, Any]:
+def _comparison(
+    params: dict, out: Path, metrics: Path, md: dict[str, str], tracks: list[str], published: dict, name: str
+) -> dict[str, Any]:
     """Table 2 (``points``) or Table 3 (``listops``, ``text``)."""
     results = {t: tables.read_track(metrics, t, params[t]["runs"], params["seeds"]) for t in tracks}
     display, summary = tables.comparison_table(results, published, TRACK_LABELS, f"ours: {_prior_label(params)}")
@@ -246,8 +300,11 @@ def _nlvr(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dict
     runs = params["nlvr"]["runs"]
     results = tables.read_track(metrics, "nlvr", runs, params["seeds"])
     analysis = metrics_io.nlvr_analysis(metrics / "nlvr" / "analysis.json")
-    clip = ("not computed: no zero-shot CLIP stage in this suite" if params["profile"] == "paper"
-            else "not computed: no CLIP weights offline / embedded profile")
+    clip = (
+        "not computed: no zero-shot CLIP stage in this suite"
+        if params["profile"] == "paper"
+        else "not computed: no CLIP weights offline / embedded profile"
+    )
     acc, by_type, measures, summary = tables.nlvr_tables(results, runs, analysis, clip)
     md["nlvr"] = tables.write_table(acc, out / "tables", "nlvr", ".2f")
     md["nlvr_by_type"] = tables.write_table(by_type, out / "tables", "nlvr_by_type", ".2f")
@@ -264,7 +321,9 @@ def _fewshot(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: d
     rows = {t: pd.DataFrame(f["rows"]) for t, f in metrics_io.fewshot_targets(metrics, fs["targets"]).items()}
     stats = {t: tables.fewshot_stats(df.to_dict("records")) for t, df in rows.items()}
     md["figure4"] = tables.write_table(tables.fewshot_table(stats), out / "tables", "figure4_fewshot", ".2f")
-    numeric = pd.concat([df.assign(target=t) for t, df in stats.items()])[["target", "shots", "run", "mean", "ci95", "n"]]
+    numeric = pd.concat([df.assign(target=t) for t, df in stats.items()])[
+        ["target", "shots", "run", "mean", "ci95", "n"]
+    ]
     tables.write_table(numeric, out / "tables", "figure4_fewshot_numeric", ".3f")
     for t, df in stats.items():  # one file per target: shots, perceiver_io, nac, nac_minus_perceiver_io
         _plot_csv(df.pivot(index="shots", columns="run", values="mean").reset_index(), out / "plots" / "fewshot", t)
@@ -272,10 +331,18 @@ def _fewshot(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: d
     protocol = fs["protocol"]
     figs["figure4"] = figures.figure4(rows, sorted(protocol["shots"]), protocol["ways"], labels, out / "figures")
     low = numeric[(numeric["run"] == "nac_minus_perceiver_io") & (numeric["shots"] <= 4)]["mean"]
-    return {"protocol": protocol, "source": fs["source"],
-            "nac_minus_perceiver_io_shots_1_4": float(low.mean()) if len(low) else None,  # None: no shot count <= 4
-            "targets": {t: {str(shots): {r.run: {"mean": r.mean, "ci95": r.ci95, "n": int(r.n)} for r in g.itertuples()}
-                            for shots, g in df.groupby("shots")} for t, df in stats.items()}}
+    return {
+        "protocol": protocol,
+        "source": fs["source"],
+        "nac_minus_perceiver_io_shots_1_4": float(low.mean()) if len(low) else None,  # None: no shot count <= 4
+        "targets": {
+            t: {
+                str(shots): {r.run: {"mean": r.mean, "ci95": r.ci95, "n": int(r.n)} for r in g.itertuples()}
+                for shots, g in df.groupby("shots")
+            }
+            for t, df in stats.items()
+        },
+    }
 
 
 def _track_curves(params: dict, out: Path, metrics: Path, figs: dict[str, list[Path]]) -> None:
@@ -286,11 +353,15 @@ def _track_curves(params: dict, out: Path, metrics: Path, figs: dict[str, list[P
         histories[track] = {run: [r["history"] for r in results if r["run"] == run] for run in params[track]["runs"]}
         chance[track] = float(sum(r["val_chance"] for r in results) / len(results))
         curve = pd.DataFrame([{"run": r["run"], **h} for r in results for h in r["history"]])
-        _plot_csv(curve.pivot_table(index="epoch", columns="run", values="val_acc1").reset_index(),
-                  out / "plots" / "learning_curves", track)
+        _plot_csv(
+            curve.pivot_table(index="epoch", columns="run", values="val_acc1").reset_index(),
+            out / "plots" / "learning_curves",
+            track,
+        )
     titles = {t: f"{TRACK_LABELS[t]} ({params[t]['dataset']})" for t in TRACKS}
-    figs["learning_curves_tracks"] = figures.learning_curves_tracks(histories, chance, titles, TRACK_RUN_LABELS,
-                                                                    out / "figures")
+    figs["learning_curves_tracks"] = figures.learning_curves_tracks(
+        histories, chance, titles, TRACK_RUN_LABELS, out / "figures"
+    )
 
 
 def _plot_csv(df: pd.DataFrame, out_dir: Path, name: str) -> None:
@@ -314,22 +385,32 @@ def _prune_summary(prune: pd.DataFrame, runs: list[str]) -> dict[str, Any]:
         timed = conn[(conn["run"] == run)].dropna(subset=["images_per_s"]).set_index("dropped_fraction")["images_per_s"]
         full, there = np.asarray(timed.loc[0.0], dtype=float), np.asarray(timed.loc[frac], dtype=float)
         iv = mean_ci(there / full.mean())  # each timed repeat of the smaller model over the full model's mean
-        res[run] = {"full_acc1": float(acc.loc[0.0]), "max_fraction_within_3pts": frac,
-                    "speedup_at_that_fraction": iv.estimate, "speedup_ci95": (iv.hi - iv.estimate) if iv.has_ci else None,
-                    "acc1_by_fraction": {str(k): float(v) for k, v in acc.items()}}
+        res[run] = {
+            "full_acc1": float(acc.loc[0.0]),
+            "max_fraction_within_3pts": frac,
+            "speedup_at_that_fraction": iv.estimate,
+            "speedup_ci95": (iv.hi - iv.estimate) if iv.has_ci else None,
+            "acc1_by_fraction": {str(k): float(v) for k, v in acc.items()},
+        }
     return res
 
 
 def _findings(rows: list[dict]) -> str:
     """A few lines: which claims hold, which do not, which are undecided (ids link to claims.md)."""
-    def ids(verdict: str, measured: bool = True) -> list[str]:
-        return [f"`{r['id']}`" for r in rows if r["verdict"] == verdict
-                and (not r["reason"].startswith("not measured")) == measured]
 
-    lines = [f"- **Supported** ({len(ids(SUPPORTED))}): {', '.join(ids(SUPPORTED)) or 'none'}.",
-             f"- **Not supported** ({len(ids(NOT_SUPPORTED))}): {', '.join(ids(NOT_SUPPORTED)) or 'none'}.",
-             f"- **Undecided** ({len(ids(INCONCLUSIVE))}, the CI spans the threshold): "
-             f"{', '.join(ids(INCONCLUSIVE)) or 'none'}."]
+    def ids(verdict: str, measured: bool = True) -> list[str]:
+        return [
+            f"`{r['id']}`"
+            for r in rows
+            if r["verdict"] == verdict and (not r["reason"].startswith("not measured")) == measured
+        ]
+
+    lines = [
+        f"- **Supported** ({len(ids(SUPPORTED))}): {', '.join(ids(SUPPORTED)) or 'none'}.",
+        f"- **Not supported** ({len(ids(NOT_SUPPORTED))}): {', '.join(ids(NOT_SUPPORTED)) or 'none'}.",
+        f"- **Undecided** ({len(ids(INCONCLUSIVE))}, the CI spans the threshold): "
+        f"{', '.join(ids(INCONCLUSIVE)) or 'none'}.",
+    ]
     unmeasured = ids(INCONCLUSIVE, measured=False)
     if unmeasured:
         lines.append(f"- **Not measured** here ({len(unmeasured)}): {', '.join(unmeasured)}.")
@@ -339,17 +420,30 @@ def _findings(rows: list[dict]) -> str:
 def _write_readme(out: Path, params: dict, summary: dict, md: dict[str, str], figs: dict[str, list[Path]]) -> None:
     """``out/README.md``: ``templates/README.md.j2`` rendered with the tables' Markdown, the figures'
     paths (relative to ``out``), the provenance and the few-shot and pruning summaries."""
-    prune = [{"model": RUN_LABELS.get(k, k), "full Acc@1": round(v["full_acc1"], 2),
-              "max fraction dropped within 3 points": v["max_fraction_within_3pts"],
-              "speed-up there (95% CI over timed repeats)": f"{v['speedup_at_that_fraction']:.2f}"
-              + (f" ± {v['speedup_ci95']:.2f}" if v["speedup_ci95"] is not None else "")}
-             for k, v in summary["prune"].items()]
+    prune = [
+        {
+            "model": RUN_LABELS.get(k, k),
+            "full Acc@1": round(v["full_acc1"], 2),
+            "max fraction dropped within 3 points": v["max_fraction_within_3pts"],
+            "speed-up there (95% CI over timed repeats)": f"{v['speedup_at_that_fraction']:.2f}"
+            + (f" ± {v['speedup_ci95']:.2f}" if v["speedup_ci95"] is not None else ""),
+        }
+        for k, v in summary["prune"].items()
+    ]
     text = TEMPLATES.get_template("README.md.j2").render(
-        p=summary["provenance"], params=params, md=md, fig={k: v[0].relative_to(out).as_posix() for k, v in figs.items()},
-        fs=summary["fewshot"], low=summary["fewshot"]["nac_minus_perceiver_io_shots_1_4"],
-        prune_summary=pd.DataFrame(prune).to_markdown(index=False), discrepancies=discrepancies(),
-        FEWSHOT_CLAIM=FEWSHOT_CLAIM, LRA=LRA_LEADERBOARD_TRANSFORMER, PAPER_THROUGHPUT=PAPER_THROUGHPUT,
-        CONVERGENCE=CONVERGENCE)
+        p=summary["provenance"],
+        params=params,
+        md=md,
+        fig={k: v[0].relative_to(out).as_posix() for k, v in figs.items()},
+        fs=summary["fewshot"],
+        low=summary["fewshot"]["nac_minus_perceiver_io_shots_1_4"],
+        prune_summary=pd.DataFrame(prune).to_markdown(index=False),
+        discrepancies=discrepancies(),
+        FEWSHOT_CLAIM=FEWSHOT_CLAIM,
+        LRA=LRA_LEADERBOARD_TRANSFORMER,
+        PAPER_THROUGHPUT=PAPER_THROUGHPUT,
+        CONVERGENCE=CONVERGENCE,
+    )
     (out / "README.md").write_text(text)
 
 

@@ -1,6 +1,7 @@
 """Figures: Figure 3 (graph priors and learned graphs), Figure 4 (few-shot adaptation), Figures
 5a, 5b and 15 (module dropping), Figure 6 (NLVR circuits) and learning curves. Each is saved as
 PNG and SVG."""
+
 from __future__ import annotations
 
 import textwrap
@@ -47,16 +48,28 @@ def figure3(learned: dict[str, np.ndarray], n: int, out_dir: str | Path, seed: i
         if prior in learned:
             P = learned[prior]
             off = ~np.eye(len(P), dtype=bool)
-            draw_graph(axes[1, j], learned_graph(P), f"learned by NAC ({PRIOR_LABELS[prior]}): P > 0\n"
-                       f"{100 * (P[off] == 0).mean():.0f}% of links cut, mean P {P[off].mean():.3f}", seed)
+            draw_graph(
+                axes[1, j],
+                learned_graph(P),
+                f"learned by NAC ({PRIOR_LABELS[prior]}): P > 0\n"
+                f"{100 * (P[off] == 0).mean():.0f}% of links cut, mean P {P[off].mean():.3f}",
+                seed,
+            )
         else:
             axes[1, j].set_axis_off()
     fig.suptitle(f"Figure 3: graph priors (top) and learned module graphs (bottom), {n} modules")
     return save(fig, out_dir, "figure3_graph_priors")
 
 
-def _ci_lines(ax, df: pd.DataFrame, x: str, y: str, runs: list[str], labels: dict[str, str] = RUN_LABELS,
-              styles: dict[str, dict] | None = None) -> None:
+def _ci_lines(
+    ax,
+    df: pd.DataFrame,
+    x: str,
+    y: str,
+    runs: list[str],
+    labels: dict[str, str] = RUN_LABELS,
+    styles: dict[str, dict] | None = None,
+) -> None:
     """One line per run: mean of ``y`` per ``x`` with a Student-t 95% CI band; ``styles`` (run ->
     ``ax.plot`` keywords, e.g. marker and linestyle) overrides the default circle markers."""
     for run in runs:
@@ -65,7 +78,9 @@ def _ci_lines(ax, df: pd.DataFrame, x: str, y: str, runs: list[str], labels: dic
         xs = np.array([s[0] for s in stats])
         mean = np.array([s[1]["mean"] for s in stats])
         ci = np.array([s[1]["ci95"] for s in stats])
-        line, = ax.plot(xs, mean, **{"ms": 3.5, **series_style(run), **(styles or {}).get(run, {})}, label=labels.get(run, run))
+        (line,) = ax.plot(
+            xs, mean, **{"ms": 3.5, **series_style(run), **(styles or {}).get(run, {})}, label=labels.get(run, run)
+        )
         ax.fill_between(xs, mean - ci, mean + ci, alpha=0.2, color=line.get_color())
 
 
@@ -91,7 +106,7 @@ def _dash_controls(ax) -> None:
 def figure5a(prune: pd.DataFrame, out_dir, runs: list[str]) -> list[Path]:
     fig, ax = plt.subplots(figsize=(5.8, 4.2))
     df, drawn, labels = _with_random_control(prune, runs)
-    _ci_lines(ax, df, "dropped_fraction", "acc1", drawn, labels)   # fractions, as Figure 15
+    _ci_lines(ax, df, "dropped_fraction", "acc1", drawn, labels)  # fractions, as Figure 15
     _dash_controls(ax)
     ax.set_xlabel("fraction of processor modules dropped\n(least connected first; dashed: random order)")
     ax.set_ylabel("validation Acc@1 (%)")
@@ -110,12 +125,14 @@ def figure5b(prune: pd.DataFrame, out_dir, runs: list[str], device_label: str) -
         stats = [summarize(list(v) if isinstance(v, (list, tuple, np.ndarray)) else [v]) for v in sub["images_per_s"]]
         mean = np.array([st["mean"] for st in stats])
         ci = np.array([st["ci95"] for st in stats])
-        line, = ax.plot(sub["dropped_fraction"], mean, ms=3.5, **series_style(run), label=RUN_LABELS.get(run, run))
+        (line,) = ax.plot(sub["dropped_fraction"], mean, ms=3.5, **series_style(run), label=RUN_LABELS.get(run, run))
         ax.fill_between(sub["dropped_fraction"], mean - ci, mean + ci, alpha=0.2, color=line.get_color())
     ax.set_xlabel("fraction of processor modules dropped")
     ax.set_ylabel(f"inference throughput (images/s, {device_label})")
-    ax.set_title("Figure 5b (mini models): inference speed as modules are dropped\n(mean, 95% CI over timed repeats)",
-                 fontsize=10)
+    ax.set_title(
+        "Figure 5b (mini models): inference speed as modules are dropped\n(mean, 95% CI over timed repeats)",
+        fontsize=10,
+    )
     legend_outside(ax)
     return save(fig, out_dir, "figure5b_prune_throughput")
 
@@ -126,8 +143,9 @@ def figure15(prune: pd.DataFrame, out_dir, runs: list[str]) -> list[Path]:
     df, drawn, labels = _with_random_control(prune, runs)
     df = df.copy()
     base = df[(df["dropped"] == 0) & ~df["run"].str.endswith("|random")].set_index(["run", "seed"])["acc1"]
-    df["relative_acc1"] = [100.0 * a / max(base[(r.split("|")[0], s)], 1e-9)
-                           for r, s, a in zip(df["run"], df["seed"], df["acc1"])]
+    df["relative_acc1"] = [
+        100.0 * a / max(base[(r.split("|")[0], s)], 1e-9) for r, s, a in zip(df["run"], df["seed"], df["acc1"])
+    ]
     fig, ax = plt.subplots(figsize=(6.4, 4.6))
     _ci_lines(ax, df, "dropped_fraction", "relative_acc1", drawn, labels)
     _dash_controls(ax)
@@ -151,8 +169,9 @@ def learning_curves(histories: dict[str, list[list[dict]]], out_dir) -> list[Pat
             continue
         epochs = [e["epoch"] for e in hs[0]]
         style = {**series_style(run), "ms": 3}
-        axes[0].plot(epochs, np.mean([[e["val_acc1"] for e in h] for h in hs], axis=0), **style,
-                     label=RUN_LABELS.get(run, run))
+        axes[0].plot(
+            epochs, np.mean([[e["val_acc1"] for e in h] for h in hs], axis=0), **style, label=RUN_LABELS.get(run, run)
+        )
         if run != "modular_network":
             axes[1].plot(epochs, np.mean([[e["train_loss"] for e in h] for h in hs], axis=0), **style)
     axes[0].set(xlabel="epoch", ylabel="validation Acc@1 (%)")
@@ -163,8 +182,10 @@ def learning_curves(histories: dict[str, list[list[dict]]], out_dir) -> list[Pat
     return save(fig, out_dir, "learning_curves_image")
 
 
-FIGURE4_BASELINE_STYLES = {"neural_interpreter": {"marker": "s", "ls": "-."},
-                           "modular_network": {"marker": "^", "ls": ":"}}
+FIGURE4_BASELINE_STYLES = {
+    "neural_interpreter": {"marker": "s", "ls": "-."},
+    "modular_network": {"marker": "^", "ls": ":"},
+}
 
 
 def figure4(stats: dict[str, pd.DataFrame], shots: list[int], ways: int, labels: dict[str, str], out_dir) -> list[Path]:
@@ -226,8 +247,15 @@ def figure6(embedding: pd.DataFrame, examples: dict, out_dir, seed: int = 0) -> 
     fig = plt.figure(figsize=(5.5 + 3.4 * cols, 7.5))
     grid = fig.add_gridspec(2, 1 + cols, width_ratios=[1.6] + [1] * cols, height_ratios=[1.25, 1])
     ax = fig.add_subplot(grid[:, 0])
-    sns.scatterplot(embedding.assign(type=embedding["reasoning_type"].str.replace("_", " ")), x="x", y="y", hue="type",
-                    hue_order=[t.replace("_", " ") for t in types], s=18, ax=ax)
+    sns.scatterplot(
+        embedding.assign(type=embedding["reasoning_type"].str.replace("_", " ")),
+        x="x",
+        y="y",
+        hue="type",
+        hue_order=[t.replace("_", " ") for t in types],
+        s=18,
+        ax=ax,
+    )
     ax.set(xlabel="t-SNE 1", ylabel="t-SNE 2", title="t-SNE of P (PCA first), by reasoning type")
     ax.legend(fontsize=8, title=None)
     threshold, bandwidth = examples["threshold"], examples["bandwidth"]
@@ -243,10 +271,14 @@ def figure6(embedding: pd.DataFrame, examples: dict, out_dir, seed: int = 0) -> 
         graph_axes.append(axg)
         pos = nx.spring_layout(g, weight="weight", seed=seed)
         nx.draw_networkx_edges(g, pos, ax=axg, alpha=0.3, width=0.5)
-        nx.draw_networkx_nodes(g, pos, ax=axg, node_size=max(8.0, 600.0 / U),
-                               node_color=[cmap(i / max(U - 1, 1)) for i in g.nodes])
-        axg.set_title(f"{ex['reasoning_type'].replace('_', ' ')}: {100 * density:.0f}% of links\n"
-                      + textwrap.fill(ex["sentence"], 42), fontsize=8)
+        nx.draw_networkx_nodes(
+            g, pos, ax=axg, node_size=max(8.0, 600.0 / U), node_color=[cmap(i / max(U - 1, 1)) for i in g.nodes]
+        )
+        axg.set_title(
+            f"{ex['reasoning_type'].replace('_', ' ')}: {100 * density:.0f}% of links\n"
+            + textwrap.fill(ex["sentence"], 42),
+            fontsize=8,
+        )
         axg.set_axis_off()
         axm = fig.add_subplot(grid[1, 1 + k])
         A = (P > threshold) & ~np.eye(U, dtype=bool)
@@ -262,8 +294,13 @@ def figure6(embedding: pd.DataFrame, examples: dict, out_dir, seed: int = 0) -> 
     return save(fig, out_dir, "figure6_nlvr_circuits")
 
 
-def learning_curves_tracks(histories: dict[str, dict[str, list[list[dict]]]], chance: dict[str, float],
-                           titles: dict[str, str], labels: dict[str, str], out_dir) -> list[Path]:
+def learning_curves_tracks(
+    histories: dict[str, dict[str, list[list[dict]]]],
+    chance: dict[str, float],
+    titles: dict[str, str],
+    labels: dict[str, str],
+    out_dir,
+) -> list[Path]:
     """Validation Acc@1 per epoch of every track (one panel each), one line per run, mean and
     95% CI band over seeds; dashed: the validation split's majority-class rate."""
     fig, axes = plt.subplots(1, len(histories), figsize=(4.4 * len(histories), 3.8), squeeze=False)
@@ -271,7 +308,9 @@ def learning_curves_tracks(histories: dict[str, dict[str, list[list[dict]]]], ch
         df = pd.DataFrame([{"run": run, **h} for run, hs in runs.items() for hist in hs for h in hist])
         _ci_lines(ax, df, "epoch", "val_acc1", list(runs), labels)
         ax.axhline(chance[track], ls="--", lw=0.8, color="grey", label="majority class")
-        ax.set(xlabel="epoch", ylabel="validation Acc@1 (%)" if ax is axes[0, 0] else "", title=titles.get(track, track))
+        ax.set(
+            xlabel="epoch", ylabel="validation Acc@1 (%)" if ax is axes[0, 0] else "", title=titles.get(track, track)
+        )
         ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
         legend_outside(ax)
     fig.suptitle("Learning curves of the other tracks (mean, 95% CI over seeds)", y=1.03)
@@ -292,9 +331,19 @@ def figure_baselines(usage: dict | None, routing: dict | None, class_names: list
         c = np.asarray(counts, dtype=float)
         share = c / np.maximum(c.sum(axis=1, keepdims=True), 1)
         ax = axes.pop(0)
-        sns.heatmap(share, ax=ax, vmin=0, vmax=1, cmap="viridis", cbar=layer == len(usage["counts"]) - 1,
-                    yticklabels=names[:len(share)] if layer == 0 else False)
-        ax.set(title=f"Modular Network layer {layer + 1}\nI(module; class) = {usage['mi'][layer]:.2f} nats", xlabel="module")
+        sns.heatmap(
+            share,
+            ax=ax,
+            vmin=0,
+            vmax=1,
+            cmap="viridis",
+            cbar=layer == len(usage["counts"]) - 1,
+            yticklabels=names[: len(share)] if layer == 0 else False,
+        )
+        ax.set(
+            title=f"Modular Network layer {layer + 1}\nI(module; class) = {usage['mi'][layer]:.2f} nats",
+            xlabel="module",
+        )
         ax.title.set_fontsize(8)
     if routing:
         ax = axes.pop(0)
@@ -325,7 +374,7 @@ def figure_5b_paper_size(results: dict, out_dir) -> list[Path]:
         mean = np.array([v["mean"] for v in iv])
         lo = np.array([v["lo"] if v["lo"] is not None else v["mean"] for v in iv])
         hi = np.array([v["hi"] if v["hi"] is not None else v["mean"] for v in iv])
-        line, = ax.plot(x, mean, marker="o", ms=3.5, label=label)
+        (line,) = ax.plot(x, mean, marker="o", ms=3.5, label=label)
         ax.fill_between(x, lo, hi, alpha=0.2, color=line.get_color())
         base = mean[0]
         ax_up.plot(x, mean / base, marker="o", ms=3.5, color=line.get_color(), label=label)
@@ -338,16 +387,20 @@ def figure_5b_paper_size(results: dict, out_dir) -> list[Path]:
     ax_up.axhline(1.0, color="grey", lw=0.8)
     legend_outside(ax_up, fontsize=8)
     tok = res.get("tokenizer", {})
-    fig.suptitle(f"Figure 5b (paper-size model, untrained weights, this CPU): {res['n_processor']} processor modules, "
-                 f"{tok.get('kind', '')} tokenizer, {res['image_size']} px, batch {res['batch']}, "
-                 f"{machine['threads']} thread(s), torch {machine['torch']}\n"
-                 f"mean and 95% CI over {machine['repeats']} timed repeats, {machine.get('date', '')}",
-                 fontsize=9, y=1.04)
+    fig.suptitle(
+        f"Figure 5b (paper-size model, untrained weights, this CPU): {res['n_processor']} processor modules, "
+        f"{tok.get('kind', '')} tokenizer, {res['image_size']} px, batch {res['batch']}, "
+        f"{machine['threads']} thread(s), torch {machine['torch']}\n"
+        f"mean and 95% CI over {machine['repeats']} timed repeats, {machine.get('date', '')}",
+        fontsize=9,
+        y=1.04,
+    )
     return save(fig, out_dir, "figure5b_paper_size_throughput")
 
 
-def figure_convergence(results: dict, histories: dict[str, list[list[dict]]], labels: dict[str, str],
-                       out_dir) -> list[Path]:
+def figure_convergence(
+    results: dict, histories: dict[str, list[list[dict]]], labels: dict[str, str], out_dir
+) -> list[Path]:
     """How far the profile's image-track training is from a plateau: validation Acc@1 per epoch of
     the longer runs of ``bench/bench_convergence.py`` (the cosine schedule stretched to their
     length; solid: mean over the seeds run at that length) beside the pipeline's own runs (dashed,
@@ -359,13 +412,27 @@ def figure_convergence(results: dict, histories: dict[str, list[list[dict]]], la
         for j, (epochs, by_seed) in enumerate(sorted(by_len.items(), key=lambda kv: int(kv[0]))):
             y = np.mean([r["val_acc1"] for r in by_seed.values()], axis=0)
             n = len(by_seed)
-            ax.plot(range(1, len(y) + 1), y, marker="os^D"[j % 4], ms=2.5, color=color, alpha=1.0 - 0.25 * (j % 3),
-                    label=f"{labels.get(run, run)}: {epochs} epochs ({n} seed{'s' if n > 1 else ''})")
+            ax.plot(
+                range(1, len(y) + 1),
+                y,
+                marker="os^D"[j % 4],
+                ms=2.5,
+                color=color,
+                alpha=1.0 - 0.25 * (j % 3),
+                label=f"{labels.get(run, run)}: {epochs} epochs ({n} seed{'s' if n > 1 else ''})",
+            )
         own = [h for h in histories.get(run, []) if h]
         if own:
             y = np.mean([[e["val_acc1"] for e in h] for h in own], axis=0)
-            ax.plot(range(1, len(y) + 1), y, ls="--", marker="s", ms=3, color=color,
-                    label=f"{labels.get(run, run)}: this pipeline ({len(y)} epochs, {len(own)} seeds)")
+            ax.plot(
+                range(1, len(y) + 1),
+                y,
+                ls="--",
+                marker="s",
+                ms=3,
+                color=color,
+                label=f"{labels.get(run, run)}: this pipeline ({len(y)} epochs, {len(own)} seeds)",
+            )
     ax.axvline(mini_epochs, color="grey", lw=0.8, ls=":")
     ax.set_xlabel("epoch")
     ax.set_ylabel("validation Acc@1 (%)")

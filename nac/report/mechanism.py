@@ -2,6 +2,7 @@
 target (at initialisation and at the end of training), how far it moved, and what removing the
 kernel at evaluation costs. Read from the training metrics' ``mechanism`` block
 (``nac.mechanism``) and the evaluation metrics' ``iid_acc1_dense``."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -49,7 +50,9 @@ def mechanism_table(trains: list[dict[str, Any]], evals: list[dict[str, Any]], l
         es = evals_by[run]
         if es and all("iid_acc1_dense" in e for e in es):
             d = paired([e["iid_acc1"] for e in es], [e["iid_acc1_dense"] for e in es])
-            row["kernel ablation: IID Acc@1 kernel − dense"] = f"{d['mean']:+.2f}" + (f" ± {d['ci95']:.2f}" if d["n"] > 1 else "")
+            row["kernel ablation: IID Acc@1 kernel − dense"] = f"{d['mean']:+.2f}" + (
+                f" ± {d['ci95']:.2f}" if d["n"] > 1 else ""
+            )
         else:
             row["kernel ablation: IID Acc@1 kernel − dense"] = DASH
         rows.append(row)
@@ -62,8 +65,11 @@ def distance_table(trains: list[dict[str, Any]], ladder: list[str], phase: str) 
     seeds; ``*`` marks the closest row of each column among the four prior NACs."""
     by = _by_run(trains, ladder)
     runs = [r for r in ladder if r.startswith("nac-") and any("mechanism" in t for t in by[r])]
-    mean = {(r, p): float(np.mean([t["mechanism"][phase]["distance"].get(p, np.nan) for t in by[r]])) for r in runs
-            for p in PRIORS}
+    mean = {
+        (r, p): float(np.mean([t["mechanism"][phase]["distance"].get(p, np.nan) for t in by[r]]))
+        for r in runs
+        for p in PRIORS
+    }
     heads = [f"nac-{p}" for p in PRIORS if f"nac-{p}" in runs]
     best = {p: min(heads, key=lambda r: mean[(r, p)]) for p in PRIORS} if heads else {}
     rows = []

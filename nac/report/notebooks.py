@@ -9,6 +9,7 @@ nbclient's ``CellExecutionError`` (the cell's source and traceback; likewise a c
 timeout or a dead kernel); the partially executed notebook is still written, so its outputs up to
 the error can be inspected.
 """
+
 from __future__ import annotations
 
 import os
@@ -59,19 +60,27 @@ def execute(source: str | Path, out_dir: str | Path, cwd: str | Path = ".", time
     km = AsyncKernelManager(kernel_name=KERNEL, kernel_spec_manager=_ThisInterpreter())
     if km.has_trait("transport_encryption") and zmq.has("curve"):  # CurveZMQ where this jupyter_client offers it
         km.transport_encryption = "auto"
-    client = NotebookClient(nb, km=km, timeout=timeout, kernel_name=KERNEL, record_timing=False,
-                            resources={"metadata": {"path": str(Path(cwd).resolve())}})
+    client = NotebookClient(
+        nb,
+        km=km,
+        timeout=timeout,
+        kernel_name=KERNEL,
+        record_timing=False,
+        resources={"metadata": {"path": str(Path(cwd).resolve())}},
+    )
     start = time.perf_counter()
     try:
         client.execute(cleanup_kc=True)  # shut the kernel down even though we made its manager
     except CellExecutionError as e:  # the message holds the cell's source and traceback
         _write(nb, out_dir, name)
-        raise NotebookError(f"notebook {source} failed (partial output in {out_dir / name}.ipynb):\n"
-                            f"{strip_ansi(str(e))}") from e
+        raise NotebookError(
+            f"notebook {source} failed (partial output in {out_dir / name}.ipynb):\n{strip_ansi(str(e))}"
+        ) from e
     except (CellTimeoutError, DeadKernelError) as e:  # a cell over `timeout` s, or the kernel died
         _write(nb, out_dir, name)
-        raise NotebookError(f"notebook {source} failed (timeout per cell {timeout} s): "
-                            f"{type(e).__name__}: {strip_ansi(str(e))}") from e
+        raise NotebookError(
+            f"notebook {source} failed (timeout per cell {timeout} s): {type(e).__name__}: {strip_ansi(str(e))}"
+        ) from e
     seconds = time.perf_counter() - start
     return {"name": name, **_write(nb, out_dir, name), "seconds": round(seconds, 2)}
 
@@ -85,8 +94,12 @@ def _write(nb: nbformat.NotebookNode, out_dir: Path, name: str) -> dict:
     return {"ipynb": str(ipynb), "html": str(html)}
 
 
-def execute_all(src_dir: str | Path = "notebooks", out_dir: str | Path = "reports/notebooks", cwd: str | Path = ".",
-                timeout: int = 600) -> list[dict]:
+def execute_all(
+    src_dir: str | Path = "notebooks",
+    out_dir: str | Path = "reports/notebooks",
+    cwd: str | Path = ".",
+    timeout: int = 600,
+) -> list[dict]:
     """Execute every ``<src_dir>/*.py`` (see :func:`execute`), up to one kernel per CPU core at
     a time (the notebooks are independent; each runs in its own kernel either way); results in
     name order. The first failing notebook's :class:`NotebookError` is raised once all have run."""

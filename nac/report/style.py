@@ -1,4 +1,5 @@
 """One figure style for every report figure; figures are saved as PNG and SVG."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,17 +13,36 @@ import seaborn as sns  # noqa: E402
 PALETTE = "colorblind"
 # One style per series, the same in every figure: the runs in this order take colour i % 10 and marker
 # i % 8, so the first 40 series all differ (lcm(10, 8) = 40); names not listed follow in order of use.
-_ORDER = ["perceiver_io", "nac", "modfc", "frozen_graph", "nac-scale_free", "nac-planted_partition",
-          "nac-ring_of_cliques", "nac-erdos_renyi", "neural_interpreter", "modular_network", "conditional", "text_only",
-          "image_only"]
+_ORDER = [
+    "perceiver_io",
+    "nac",
+    "modfc",
+    "frozen_graph",
+    "nac-scale_free",
+    "nac-planted_partition",
+    "nac-ring_of_cliques",
+    "nac-erdos_renyi",
+    "neural_interpreter",
+    "modular_network",
+    "conditional",
+    "text_only",
+    "image_only",
+]
 _MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 _extra: list[str] = []
 
 
 def setup() -> None:
     sns.set_theme(context="paper", style="whitegrid", palette=PALETTE, font_scale=1.1)
-    plt.rcParams.update({"figure.dpi": 110, "savefig.dpi": 150, "savefig.bbox": "tight", "svg.hashsalt": "nac-repro",
-                         "svg.fonttype": "none"})
+    plt.rcParams.update(
+        {
+            "figure.dpi": 110,
+            "savefig.dpi": 150,
+            "savefig.bbox": "tight",
+            "svg.hashsalt": "nac-repro",
+            "svg.fonttype": "none",
+        }
+    )
 
 
 def series_style(run: str) -> dict:
@@ -42,8 +62,14 @@ def series_style(run: str) -> dict:
 
 def legend_outside(ax, *handles_labels, **kw) -> None:
     """The legend to the right of the axes, off the data (of ``handles_labels`` if given)."""
-    ax.legend(*handles_labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, frameon=False,
-              **{"fontsize": 7, **kw})
+    ax.legend(
+        *handles_labels,
+        loc="upper left",
+        bbox_to_anchor=(1.02, 1.0),
+        borderaxespad=0.0,
+        frameon=False,
+        **{"fontsize": 7, **kw},
+    )
 
 
 def save(fig, out_dir: str | Path, name: str) -> list[Path]:

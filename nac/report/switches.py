@@ -3,6 +3,7 @@ nac-repro's first model is a model or train key (``switches.yaml`` beside this f
 the authors' template, m2mKD, ours, the default), and the three that change the mechanism are
 measured on the image track by ``bench/bench_switches.py``: each turned alone away from the default,
 paired by seed with the pipeline's own default NAC."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,9 +21,11 @@ BENCH = Path("bench/results/switches.json")
 CODE = ("nac.training.loop", "nac.data.registry", "nac.tracks.image")
 
 # The measured switches: each run sets one image.model key to nac-repro's earlier choice.
-SWITCHES = {"truncation_mode": {"key": "truncation_mode", "value": "masked"},
-            "signature_fit": {"key": "signature_fit", "value": "margin"},
-            "matching": {"key": "matching", "value": "search"}}
+SWITCHES = {
+    "truncation_mode": {"key": "truncation_mode", "value": "masked"},
+    "signature_fit": {"key": "signature_fit", "value": "margin"},
+    "matching": {"key": "matching", "value": "search"},
+}
 
 # (label, how to read it from one run's eval + final mechanism numbers)
 EFFECTS = {
@@ -32,7 +35,8 @@ EFFECTS = {
     "links with P = 0 (%)": lambda ev, mech, prior: 100.0 * mech["sparsity"],
     "distance to own prior": lambda ev, mech, prior: mech["distance"][prior],
     "nearest other − own distance": lambda ev, mech, prior: (
-        min(v for k, v in mech["distance"].items() if k != prior) - mech["distance"][prior]),
+        min(v for k, v in mech["distance"].items() if k != prior) - mech["distance"][prior]
+    ),
 }
 
 
@@ -43,9 +47,12 @@ def bench_params(params: dict) -> dict[str, Any]:
     (the hash of the sources a checkpoint's fingerprint covers, ``nac.fingerprint.source_fingerprint``).
     The report uses a bench file only while these are unchanged."""
     image, data = params.get("image") or {}, params.get("data") or {}
-    return {"image": {k: image.get(k) for k in ("dataset", "val_split", "ood_dataset", "ood_split", "model", "train")},
-            "data": {str(d): data.get(d) for d in (image.get("dataset"), image.get("ood_dataset"))},
-            "prior": params.get("prior"), "code": source_fingerprint(CODE)[:16]}
+    return {
+        "image": {k: image.get(k) for k in ("dataset", "val_split", "ood_dataset", "ood_split", "model", "train")},
+        "data": {str(d): data.get(d) for d in (image.get("dataset"), image.get("ood_dataset"))},
+        "prior": params.get("prior"),
+        "code": source_fingerprint(CODE)[:16],
+    }
 
 
 def registry() -> list[dict[str, Any]]:
@@ -64,8 +71,10 @@ def bench_status(bench: dict | None, params: dict) -> str | None:
     if bench is None:
         return f"{BENCH} is missing (python bench/bench_switches.py)"
     if bench.get("params") != bench_params(params):
-        return (f"{BENCH} was measured under other params or code than the committed ones "
-                "(rerun python bench/bench_switches.py)")
+        return (
+            f"{BENCH} was measured under other params or code than the committed ones "
+            "(rerun python bench/bench_switches.py)"
+        )
     for name in SWITCHES:
         have = set((bench.get("switches") or {}).get(name) or {})
         lacking = [s for s in params["seeds"] if str(s) not in have]
@@ -85,9 +94,18 @@ def effects(bench: dict, defaults: dict[int, tuple[dict, dict]], prior: str, see
             base = [get(*defaults[s], prior) for s in seeds]
             other = [get(runs[str(s)]["eval"], runs[str(s)]["mechanism"]["final"], prior) for s in seeds]
             iv = paired_ci(other, base)
-            rows.append({"switch": f"{name}={spec['value']}", "effect": label, "default": sum(base) / len(base),
-                         "switched": sum(other) / len(other), "difference": iv.estimate,
-                         "lo": iv.lo, "hi": iv.hi, "n": iv.n})
+            rows.append(
+                {
+                    "switch": f"{name}={spec['value']}",
+                    "effect": label,
+                    "default": sum(base) / len(base),
+                    "switched": sum(other) / len(other),
+                    "difference": iv.estimate,
+                    "lo": iv.lo,
+                    "hi": iv.hi,
+                    "n": iv.n,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -116,8 +134,16 @@ def switch_table(long: pd.DataFrame | None) -> pd.DataFrame:
     rows = []
     for s in registry():
         key = s["key"]
-        rows.append({"switch": f"`{key}`", "what": s["what"], "paper": s["paper"],
-                     "authors (TINY-INET-NC-X)": s["authors"], "m2mKD": s["m2mkd"], "ours (nac_v1)": s["ours"],
-                     "default": s["default"],
-                     "measured effect of ours (paired by seed)": "; ".join(measured.get(key, [])) or "—"})
+        rows.append(
+            {
+                "switch": f"`{key}`",
+                "what": s["what"],
+                "paper": s["paper"],
+                "authors (TINY-INET-NC-X)": s["authors"],
+                "m2mKD": s["m2mkd"],
+                "ours (nac_v1)": s["ours"],
+                "default": s["default"],
+                "measured effect of ours (paired by seed)": "; ".join(measured.get(key, [])) or "—",
+            }
+        )
     return pd.DataFrame(rows)

@@ -1,5 +1,6 @@
 """Tables as pandas DataFrames, written as Markdown and CSV: ours (mean +- 95% CI over seeds)
 and differences between models beside the paper's differences."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,12 +9,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from nac.model import BASELINES
 from nac import metrics_io
+from nac.model import BASELINES
 from nac.report.published import NLVR, PAPER_ROW, RUN_LABELS, TABLE1, TABLE1_COLUMNS, TRACK_RUN_LABELS
 from nac.stats import summarize, welch_ci
 
-BASELINE_RUNS = tuple(BASELINES)   # the baselines' run names (not in the paper)
+BASELINE_RUNS = tuple(BASELINES)  # the baselines' run names (not in the paper)
 
 DASH = "—"  # a cell that does not apply (never left empty, so every CSV cell is filled)
 COLUMN_LABELS = {"iid_acc1": "IID Acc@1", "iid_acc5": "IID Acc@5", "ood_acc1": "OOD Acc@1", "ood_acc5": "OOD Acc@5"}
@@ -23,8 +24,9 @@ def fmt(mean: float, ci: float, n: int) -> str:
     return f"{mean:.2f}" if n < 2 else f"{mean:.2f} ± {ci:.2f}"
 
 
-def table1(evals: list[dict[str, Any]], ladder: list[str], parameters: dict[str, int] | None = None
-           ) -> tuple[pd.DataFrame, pd.DataFrame]:
+def table1(
+    evals: list[dict[str, Any]], ladder: list[str], parameters: dict[str, int] | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Returns (display table, long numeric table). Display: one row per ladder entry, each metric
     ``mean ± 95% CI`` over seeds, then Acc@1 minus Perceiver IO's, paired by seed (runs that share
     a seed share the data order), beside the paper's difference. Absolute accuracies are never
@@ -35,17 +37,30 @@ def table1(evals: list[dict[str, Any]], ladder: list[str], parameters: dict[str,
     for run in ladder:
         sub = df[df["run"] == run].sort_values("seed")
         if sub.empty:
-            raise ValueError(f"no evaluation metrics for run {run!r}; did the train stage run (python stages/train.py)?")
+            raise ValueError(
+                f"no evaluation metrics for run {run!r}; did the train stage run (python stages/train.py)?"
+            )
         row = {"model": RUN_LABELS.get(run, run), "seeds": int(len(sub))}
         if parameters:
             row["parameters"] = f"{parameters.get(run, 0):,}"
         for i, col in enumerate(TABLE1_COLUMNS):
             s = summarize(sub[col].tolist())
             row[COLUMN_LABELS[col]] = fmt(s["mean"], s["ci95"], s["n"])
-            numeric.append({"run": run, "metric": col, "mean": s["mean"], "ci95": s["ci95"], "n": s["n"],
-                            "paper": TABLE1[run][i] if run in TABLE1 else DASH})  # controls, baselines: not in the paper
+            numeric.append(
+                {
+                    "run": run,
+                    "metric": col,
+                    "mean": s["mean"],
+                    "ci95": s["ci95"],
+                    "n": s["n"],
+                    "paper": TABLE1[run][i] if run in TABLE1 else DASH,
+                }
+            )  # controls, baselines: not in the paper
         for col in ("iid_acc1", "ood_acc1"):
-            paper = TABLE1.get(run, (np.nan,) * 4)[TABLE1_COLUMNS.index(col)] - TABLE1["perceiver_io"][TABLE1_COLUMNS.index(col)]
+            paper = (
+                TABLE1.get(run, (np.nan,) * 4)[TABLE1_COLUMNS.index(col)]
+                - TABLE1["perceiver_io"][TABLE1_COLUMNS.index(col)]
+            )
             label = f"{COLUMN_LABELS[col]} − PIO: ours [paper]"
             if run == "perceiver_io" or list(base["seed"]) != list(sub["seed"]):
                 row[label] = DASH
@@ -87,7 +102,6 @@ def write_table(df: pd.DataFrame, out_dir: str | Path, name: str, floatfmt: str 
 # ---- the other tracks: Tables 2 and 3, NLVR, few-shot (Figure 4) ----
 
 
-
 def welch(a: list[float], b: list[float]) -> dict[str, float]:
     """``mean(a) - mean(b)`` with Welch's 95% CI half-width (``nac.stats.welch_ci``, the same sign
     convention); 0 when either side has fewer than two values or both have no spread."""
@@ -103,19 +117,24 @@ def paired(a: list[float], b: list[float]) -> dict[str, float]:
 
 def read_track(metrics: str | Path, track: str, runs: list[str], seeds: list[int]) -> list[dict[str, Any]]:
     """``metrics/tracks/<track>/<run>-<seed>.json`` of every configured run and seed."""
-    return metrics_io.track_runs(metrics, track, runs, seeds)   # validated; exactly these files, no extra
+    return metrics_io.track_runs(metrics, track, runs, seeds)  # validated; exactly these files, no extra
 
 
 def _values(results: list[dict[str, Any]], run: str, key: str) -> list[float]:
     return [r[key] for r in results if r["run"] == run]
 
 
-def comparison_table(results: dict[str, list[dict[str, Any]]], published: dict[str, dict[str, float]],
-                     track_labels: dict[str, str], nac_label: str) -> tuple[pd.DataFrame, dict[str, Any]]:
+def comparison_table(
+    results: dict[str, list[dict[str, Any]]],
+    published: dict[str, dict[str, float]],
+    track_labels: dict[str, str],
+    nac_label: str,
+) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Tables 2 and 3: the paper's rows with ours (test Acc@1, mean ± 95% CI over seeds) beside
     Perceiver IO and NAC, then NAC − Perceiver IO (95% CI, paired by seed) beside the paper's
     difference, and the test split's majority-class rate. Absolute accuracies are never subtracted
-    from the paper's (the embedded stand-ins are other datasets). ``results``: track -> metrics of runs ``perceiver_io`` and ``nac`` (and of a baseline, which gets its own rows).
+    from the paper's (the embedded stand-ins are other datasets). ``results``: track -> metrics of
+    runs ``perceiver_io`` and ``nac`` (and of a baseline, which gets its own rows).
     Returns (display table, numbers per track for summary.json)."""
     ours_row = {label: run for run, label in PAPER_ROW.items()}
     summary: dict[str, Any] = {track: {} for track in results}
@@ -147,8 +166,10 @@ def comparison_table(results: dict[str, list[dict[str, Any]]], published: dict[s
     # Baselines (not in the paper) on the tracks that ran them: their row, then their difference
     # to Perceiver IO paired by seed; "not run" on the others.
     for b in [b for b in BASELINE_RUNS if any(_values(res, b, "test_acc1") for res in results.values())]:
-        row, diff = {"model": RUN_LABELS[b], "seeds": seeds}, {"model": f"{RUN_LABELS[b]} − Perceiver IO (95% CI, paired by seed)",
-                                                             "seeds": seeds}
+        row, diff = (
+            {"model": RUN_LABELS[b], "seeds": seeds},
+            {"model": f"{RUN_LABELS[b]} − Perceiver IO (95% CI, paired by seed)", "seeds": seeds},
+        )
         for track, res in results.items():
             vals = _values(res, b, "test_acc1")
             stat = summarize(vals) if vals else None
@@ -172,8 +193,9 @@ def _type_label(t: str) -> str:
     return t.replace("_", " ")
 
 
-def nlvr_tables(results: list[dict[str, Any]], runs: list[str], analysis: dict[str, Any], clip_note: str
-                ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+def nlvr_tables(
+    results: list[dict[str, Any]], runs: list[str], analysis: dict[str, Any], clip_note: str
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """The NLVR tables: (accuracy of the conditional NAC and its controls, validation Acc@1 per
     reasoning type, the circuit analysis of ``nlvr/analysis.json``, numbers for summary.json)."""
     acc, summary = [], {"runs": {}, "analysis": dict(analysis)}
@@ -181,25 +203,59 @@ def nlvr_tables(results: list[dict[str, Any]], runs: list[str], analysis: dict[s
         s = {split: summarize(_values(results, run, f"{split}_acc1")) for split in ("val", "test")}
         chance = {split: float(np.mean(_values(results, run, f"{split}_chance"))) for split in ("val", "test")}
         paper = NLVR.get(run)
-        acc.append({"model": TRACK_RUN_LABELS.get(run, run), "seeds": str(s["val"]["n"]),
-                    "val Acc@1": fmt(s["val"]["mean"], s["val"]["ci95"], s["val"]["n"]),
-                    "test Acc@1": fmt(s["test"]["mean"], s["test"]["ci95"], s["test"]["n"]),
-                    "val chance": f"{chance['val']:.2f}", "test chance": f"{chance['test']:.2f}",
-                    "paper (NLVR2 val Acc@1)": DASH if paper is None else f"~{paper:.0f}",
-                    "ours − paper (val)": DASH if paper is None else f"{s['val']['mean'] - paper:+.2f}"})
-        summary["runs"][run] = {"val_acc1": s["val"], "test_acc1": s["test"], "val_chance": chance["val"],
-                                "test_chance": chance["test"], "paper_val_acc1": paper}
+        acc.append(
+            {
+                "model": TRACK_RUN_LABELS.get(run, run),
+                "seeds": str(s["val"]["n"]),
+                "val Acc@1": fmt(s["val"]["mean"], s["val"]["ci95"], s["val"]["n"]),
+                "test Acc@1": fmt(s["test"]["mean"], s["test"]["ci95"], s["test"]["n"]),
+                "val chance": f"{chance['val']:.2f}",
+                "test chance": f"{chance['test']:.2f}",
+                "paper (NLVR2 val Acc@1)": DASH if paper is None else f"~{paper:.0f}",
+                "ours − paper (val)": DASH if paper is None else f"{s['val']['mean'] - paper:+.2f}",
+            }
+        )
+        summary["runs"][run] = {
+            "val_acc1": s["val"],
+            "test_acc1": s["test"],
+            "val_chance": chance["val"],
+            "test_chance": chance["test"],
+            "paper_val_acc1": paper,
+        }
     if "conditional" in runs:
         for control in (r for r in runs if r != "conditional"):
-            d = {split: paired(_values(results, "conditional", f"{split}_acc1"), _values(results, control, f"{split}_acc1"))
-                 for split in ("val", "test")}
-            acc.append({"model": f"Conditional − {TRACK_RUN_LABELS.get(control, control).split(' (')[0]} (95% CI, paired by seed)",
-                        "seeds": str(d["val"]["n"]), "val Acc@1": fmt(d["val"]["mean"], d["val"]["ci95"], d["val"]["n"]),
-                        "test Acc@1": fmt(d["test"]["mean"], d["test"]["ci95"], d["test"]["n"]),
-                        "val chance": DASH, "test chance": DASH, "paper (NLVR2 val Acc@1)": DASH, "ours − paper (val)": DASH})
+            d = {
+                split: paired(
+                    _values(results, "conditional", f"{split}_acc1"), _values(results, control, f"{split}_acc1")
+                )
+                for split in ("val", "test")
+            }
+            acc.append(
+                {
+                    "model": f"Conditional − {TRACK_RUN_LABELS.get(control, control).split(' (')[0]} "
+                    "(95% CI, paired by seed)",
+                    "seeds": str(d["val"]["n"]),
+                    "val Acc@1": fmt(d["val"]["mean"], d["val"]["ci95"], d["val"]["n"]),
+                    "test Acc@1": fmt(d["test"]["mean"], d["test"]["ci95"], d["test"]["n"]),
+                    "val chance": DASH,
+                    "test chance": DASH,
+                    "paper (NLVR2 val Acc@1)": DASH,
+                    "ours − paper (val)": DASH,
+                }
+            )
             summary["runs"][f"conditional_minus_{control}"] = {"val_acc1": d["val"], "test_acc1": d["test"]}
-    acc.append({"model": "CLIP zero-shot", "seeds": DASH, "val Acc@1": clip_note, "test Acc@1": DASH, "val chance": DASH,
-                "test chance": DASH, "paper (NLVR2 val Acc@1)": f"{NLVR['clip_zero_shot']:.0f}", "ours − paper (val)": DASH})
+    acc.append(
+        {
+            "model": "CLIP zero-shot",
+            "seeds": DASH,
+            "val Acc@1": clip_note,
+            "test Acc@1": DASH,
+            "val chance": DASH,
+            "test chance": DASH,
+            "paper (NLVR2 val Acc@1)": f"{NLVR['clip_zero_shot']:.0f}",
+            "ours − paper (val)": DASH,
+        }
+    )
 
     types = list(results[0]["val_acc1_by_type"])
     counts = analysis.get("count_by_type", {})
@@ -209,7 +265,9 @@ def nlvr_tables(results: list[dict[str, Any]], runs: list[str], analysis: dict[s
         row = {"model": TRACK_RUN_LABELS.get(run, run)}
         for t in types:
             s = summarize([r["val_acc1_by_type"][t] for r in sub])
-            row[f"{_type_label(t)} (n={counts[t]})" if t in counts else _type_label(t)] = fmt(s["mean"], s["ci95"], s["n"])
+            row[f"{_type_label(t)} (n={counts[t]})" if t in counts else _type_label(t)] = fmt(
+                s["mean"], s["ci95"], s["n"]
+            )
             summary["runs"][run].setdefault("val_acc1_by_type", {})[t] = s
         by_type.append(row)
     return pd.DataFrame(acc), pd.DataFrame(by_type), analysis_table(analysis), summary
@@ -225,16 +283,37 @@ def analysis_table(a: dict[str, Any]) -> pd.DataFrame:
     else:
         knn = sil = ["not computed (fewer than 2 sentences per type)", DASH]
     rows = [
-        {"measure": f"kNN accuracy of the reasoning type from P (k={a['knn_k']}, {a['folds']}-fold CV, ± 95% CI over folds)",
-         label: knn[0], "shuffled types": knn[1], "chance (majority type)": f"{a['chance']:.2f}"},
-        {"measure": f"silhouette of the reasoning types (PCA-{a['pca_dim']} of P)", label: sil[0],
-         "shuffled types": sil[1], "chance (majority type)": "0 (no structure)"},
-        {"measure": "spread of P across sentences (mean over module pairs of the std of P_ij)", label: f"{a['p_spread']:.4f}",
-         "shuffled types": DASH, "chance (majority type)": DASH},
-        {"measure": "mean link probability P_ij", label: f"{a['p_mean']:.3f}", "shuffled types": DASH,
-         "chance (majority type)": DASH},
-        {"measure": f"variance of P kept by PCA-{a['pca_dim']}", label: f"{100 * a['pca_explained']:.1f}%",
-         "shuffled types": DASH, "chance (majority type)": DASH},
+        {
+            "measure": f"kNN accuracy of the reasoning type from P (k={a['knn_k']}, "
+            f"{a['folds']}-fold CV, ± 95% CI over folds)",
+            label: knn[0],
+            "shuffled types": knn[1],
+            "chance (majority type)": f"{a['chance']:.2f}",
+        },
+        {
+            "measure": f"silhouette of the reasoning types (PCA-{a['pca_dim']} of P)",
+            label: sil[0],
+            "shuffled types": sil[1],
+            "chance (majority type)": "0 (no structure)",
+        },
+        {
+            "measure": "spread of P across sentences (mean over module pairs of the std of P_ij)",
+            label: f"{a['p_spread']:.4f}",
+            "shuffled types": DASH,
+            "chance (majority type)": DASH,
+        },
+        {
+            "measure": "mean link probability P_ij",
+            label: f"{a['p_mean']:.3f}",
+            "shuffled types": DASH,
+            "chance (majority type)": DASH,
+        },
+        {
+            "measure": f"variance of P kept by PCA-{a['pca_dim']}",
+            label: f"{100 * a['pca_explained']:.1f}%",
+            "shuffled types": DASH,
+            "chance (majority type)": DASH,
+        },
     ]
     return pd.DataFrame(rows)
 
@@ -253,8 +332,11 @@ def fewshot_stats(rows: list[dict[str, Any]]) -> pd.DataFrame:
     out = []
     for shots, g in wide.groupby(level="shots"):
         both = g[["perceiver_io", "nac"]].dropna()
-        for run, vals in (("perceiver_io", g["perceiver_io"].dropna()), ("nac", g["nac"].dropna()),
-                          ("nac_minus_perceiver_io", both["nac"] - both["perceiver_io"])):
+        for run, vals in (
+            ("perceiver_io", g["perceiver_io"].dropna()),
+            ("nac", g["nac"].dropna()),
+            ("nac_minus_perceiver_io", both["nac"] - both["perceiver_io"]),
+        ):
             out.append({"shots": int(shots), "run": run, **summarize(vals.tolist())})
         for b in baselines:
             pair = g[["perceiver_io", b]].dropna()
@@ -271,9 +353,14 @@ def fewshot_table(stats: dict[str, pd.DataFrame]) -> pd.DataFrame:
         for shots, g in df.groupby("shots"):
             s = g.set_index("run")
             cell = lambda run: fmt(s.loc[run, "mean"], s.loc[run, "ci95"], int(s.loc[run, "n"]))  # noqa: E731
-            row = {"target": target, "shots": int(shots), "episodes": int(s.loc["nac_minus_perceiver_io", "n"]),
-                   "Perceiver IO": cell("perceiver_io"), "NAC": cell("nac"),
-                   "NAC − Perceiver IO (paired)": cell("nac_minus_perceiver_io")}
+            row = {
+                "target": target,
+                "shots": int(shots),
+                "episodes": int(s.loc["nac_minus_perceiver_io", "n"]),
+                "Perceiver IO": cell("perceiver_io"),
+                "NAC": cell("nac"),
+                "NAC − Perceiver IO (paired)": cell("nac_minus_perceiver_io"),
+            }
             for b in FEWSHOT_BASELINES:
                 if b in s.index:
                     name = RUN_LABELS.get(b, b).replace(" (baseline)", "")
@@ -309,8 +396,14 @@ def prune_control_table(prune: pd.DataFrame, runs: list[str]) -> pd.DataFrame:
                 continue
             sa, sb = summarize(a["acc1"].tolist()), summarize(b["acc1"].tolist())
             d = paired(a["acc1"].tolist(), b["acc1"].tolist())
-            rows.append({"model": RUN_LABELS.get(run, run), "dropped fraction": f,
-                         "Acc@1, ranked": fmt(sa["mean"], sa["ci95"], sa["n"]),
-                         "Acc@1, random orders": fmt(sb["mean"], sb["ci95"], sb["n"]),
-                         "ranked − random (paired by seed)": f"{d['mean']:+.2f}" + (f" ± {d['ci95']:.2f}" if d["n"] > 1 else "")})
+            rows.append(
+                {
+                    "model": RUN_LABELS.get(run, run),
+                    "dropped fraction": f,
+                    "Acc@1, ranked": fmt(sa["mean"], sa["ci95"], sa["n"]),
+                    "Acc@1, random orders": fmt(sb["mean"], sb["ci95"], sb["n"]),
+                    "ranked − random (paired by seed)": f"{d['mean']:+.2f}"
+                    + (f" ± {d['ci95']:.2f}" if d["n"] > 1 else ""),
+                }
+            )
     return pd.DataFrame(rows)

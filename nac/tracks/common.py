@@ -14,6 +14,7 @@ A trained model is ``models/<track>/<run>-<seed>.pt`` (resumed from when interru
 metrics (validation and test accuracy, the majority-class rate of each split, per-epoch history)
 are ``metrics/tracks/<track>/<run>-<seed>.json``.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,9 +29,9 @@ from nac.evaluation import accuracy_by_group, predict, topk_accuracy
 from nac.graphs import _resolve as resolve_prior
 from nac.model import BASELINES, count_parameters
 from nac.pipeline import schema_models as schema
+from nac.pipeline.datasets import dataset_info, track_builder
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import track_checkpoint, track_metrics
-from nac.pipeline.datasets import dataset_info, track_builder
 from nac.pipeline.runs import prior_settings, train_config, train_run
 from nac.training.config import TrainConfig
 
@@ -42,8 +43,12 @@ TRACK_RUNS: dict[str, tuple[str, ...]] = {
     "text": ("perceiver_io", "nac", "neural_interpreter"),
     "nlvr": ("conditional", "text_only", "image_only"),
 }
-TRACK_TITLES = {"points": "Point clouds (Table 2)", "listops": "ListOps (Table 3)", "text": "Byte-level text (Table 3)",
-                "nlvr": "NLVR (conditional NAC)"}
+TRACK_TITLES = {
+    "points": "Point clouds (Table 2)",
+    "listops": "ListOps (Table 3)",
+    "text": "Byte-level text (Table 3)",
+    "nlvr": "NLVR (conditional NAC)",
+}
 
 
 def _with_vocab(tokenizer: dict[str, Any], info: dict[str, Any], cond: bool = False) -> dict[str, Any]:
@@ -89,8 +94,12 @@ def track_model_config(params: dict, track: str, run: str, info: dict[str, Any])
     elif run == "conditional":
         if not cond_tok:
             raise ParamsError(f"{track}.model.cond_tokenizer is required for the conditional NAC")
-        cfg.update(variant="nac", generator="conditional", cond_tokenizer=_with_vocab(cond_tok, info, cond=True),
-                   **(prior_settings(params) if model.get("generator_regularizer") else {}))  # its prior: the `prior` group
+        cfg.update(
+            variant="nac",
+            generator="conditional",
+            cond_tokenizer=_with_vocab(cond_tok, info, cond=True),
+            **(prior_settings(params) if model.get("generator_regularizer") else {}),
+        )  # its prior: the `prior` group
     elif run == "text_only":
         if not cond_tok:
             raise ParamsError(f"{track}.model.cond_tokenizer is required for the text-only control")
@@ -111,7 +120,7 @@ def hashed_ngrams(ids: torch.Tensor, n: int, buckets: int) -> torch.Tensor:
     x = ids.long()
     h = torch.zeros_like(x)
     for k in range(n):
-        shifted = torch.cat([x.new_zeros(*x.shape[:-1], k), x[..., :x.shape[-1] - k]], dim=-1) if k else x
+        shifted = torch.cat([x.new_zeros(*x.shape[:-1], k), x[..., : x.shape[-1] - k]], dim=-1) if k else x
         h = (h * 1_000_003 + shifted) % 2_147_483_647
     return torch.where(x > 0, 1 + h % buckets, torch.zeros_like(h))
 
@@ -149,12 +158,21 @@ def majority_rate(labels: np.ndarray) -> float:
     return float(100.0 * counts.max() / counts.sum())
 
 
-def evaluate_split(model: torch.nn.Module, data: Dataset, device, batch_size: int,
-                   groups: np.ndarray | None = None, group_names: list[str] | None = None) -> dict[str, Any]:
+def evaluate_split(
+    model: torch.nn.Module,
+    data: Dataset,
+    device,
+    batch_size: int,
+    groups: np.ndarray | None = None,
+    group_names: list[str] | None = None,
+) -> dict[str, Any]:
     """Acc@1, the split's majority-class rate and size, and Acc@1 per group (reasoning type)."""
     out = predict(model, data, device, batch_size)
-    res = {"acc1": topk_accuracy(out["logits"], out["label"], 1), "chance": majority_rate(out["label"]),
-           "n": int(len(out["label"]))}
+    res = {
+        "acc1": topk_accuracy(out["logits"], out["label"], 1),
+        "chance": majority_rate(out["label"]),
+        "n": int(len(out["label"])),
+    }
     if groups is not None:
         res["acc1_by_type"] = accuracy_by_group(out["logits"], out["label"], np.asarray(groups), group_names)
     return res
@@ -162,8 +180,14 @@ def evaluate_split(model: torch.nn.Module, data: Dataset, device, batch_size: in
 
 # Relative training cost of a track's runs on mini (rough weights, not a measurement to quote): only
 # the order in which ``train_track_jobs`` hands jobs to the workers (longest first), never a result.
-_TRACK_COST = {"neural_interpreter": 110, "conditional": 55, "image_only": 39, "nac": 25, "text_only": 27,
-               "perceiver_io": 17}
+_TRACK_COST = {
+    "neural_interpreter": 110,
+    "conditional": 55,
+    "image_only": 39,
+    "nac": 25,
+    "text_only": 27,
+    "perceiver_io": 17,
+}
 
 
 def train_track_jobs(params: dict, track: str) -> list[tuple[dict, str, str, int]]:
@@ -181,8 +205,9 @@ def train_and_evaluate_track_run(params: dict, track: str, run: str, seed: int, 
         write_json(track_metrics(track, run, seed), res)
 
 
-def train_track_run(params: dict, track: str, run: str, seed: int, live_dir: str | Path | None = None,
-                    progress: bool = True) -> dict[str, Any] | None:
+def train_track_run(
+    params: dict, track: str, run: str, seed: int, live_dir: str | Path | None = None, progress: bool = True
+) -> dict[str, Any] | None:
     """Train one run of a track with one seed, then evaluate it on the validation and test
     splits. Returns the metrics (``None`` on non-main processes under torchrun)."""
     sec = params[track]
@@ -191,13 +216,29 @@ def train_track_run(params: dict, track: str, run: str, seed: int, live_dir: str
     ngram = sec.get("ngram")
     train_set = RunInputs(ds.load("train"), run, ngram)
     val = RunInputs(ds.load(sec.get("val_split", "val")), run, ngram)
-    model, out, world = train_run(params, track_model_config(params, track, run, ds.info()), cfg, train_set, val,
-                                  dataset=sec["dataset"], checkpoint=track_checkpoint(track, run, seed),
-                                  source=__name__, desc=f"{track} {run}-{seed}", live_dir=live_dir, progress=progress)
+    model, out, world = train_run(
+        params,
+        track_model_config(params, track, run, ds.info()),
+        cfg,
+        train_set,
+        val,
+        dataset=sec["dataset"],
+        checkpoint=track_checkpoint(track, run, seed),
+        source=__name__,
+        desc=f"{track} {run}-{seed}",
+        live_dir=live_dir,
+        progress=progress,
+    )
     if not world.is_main:
         return None
-    res: dict[str, Any] = {"track": track, "dataset": sec["dataset"], "run": run, "seed": seed,
-                           "parameters": count_parameters(model), "history": out["history"]}
+    res: dict[str, Any] = {
+        "track": track,
+        "dataset": sec["dataset"],
+        "run": run,
+        "seed": seed,
+        "parameters": count_parameters(model),
+        "history": out["history"],
+    }
     device = world.device
     for split in (sec.get("val_split", "val"), sec.get("test_split", "test")):
         groups, names = reasoning_types(ds, split) if track == "nlvr" else (None, None)
@@ -210,10 +251,39 @@ def train_track_run(params: dict, track: str, run: str, seed: int, live_dir: str
 # ---------------------------------------------------------------------------- NLVR reasoning types
 REASONING_TYPES = ("hard cardinality", "soft cardinality", "existential", "spatial")
 _NUMBER_WORDS = {"one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "single", "pair"}
-_SOFT_WORDS = {"many", "few", "more", "less", "fewer", "most", "several", "multiple", "least", "some", "majority",
-               "only"}
-_SPATIAL_WORDS = {"left", "right", "above", "below", "behind", "front", "next", "beside", "near", "top", "bottom",
-                  "under", "over", "between", "on", "inside", "around"}
+_SOFT_WORDS = {
+    "many",
+    "few",
+    "more",
+    "less",
+    "fewer",
+    "most",
+    "several",
+    "multiple",
+    "least",
+    "some",
+    "majority",
+    "only",
+}
+_SPATIAL_WORDS = {
+    "left",
+    "right",
+    "above",
+    "below",
+    "behind",
+    "front",
+    "next",
+    "beside",
+    "near",
+    "top",
+    "bottom",
+    "under",
+    "over",
+    "between",
+    "on",
+    "inside",
+    "around",
+}
 
 
 def sentence_reasoning_type(sentence: str) -> int:

@@ -28,6 +28,7 @@ controller's mode selection frozen and no EM.
 Optimisation (tested equal to the plain form): with a frozen tokenizer the tokens of the support
 and query images are computed once per episode instead of at every step.
 """
+
 from __future__ import annotations
 
 import copy
@@ -63,8 +64,8 @@ class FewShotConfig(ConfigDict):
     precompute_tokens: bool = True
     support_split: str = "train"
     query_split: str = "test"
-    ni_new_functions: int = 0      # Neural Interpreter: new functions per script (nac.baselines.fewshot)
-    mn_train: str = "modules"      # Modular Network: "modules" or "head" (nac.baselines.fewshot)
+    ni_new_functions: int = 0  # Neural Interpreter: new functions per script (nac.baselines.fewshot)
+    mn_train: str = "modules"  # Modular Network: "modules" or "head" (nac.baselines.fewshot)
 
     def __post_init__(self) -> None:
         if self.ways < 2:
@@ -86,26 +87,28 @@ class FewShotConfig(ConfigDict):
 
 @dataclass
 class Episode:
-    classes: np.ndarray              # [ways] original class ids
-    support: dict[int, np.ndarray]   # shots -> indices into the support split ([ways * shots], class-major)
-    query: np.ndarray                # indices into the query split
+    classes: np.ndarray  # [ways] original class ids
+    support: dict[int, np.ndarray]  # shots -> indices into the support split ([ways * shots], class-major)
+    query: np.ndarray  # indices into the query split
 
 
-def sample_episode(support_labels: np.ndarray, query_labels: np.ndarray, cfg: FewShotConfig,
-                   seed: int) -> Episode:
+def sample_episode(support_labels: np.ndarray, query_labels: np.ndarray, cfg: FewShotConfig, seed: int) -> Episode:
     """One episode (see the module docstring), deterministic in ``seed``."""
     rng = np.random.default_rng(seed)
     classes_all = np.intersect1d(np.unique(support_labels), np.unique(query_labels))
     need = max(cfg.shots)
     usable = [c for c in classes_all if (support_labels == c).sum() >= need]
     if len(usable) < cfg.ways:
-        raise ValueError(f"few-shot: only {len(usable)} classes have >= {need} support examples; "
-                         f"{cfg.ways}-way episodes need {cfg.ways}. Lower fewshot.ways or max(fewshot.shots)")
+        raise ValueError(
+            f"few-shot: only {len(usable)} classes have >= {need} support examples; "
+            f"{cfg.ways}-way episodes need {cfg.ways}. Lower fewshot.ways or max(fewshot.shots)"
+        )
     classes = np.sort(rng.choice(np.asarray(usable), size=cfg.ways, replace=False))
     order = {c: rng.permutation(np.flatnonzero(support_labels == c)) for c in classes}
     support = {k: np.concatenate([order[c][:k] for c in classes]) for k in cfg.shots}
-    query = np.concatenate([rng.permutation(np.flatnonzero(query_labels == c))[:cfg.queries_per_class]
-                            for c in classes])
+    query = np.concatenate(
+        [rng.permutation(np.flatnonzero(query_labels == c))[: cfg.queries_per_class] for c in classes]
+    )
     return Episode(classes, support, query)
 
 
@@ -146,8 +149,15 @@ def _set_mode(model: nn.Module, freeze: list[str]) -> None:
             module.eval()
 
 
-def adapt(pretrained: nn.Module, support_x: torch.Tensor, support_y: torch.Tensor, cfg: FewShotConfig, seed: int,
-          device: torch.device | str = "cpu", precompute_tokens: bool | None = None) -> nn.Module:
+def adapt(
+    pretrained: nn.Module,
+    support_x: torch.Tensor,
+    support_y: torch.Tensor,
+    cfg: FewShotConfig,
+    seed: int,
+    device: torch.device | str = "cpu",
+    precompute_tokens: bool | None = None,
+) -> nn.Module:
     """Fine-tune a copy of ``pretrained`` on the support set (see the module docstring).
 
     With ``precompute_tokens`` (default ``cfg.precompute_tokens``) and a frozen tokenizer, the
@@ -171,7 +181,7 @@ def adapt(pretrained: nn.Module, support_x: torch.Tensor, support_y: torch.Tenso
     n = len(support_y)
     for _ in range(cfg.steps):
         _set_mode(model, freeze)
-        idx = (torch.randperm(n, generator=gen)[:cfg.batch_size] if n > cfg.batch_size else torch.arange(n)).to(device)
+        idx = (torch.randperm(n, generator=gen)[: cfg.batch_size] if n > cfg.batch_size else torch.arange(n)).to(device)
         design = model.design()
         loss = F.cross_entropy(model(support_x[idx], design=design), support_y[idx])
         if cfg.reg_weight:
@@ -203,32 +213,50 @@ def input_size(model: nn.Module) -> int | None:
 
 
 @torch.no_grad()
-def query_accuracy(model: nn.Module, query_x: torch.Tensor, query_y: torch.Tensor, tokenizer: nn.Module | None = None,
-                   batch_size: int = 256) -> float:
+def query_accuracy(
+    model: nn.Module,
+    query_x: torch.Tensor,
+    query_y: torch.Tensor,
+    tokenizer: nn.Module | None = None,
+    batch_size: int = 256,
+) -> float:
     """Acc@1 (percent) on the queries; ``tokenizer`` first maps them to tokens (for a model
     adapted with precomputed tokens)."""
     model.eval()
     device = next(model.parameters()).device
     preds = []
     for i in range(0, len(query_x), batch_size):
-        x = query_x[i:i + batch_size].to(device)
+        x = query_x[i : i + batch_size].to(device)
         if tokenizer is not None:
             x = tokenizer.eval()(x)
         preds.append(model(x).argmax(-1).cpu())
     return float(100.0 * (torch.cat(preds) == query_y.cpu()).float().mean().item())
 
 
-def adapt_and_evaluate(pretrained: nn.Module, support_x: torch.Tensor, support_y: torch.Tensor,
-                       query_x: torch.Tensor, query_y: torch.Tensor, cfg: FewShotConfig, seed: int,
-                       device: torch.device | str = "cpu") -> float:
+def adapt_and_evaluate(
+    pretrained: nn.Module,
+    support_x: torch.Tensor,
+    support_y: torch.Tensor,
+    query_x: torch.Tensor,
+    query_y: torch.Tensor,
+    cfg: FewShotConfig,
+    seed: int,
+    device: torch.device | str = "cpu",
+) -> float:
     """Fine-tune a copy of ``pretrained`` on the support set; query Acc@1 in percent."""
     model = adapt(pretrained, support_x, support_y, cfg, seed, device)
     tokenizer = pretrained.tokenizer.to(device) if isinstance(getattr(model, "tokenizer", None), nn.Identity) else None
     return query_accuracy(model, query_x, query_y, tokenizer)
 
 
-def run_fewshot(pretrained: dict[str, list[nn.Module]], targets: dict[str, Any], cfg: FewShotConfig,
-                device: torch.device | str = "cpu", progress: bool = True, seed: int = 0) -> list[dict[str, Any]]:
+def run_fewshot(
+    pretrained: dict[str, list[nn.Module]],
+    targets: dict[str, Any],
+    cfg: FewShotConfig,
+    device: torch.device | str = "cpu",
+    progress: bool = True,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
     """All episodes: ``pretrained`` maps a run name to its pre-trained models (one per seed;
     episode ``e`` uses model ``e % len``), ``targets`` maps a target name to its dataset builder.
     Returns one row per (target, run, shots, episode)."""
@@ -238,8 +266,13 @@ def run_fewshot(pretrained: dict[str, list[nn.Module]], targets: dict[str, Any],
 
     rows = []
     jobs = [(t, e) for t in targets for e in range(cfg.episodes)]
-    bar = tqdm(total=len(jobs) * len(pretrained) * len(cfg.shots), desc="few-shot", unit="fit", disable=not progress,
-               **bar_kwargs())
+    bar = tqdm(
+        total=len(jobs) * len(pretrained) * len(cfg.shots),
+        desc="few-shot",
+        unit="fit",
+        disable=not progress,
+        **bar_kwargs(),
+    )
     for t_idx, (target, e) in enumerate(jobs):
         b = targets[target]
         sup, qry = b.load(cfg.support_split), b.load(cfg.query_split)
@@ -252,10 +285,28 @@ def run_fewshot(pretrained: dict[str, list[nn.Module]], targets: dict[str, Any],
             model_index = e % len(models)
             for k in cfg.shots:
                 idx = ep.support[k]
-                acc = adapt_and_evaluate(models[model_index], _stack(sup, idx, size), _relabel(sup_labels[idx], ep.classes),
-                                         qx, qy, cfg, seed=ep_seed * 31 + k, device=device)
-                rows.append({"target": target, "run": run, "shots": int(k), "episode": e, "model_index": model_index,
-                             "acc1": acc, "n_query": int(len(qy)), "classes": [int(c) for c in ep.classes]})
+                acc = adapt_and_evaluate(
+                    models[model_index],
+                    _stack(sup, idx, size),
+                    _relabel(sup_labels[idx], ep.classes),
+                    qx,
+                    qy,
+                    cfg,
+                    seed=ep_seed * 31 + k,
+                    device=device,
+                )
+                rows.append(
+                    {
+                        "target": target,
+                        "run": run,
+                        "shots": int(k),
+                        "episode": e,
+                        "model_index": model_index,
+                        "acc1": acc,
+                        "n_query": int(len(qy)),
+                        "classes": [int(c) for c in ep.classes],
+                    }
+                )
                 bar.update(1)
                 bar.set_postfix(target=target, run=run, shots=k)
     bar.close()
@@ -275,9 +326,13 @@ def load_pretrained(params: dict, run: str, device, progress: bool = True) -> li
     """The pre-trained models of one few-shot run, one per seed (see the module docstring)."""
     fs = params["fewshot"]
     if fs["source"] == "image":
-        return [load_model(image_checkpoint(fewshot_image_run(params, run), s), map_location=device)
-                for s in params["seeds"]]
-    return [load_model(pretrain_checkpoint(run, s), map_location=device) for s in params["seeds"]]  # the pretrain stage's
+        return [
+            load_model(image_checkpoint(fewshot_image_run(params, run), s), map_location=device)
+            for s in params["seeds"]
+        ]
+    return [
+        load_model(pretrain_checkpoint(run, s), map_location=device) for s in params["seeds"]
+    ]  # the pretrain stage's
 
 
 def run_target(params: dict, target: str, out_dir: str = "metrics/fewshot", progress: bool = True) -> list[dict]:
@@ -292,14 +347,17 @@ def run_target(params: dict, target: str, out_dir: str = "metrics/fewshot", prog
     device = resolve_device(params.get("device", "auto"))
     data = params["data"]
     b = get_builder(target, data.get("root", "data"), data.get(target) or {})
-    pretrained = {run: [m.to(device).eval() for m in load_pretrained(params, run, device, progress)] for run in fs["runs"]}
-    rows = run_fewshot(pretrained, {target: b}, cfg, device=device, progress=progress,
-                       seed=int(fs.get("seed", 0)))
+    pretrained = {
+        run: [m.to(device).eval() for m in load_pretrained(params, run, device, progress)] for run in fs["runs"]
+    }
+    rows = run_fewshot(pretrained, {target: b}, cfg, device=device, progress=progress, seed=int(fs.get("seed", 0)))
     for r in rows:
         r["model"] = fewshot_image_run(params, r["run"]) if fs["source"] == "image" else r["run"]
     out = Path(out_dir)
-    write_json(out / f"{target}.json", {"target": target, "source": fs["source"], "protocol": cfg.to_dict(),
-                                        "rows": rows})
-    pd.DataFrame([{k: v for k, v in r.items() if k != "classes"} for r in rows]).to_csv(out / f"{target}.csv", index=False)
+    write_json(
+        out / f"{target}.json", {"target": target, "source": fs["source"], "protocol": cfg.to_dict(), "rows": rows}
+    )
+    pd.DataFrame([{k: v for k, v in r.items() if k != "classes"} for r in rows]).to_csv(
+        out / f"{target}.csv", index=False
+    )
     return rows
-

@@ -6,6 +6,7 @@ baseline, ``nac-<prior>``, ``nac-<prior>-noreg``, ``nac-<prior>-randinit``); ``<
 one trained model. Runs with the same seed share the initialisation of every other parameter and
 the data order, so differences between them are paired by seed.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -23,11 +24,11 @@ from nac.graphs import PRIOR_DEFAULTS
 from nac.mechanism import has_graph, mechanism_numbers, processor_graph
 from nac.model import BASELINES, count_parameters
 from nac.pipeline import schema_models as schema
-from nac.pipeline.schema import check_prune
-from nac.pipeline.paths import image_checkpoint, parse_run
 from nac.pipeline.datasets import builder
 from nac.pipeline.io import write_json
+from nac.pipeline.paths import image_checkpoint, parse_run
 from nac.pipeline.runs import train_config, train_run
+from nac.pipeline.schema import check_prune
 from nac.pruning import drop_modules, module_connectivity, random_connectivity
 from nac.training.config import TrainConfig
 from nac.training.distributed import resolve_device
@@ -65,8 +66,9 @@ def image_train_config(params: dict, seed: int) -> TrainConfig:
     return train_config(params, params["image"]["train"], seed)
 
 
-def train_image_run(params: dict, run: str, seed: int, live_dir: str | Path | None = None,
-                    progress: bool = True) -> dict | None:
+def train_image_run(
+    params: dict, run: str, seed: int, live_dir: str | Path | None = None, progress: bool = True
+) -> dict | None:
     """Train one ladder entry with one seed; returns the training history and final metrics
     (on the main process; ``None`` on the others under torchrun)."""
     image = params["image"]
@@ -78,10 +80,20 @@ def train_image_run(params: dict, run: str, seed: int, live_dir: str | Path | No
         if has_graph(model):
             initial.update(P=processor_graph(model), numbers=mechanism_numbers(model))
 
-    model, out, world = train_run(params, image_model_config(params, run, seed, ds.info()["num_classes"]),
-                                  image_train_config(params, seed), train_set, val_set, dataset=image["dataset"],
-                                  checkpoint=image_checkpoint(run, seed), source=__name__, desc=f"train {run}-{seed}",
-                                  live_dir=live_dir, progress=progress, before_fit=record_initial_graph)
+    model, out, world = train_run(
+        params,
+        image_model_config(params, run, seed, ds.info()["num_classes"]),
+        image_train_config(params, seed),
+        train_set,
+        val_set,
+        dataset=image["dataset"],
+        checkpoint=image_checkpoint(run, seed),
+        source=__name__,
+        desc=f"train {run}-{seed}",
+        live_dir=live_dir,
+        progress=progress,
+        before_fit=record_initial_graph,
+    )
     if not world.is_main:
         return None
     res = {"run": run, "seed": seed, "parameters": count_parameters(model), **out["final"], "history": out["history"]}
@@ -92,8 +104,14 @@ def train_image_run(params: dict, run: str, seed: int, live_dir: str | Path | No
 
 # Relative training cost of a run on mini (rough weights, not a measurement to quote): only the order
 # in which ``train_image_jobs`` hands jobs to the workers (longest first), never a result.
-_COST = {"neural_interpreter": 96, "nac": 60, "frozen_graph": 59, "modfc": 55, "perceiver_io": 48,
-         "modular_network": 41}
+_COST = {
+    "neural_interpreter": 96,
+    "nac": 60,
+    "frozen_graph": 59,
+    "modfc": 55,
+    "perceiver_io": 48,
+    "modular_network": 41,
+}
 
 
 def train_image_jobs(params: dict) -> list[tuple[dict, str, int]]:
@@ -122,8 +140,13 @@ def evaluate_image_run(params: dict, run: str, seed: int) -> dict[str, Any]:
     """IID validation and OOD Acc@1 / Acc@5, and OOD Acc@1 per rendition style."""
     image = params["image"]
     device = resolve_device(params.get("device", "auto"))
-    model = load_model(image_checkpoint(run, seed), map_location=device, expect_config=image_model_config(
-        params, run, seed, builder(params, image["dataset"]).info()["num_classes"]).to_dict()).to(device)
+    model = load_model(
+        image_checkpoint(run, seed),
+        map_location=device,
+        expect_config=image_model_config(
+            params, run, seed, builder(params, image["dataset"]).info()["num_classes"]
+        ).to_dict(),
+    ).to(device)
     bs = image["train"].get("eval_batch_size", 256)
     val_set = builder(params, image["dataset"]).load(image["val_split"])
     iid = predict(model, val_set, device, bs)
@@ -137,11 +160,16 @@ def evaluate_image_run(params: dict, run: str, seed: int) -> dict[str, Any]:
         model.config = replace(model.config, eval_kernel="dense")
         dense = predict(model, val_set, device, bs)
     classes = _ood_classes(params)
-    res = {"run": run, "seed": seed,
-           "iid_acc1": topk_accuracy(iid["logits"], iid["label"], 1), "iid_acc5": topk_accuracy(iid["logits"], iid["label"], 5),
-           "ood_acc1": topk_accuracy(ood["logits"], ood["label"], 1, classes),
-           "ood_acc5": topk_accuracy(ood["logits"], ood["label"], 5, classes),
-           "iid_n": int(len(iid["label"])), "ood_n": int(len(ood["label"]))}
+    res = {
+        "run": run,
+        "seed": seed,
+        "iid_acc1": topk_accuracy(iid["logits"], iid["label"], 1),
+        "iid_acc5": topk_accuracy(iid["logits"], iid["label"], 5),
+        "ood_acc1": topk_accuracy(ood["logits"], ood["label"], 1, classes),
+        "ood_acc5": topk_accuracy(ood["logits"], ood["label"], 5, classes),
+        "iid_n": int(len(iid["label"])),
+        "ood_n": int(len(ood["label"])),
+    }
     if dense is not None:
         res["iid_acc1_dense"] = topk_accuracy(dense["logits"], dense["label"], 1)
     if analysis is not None:
@@ -160,6 +188,7 @@ def throughput(model: torch.nn.Module, example: torch.Tensor, repeats: int, devi
     accelerator (CUDA or another) before it reads the time; its ``Timer.timeit`` would add two
     warm-up passes per value, and ``blocked_autorange`` picks the number of values itself."""
     import logging
+
     cpp = logging.getLogger("torch.utils.cpp_extension")  # its import warns "No CUDA runtime" on a CPU machine
     level = cpp.level
     cpp.setLevel(logging.ERROR)
@@ -195,8 +224,15 @@ def prune_sweep(params: dict, progress: bool = True) -> list[dict[str, Any]]:
     rows, eval_batch = [], image["train"].get("eval_batch_size", 256)
     jobs = [(run, seed) for run in prune["runs"] for seed in params["seeds"]]
     for run, seed in tqdm(jobs, desc="prune", disable=not progress):
-        model = load_model(image_checkpoint(run, seed), map_location=device, expect_config=image_model_config(
-            params, run, seed, ds.info()["num_classes"]).to_dict()).to(device).eval()
+        model = (
+            load_model(
+                image_checkpoint(run, seed),
+                map_location=device,
+                expect_config=image_model_config(params, run, seed, ds.info()["num_classes"]).to_dict(),
+            )
+            .to(device)
+            .eval()
+        )
         U = model.config.n_processor
         orders = {"connectivity": module_connectivity(model, calib.to(device))}
         tokens, labels = tokenize(model, val_set, device, eval_batch)  # dropping modules keeps the tokenizer
@@ -207,10 +243,17 @@ def prune_sweep(params: dict, progress: bool = True) -> list[dict[str, Any]]:
                 k = min(U - 1, int(round(frac * U)))
                 smaller = drop_modules(model, k, connectivity=connectivity)
                 out = predict_tokens(smaller, tokens, labels, device)
-                row = {"run": run, "seed": seed, "order": order, "dropped_fraction": frac, "dropped": k,
-                       "modules": U - k, "acc1": topk_accuracy(out["logits"], out["label"], 1),
-                       "parameters": count_parameters(smaller),
-                       "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"}
+                row = {
+                    "run": run,
+                    "seed": seed,
+                    "order": order,
+                    "dropped_fraction": frac,
+                    "dropped": k,
+                    "modules": U - k,
+                    "acc1": topk_accuracy(out["logits"], out["label"], 1),
+                    "parameters": count_parameters(smaller),
+                    "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",
+                }
                 if seed == params["seeds"][0] and order == "connectivity":
                     row["images_per_s"] = throughput(smaller, speed_batch, prune["throughput_repeats"], device)
                 rows.append(row)
@@ -255,16 +298,21 @@ def validate_prune(params: dict[str, Any]) -> None:
         raise ParamsError(f"prune.runs {bad} are not trained (not in image.ladder {params['image']['ladder']})")
     for i, run in enumerate(prune["runs"]):  # module dropping ranks a NAC-family model's processor modules
         if parse_run(run)[0] in BASELINES:
-            raise ParamsError(f"prune.runs[{i}]={run!r} cannot be pruned: module dropping ranks the processor modules "
-                              f"of a NAC-family model by their graph (perceiver_io, modfc, frozen_graph, nac-<prior>), "
-                              f"and the baselines ({', '.join(BASELINES)}) have none; remove it from prune.runs")
+            raise ParamsError(
+                f"prune.runs[{i}]={run!r} cannot be pruned: module dropping ranks the processor modules "
+                f"of a NAC-family model by their graph (perceiver_io, modfc, frozen_graph, nac-<prior>), "
+                f"and the baselines ({', '.join(BASELINES)}) have none; remove it from prune.runs"
+            )
     fr = prune["dropped_fraction"]
     if not fr or not all(0 <= f < 1 for f in fr) or 0.0 not in fr or sorted(fr) != list(fr):
-        raise ParamsError(f"prune.dropped_fraction must be increasing fractions in [0, 1) starting at 0.0 "
-                          f"(the full model), got {fr}")
+        raise ParamsError(
+            f"prune.dropped_fraction must be increasing fractions in [0, 1) starting at 0.0 (the full model), got {fr}"
+        )
     n = params.get("image", {}).get("model", {}).get("n_processor")
     uneven = [f for f in fr if isinstance(n, int) and abs(f * n - round(f * n)) > 1e-9]
     if uneven:
-        raise ParamsError(f"prune.dropped_fraction {uneven} of image.model.n_processor={n} modules is not a whole "
-                          f"number of modules (the sweep would drop a rounded count and report the wrong fraction); "
-                          f"use multiples of 1/{n}")
+        raise ParamsError(
+            f"prune.dropped_fraction {uneven} of image.model.n_processor={n} modules is not a whole "
+            f"number of modules (the sweep would drop a rounded count and report the wrong fraction); "
+            f"use multiples of 1/{n}"
+        )

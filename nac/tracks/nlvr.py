@@ -21,6 +21,7 @@ Control: the same measures for a freshly initialised model of the same configura
 function of the sentence, so some type structure is there before any training; only the excess
 over this control is learned.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -40,8 +41,9 @@ from nac.training.distributed import resolve_device
 
 
 @torch.no_grad()
-def link_matrices(model: torch.nn.Module, data, device: torch.device | str = "cpu",
-                  batch_size: int = 256) -> np.ndarray:
+def link_matrices(
+    model: torch.nn.Module, data, device: torch.device | str = "cpu", batch_size: int = 256
+) -> np.ndarray:
     """``P`` ``[N, U, U]`` (float32) of the conditional circuit generator for every item of ``data``."""
     device = torch.device(device)
     model.eval().to(device)
@@ -59,9 +61,18 @@ def lower_triangle(P: np.ndarray) -> np.ndarray:
     return P[:, rows, cols]
 
 
-def analyse(P: np.ndarray, types: np.ndarray, seed: int = 0, pca_dim: int = 64, knn_k: int = 5, folds: int = 5,
-            shuffles: int = 5, perplexity: float = 30.0, embed: bool = True,
-            clique_sentences: int = 200) -> dict[str, Any]:
+def analyse(
+    P: np.ndarray,
+    types: np.ndarray,
+    seed: int = 0,
+    pca_dim: int = 64,
+    knn_k: int = 5,
+    folds: int = 5,
+    shuffles: int = 5,
+    perplexity: float = 30.0,
+    embed: bool = True,
+    clique_sentences: int = 200,
+) -> dict[str, Any]:
     """PCA -> t-SNE embedding of the flattened ``P`` and the structure measures (module docstring);
     the clique measures on at most ``clique_sentences`` sentences (``clique_measures``).
 
@@ -79,25 +90,40 @@ def analyse(P: np.ndarray, types: np.ndarray, seed: int = 0, pca_dim: int = 64, 
     dim = int(min(pca_dim, n - 1, X.shape[1]))
     pca = PCA(n_components=dim, random_state=seed)
     Z = pca.fit_transform(X)
-    emb = (TSNE(n_components=2, perplexity=float(min(perplexity, (n - 1) / 3)), init="pca", random_state=seed).fit_transform(Z)
-           if embed else None)
+    emb = (
+        TSNE(
+            n_components=2, perplexity=float(min(perplexity, (n - 1) / 3)), init="pca", random_state=seed
+        ).fit_transform(Z)
+        if embed
+        else None
+    )
     n_folds = int(min(folds, np.bincount(types).min())) if len(np.unique(types)) > 1 else 0
-    res: dict[str, Any] = {"n": int(n), "pca_dim": dim, "pca_explained": float(pca.explained_variance_ratio_.sum()),
-                           "knn_k": knn_k, "folds": n_folds,
-                           "chance": float(100.0 * np.bincount(types).max() / n),
-                           "p_spread": float(P.std(axis=0).mean()), "p_mean": float(P.mean()),
-                           **cut_graph_measures(P), **clique_measures(P, seed=seed, max_sentences=clique_sentences)}
+    res: dict[str, Any] = {
+        "n": int(n),
+        "pca_dim": dim,
+        "pca_explained": float(pca.explained_variance_ratio_.sum()),
+        "knn_k": knn_k,
+        "folds": n_folds,
+        "chance": float(100.0 * np.bincount(types).max() / n),
+        "p_spread": float(P.std(axis=0).mean()),
+        "p_mean": float(P.mean()),
+        **cut_graph_measures(P),
+        **clique_measures(P, seed=seed, max_sentences=clique_sentences),
+    }
     if n_folds >= 2:
         cv = StratifiedKFold(n_splits=n_folds, shuffle=True, random_state=seed)
         knn = KNeighborsClassifier(n_neighbors=knn_k)
         scores = 100.0 * cross_val_score(knn, Z, types, cv=cv)
         rng = np.random.default_rng(seed)
         shuffled = [100.0 * cross_val_score(knn, Z, rng.permutation(types), cv=cv).mean() for _ in range(shuffles)]
-        res.update(knn_accuracy=float(scores.mean()), knn_accuracy_ci95=t_half_width(scores),
-                   knn_shuffled=float(np.mean(shuffled)), knn_shuffled_ci95=t_half_width(shuffled),
-                   silhouette=float(silhouette_score(Z, types)),
-                   silhouette_shuffled=float(np.mean([silhouette_score(Z, rng.permutation(types))
-                                                      for _ in range(shuffles)])))
+        res.update(
+            knn_accuracy=float(scores.mean()),
+            knn_accuracy_ci95=t_half_width(scores),
+            knn_shuffled=float(np.mean(shuffled)),
+            knn_shuffled_ci95=t_half_width(shuffled),
+            silhouette=float(silhouette_score(Z, types)),
+            silhouette_shuffled=float(np.mean([silhouette_score(Z, rng.permutation(types)) for _ in range(shuffles)])),
+        )
     res["embedding"], res["pca"] = emb, Z
     return res
 
@@ -108,10 +134,13 @@ def cut_graph_measures(P: np.ndarray, cut: float = 0.5) -> dict[str, float]:
     sentences whose graph differs from the most common one."""
     U = P.shape[-1]
     off = ~np.eye(U, dtype=bool)
-    A = P[:, off] > cut                                   # [N, U(U-1)]
+    A = P[:, off] > cut  # [N, U(U-1)]
     _, counts = np.unique(A, axis=0, return_counts=True)
-    return {"cut_density": float(A.mean()), "cut_complete_fraction": float(A.all(axis=1).mean()),
-            "cut_distinct_fraction": float(1.0 - counts.max() / len(A))}
+    return {
+        "cut_density": float(A.mean()),
+        "cut_complete_fraction": float(A.all(axis=1).mean()),
+        "cut_distinct_fraction": float(1.0 - counts.max() / len(A)),
+    }
 
 
 # "Two large cliques" (section 4.4): a community of the 0.5-cut graph (greedy modularity) is
@@ -156,8 +185,9 @@ def degree_preserving_shuffle(A: np.ndarray, seed: int, swaps_per_edge: int = 10
     return nx.to_numpy_array(G, nodelist=range(len(A)), dtype=np.int8).astype(bool)
 
 
-def clique_measures(P: np.ndarray, seed: int = 0, cut: float = 0.5, max_sentences: int = 200,
-                    shuffles: int = 1) -> dict[str, float]:
+def clique_measures(
+    P: np.ndarray, seed: int = 0, cut: float = 0.5, max_sentences: int = 200, shuffles: int = 1
+) -> dict[str, float]:
     """The paper's "two large cliques, with nodes that bridge them", judged against graphs of the
     same degrees: for (at most ``max_sentences``, drawn with ``seed``) sentence graphs ``P > cut``
     (``P`` ``[N, U, U]``), the modularity and whether the graph has exactly two large clique-like
@@ -173,22 +203,30 @@ def clique_measures(P: np.ndarray, seed: int = 0, cut: float = 0.5, max_sentence
     q, q0, two, two0, large = [], [], [], [], []
     for i in idx:
         A = (P[i] > cut) & off
-        A = A | A.T                                   # P is symmetric; guard against rounding
+        A = A | A.T  # P is symmetric; guard against rounding
         qi, li = community_structure(A)
-        null = [community_structure(degree_preserving_shuffle(A, seed=int(rng.integers(2**31)))) for _ in range(shuffles)]
+        null = [
+            community_structure(degree_preserving_shuffle(A, seed=int(rng.integers(2**31)))) for _ in range(shuffles)
+        ]
         q.append(qi)
         q0.append(np.mean([n[0] for n in null]))
         two.append(float(li == 2))
         two0.append(np.mean([float(n[1] == 2) for n in null]))
         large.append(li)
     q, q0, two, two0 = map(np.asarray, (q, q0, two, two0))
-    return {"clique_n": int(len(idx)), "clique_shuffles": int(shuffles),
-            "clique_modularity": float(q.mean()), "clique_modularity_null": float(q0.mean()),
-            "clique_modularity_gap": float((q - q0).mean()), "clique_modularity_gap_ci95": t_half_width(q - q0),
-            "clique_two_fraction": float(two.mean()), "clique_two_fraction_null": float(two0.mean()),
-            "clique_two_gap": float(100.0 * (two - two0).mean()),
-            "clique_two_gap_ci95": t_half_width(100.0 * (two - two0)),
-            "clique_large_mean": float(np.mean(large))}
+    return {
+        "clique_n": int(len(idx)),
+        "clique_shuffles": int(shuffles),
+        "clique_modularity": float(q.mean()),
+        "clique_modularity_null": float(q0.mean()),
+        "clique_modularity_gap": float((q - q0).mean()),
+        "clique_modularity_gap_ci95": t_half_width(q - q0),
+        "clique_two_fraction": float(two.mean()),
+        "clique_two_fraction_null": float(two0.mean()),
+        "clique_two_gap": float(100.0 * (two - two0).mean()),
+        "clique_two_gap_ci95": t_half_width(100.0 * (two - two0)),
+        "clique_large_mean": float(np.mean(large)),
+    }
 
 
 def typical_examples(Z: np.ndarray, types: np.ndarray) -> dict[int, int]:
@@ -244,23 +282,52 @@ def run_analysis(params: dict, out_dir: str = "metrics/nlvr", progress: bool = T
     torch.manual_seed(seed + 10_000)
     fresh = build_model(model.config)
     control = analyse(link_matrices(fresh, data, device, bs), types, seed=seed, embed=False, **cfg)
-    res["untrained"] = {k: control[k] for k in ("knn_accuracy", "knn_accuracy_ci95", "knn_shuffled", "silhouette",
-                                                "silhouette_shuffled", "p_spread", "p_mean", "cut_density",
-                                                "cut_complete_fraction", "cut_distinct_fraction",
-                                                "clique_modularity_gap", "clique_two_fraction") if k in control}
-    res.update(run=run, seed=seed, split=split, reasoning_types=names, modules=int(P.shape[-1]),
-               bandwidth=float(model.bandwidth.detach()),
-               count_by_type={names[int(t)]: int((types == t).sum()) for t in np.unique(types)})
+    res["untrained"] = {
+        k: control[k]
+        for k in (
+            "knn_accuracy",
+            "knn_accuracy_ci95",
+            "knn_shuffled",
+            "silhouette",
+            "silhouette_shuffled",
+            "p_spread",
+            "p_mean",
+            "cut_density",
+            "cut_complete_fraction",
+            "cut_distinct_fraction",
+            "clique_modularity_gap",
+            "clique_two_fraction",
+        )
+        if k in control
+    }
+    res.update(
+        run=run,
+        seed=seed,
+        split=split,
+        reasoning_types=names,
+        modules=int(P.shape[-1]),
+        bandwidth=float(model.bandwidth.detach()),
+        count_by_type={names[int(t)]: int((types == t).sum()) for t in np.unique(types)},
+    )
     out = Path(out_dir)
     write_json(out / "analysis.json", res)
-    labels = np.asarray(data.arrays["labels"]) if isinstance(getattr(data, "arrays", None), dict) and "labels" in data.arrays else None
-    frame = pd.DataFrame({"x": emb[:, 0], "y": emb[:, 1], "reasoning_type": [names[int(t)] for t in types],
-                          "sentence": texts})
+    labels = (
+        np.asarray(data.arrays["labels"])
+        if isinstance(getattr(data, "arrays", None), dict) and "labels" in data.arrays
+        else None
+    )
+    frame = pd.DataFrame(
+        {"x": emb[:, 0], "y": emb[:, 1], "reasoning_type": [names[int(t)] for t in types], "sentence": texts}
+    )
     if labels is not None:
         frame["label"] = labels
     out.mkdir(parents=True, exist_ok=True)
     frame.to_csv(out / "embedding.csv", index=False)
-    examples = [{"reasoning_type": names[t], "index": i, "sentence": texts[i], "P": np.round(P[i], 5).tolist()}
-                for t, i in typical_examples(Z, types).items()]
-    write_json(out / "examples.json", {"threshold": 0.5, "bandwidth": float(model.bandwidth.detach()), "examples": examples})
+    examples = [
+        {"reasoning_type": names[t], "index": i, "sentence": texts[i], "P": np.round(P[i], 5).tolist()}
+        for t, i in typical_examples(Z, types).items()
+    ]
+    write_json(
+        out / "examples.json", {"threshold": 0.5, "bandwidth": float(model.bandwidth.detach()), "examples": examples}
+    )
     return res

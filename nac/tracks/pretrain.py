@@ -6,14 +6,15 @@ Checkpoints are ``models/fewshot_pretrain/<run>-<seed>.pt`` (``nac.pipeline.path
 when interrupted; ``models/fewshot_pretrain/manifest.json`` lists what the stage produced, so
 the stage's output exists in every profile.
 """
+
 from __future__ import annotations
 
 import torch.nn as nn
 
 from nac.config import ModelConfig
+from nac.pipeline.datasets import builder
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import PRETRAIN_DIR, pretrain_checkpoint
-from nac.pipeline.datasets import builder
 from nac.pipeline.runs import prior_settings, train_config, train_run
 
 
@@ -28,10 +29,18 @@ def pretrain(params: dict, run: str, seed: int, progress: bool = True) -> nn.Mod
         cfg.update(variant="perceiver_io", **(pre.get("perceiver_io") or {}))
     else:
         cfg.update(variant="nac", **prior_settings(params))
-    model, _, _ = train_run(params, ModelConfig.from_dict(cfg), train_config(params, pre["train"], seed),
-                            ds.load("train"), ds.load(pre.get("val_split", "val")), dataset=pre["dataset"],
-                            checkpoint=pretrain_checkpoint(run, seed), source=__name__,
-                            desc=f"pretrain {run}-{seed}", progress=progress)
+    model, _, _ = train_run(
+        params,
+        ModelConfig.from_dict(cfg),
+        train_config(params, pre["train"], seed),
+        ds.load("train"),
+        ds.load(pre.get("val_split", "val")),
+        dataset=pre["dataset"],
+        checkpoint=pretrain_checkpoint(run, seed),
+        source=__name__,
+        desc=f"pretrain {run}-{seed}",
+        progress=progress,
+    )
     return model
 
 

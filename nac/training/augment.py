@@ -28,6 +28,7 @@ step)``, the sampler's order of ``(seed, epoch)``. A run resumed at epoch ``e`` 
 same inputs as an uninterrupted one. The global RNGs (``random``, numpy, torch) are restored after
 each draw, so nothing else's randomness shifts.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -50,6 +51,7 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 @dataclass(frozen=True)
 class Recipe:
     """The settings of one recipe (timm's names)."""
+
     color_jitter: float = 0.4
     auto_augment: str = "rand-m9-mstd0.5-inc1"
     interpolation: str = "bicubic"
@@ -69,8 +71,10 @@ RECIPE_SETTINGS = {AUTHORS_TINYIMAGENET: Recipe()}
 
 def check_augment(value: Any) -> None:
     if not (isinstance(value, bool) or value in RECIPES):
-        raise ValueError(f"train.augment={value!r}; valid choices: true (flip + 4 px translation), false (none), "
-                         + ", ".join(repr(r) for r in RECIPES))
+        raise ValueError(
+            f"train.augment={value!r}; valid choices: true (flip + 4 px translation), false (none), "
+            + ", ".join(repr(r) for r in RECIPES)
+        )
 
 
 def recipe_of(augment: Any) -> Recipe | None:
@@ -105,10 +109,18 @@ def sample_transform(recipe: Recipe, image_size: int):
     ``[3, S, S]``, ImageNet-normalised (as the authors' pipeline gives it)."""
     from timm.data import create_transform
 
-    return create_transform(image_size, is_training=True, color_jitter=recipe.color_jitter,
-                            auto_augment=recipe.auto_augment, interpolation=recipe.interpolation,
-                            re_prob=recipe.re_prob, re_mode=recipe.re_mode, re_count=recipe.re_count,
-                            mean=IMAGENET_MEAN, std=IMAGENET_STD)
+    return create_transform(
+        image_size,
+        is_training=True,
+        color_jitter=recipe.color_jitter,
+        auto_augment=recipe.auto_augment,
+        interpolation=recipe.interpolation,
+        re_prob=recipe.re_prob,
+        re_mode=recipe.re_mode,
+        re_count=recipe.re_count,
+        mean=IMAGENET_MEAN,
+        std=IMAGENET_STD,
+    )
 
 
 class AugmentedDataset(Dataset):
@@ -166,8 +178,16 @@ class RepeatedAugSampler(Sampler[int]):
     ``full_epoch=True``: every item appears exactly ``repeats`` times per epoch across the
     processes (``ceil(repeats * N / num_replicas)`` per process)."""
 
-    def __init__(self, dataset, num_replicas: int = 1, rank: int = 0, repeats: int = 3, shuffle: bool = True,
-                 seed: int = 0, full_epoch: bool = False):
+    def __init__(
+        self,
+        dataset,
+        num_replicas: int = 1,
+        rank: int = 0,
+        repeats: int = 3,
+        shuffle: bool = True,
+        seed: int = 0,
+        full_epoch: bool = False,
+    ):
         if repeats < 1:
             raise ValueError(f"repeats must be >= 1, got {repeats}")
         if not 0 <= rank < num_replicas:
@@ -190,12 +210,12 @@ class RepeatedAugSampler(Sampler[int]):
             order = torch.randperm(self.n, generator=g)
         else:
             order = torch.arange(self.n)
-        copies = torch.arange(self.repeats).repeat(self.n)          # 0, 1, 2, 0, 1, 2, ...
+        copies = torch.arange(self.repeats).repeat(self.n)  # 0, 1, 2, 0, 1, 2, ...
         virtual = order.repeat_interleave(self.repeats) + (self.epoch * self.repeats + copies) * self.n
         pad = self.total - len(virtual)
         if pad:
             virtual = torch.cat([virtual, virtual[:pad]])
-        return iter(virtual[self.rank:self.total:self.num_replicas][:self.num_samples].tolist())
+        return iter(virtual[self.rank : self.total : self.num_replicas][: self.num_samples].tolist())
 
 
 class BatchMixer:
@@ -209,9 +229,15 @@ class BatchMixer:
         from timm.data import Mixup
 
         self.seed = int(seed)
-        self.mixup = Mixup(mixup_alpha=recipe.mixup_alpha, cutmix_alpha=recipe.cutmix_alpha, prob=recipe.mix_prob,
-                           switch_prob=recipe.switch_prob, mode=recipe.mix_mode, label_smoothing=label_smoothing,
-                           num_classes=int(num_classes))
+        self.mixup = Mixup(
+            mixup_alpha=recipe.mixup_alpha,
+            cutmix_alpha=recipe.cutmix_alpha,
+            prob=recipe.mix_prob,
+            switch_prob=recipe.switch_prob,
+            mode=recipe.mix_mode,
+            label_smoothing=label_smoothing,
+            num_classes=int(num_classes),
+        )
 
     def __call__(self, x: torch.Tensor, labels: torch.Tensor, epoch: int, rank: int, step: int):
         if len(x) % 2:

@@ -3,6 +3,7 @@ are checked on the device (``StepChecks.record``, no host sync); the host reads 
 ``nac.training.loop.SYNC_EVERY`` steps and at each epoch end (``StepChecks.raise_if_bad``) and
 raises the error the failing step would have raised (``nac.training.errors``), naming that step.
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -12,21 +13,28 @@ import torch.nn as nn
 
 from nac.model import NAC
 from nac.training.distributed import World, all_reduce_
-from nac.training.errors import (ADVICE, NonFiniteGradientError, NonFiniteLossError, NonFiniteTrainingError,
-                                 NonFiniteWeightsError)
+from nac.training.errors import (
+    ADVICE,
+    NonFiniteGradientError,
+    NonFiniteLossError,
+    NonFiniteTrainingError,
+    NonFiniteWeightsError,
+)
 from nac.training.resume import RunState
 
 
-def check_finite(value: torch.Tensor, what: str, error: type[NonFiniteTrainingError], state: RunState,
-                 world: World | None = None) -> None:
+def check_finite(
+    value: torch.Tensor, what: str, error: type[NonFiniteTrainingError], state: RunState, world: World | None = None
+) -> None:
     """Raise ``error`` when ``value`` is NaN or infinite on any process (all stop together;
     ``world=None``: a value already identical on every process, no collective needed)."""
     bad = torch.tensor(0.0 if torch.isfinite(value) else 1.0, device=value.device)
     if world is not None and world.distributed:
         all_reduce_(bad)
     if bad.item():
-        raise error(f"{state.desc}: non-finite {what} at epoch {state.epoch}, step {state.step + 1}; {state.kept()}. "
-                    f"{ADVICE}")
+        raise error(
+            f"{state.desc}: non-finite {what} at epoch {state.epoch}, step {state.step + 1}; {state.kept()}. {ADVICE}"
+        )
 
 
 def check_weights(model: NAC, state: RunState) -> None:
@@ -38,9 +46,11 @@ def check_weights(model: NAC, state: RunState) -> None:
         return
     bad = [name for name, p in model.named_parameters() if not bool(torch.isfinite(p).all())]
     if bad:
-        raise NonFiniteWeightsError(f"{state.desc}: non-finite weights after the optimizer step at epoch {state.epoch}, "
-                                    f"step {state.step + 1} ({', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''}); "
-                                    f"{state.kept()}. {ADVICE}")
+        raise NonFiniteWeightsError(
+            f"{state.desc}: non-finite weights after the optimizer step at epoch {state.epoch}, "
+            f"step {state.step + 1} ({', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''}); "
+            f"{state.kept()}. {ADVICE}"
+        )
 
 
 class StepChecks:

@@ -1,4 +1,5 @@
 """Training hyper-parameters (one dataclass; the ``train`` block of params.yaml)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,25 +13,27 @@ DECAY_FILTERS = ("authors", "ours", "all")  # nac.training.loop.decays
 class TrainConfig(ConfigDict):
     section = "train config"
     epochs: int = 10
-    batch_size: int = 128            # global batch (split across processes under torchrun)
-    lr: float = 1e-3                 # peak learning rate, after warm-up
+    batch_size: int = 128  # global batch (split across processes under torchrun)
+    lr: float = 1e-3  # peak learning rate, after warm-up
     lr_batch_scaling: int | None = None  # authors: lr * global_batch / 512; None = no scaling
     weight_decay: float = 0.05
-    decay_filter: str = "authors"    # which parameters decay (nac.training.loop.decays): authors | ours (nac v1) | all (m2mKD)
+    decay_filter: str = (
+        "authors"  # which parameters decay (nac.training.loop.decays): authors | ours (nac v1) | all (m2mKD)
+    )
     warmup_epochs: float = 1.0
     min_lr: float = 1e-5
     label_smoothing: float = 0.1
     grad_clip: float | None = 1.0
-    reg_weight: float = 0.1          # weight of the graph-structure regularizer
-    ema: float | None = None         # EMA decay of the weights (e.g. 0.99996); evaluated with EMA if set
-    amp: bool = True                 # bf16 autocast, on CUDA only
+    reg_weight: float = 0.1  # weight of the graph-structure regularizer
+    ema: float | None = None  # EMA decay of the weights (e.g. 0.99996); evaluated with EMA if set
+    amp: bool = True  # bf16 autocast, on CUDA only
     # images: true = random flip and 4 px translation; false = none; "authors_tinyimagenet" = the
     # authors' recipe (RandAugment, random erasing, repeated augmentation x3, mixup/cutmix with
     # label_smoothing; nac/training/augment.py)
     augment: bool | str = True
     num_workers: int = 0
     seed: int = 0
-    device: str = "auto"             # auto | cpu | cuda
+    device: str = "auto"  # auto | cpu | cuda
     eval_batch_size: int = 256
     # AdamW's implementation (nac.training.loop.make_adamw): default | foreach | fused. "fused" is
     # one kernel over all parameters (capturable on CUDA: no host reads, CUDA-graph ready); it

@@ -4,6 +4,7 @@ Under ``torchrun`` (``WORLD_SIZE > 1``) ``init_distributed`` joins the process g
 CUDA, gloo on CPU) and pins each process to its local device; otherwise it returns a
 world of one. Only rank 0 writes checkpoints, logs and metrics.
 """
+
 from __future__ import annotations
 
 import os

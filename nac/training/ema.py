@@ -1,6 +1,7 @@
 """The exponential moving average of the weights (``train.ema``): PyTorch's ``AveragedModel``
 (``make_ema``), updated by ``ema_update`` with the same arithmetic in one foreach op per dtype and
 no host read (``tests/test_loop_sync.py`` proves the bits equal)."""
+
 from __future__ import annotations
 
 import itertools
@@ -11,16 +12,19 @@ import torch.nn as nn
 
 def make_ema(model: nn.Module, decay: float) -> torch.optim.swa_utils.AveragedModel:
     """An EMA of ``model``'s parameters and buffers (BatchNorm statistics averaged too) at ``decay``."""
-    return torch.optim.swa_utils.AveragedModel(model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(decay),
-                                               use_buffers=True)
+    return torch.optim.swa_utils.AveragedModel(
+        model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(decay), use_buffers=True
+    )
 
 
 def ema_groups(ema, model: nn.Module) -> dict:
     """The EMA's tensors and the model's, paired as ``AveragedModel(use_buffers=True)`` pairs
     them (parameters, then buffers), grouped by dtype: ``{dtype: (averaged, current)}``."""
     groups: dict = {}
-    for a, m in zip(itertools.chain(ema.module.parameters(), ema.module.buffers()),
-                    itertools.chain(model.parameters(), model.buffers())):
+    for a, m in zip(
+        itertools.chain(ema.module.parameters(), ema.module.buffers()),
+        itertools.chain(model.parameters(), model.buffers()),
+    ):
         avg, cur = groups.setdefault(a.dtype, ([], []))
         avg.append(a.detach())
         cur.append(m.detach())

@@ -2,6 +2,7 @@
 (a NaN or infinite loss, gradient norm or weight). ``TrainingStopped``: it ended early for a
 reason outside it (Ctrl-C, a full disk), a ``SystemExit`` whose message is the one line saying
 which checkpoint is intact. Each message names the run, the epoch and the checkpoint kept."""
+
 from __future__ import annotations
 
 # What to try when a training diverges (every non-finite error ends with it).

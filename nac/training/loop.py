@@ -23,6 +23,7 @@ The path to ``optimizer.step``: ``fit`` builds a ``_Run`` (``_build``: model, op
 sampler, loader), takes the lock, resumes, then ``_train_epochs`` runs each step (``_losses``
 is its forward) and ends each epoch (``_end_epoch``: metrics, evaluation, checkpoint, dvclive).
 """
+
 from __future__ import annotations
 
 import math
@@ -48,7 +49,6 @@ from nac.training.distributed import World, all_reduce_, barrier
 from nac.training.ema import ema_groups, ema_update, make_ema
 from nac.training.errors import TrainingInterrupted
 from nac.training.resume import RunState, resume_from, save_epoch
-
 
 # AdamW's implementation. None: PyTorch's default, a Python loop over the parameters on CPU (the
 # reference; "foreach" is no faster on CPU and bitwise the same). "fused" (opt-in): one kernel over
@@ -92,8 +92,11 @@ class Objective(nn.Module):
 
     def forward(self, inputs, mask=None, cond=None, cond_mask=None, **own):
         if own:  # a model with its own training objective: ``training_loss`` -> (logits, loss)
-            kw = {k: v for k, v in (("inputs", inputs), ("mask", mask), ("cond", cond), ("cond_mask", cond_mask))
-                  if v is not None}
+            kw = {
+                k: v
+                for k, v in (("inputs", inputs), ("mask", mask), ("cond", cond), ("cond_mask", cond_mask))
+                if v is not None
+            }
             return self.model.training_loss(kw, **own)
         design = self.model.design(cond, cond_mask)
         return self.model(inputs, mask=mask, design=design), self.model.graph_regularizer(design).to(inputs.device)
@@ -117,7 +120,7 @@ def augment_images(x: torch.Tensor, pad: int = 4) -> torch.Tensor:
     x = torch.where(flip[:, None, None, None].to(x.device), x.flip(-1), x)
     padded = F.pad(x, (pad, pad, pad, pad), mode="replicate" if x.is_floating_point() else "constant")
     dy, dx = torch.randint(0, 2 * pad + 1, (2, B)).tolist()
-    return torch.stack([padded[i, :, dy[i]:dy[i] + H, dx[i]:dx[i] + W] for i in range(B)])
+    return torch.stack([padded[i, :, dy[i] : dy[i] + H, dx[i] : dx[i] + W] for i in range(B)])
 
 
 class WithIndex(Dataset):
@@ -140,7 +143,10 @@ def _epoch_seed(seed: int, epoch: int, rank: int) -> int:
 
 def evaluate_accuracy(model: nn.Module, data: Dataset, device, batch_size: int) -> dict[str, float]:
     out = predict(model, data, device, batch_size)
-    return {"acc1": topk_accuracy(out["logits"], out["label"], 1), "acc5": topk_accuracy(out["logits"], out["label"], 5)}
+    return {
+        "acc1": topk_accuracy(out["logits"], out["label"], 1),
+        "acc5": topk_accuracy(out["logits"], out["label"], 5),
+    }
 
 
 def decays(name: str, p: torch.Tensor, decay_filter: str = "authors") -> bool:
@@ -170,33 +176,43 @@ def decay_groups(model: nn.Module, decay_filter: str = "authors") -> tuple[list,
 @dataclass
 class _Run:
     """One training while it runs: what ``fit`` builds (``_build``) and the epoch loop reads."""
-    model: NAC                      # trained in place (SyncBatchNorm under DDP on CUDA)
-    wrapped: nn.Module              # Objective(model), DDP-wrapped when distributed: what a step calls
+
+    model: NAC  # trained in place (SyncBatchNorm under DDP on CUDA)
+    wrapped: nn.Module  # Objective(model), DDP-wrapped when distributed: what a step calls
     optimizer: torch.optim.AdamW
-    ema: Any                        # the AveragedModel (train.ema), evaluated and handed back; or None
-    mixer: BatchMixer | None        # mixup/cutmix of an augmentation recipe (soft targets); or None
-    sampler: Any                    # the loader's sampler, reshuffled per epoch (set_epoch)
+    ema: Any  # the AveragedModel (train.ema), evaluated and handed back; or None
+    mixer: BatchMixer | None  # mixup/cutmix of an augmentation recipe (soft targets); or None
+    sampler: Any  # the loader's sampler, reshuffled per epoch (set_epoch)
     loader: DataLoader
     val_set: Dataset | None
     cfg: TrainConfig
     world: World
     steps_per_epoch: int
-    total: int                      # optimizer steps of the whole training (the LR schedule's length)
-    warmup: int                     # of which the LR warm-up's
-    use_amp: bool                   # bf16 autocast (train.amp on CUDA)
-    own_objective: bool             # the model defines training_loss (a baseline trained by EM, say)
-    state: RunState                 # where training stands, for the messages that say what is kept
+    total: int  # optimizer steps of the whole training (the LR schedule's length)
+    warmup: int  # of which the LR warm-up's
+    use_amp: bool  # bf16 autocast (train.amp on CUDA)
+    own_objective: bool  # the model defines training_loss (a baseline trained by EM, say)
+    state: RunState  # where training stands, for the messages that say what is kept
     fingerprint: str | None
     on_epoch_end: Callable[[int], None] | None
-    history: list = field(default_factory=list)   # per-epoch metrics (resumed ones first)
-    live: Any = None                # the dvclive logger (main process, live_dir given)
-    bar: Any = None                 # the tqdm bar
+    history: list = field(default_factory=list)  # per-epoch metrics (resumed ones first)
+    live: Any = None  # the dvclive logger (main process, live_dir given)
+    bar: Any = None  # the tqdm bar
 
 
-def fit(model: NAC, train_set: Dataset, val_set: Dataset | None, cfg: TrainConfig, world: World | None = None,
-        checkpoint: str | Path | None = None, live_dir: str | Path | None = None, progress: bool = True,
-        desc: str = "train", on_epoch_end: Callable[[int], None] | None = None,
-        fingerprint: str | None = None) -> dict[str, Any]:
+def fit(
+    model: NAC,
+    train_set: Dataset,
+    val_set: Dataset | None,
+    cfg: TrainConfig,
+    world: World | None = None,
+    checkpoint: str | Path | None = None,
+    live_dir: str | Path | None = None,
+    progress: bool = True,
+    desc: str = "train",
+    on_epoch_end: Callable[[int], None] | None = None,
+    fingerprint: str | None = None,
+) -> dict[str, Any]:
     """Train ``model`` in place; returns ``{"history": [per-epoch metrics], "final": last entry}``.
 
     ``checkpoint``: written atomically after every epoch and resumed from when it exists and was
@@ -227,16 +243,27 @@ def fit(model: NAC, train_set: Dataset, val_set: Dataset | None, cfg: TrainConfi
     start_epoch = 0
     try:
         if state.ckpt_path and state.ckpt_path.exists():
-            start_epoch, run.history = resume_from(state.ckpt_path, run.model, run.optimizer, run.ema, cfg, fingerprint,
-                                                   world, desc, progress, state)
+            start_epoch, run.history = resume_from(
+                state.ckpt_path, run.model, run.optimizer, run.ema, cfg, fingerprint, world, desc, progress, state
+            )
         state.saved_epoch = start_epoch
         run.live = _open_live(live_dir, run.history) if world.is_main else None
-        run.bar = tqdm(total=run.total, initial=start_epoch * run.steps_per_epoch, desc=desc, unit="step",
-                       dynamic_ncols=True, disable=not (progress and world.is_main), **bar_kwargs())
+        run.bar = tqdm(
+            total=run.total,
+            initial=start_epoch * run.steps_per_epoch,
+            desc=desc,
+            unit="step",
+            dynamic_ncols=True,
+            disable=not (progress and world.is_main),
+            **bar_kwargs(),
+        )
         _train_epochs(run, start_epoch)
     except KeyboardInterrupt:
-        where = (f"at epoch {state.epoch} after {state.step}/{run.steps_per_epoch} steps" if state.epoch
-                 else "before the first step")
+        where = (
+            f"at epoch {state.epoch} after {state.step}/{run.steps_per_epoch} steps"
+            if state.epoch
+            else "before the first step"
+        )
         raise TrainingInterrupted(f"{desc}: interrupted {where}; {state.intact()}") from None
     finally:
         if run.bar is not None:
@@ -250,8 +277,17 @@ def fit(model: NAC, train_set: Dataset, val_set: Dataset | None, cfg: TrainConfi
     return {"history": run.history, "final": run.history[-1] if run.history else {}}
 
 
-def _build(model: NAC, train_set: Dataset, val_set: Dataset | None, cfg: TrainConfig, world: World,
-           checkpoint: str | Path | None, desc: str, on_epoch_end, fingerprint: str | None) -> _Run:
+def _build(
+    model: NAC,
+    train_set: Dataset,
+    val_set: Dataset | None,
+    cfg: TrainConfig,
+    world: World,
+    checkpoint: str | Path | None,
+    desc: str,
+    on_epoch_end,
+    fingerprint: str | None,
+) -> _Run:
     """The model on its device, the optimizer (and EMA), the sampler and loader of ``fit``."""
     device = world.device
     if world.distributed and device.type == "cuda":  # batch statistics over the global batch
@@ -262,43 +298,76 @@ def _build(model: NAC, train_set: Dataset, val_set: Dataset | None, cfg: TrainCo
     objective = Objective(model)
     wrapped = DistributedDataParallel(objective) if world.distributed else objective
     decay, no_decay = decay_groups(model, cfg.decay_filter)
-    optimizer = make_adamw([{"params": decay, "weight_decay": cfg.weight_decay},
-                            {"params": no_decay, "weight_decay": 0.0}], lr=cfg.peak_lr,
-                           impl=getattr(cfg, "adamw", None))
+    optimizer = make_adamw(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.peak_lr,
+        impl=getattr(cfg, "adamw", None),
+    )
     ema = make_ema(model, cfg.ema) if cfg.ema else None
 
     if cfg.batch_size % world.world_size:
-        raise ValueError(f"train.batch_size={cfg.batch_size} must be divisible by the number of processes ({world.world_size})")
+        raise ValueError(
+            f"train.batch_size={cfg.batch_size} must be divisible by the number of processes ({world.world_size})"
+        )
     per_rank = cfg.batch_size // world.world_size
     recipe, mixer = recipe_of(cfg.augment), None
     if recipe is not None:  # e.g. the authors' Tiny-ImageNet recipe (nac/training/augment.py)
         # per-sample transforms in the data pipeline, repeated augmentation by the sampler, and
         # mixup/cutmix on the batch; a model with its own objective (hard labels) is not mixed
         train_set = AugmentedDataset(train_set, recipe, seed=cfg.seed)
-        sampler = RepeatedAugSampler(train_set, num_replicas=world.world_size, rank=world.rank,
-                                     repeats=recipe.repeats, shuffle=True, seed=cfg.seed)
+        sampler = RepeatedAugSampler(
+            train_set,
+            num_replicas=world.world_size,
+            rank=world.rank,
+            repeats=recipe.repeats,
+            shuffle=True,
+            seed=cfg.seed,
+        )
         if not hasattr(model, "training_loss"):
             if per_rank % 2:
-                raise ValueError(f"train.augment={cfg.augment!r} mixes pairs: the batch per process must be even, "
-                                 f"got {per_rank}")
+                raise ValueError(
+                    f"train.augment={cfg.augment!r} mixes pairs: the batch per process must be even, got {per_rank}"
+                )
             mixer = BatchMixer(recipe, model.config.num_classes, cfg.label_smoothing, seed=cfg.seed)
     else:
-        sampler = DistributedSampler(train_set, num_replicas=world.world_size, rank=world.rank, shuffle=True,
-                                     seed=cfg.seed, drop_last=True)
+        sampler = DistributedSampler(
+            train_set, num_replicas=world.world_size, rank=world.rank, shuffle=True, seed=cfg.seed, drop_last=True
+        )
     # Its own generator: worker seeds never draw from the (per-epoch reseeded) global RNG, so a
     # resumed run sees exactly the random numbers of an uninterrupted one.
-    loader = DataLoader(train_set, batch_size=per_rank, sampler=sampler, drop_last=True, num_workers=cfg.num_workers,
-                        pin_memory=device.type == "cuda", persistent_workers=cfg.num_workers > 0,
-                        generator=torch.Generator().manual_seed(cfg.seed))
+    loader = DataLoader(
+        train_set,
+        batch_size=per_rank,
+        sampler=sampler,
+        drop_last=True,
+        num_workers=cfg.num_workers,
+        pin_memory=device.type == "cuda",
+        persistent_workers=cfg.num_workers > 0,
+        generator=torch.Generator().manual_seed(cfg.seed),
+    )
     steps_per_epoch = len(loader)
     if steps_per_epoch == 0:
         raise ValueError(f"training set of {len(train_set)} items is smaller than one global batch ({cfg.batch_size})")
-    return _Run(model=model, wrapped=wrapped, optimizer=optimizer, ema=ema, mixer=mixer, sampler=sampler, loader=loader,
-                val_set=val_set, cfg=cfg, world=world, steps_per_epoch=steps_per_epoch,
-                total=cfg.epochs * steps_per_epoch, warmup=round(cfg.warmup_epochs * steps_per_epoch),
-                use_amp=cfg.amp and device.type == "cuda", own_objective=hasattr(model, "training_loss"),
-                state=RunState(Path(checkpoint) if checkpoint else None, desc), fingerprint=fingerprint,
-                on_epoch_end=on_epoch_end)
+    return _Run(
+        model=model,
+        wrapped=wrapped,
+        optimizer=optimizer,
+        ema=ema,
+        mixer=mixer,
+        sampler=sampler,
+        loader=loader,
+        val_set=val_set,
+        cfg=cfg,
+        world=world,
+        steps_per_epoch=steps_per_epoch,
+        total=cfg.epochs * steps_per_epoch,
+        warmup=round(cfg.warmup_epochs * steps_per_epoch),
+        use_amp=cfg.amp and device.type == "cuda",
+        own_objective=hasattr(model, "training_loss"),
+        state=RunState(Path(checkpoint) if checkpoint else None, desc),
+        fingerprint=fingerprint,
+        on_epoch_end=on_epoch_end,
+    )
 
 
 def _train_epochs(run: _Run, start_epoch: int) -> None:
@@ -333,9 +402,14 @@ def _train_epochs(run: _Run, start_epoch: int) -> None:
                 ema_copy = False
             with torch.no_grad():
                 n = len(labels)
-                sums += torch.stack([ce.detach().double() * n, reg.detach().double() * n,
-                                     (logits.argmax(-1) == labels).sum().double(),
-                                     torch.full((), float(n), dtype=torch.float64, device=world.device)])
+                sums += torch.stack(
+                    [
+                        ce.detach().double() * n,
+                        reg.detach().double() * n,
+                        (logits.argmax(-1) == labels).sum().double(),
+                        torch.full((), float(n), dtype=torch.float64, device=world.device),
+                    ]
+                )
             run.bar.update(1)
             state.step = i + 1
             if (i + 1) % SYNC_EVERY == 0:  # the host's periodic read: finiteness, and the bar's loss
@@ -360,8 +434,9 @@ def _losses(run: _Run, batch: dict, epoch: int, step: int, checks: StepChecks) -
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=run.use_amp), checks.guard(run.state):
         if run.own_objective:
             indices = batch["index"].to(device, non_blocking=True).long() if "index" in batch else None
-            logits, loss = run.wrapped(**kw, labels=labels, indices=indices, step=step,
-                                       label_smoothing=cfg.label_smoothing)
+            logits, loss = run.wrapped(
+                **kw, labels=labels, indices=indices, step=step, label_smoothing=cfg.label_smoothing
+            )
             ce = loss = loss.float()
             reg = torch.zeros((), device=device)
         else:
@@ -379,21 +454,40 @@ def _end_epoch(run: _Run, epoch: int, sums: torch.Tensor) -> None:
     the processes, the validation accuracy, the checkpoint and the dvclive entry (main process)."""
     cfg, world, state, ema = run.cfg, run.world, run.state, run.ema
     all_reduce_(sums)
-    entry = {"epoch": epoch + 1, "train_loss": (sums[0] / sums[3]).item(), "train_reg": (sums[1] / sums[3]).item(),
-             "train_acc": (100 * sums[2] / sums[3]).item(), "lr": run.optimizer.param_groups[0]["lr"]}
+    entry = {
+        "epoch": epoch + 1,
+        "train_loss": (sums[0] / sums[3]).item(),
+        "train_reg": (sums[1] / sums[3]).item(),
+        "train_acc": (100 * sums[2] / sums[3]).item(),
+        "lr": run.optimizer.param_groups[0]["lr"],
+    }
     if world.is_main:
         if run.val_set is not None:
             eval_model = ema.module if ema is not None else run.model
-            entry.update({f"val_{k}": v for k, v in
-                          evaluate_accuracy(eval_model, run.val_set, world.device, cfg.eval_batch_size).items()})
+            entry.update(
+                {
+                    f"val_{k}": v
+                    for k, v in evaluate_accuracy(eval_model, run.val_set, world.device, cfg.eval_batch_size).items()
+                }
+            )
         run.history.append(entry)
         if state.ckpt_path:
             extra = {"ema": ema.state_dict()} if ema is not None else {}
-            save_epoch(state, run.model, optimizer=run.optimizer.state_dict(), epoch=epoch + 1, history=run.history,
-                       train_config=cfg.to_dict(), fingerprint=run.fingerprint, **extra)
+            save_epoch(
+                state,
+                run.model,
+                optimizer=run.optimizer.state_dict(),
+                epoch=epoch + 1,
+                history=run.history,
+                train_config=cfg.to_dict(),
+                fingerprint=run.fingerprint,
+                **extra,
+            )
         _log_live(run.live, entry)
-        run.bar.write(f"{state.desc}: epoch {epoch + 1}/{cfg.epochs} " + " ".join(
-            f"{k}={v:.4g}" for k, v in entry.items() if k != "epoch"))
+        run.bar.write(
+            f"{state.desc}: epoch {epoch + 1}/{cfg.epochs} "
+            + " ".join(f"{k}={v:.4g}" for k, v in entry.items() if k != "epoch")
+        )
     barrier()
     if run.on_epoch_end:
         run.on_epoch_end(epoch + 1)

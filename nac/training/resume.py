@@ -3,6 +3,7 @@ checkpoint is kept), resuming from a checkpoint written with the same settings (
 else it is moved aside on the first save) and the atomic per-epoch save (``save_epoch``).
 ``nac.training.loop.fit`` uses these; the errors they raise are in ``nac.training.errors``.
 """
+
 from __future__ import annotations
 
 import os
@@ -10,8 +11,16 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from nac.checkpoint_io import (DiskFullError, PoisonedCheckpointError, aside_path, dict_diff, human_bytes, load_checkpoint,
-                            move_aside, save_checkpoint)
+from nac.checkpoint_io import (
+    DiskFullError,
+    PoisonedCheckpointError,
+    aside_path,
+    dict_diff,
+    human_bytes,
+    load_checkpoint,
+    move_aside,
+    save_checkpoint,
+)
 from nac.model import NAC
 from nac.training.config import TrainConfig
 from nac.training.distributed import World, barrier
@@ -25,8 +34,8 @@ class RunState:
 
     def __init__(self, ckpt_path: Path | None, desc: str):
         self.ckpt_path, self.desc = ckpt_path, desc
-        self.epoch, self.step, self.saved_epoch = 0, 0, 0   # step: steps completed in the epoch
-        self.stale_dest: Path | None = None   # where the foreign checkpoint goes on the first save
+        self.epoch, self.step, self.saved_epoch = 0, 0, 0  # step: steps completed in the epoch
+        self.stale_dest: Path | None = None  # where the foreign checkpoint goes on the first save
         self.stale_reason = ""
 
     def kept(self) -> str:
@@ -36,8 +45,10 @@ class RunState:
         if self.saved_epoch:
             return f"the last good checkpoint is kept at {self.ckpt_path} (epoch {self.saved_epoch})"
         if self.stale_dest is not None:
-            return (f"the last good checkpoint is kept at {self.ckpt_path} (written with other settings, not resumed; "
-                    "this run had not saved one yet)")
+            return (
+                f"the last good checkpoint is kept at {self.ckpt_path} (written with other settings, not resumed; "
+                "this run had not saved one yet)"
+            )
         return "no checkpoint was written yet"
 
     def intact(self) -> str:
@@ -47,15 +58,27 @@ class RunState:
         if self.saved_epoch:
             return f"the checkpoint of epoch {self.saved_epoch} at {self.ckpt_path} is intact; rerun to resume"
         if self.stale_dest is not None:
-            return (f"no checkpoint of this run was written yet ({self.ckpt_path}, written with other settings, is "
-                    "untouched); rerun to start over")
+            return (
+                f"no checkpoint of this run was written yet ({self.ckpt_path}, written with other settings, is "
+                "untouched); rerun to start over"
+            )
         if self.ckpt_path.exists():  # stopped while resuming it: not yet read, never written
             return f"the checkpoint at {self.ckpt_path} is untouched; rerun to resume"
         return "no checkpoint was written yet; rerun to start over"
 
 
-def resume_from(ckpt_path: Path, model: NAC, optimizer, ema, cfg: TrainConfig, fingerprint: str | None, world: World,
-            desc: str, progress: bool, state: RunState) -> tuple[int, list]:
+def resume_from(
+    ckpt_path: Path,
+    model: NAC,
+    optimizer,
+    ema,
+    cfg: TrainConfig,
+    fingerprint: str | None,
+    world: World,
+    desc: str,
+    progress: bool,
+    state: RunState,
+) -> tuple[int, list]:
     """Load the checkpoint when it was written with the same settings; returns ``(epoch, history)``.
     Otherwise plan to move it aside (``state.stale_dest``) and start over: it stays in place until
     this run writes its own first checkpoint, so a run that fails before that loses nothing."""
@@ -65,8 +88,9 @@ def resume_from(ckpt_path: Path, model: NAC, optimizer, ema, cfg: TrainConfig, f
         barrier()  # every process has read it before the main one moves it
         if world.is_main:
             moved = move_aside(ckpt_path, tag="nonfinite")
-            tqdm.write(f"{desc}: {ckpt_path} holds NaN or infinite values (a diverged run); moved it to {moved}; "
-                       "starting over")
+            tqdm.write(
+                f"{desc}: {ckpt_path} holds NaN or infinite values (a diverged run); moved it to {moved}; starting over"
+            )
         return 0, []
     differ = []
     if ckpt.get("config") != model.config.to_dict():
@@ -74,8 +98,10 @@ def resume_from(ckpt_path: Path, model: NAC, optimizer, ema, cfg: TrainConfig, f
     if ckpt.get("train_config") != cfg.to_dict():
         differ.append("train_config (" + ", ".join(dict_diff(ckpt.get("train_config") or {}, cfg.to_dict())) + ")")
     if ckpt.get("fingerprint") != fingerprint:
-        differ.append(f"fingerprint (checkpoint {ckpt.get('fingerprint')}, now {fingerprint}: the data or the code "
-                      "that determines the result changed)")
+        differ.append(
+            f"fingerprint (checkpoint {ckpt.get('fingerprint')}, now {fingerprint}: the data or the code "
+            "that determines the result changed)"
+        )
     if not differ:
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
@@ -86,8 +112,10 @@ def resume_from(ckpt_path: Path, model: NAC, optimizer, ema, cfg: TrainConfig, f
         return int(ckpt["epoch"]), list(ckpt["history"])
     state.stale_dest, state.stale_reason = aside_path(ckpt_path), "; ".join(differ)
     if world.is_main:
-        tqdm.write(f"{desc}: {ckpt_path} was written with other settings: {state.stale_reason}; starting over, and "
-                   f"moving it to {state.stale_dest} when this run saves its first checkpoint")
+        tqdm.write(
+            f"{desc}: {ckpt_path} was written with other settings: {state.stale_reason}; starting over, and "
+            f"moving it to {state.stale_dest} when this run saves its first checkpoint"
+        )
     return 0, []
 
 
@@ -106,12 +134,15 @@ def save_epoch(state: RunState, model: NAC, **extra) -> None:
         if moved is not None and not path.exists():  # this run wrote nothing: put the old one back
             os.replace(moved, path)
         if isinstance(e, PoisonedCheckpointError):
-            raise NonFiniteWeightsError(f"{state.desc}: {e} (end of epoch {state.epoch}); {state.kept()}. {ADVICE}") from e
+            raise NonFiniteWeightsError(
+                f"{state.desc}: {e} (end of epoch {state.epoch}); {state.kept()}. {ADVICE}"
+            ) from e
         if isinstance(e, DiskFullError):
             free = f"{human_bytes(e.free)} free" if e.free is not None else "free space unknown"
             raise CheckpointWriteFailed(
                 f"{state.desc}: disk full writing {path} at the end of epoch {state.epoch}: it needs about "
-                f"{human_bytes(e.needed)}, {free} in {path.parent}; {state.intact()} once space is freed") from None
+                f"{human_bytes(e.needed)}, {free} in {path.parent}; {state.intact()} once space is freed"
+            ) from None
         raise
     state.stale_dest = None
     state.saved_epoch = state.epoch

@@ -3,6 +3,7 @@
 Every ``make_*`` writes one archive (or folder) under ``out`` and returns what a test needs to
 "download" it: ``Fake(path, url, md5, sha256, facts)`` where ``url`` is a ``file://`` URL.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -77,9 +78,11 @@ def make_tiny_imagenet(out: Path, n_train: int = 3, n_val: int = 2, corrupt: str
     """``tiny-imagenet-200.zip`` with 2 classes (wnids.txt in non-sorted order). ``corrupt``
     names a train file to replace with garbage bytes."""
     top = "tiny-imagenet-200"
-    files = {f"{top}/wnids.txt": "\n".join(WNIDS).encode() + b"\n",
-             f"{top}/words.txt": b"n02085620\tChihuahua\nn01443537\tgoldfish, Carassius auratus\n",
-             f"{top}/test/images/test_0.JPEG": image_bytes((0, 0, 0))}
+    files = {
+        f"{top}/wnids.txt": "\n".join(WNIDS).encode() + b"\n",
+        f"{top}/words.txt": b"n02085620\tChihuahua\nn01443537\tgoldfish, Carassius auratus\n",
+        f"{top}/test/images/test_0.JPEG": image_bytes((0, 0, 0)),
+    }
     for c, wnid in enumerate(WNIDS):
         for i in range(n_train):
             name = f"{top}/train/{wnid}/images/{wnid}_{i}.JPEG"
@@ -135,8 +138,9 @@ def make_cifar(out: Path, kind: str = "cifar10", per_batch: int = 4) -> Fake:
     rng = np.random.default_rng(0)
 
     def batch(n: int, key: str, classes: int) -> bytes:
-        return pickle.dumps({"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
-                             key: [int(i % classes) for i in range(n)]})
+        return pickle.dumps(
+            {"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8), key: [int(i % classes) for i in range(n)]}
+        )
 
     if kind == "cifar10":
         top, names = "cifar-10-batches-py", [f"c{i}" for i in range(10)]
@@ -146,9 +150,11 @@ def make_cifar(out: Path, kind: str = "cifar10", per_batch: int = 4) -> Fake:
         n_train, fname = 5 * per_batch, "cifar-10-python.tar.gz"
     else:
         top, names = "cifar-100-python", [f"f{i}" for i in range(100)]
-        files = {f"{top}/train": batch(2 * per_batch, "fine_labels", 100),
-                 f"{top}/test": batch(per_batch, "fine_labels", 100),
-                 f"{top}/meta": pickle.dumps({"fine_label_names": names})}
+        files = {
+            f"{top}/train": batch(2 * per_batch, "fine_labels", 100),
+            f"{top}/test": batch(per_batch, "fine_labels", 100),
+            f"{top}/meta": pickle.dumps({"fine_label_names": names}),
+        }
         n_train, fname = 2 * per_batch, "cifar-100-python.tar.gz"
     return Fake(_tar(out / fname, files, "w:gz"), {"n_train": n_train, "n_test": per_batch, "names": names})
 
@@ -170,20 +176,29 @@ def make_imagenet(out: Path) -> dict[str, Fake]:
         inner[f"{wnid}.tar"] = buf.getvalue()
     train = _tar(out / "ILSVRC2012_img_train.tar", inner)
     truth = [2, 1, 2]  # ILSVRC ids of val images 1..3
-    val = _tar(out / "ILSVRC2012_img_val.tar", {
-        f"ILSVRC2012_val_{i + 1:08d}.JPEG": image_bytes(color(t - 1), size=(64, 96)) for i, t in enumerate(truth)})
+    val = _tar(
+        out / "ILSVRC2012_img_val.tar",
+        {f"ILSVRC2012_val_{i + 1:08d}.JPEG": image_bytes(color(t - 1), size=(64, 96)) for i, t in enumerate(truth)},
+    )
     synsets = np.zeros(3, dtype=[("ILSVRC2012_ID", "O"), ("WNID", "O"), ("words", "O"), ("num_children", "O")])
     for i, (wnid, kids) in enumerate([(WNIDS[0], 0), (WNIDS[1], 0), ("n00000001", 2)]):
         synsets[i] = (i + 1, wnid, wnid, kids)
     buf = io.BytesIO()
     scipy.io.savemat(buf, {"synsets": synsets})
-    devkit = _tar(out / "ILSVRC2012_devkit_t12.tar.gz", {
-        "ILSVRC2012_devkit_t12/data/meta.mat": buf.getvalue(),
-        "ILSVRC2012_devkit_t12/data/ILSVRC2012_validation_ground_truth.txt": "\n".join(map(str, truth)).encode(),
-    }, "w:gz")
+    devkit = _tar(
+        out / "ILSVRC2012_devkit_t12.tar.gz",
+        {
+            "ILSVRC2012_devkit_t12/data/meta.mat": buf.getvalue(),
+            "ILSVRC2012_devkit_t12/data/ILSVRC2012_validation_ground_truth.txt": "\n".join(map(str, truth)).encode(),
+        },
+        "w:gz",
+    )
     # Sorted wnids: n01443537 -> 0, n02085620 -> 1; ILSVRC id 1 = n02085620 -> 1, id 2 -> 0.
-    return {"train": Fake(train, {"labels": [1, 1, 0, 0]}), "val": Fake(val, {"labels": [0, 1, 0]}),
-            "devkit": Fake(devkit)}
+    return {
+        "train": Fake(train, {"labels": [1, 1, 0, 0]}),
+        "val": Fake(val, {"labels": [0, 1, 0]}),
+        "devkit": Fake(devkit),
+    }
 
 
 # ------------------------------------------------------------------------------ other modalities
@@ -230,10 +245,18 @@ def make_nlvr2(out: Path, with_images: bool = True) -> dict[str, Fake]:
     ``with_images``, PNG images under ``out/images/<split>/`` (train ones in a sub-folder)."""
     fakes = {}
     for split in ("train", "dev", "test1"):
-        recs = [{"sentence": s, "left_url": "http://x/l.jpg", "right_url": "http://x/r.jpg", "label": lab,
-                 "identifier": f"{split}-{pair}-0-{k}"}
-                for k, (s, lab, pair) in enumerate([("Two dogs.", "True", 1), ("One cat.", "False", 1),
-                                                     ("Two dogs.", "False", 2)])]
+        recs = [
+            {
+                "sentence": s,
+                "left_url": "http://x/l.jpg",
+                "right_url": "http://x/r.jpg",
+                "label": lab,
+                "identifier": f"{split}-{pair}-0-{k}",
+            }
+            for k, (s, lab, pair) in enumerate(
+                [("Two dogs.", "True", 1), ("One cat.", "False", 1), ("Two dogs.", "False", 2)]
+            )
+        ]
         path = out / f"{split}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(json.dumps(r) + "\n" for r in recs))
@@ -244,7 +267,8 @@ def make_nlvr2(out: Path, with_images: bool = True) -> dict[str, Fake]:
             for pair in (1, 2):
                 for side in (0, 1):
                     (folder / f"{split}-{pair}-0-img{side}.png").write_bytes(
-                        image_bytes(color(pair + side), size=(30, 20), fmt="PNG"))
+                        image_bytes(color(pair + side), size=(30, 20), fmt="PNG")
+                    )
     return fakes
 
 

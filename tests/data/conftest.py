@@ -1,4 +1,5 @@
 """Fixtures for the embedded-dataset tests: build a dataset in a temporary root, snapshot a cache."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,6 +1,7 @@
 """Issue 23, defect 6: extraction bounds the total uncompressed size and the member count before
 writing anything (a limit derived from the dataset's known size, overridable), and every
 extraction error names the archive and the member."""
+
 import gzip
 import io
 import shutil
@@ -37,6 +38,7 @@ def _zeros_targz(path, size=ZEROS):
             def readinto(self, b):
                 b[:] = bytes(len(b))
                 return len(b)
+
         tf.addfile(info, io.BufferedReader(Zeros()))
     return path
 
@@ -64,8 +66,11 @@ def test_too_many_members_are_refused_before_writing(tmp_path):
         for i in range(20):
             zf.writestr(f"f{i:02d}.txt", b"x")
     dest = tmp_path / "out"
-    with pytest.raises(ArchiveTooLargeError, match=r"many\.zip: 20 members selected, over the limit of 10 "
-                                                   r"\(first over it: 'f10\.txt'\)"):
+    with pytest.raises(
+        ArchiveTooLargeError,
+        match=r"many\.zip: 20 members selected, over the limit of 10 "
+        r"\(first over it: 'f10\.txt'\)",
+    ):
         extract(archive, dest, max_members=10)
     _nothing_written(dest)
 
@@ -74,7 +79,9 @@ def test_a_plain_gz_is_bounded_as_it_streams(tmp_path):
     archive = tmp_path / "big.txt.gz"
     with gzip.open(archive, "wb") as f:
         f.write(b"a" * (4 << 20))
-    with pytest.raises(ArchiveTooLargeError, match=r"big\.txt\.gz: member 'big\.txt' expands past the limit of 1\.0 MB"):
+    with pytest.raises(
+        ArchiveTooLargeError, match=r"big\.txt\.gz: member 'big\.txt' expands past the limit of 1\.0 MB"
+    ):
         extract(archive, tmp_path / "out", max_bytes=1 << 20)
     _nothing_written(tmp_path / "out")
 
@@ -83,8 +90,11 @@ def test_not_enough_free_space_is_named_before_writing(tmp_path, monkeypatch):
     archive = _zeros_zip(tmp_path / "a.zip", size=8 << 20)
     Usage = namedtuple("Usage", "total used free")
     monkeypatch.setattr(archives.shutil, "disk_usage", lambda p: Usage(1 << 30, 1 << 30, 1 << 20))
-    with pytest.raises(ArchiveTooLargeError, match=r"a\.zip: extracting needs 8\.0 MB \(largest member "
-                                                   r"'data/zeros\.bin', 8\.0 MB\) but only 1\.0 MB is free"):
+    with pytest.raises(
+        ArchiveTooLargeError,
+        match=r"a\.zip: extracting needs 8\.0 MB \(largest member "
+        r"'data/zeros\.bin', 8\.0 MB\) but only 1\.0 MB is free",
+    ):
         extract(archive, tmp_path / "out")
     _nothing_written(tmp_path / "out")
 
@@ -101,6 +111,7 @@ def test_a_failed_write_names_the_archive_and_the_member(tmp_path, monkeypatch, 
 
     def full(*args, **kwargs):
         raise OSError(28, "No space left on device")
+
     monkeypatch.setattr(*target, full)
     with pytest.raises(ExtractionError) as err:
         extract(archive, tmp_path / "out")

@@ -1,4 +1,5 @@
 """nac.data.download: checksummed atomic fetches, safe extraction, user-supplied files."""
+
 from __future__ import annotations
 
 import hashlib
@@ -10,8 +11,17 @@ import pytest
 from archives import link, make_gz, make_tar
 
 from nac.data import download as dl
-from nac.data.download import (ChecksumError, DownloadError, UnsafeArchiveError, UserDataRequired, extract,
-                               fetch, prefix_filter, require_files, verify)
+from nac.data.download import (
+    ChecksumError,
+    DownloadError,
+    UnsafeArchiveError,
+    UserDataRequired,
+    extract,
+    fetch,
+    prefix_filter,
+    require_files,
+    verify,
+)
 
 PAYLOAD = b"nac-repro " * 5000
 
@@ -124,14 +134,17 @@ def test_extract_formats_and_member_filter(tmp_path):
     assert (extract(ok, tmp_path / "okout") / "d/l").read_bytes() == b"f"
 
 
-@pytest.mark.parametrize("member,why", [
-    (("../evil", b"x"), "'..'"),
-    (("top/../../evil", b"x"), "'..'"),
-    (("/tmp/nac_evil_abs", b"x"), "absolute"),
-    (link("top/sym", "../../outside"), "symlink"),
-    (link("top/sym", "/etc/passwd"), "symlink"),
-    (link("top/hard", "../outside", hard=True), "hard link"),
-])
+@pytest.mark.parametrize(
+    "member,why",
+    [
+        (("../evil", b"x"), "'..'"),
+        (("top/../../evil", b"x"), "'..'"),
+        (("/tmp/nac_evil_abs", b"x"), "absolute"),
+        (link("top/sym", "../../outside"), "symlink"),
+        (link("top/sym", "/etc/passwd"), "symlink"),
+        (link("top/hard", "../outside", hard=True), "hard link"),
+    ],
+)
 def test_unsafe_tar_members_refused_before_anything_is_written(tmp_path, member, why):
     archive = make_tar(tmp_path / "bad.tar", [("top/fine.txt", b"ok"), member])
     dest = tmp_path / "sub" / "out"

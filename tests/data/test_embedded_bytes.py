@@ -1,4 +1,5 @@
 """bytes: labels re-derived from the text by an independent phrase scorer; encode_bytes."""
+
 from __future__ import annotations
 
 import re

@@ -1,4 +1,5 @@
 """digits: sklearn's handwritten digits, resized, three channels, stratified deterministic split."""
+
 from __future__ import annotations
 
 import numpy as np

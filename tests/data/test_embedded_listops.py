@@ -1,4 +1,5 @@
 """listops: the generator's semantics checked by an independent evaluator over the TSV strings."""
+
 from __future__ import annotations
 
 import statistics

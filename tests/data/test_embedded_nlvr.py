@@ -1,4 +1,5 @@
 """nlvr_shapes: every statement re-checked on its stored scene by an independent parser/checker."""
+
 from __future__ import annotations
 
 import re
@@ -45,9 +46,15 @@ def check(sentence: str, left: np.ndarray, right: np.ndarray, colours: list, sha
         return "existential", all(k >= 1 for k in ks) if m[1] == "a" else all(k == 0 for k in ks)
     if m := re.fullmatch(r"in the (left|right) image a (.+) is (above|below|left of|right of) a (.+)", sentence):
         first, second, objs = matcher(m[2]), matcher(m[4]), scenes[m[1]]
-        rel = {"above": lambda a, b: a[3] < b[3], "below": lambda a, b: a[3] > b[3],
-               "left of": lambda a, b: a[2] < b[2], "right of": lambda a, b: a[2] > b[2]}[m[3]]
-        hit = any(first(a) and second(b) and rel(a, b) for i, a in enumerate(objs) for j, b in enumerate(objs) if i != j)
+        rel = {
+            "above": lambda a, b: a[3] < b[3],
+            "below": lambda a, b: a[3] > b[3],
+            "left of": lambda a, b: a[2] < b[2],
+            "right of": lambda a, b: a[2] > b[2],
+        }[m[3]]
+        hit = any(
+            first(a) and second(b) and rel(a, b) for i, a in enumerate(objs) for j, b in enumerate(objs) if i != j
+        )
         return "spatial", hit
     raise AssertionError(f"unparsed statement {sentence!r}")
 
@@ -60,7 +67,9 @@ def test_every_label_is_the_truth_of_its_statement(build_dataset):
     for split in ("train", "val", "test"):
         a, sentences = b.arrays(split), b.sentences(split)
         for i, s in enumerate(sentences):
-            family, truth = check(s, a["left_objects"][i], a["right_objects"][i], info["colour_names"], info["shape_names"])
+            family, truth = check(
+                s, a["left_objects"][i], a["right_objects"][i], info["colour_names"], info["shape_names"]
+            )
             assert family == types[a["reasoning_type"][i]], s
             assert truth == bool(a["labels"][i]), f"{split}[{i}] {s!r} labelled {bool(a['labels'][i])}"
         # exactly balanced: each type equally often, half true within each type

@@ -1,4 +1,5 @@
 """pointclouds: round trip, determinism, classes, posing (SO(3), scale, jitter)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -61,5 +62,5 @@ def test_classes_have_distinct_geometry():
         prof[name] = np.quantile(d / d.max(), np.linspace(0.05, 0.95, 19))
     names = list(prof)
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             assert np.abs(prof[a] - prof[b]).max() > 0.03, (a, b)

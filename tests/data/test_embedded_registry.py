@@ -1,4 +1,5 @@
 """Registration, info() and the raw/cache guards shared by every embedded dataset."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """shapes / shapes_r / shapes_novel: round trip, determinism, classes, styles, distinguishability."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -87,7 +88,7 @@ def test_classes_differ_by_shape():
     angles = np.linspace(0, 2 * np.pi, 36, endpoint=False)
     masks = {n: [drawing.fill_mask(drawing.place(n, 32, 32, 28, a), size) > 0.5 for a in angles] for n in names}
     for i, p in enumerate(names):
-        for q in names[i + 1:]:
+        for q in names[i + 1 :]:
             ref = masks[p][0]
             iou = max((ref & m).sum() / (ref | m).sum() for m in masks[q])
             assert iou < 0.9, f"{p} and {q} overlap with IoU {iou:.2f}: not distinguishable by shape"

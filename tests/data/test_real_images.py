@@ -1,4 +1,5 @@
 """Real image datasets end to end (download from file:// -> prepare -> load) on tiny fake archives."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,5 @@
 """LRA ListOps and byte-level IMDB end to end on tiny fake archives."""
+
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,5 @@
 """ModelNet40 and NLVR2 end to end on tiny fakes (NLVR2 with a stand-in CLIP encoder)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -35,16 +36,16 @@ class TinyEncoder:
 
     def encode_images(self, images):
         self.images_seen += len(images)
-        return torch.stack([torch.from_numpy(np.asarray(im.resize((4, 4)), dtype=np.float32)).reshape(-1, 3).mean(0)
-                            for im in images])
+        return torch.stack(
+            [torch.from_numpy(np.asarray(im.resize((4, 4)), dtype=np.float32)).reshape(-1, 3).mean(0) for im in images]
+        )
 
     def encode_texts(self, texts):
         return torch.tensor([[len(t), len(t.split()), 1.0] for t in texts])
 
 
 def nlvr2_params(fakes):
-    return {"urls": {k: f.url for k, f in fakes.items()}, "md5s": {k: f.md5 for k, f in fakes.items()},
-            "batch_size": 3}
+    return {"urls": {k: f.url for k, f in fakes.items()}, "md5s": {k: f.md5 for k, f in fakes.items()}, "batch_size": 3}
 
 
 def test_nlvr2_features_with_injected_encoder(tmp_path):
@@ -108,5 +109,6 @@ def test_corrupt_records_are_named(tmp_path):
     bad = tmp_path / "srv" / "dev.json"
     bad.write_text('{"sentence": "x", "label": "True", "identifier": "dev-1-0-0"}\n{"sentence": "y"}\n')
     from nac.data.real.nlvr2 import read_records
+
     with pytest.raises(CorruptFileError, match=r"dev.json line 2"):
         read_records(bad)

@@ -10,6 +10,7 @@
 Every escape these archives attempt lands in ``tmp_path/sub`` (the target is ``tmp_path/sub/out``),
 so nothing leaves pytest's tmp_path even on code that lets it through. Servers bind 127.0.0.1.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -37,8 +38,9 @@ def _disable_tar_filter(monkeypatch):
     """Extract as a Python without tarfile's ``data`` filter does: no filter, everything trusted."""
     monkeypatch.delattr(tarfile, "data_filter", raising=False)
     if hasattr(tarfile, "fully_trusted_filter"):  # 3.14 defaults to "data"; be the old Python on every version
-        monkeypatch.setattr(tarfile.TarFile, "extraction_filter", staticmethod(tarfile.fully_trusted_filter),
-                            raising=False)
+        monkeypatch.setattr(
+            tarfile.TarFile, "extraction_filter", staticmethod(tarfile.fully_trusted_filter), raising=False
+        )
 
 
 @pytest.fixture
@@ -50,22 +52,33 @@ LINK_TRICKS = {
     # a -> ".", then a/b -> ".." is lexically "a/.." (inside) but the OS resolves it to the parent.
     "symlink_through_symlink": ([link("a", "."), link("a/b", ".."), ("a/b/evil", b"x")], "a/b", "symlink"),
     # b -> ".", so "b/c/../.." is the parent, though it normalises to ".".
-    "dotdot_after_linked_folder": ([("c/keep", b"k"), link("b", "."), link("a", "b/c/../.."), ("a/evil", b"x")],
-                                   "a", "symlink"),
+    "dotdot_after_linked_folder": (
+        [("c/keep", b"k"), link("b", "."), link("a", "b/c/../.."), ("a/evil", b"x")],
+        "a",
+        "symlink",
+    ),
     # l points inside when created; b -> "." added afterwards makes it point outside, and the regular
     # file "l" is then written through it.
     "file_written_through_redirected_link": (
-        [("c/keep", b"k"), link("l", "b/c/../../evil"), link("b", "."), ("l", b"x")], "l", "written outside"),
+        [("c/keep", b"k"), link("l", "b/c/../../evil"), link("b", "."), ("l", b"x")],
+        "l",
+        "written outside",
+    ),
     # a hard link to a file outside (reached through b -> "."), then overwritten by a member of that name.
     "hard_link_through_symlink": (
         [("c/keep", b"k"), link("b", "."), link("h", "b/c/../../victim", hard=True), ("h", b"overwritten")],
-        "h", "hard link"),
+        "h",
+        "hard link",
+    ),
     # on Linux "x\\y" is one name: a link to ".." at the top, though "x/.." looks inside.
     "backslash_in_link_name": ([link("x\\y", ".."), ("x\\y/evil", b"x")], "x\\y", "symlink"),
     "symlink_loop": ([link("a", "b"), link("b", "a"), ("a/x", b"x")], "a/x", "loop of symlinks"),
     # nothing is written through it, but the extracted tree would keep a link leading outside.
-    "link_redirected_after_creation": ([("c/keep", b"k"), link("a", "b/c/../.."), link("b", ".")],
-                                       "a", "leads outside"),
+    "link_redirected_after_creation": (
+        [("c/keep", b"k"), link("a", "b/c/../.."), link("b", ".")],
+        "a",
+        "leads outside",
+    ),
 }
 
 
@@ -89,8 +102,10 @@ def test_link_tricks_refused_without_tarfile_filter(tmp_path, no_tar_filter, cas
 def test_links_inside_the_target_still_work(tmp_path, monkeypatch, with_filter):
     if not with_filter:
         _disable_tar_filter(monkeypatch)
-    archive = make_tar(tmp_path / "ok.tar", [("real/x", b"x"), link("d", "real"), ("d/y", b"y"),
-                                             link("real/l", "../d/x"), link("h", "d/x", hard=True)])
+    archive = make_tar(
+        tmp_path / "ok.tar",
+        [("real/x", b"x"), link("d", "real"), ("d/y", b"y"), link("real/l", "../d/x"), link("h", "d/x", hard=True)],
+    )
     out = extract(archive, tmp_path / "sub" / "out")
     assert (out / "real" / "y").read_bytes() == b"y" and (out / "real" / "l").read_bytes() == b"x"
     assert (out / "h").read_bytes() == b"x" and (out / "d").is_symlink()
@@ -206,8 +221,7 @@ def test_truncated_lra_archive_is_refused_at_download(tmp_path, server):
     assert not b.archive.exists() and not b.extracted.exists()
     server.files["/lra_release.gz"] = data  # the server recovers: a rerun downloads the whole archive
     b.download()
-    assert (b.archive.with_name("lra_release.gz.sha256").read_text().split()[0]
-            == hashlib.sha256(data).hexdigest())
+    assert b.archive.with_name("lra_release.gz.sha256").read_text().split()[0] == hashlib.sha256(data).hexdigest()
 
 
 def test_corrupt_archive_named_at_extraction(tmp_path):
@@ -225,9 +239,17 @@ def test_corrupt_archive_named_at_extraction(tmp_path):
 def _toy_cache(tmp_path):
     rng = np.random.default_rng(0)
     cache_dir = tmp_path / "cache" / "toy"
-    write_cache(cache_dir, "toy", {"n": 40}, {"train": {
-        "images": rng.integers(0, 256, (40, 3, 8, 8), dtype=np.uint8),
-        "labels": np.arange(40, dtype=np.int64) % 10}})
+    write_cache(
+        cache_dir,
+        "toy",
+        {"n": 40},
+        {
+            "train": {
+                "images": rng.integers(0, 256, (40, 3, 8, 8), dtype=np.uint8),
+                "labels": np.arange(40, dtype=np.int64) % 10,
+            }
+        },
+    )
     return cache_dir
 
 

@@ -5,4 +5,5 @@ Importing this package registers ``shapes``, ``shapes_r``, ``shapes_novel``, ``d
 builders: ``nac.data.embedded.listops.read_lra_tsv`` / ``tokenize_listops`` and
 ``nac.data.embedded.bytes.encode_bytes``.
 """
+
 from nac.data.embedded import bytes, digits, listops, nlvr_shapes, pointclouds, shapes  # noqa: F401

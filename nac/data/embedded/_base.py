@@ -9,6 +9,7 @@ refuse raw files made with other parameters), writes the tokenization cache with
 Randomness: one ``numpy.random.Generator`` per (seed, stream) pair, never the global RNG, so
 every split is bit-identical across runs and independent of the sizes of the other splits.
 """
+
 from __future__ import annotations
 
 import json
@@ -129,8 +130,11 @@ class EmbeddedBuilder(DatasetBuilder):
             )
         have, want = json.loads(path.read_text()), self._raw_params()
         if have != want:
-            diff = ", ".join(f"{k}: raw {have.get(k)!r} != requested {want.get(k)!r}"
-                             for k in sorted(set(have) | set(want)) if have.get(k) != want.get(k))
+            diff = ", ".join(
+                f"{k}: raw {have.get(k)!r} != requested {want.get(k)!r}"
+                for k in sorted(set(have) | set(want))
+                if have.get(k) != want.get(k)
+            )
             raise ValueError(
                 f"raw data for {self.name!r} at {self.raw_dir} was generated with other params ({diff}); "
                 f"rerun download() with the current params"

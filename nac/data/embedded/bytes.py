@@ -20,6 +20,7 @@ queue"), so none of them alone is a cue. Labels are balanced in every split.
 Storage: ``tokens`` int16 ``[N, max_length]`` (byte + 1, pad 0), ``mask`` bool, ``labels`` int64.
 Items: ``"input"`` int64 ``[max_length]``, ``"mask"`` bool (True = real byte), ``"label"`` int64.
 """
+
 from __future__ import annotations
 
 import csv
@@ -35,29 +36,93 @@ from nac.data.registry import register
 PAD_ID = 0
 VOCAB_SIZE = 257  # pad + 256 byte values (byte b -> id b + 1)
 
-POSITIVE = ("good", "great", "excellent", "wonderful", "superb", "charming", "delightful", "moving",
-            "gripping", "brilliant", "clever", "beautiful", "funny", "fresh", "memorable", "solid")
-NEGATIVE = ("bad", "poor", "awful", "terrible", "boring", "dull", "tedious", "clumsy",
-            "weak", "messy", "forgettable", "bland", "silly", "lazy", "annoying", "predictable")
+POSITIVE = (
+    "good",
+    "great",
+    "excellent",
+    "wonderful",
+    "superb",
+    "charming",
+    "delightful",
+    "moving",
+    "gripping",
+    "brilliant",
+    "clever",
+    "beautiful",
+    "funny",
+    "fresh",
+    "memorable",
+    "solid",
+)
+NEGATIVE = (
+    "bad",
+    "poor",
+    "awful",
+    "terrible",
+    "boring",
+    "dull",
+    "tedious",
+    "clumsy",
+    "weak",
+    "messy",
+    "forgettable",
+    "bland",
+    "silly",
+    "lazy",
+    "annoying",
+    "predictable",
+)
 INTENSIFIERS = ("very", "really", "truly", "extremely", "incredibly")
 DOWNTONERS = ("somewhat", "fairly", "mildly", "slightly")
 NEGATION = "not"
-ASPECTS = ("acting", "plot", "script", "direction", "music", "ending", "dialogue", "cast", "pacing",
-           "camera work", "story", "lead performance", "soundtrack", "editing", "humour", "score")
-EVIDENCE_TEMPLATES = ("the {a} was {p}.", "i thought the {a} was {p}.", "honestly, the {a} felt {p}.",
-                      "overall the {a} is {p}.", "we found the {a} {p}.", "to me the {a} seemed {p}.")
+ASPECTS = (
+    "acting",
+    "plot",
+    "script",
+    "direction",
+    "music",
+    "ending",
+    "dialogue",
+    "cast",
+    "pacing",
+    "camera work",
+    "story",
+    "lead performance",
+    "soundtrack",
+    "editing",
+    "humour",
+    "score",
+)
+EVIDENCE_TEMPLATES = (
+    "the {a} was {p}.",
+    "i thought the {a} was {p}.",
+    "honestly, the {a} felt {p}.",
+    "overall the {a} is {p}.",
+    "we found the {a} {p}.",
+    "to me the {a} seemed {p}.",
+)
 _NAMES = ("ana ruiz", "tom berg", "li wei", "sara okafor", "jon doyle", "mia costa", "raj patel", "eva lind")
 _PLACES = ("paris", "a small town", "the desert", "new york", "a space station", "the mountains", "a harbour")
 _ROLES = ("detective", "teacher", "pilot", "villain", "neighbour", "doctor", "captain")
 _THINGS = ("train", "dog", "red car", "piano", "lighthouse", "storm", "letter")
 _NEUTRAL_ADJ = ("crowded", "quiet", "cold", "warm", "small", "large", "empty", "long")
 FILLER_TEMPLATES = (
-    "the film runs about {n} minutes.", "it was released in {y}.", "the story is set in {pl}.",
-    "{nm} plays the {r}.", "i watched it with a friend on a {d}.", "the {a} was handled by {nm}.",
-    "there is a scene with a {t} near the end.", "it is not a sequel to anything.",
-    "the {a} was not recorded in {pl}.", "my friend had not seen the trailer.",
-    "a very long queue formed outside.", "the theatre was really {na}.", "{nm} also appears as a {r}.",
-    "the {a} team met in {pl} in {y}.", "it opens with a {t} and a {t}.", "the cinema was {na} that night.",
+    "the film runs about {n} minutes.",
+    "it was released in {y}.",
+    "the story is set in {pl}.",
+    "{nm} plays the {r}.",
+    "i watched it with a friend on a {d}.",
+    "the {a} was handled by {nm}.",
+    "there is a scene with a {t} near the end.",
+    "it is not a sequel to anything.",
+    "the {a} was not recorded in {pl}.",
+    "my friend had not seen the trailer.",
+    "a very long queue formed outside.",
+    "the theatre was really {na}.",
+    "{nm} also appears as a {r}.",
+    "the {a} team met in {pl} in {y}.",
+    "it opens with a {t} and a {t}.",
+    "the cinema was {na} that night.",
 )
 _DAYS = ("monday", "tuesday", "friday", "saturday", "sunday")
 
@@ -78,10 +143,17 @@ def _phrase(rng: np.random.Generator, sign: int) -> tuple[str, float]:
 
 def _filler(rng: np.random.Generator) -> str:
     t = str(rng.choice(FILLER_TEMPLATES))
-    slots = {"n": lambda: str(int(rng.integers(80, 180))), "y": lambda: str(int(rng.integers(1950, 2024))),
-             "pl": lambda: rng.choice(_PLACES), "nm": lambda: rng.choice(_NAMES), "r": lambda: rng.choice(_ROLES),
-             "d": lambda: rng.choice(_DAYS), "a": lambda: rng.choice(ASPECTS), "t": lambda: rng.choice(_THINGS),
-             "na": lambda: rng.choice(_NEUTRAL_ADJ)}
+    slots = {
+        "n": lambda: str(int(rng.integers(80, 180))),
+        "y": lambda: str(int(rng.integers(1950, 2024))),
+        "pl": lambda: rng.choice(_PLACES),
+        "nm": lambda: rng.choice(_NAMES),
+        "r": lambda: rng.choice(_ROLES),
+        "d": lambda: rng.choice(_DAYS),
+        "a": lambda: rng.choice(ASPECTS),
+        "t": lambda: rng.choice(_THINGS),
+        "na": lambda: rng.choice(_NEUTRAL_ADJ),
+    }
     for key, fill in slots.items():
         while "{" + key + "}" in t:
             t = t.replace("{" + key + "}", str(fill()), 1)
@@ -102,8 +174,9 @@ def generate_review(rng: np.random.Generator, label: int, max_length: int) -> tu
         signs = np.where(rng.random(m) < 0.7, want, -want)
         phrases = [_phrase(rng, int(s)) for s in signs]
         score = sum(w for _, w in phrases)
-        evidence = [_capitalise(str(rng.choice(EVIDENCE_TEMPLATES)).format(a=rng.choice(ASPECTS), p=p))
-                    for p, _ in phrases]
+        evidence = [
+            _capitalise(str(rng.choice(EVIDENCE_TEMPLATES)).format(a=rng.choice(ASPECTS), p=p)) for p, _ in phrases
+        ]
         used = sum(len(e) + 1 for e in evidence)
         if score * want >= 1 and (signs != want).any() and used <= target:
             break
@@ -127,13 +200,15 @@ def encode_bytes(texts: Sequence[str | bytes], max_length: int, dtype: Any = np.
     does) of dtype ``dtype`` (int16 or wider) ``[N, max_length]``, and mask bool ``[N, max_length]``.
     ``str`` is encoded as UTF-8."""
     if np.iinfo(dtype).max < VOCAB_SIZE - 1:
-        raise ValueError(f"encode_bytes: dtype {np.dtype(dtype)} cannot hold ids up to {VOCAB_SIZE - 1}; use int16 or wider")
+        raise ValueError(
+            f"encode_bytes: dtype {np.dtype(dtype)} cannot hold ids up to {VOCAB_SIZE - 1}; use int16 or wider"
+        )
     tokens = np.zeros((len(texts), max_length), dtype=dtype)
     mask = np.zeros((len(texts), max_length), dtype=bool)
     for i, t in enumerate(texts):
         b = np.frombuffer(t.encode("utf-8") if isinstance(t, str) else bytes(t), dtype=np.uint8)[:max_length]
-        tokens[i, :len(b)] = b.astype(dtype) + 1
-        mask[i, :len(b)] = True
+        tokens[i, : len(b)] = b.astype(dtype) + 1
+        mask[i, : len(b)] = True
     return tokens, mask
 
 

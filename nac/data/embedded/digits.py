@@ -9,6 +9,7 @@ per class ``round(test_fraction * n)`` test, ``round(val_fraction * n)`` val, th
 Storage: ``images`` uint8 ``[N, S, S, 3]``, ``labels`` int64 ``[N]``. Items: ``"input"`` uint8
 ``[3, S, S]`` (CHW, 0-255, white ink on black), ``"label"`` int64 ``[]``.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -47,8 +48,8 @@ class Digits(EmbeddedBuilder):
             idx = rng.permutation(np.flatnonzero(labels == c))
             n_test, n_val = int(round(tf * len(idx))), int(round(vf * len(idx)))
             parts["test"].append(idx[:n_test])
-            parts["val"].append(idx[n_test:n_test + n_val])
-            parts["train"].append(idx[n_test + n_val:])
+            parts["val"].append(idx[n_test : n_test + n_val])
+            parts["train"].append(idx[n_test + n_val :])
         return {s: rng.permutation(np.concatenate(v)) for s, v in parts.items() if sum(map(len, v))}
 
     def prepare(self) -> None:
@@ -58,8 +59,9 @@ class Digits(EmbeddedBuilder):
         grey = np.round(raw["images"].astype(np.float64) * (255 / 16)).astype(np.uint8)
         big = np.stack([np.asarray(Image.fromarray(g).resize((size, size), Image.BILINEAR)) for g in grey])
         images = np.repeat(big[..., None], 3, axis=-1)
-        splits = {s: {"images": images[i], "labels": raw["labels"][i]}
-                  for s, i in self._split_indices(raw["labels"]).items()}
+        splits = {
+            s: {"images": images[i], "labels": raw["labels"][i]} for s, i in self._split_indices(raw["labels"]).items()
+        }
         self.write(splits)
 
     def _size(self) -> int:

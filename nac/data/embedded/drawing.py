@@ -18,6 +18,7 @@ are anti-aliased) into float masks ``[S, S]`` in [0, 1]; ``draw_image`` composes
 Classes differ by outline only (colours are drawn independently of the class), so every
 rendition tests shape recognition.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -80,24 +81,43 @@ _GEOMETRY: dict[str, list[Part]] = {
     "square": [(_ngon(4, phase=np.pi / 4), False)],
     "triangle": [(_ngon(3), False)],
     "star": [(_star(5, 0.42), False)],
-    "cross": [(_poly((-.3, 1), (.3, 1), (.3, .3), (1, .3), (1, -.3), (.3, -.3), (.3, -1), (-.3, -1),
-                     (-.3, -.3), (-1, -.3), (-1, .3), (-.3, .3)), False)],
+    "cross": [
+        (
+            _poly(
+                (-0.3, 1),
+                (0.3, 1),
+                (0.3, 0.3),
+                (1, 0.3),
+                (1, -0.3),
+                (0.3, -0.3),
+                (0.3, -1),
+                (-0.3, -1),
+                (-0.3, -0.3),
+                (-1, -0.3),
+                (-1, 0.3),
+                (-0.3, 0.3),
+            ),
+            False,
+        )
+    ],
     "hexagon": [(_ngon(6, phase=0.0), False)],
     "heart": [(_heart(), False)],
-    "arrow": [(_poly((-1, -.28), (.1, -.28), (.1, -.7), (1, 0), (.1, .7), (.1, .28), (-1, .28)), False)],
+    "arrow": [(_poly((-1, -0.28), (0.1, -0.28), (0.1, -0.7), (1, 0), (0.1, 0.7), (0.1, 0.28), (-1, 0.28)), False)],
     "crescent": [(_crescent(), False)],
     "ring": [(_circle(), False), (_circle(0.55), True)],
     # ---- classes of `shapes_novel` (never in `shapes`) ----
     "semicircle": [(_arc(0, np.pi) - [0, 0.42], False)],
-    "l_shape": [(_poly((-.7, 1), (-.2, 1), (-.2, -.5), (.7, -.5), (.7, -1), (-.7, -1)), False)],
-    "t_shape": [(_poly((-.9, 1), (.9, 1), (.9, .5), (.25, .5), (.25, -1), (-.25, -1), (-.25, .5), (-.9, .5)), False)],
-    "hourglass": [(_poly((-.75, 1), (.75, 1), (.12, 0), (.75, -1), (-.75, -1), (-.12, 0)), False)],
+    "l_shape": [(_poly((-0.7, 1), (-0.2, 1), (-0.2, -0.5), (0.7, -0.5), (0.7, -1), (-0.7, -1)), False)],
+    "t_shape": [
+        (_poly((-0.9, 1), (0.9, 1), (0.9, 0.5), (0.25, 0.5), (0.25, -1), (-0.25, -1), (-0.25, 0.5), (-0.9, 0.5)), False)
+    ],
+    "hourglass": [(_poly((-0.75, 1), (0.75, 1), (0.12, 0), (0.75, -1), (-0.75, -1), (-0.12, 0)), False)],
     "pacman": [(np.concatenate([[[0.0, 0.0]], _arc(np.pi / 5, 2 * np.pi - np.pi / 5)]), False)],
     "teardrop": [(_teardrop(), False)],
     "frame": [(_ngon(4, phase=np.pi / 4), False), (_ngon(4, 0.6, np.pi / 4), True)],
-    "chevron": [(_poly((-1, -.2), (0, .8), (1, -.2), (1, -.75), (0, .25), (-1, -.75)), False)],
-    "trapezoid": [(_poly((-1, -.6), (1, -.6), (.45, .6), (-.45, .6)), False)],
-    "diamond": [(_poly((0, 1), (.5, 0), (0, -1), (-.5, 0)), False)],
+    "chevron": [(_poly((-1, -0.2), (0, 0.8), (1, -0.2), (1, -0.75), (0, 0.25), (-1, -0.75)), False)],
+    "trapezoid": [(_poly((-1, -0.6), (1, -0.6), (0.45, 0.6), (-0.45, 0.6)), False)],
+    "diamond": [(_poly((0, 1), (0.5, 0), (0, -1), (-0.5, 0)), False)],
 }
 
 
@@ -107,10 +127,30 @@ def _normalise(parts: list[Part]) -> list[Part]:
 
 
 GEOMETRY: dict[str, list[Part]] = {k: _normalise(v) for k, v in _GEOMETRY.items()}
-BASE_CLASSES: tuple[str, ...] = ("circle", "square", "triangle", "star", "cross",
-                                 "hexagon", "heart", "arrow", "crescent", "ring")
-NOVEL_CLASSES: tuple[str, ...] = ("semicircle", "l_shape", "t_shape", "hourglass", "pacman",
-                                  "teardrop", "frame", "chevron", "trapezoid", "diamond")
+BASE_CLASSES: tuple[str, ...] = (
+    "circle",
+    "square",
+    "triangle",
+    "star",
+    "cross",
+    "hexagon",
+    "heart",
+    "arrow",
+    "crescent",
+    "ring",
+)
+NOVEL_CLASSES: tuple[str, ...] = (
+    "semicircle",
+    "l_shape",
+    "t_shape",
+    "hourglass",
+    "pacman",
+    "teardrop",
+    "frame",
+    "chevron",
+    "trapezoid",
+    "diamond",
+)
 OOD_STYLES: tuple[str, ...] = ("sketch", "cartoon", "pattern", "inverted", "pixelated")
 STYLES: tuple[str, ...] = ("iid",) + OOD_STYLES
 
@@ -193,8 +233,12 @@ def texture(rng: np.random.Generator, size: int) -> np.ndarray:
     elif kind == 1:  # smooth value noise
         cells = int(rng.integers(3, 8))
         low = np.clip(base + rng.normal(0, 0.25, (cells, cells, 3)), 0, 1)
-        img = np.asarray(Image.fromarray((low * 255).astype(np.uint8)).resize((size, size), Image.BILINEAR),
-                         dtype=np.float32) / 255.0
+        img = (
+            np.asarray(
+                Image.fromarray((low * 255).astype(np.uint8)).resize((size, size), Image.BILINEAR), dtype=np.float32
+            )
+            / 255.0
+        )
     elif kind == 2:  # low-contrast stripes
         period = rng.uniform(3.0, 8.0) * size / 32
         wave = np.sin(2 * np.pi * _directional(rng, size) / period)

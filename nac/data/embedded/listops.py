@@ -19,6 +19,7 @@ Storage: ``tokens`` uint8 ``[N, max_length]`` (pad 0), ``mask`` bool, ``labels``
 Items: ``"input"`` int64 ``[max_length]``, ``"mask"`` bool ``[max_length]`` (True = real token),
 ``"label"`` int64 ``[]`` (the value, 0-9).
 """
+
 from __future__ import annotations
 
 import csv
@@ -83,12 +84,19 @@ def to_source(tree: Tree) -> str:
 
 
 def generate_listops(
-    rng: np.random.Generator, n: int, min_length: int, max_length: int, max_depth: int, max_args: int,
+    rng: np.random.Generator,
+    n: int,
+    min_length: int,
+    max_length: int,
+    max_depth: int,
+    max_args: int,
 ) -> tuple[list[str], np.ndarray]:
     """``n`` distinct sources with ``min_length < length < max_length`` and their int64 targets [n]."""
     if max_args < 2 or max_depth < 2 or min_length + 1 >= max_length:
-        raise ValueError(f"listops: need max_args >= 2, max_depth >= 2 and min_length + 1 < max_length, got "
-                         f"max_args={max_args}, max_depth={max_depth}, lengths ({min_length}, {max_length})")
+        raise ValueError(
+            f"listops: need max_args >= 2, max_depth >= 2 and min_length + 1 < max_length, got "
+            f"max_args={max_args}, max_depth={max_depth}, lengths ({min_length}, {max_length})"
+        )
     kept: dict[str, int] = {}
     budget, tries = 1000 * n + 100_000, 0
     with tqdm(total=n, desc="listops", unit="seq", leave=False) as bar:
@@ -98,7 +106,8 @@ def generate_listops(
                 raise RuntimeError(
                     f"listops: only {len(kept)} of {n} sequences with {min_length} < length < {max_length} after "
                     f"{tries - 1} trees (max_depth={max_depth}, max_args={max_args}); widen the length window "
-                    f"or raise max_depth / max_args so trees can reach that length")
+                    f"or raise max_depth / max_args so trees can reach that length"
+                )
             tree, length = generate_tree(rng, max_depth, max_args)
             if min_length < length < max_length:
                 src = to_source(tree)
@@ -147,7 +156,9 @@ def listops_tokens(source: str) -> list[str]:
 
 
 def tokenize_listops(
-    sources: Sequence[str], max_length: int, truncate: bool = False,
+    sources: Sequence[str],
+    max_length: int,
+    truncate: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Token ids (``VOCAB`` index, pad ``PAD_ID`` = 0 at the end) int64 ``[N, max_length]`` and
     mask bool ``[N, max_length]`` (True = real token).
@@ -160,14 +171,16 @@ def tokenize_listops(
     for i, src in enumerate(sources):
         toks = listops_tokens(src)
         if len(toks) > max_length and not truncate:
-            raise ValueError(f"listops sequence {i} has {len(toks)} tokens > max_length={max_length}; "
-                             f"raise max_length or pass truncate=True")
+            raise ValueError(
+                f"listops sequence {i} has {len(toks)} tokens > max_length={max_length}; "
+                f"raise max_length or pass truncate=True"
+            )
         try:
             ids = [TOKEN_IDS[t] for t in toks[:max_length]]
         except KeyError as e:
             raise ValueError(f"listops sequence {i}: unknown token {e.args[0]!r}; vocabulary: {VOCAB[1:]}") from None
-        tokens[i, :len(ids)] = ids
-        mask[i, :len(ids)] = True
+        tokens[i, : len(ids)] = ids
+        mask[i, : len(ids)] = True
     return tokens, mask
 
 
@@ -177,8 +190,16 @@ class ListOps(EmbeddedBuilder):
     """Generated ListOps in LRA's format; short by default (paper: lengths 500-2000, depth 10,
     args 10, 96k/2k/2k). See the module docstring."""
 
-    defaults = {"min_length": 20, "max_length": 100, "max_depth": 5, "max_args": 5,
-                "n_train": 10000, "n_val": 1000, "n_test": 1000, "seed": 0}
+    defaults = {
+        "min_length": 20,
+        "max_length": 100,
+        "max_depth": 5,
+        "max_args": 5,
+        "n_train": 10000,
+        "n_val": 1000,
+        "n_test": 1000,
+        "seed": 0,
+    }
     rename = {"tokens": "input", "labels": "label"}
     raw_files = tuple(SPLIT_FILES.values())
 
@@ -187,11 +208,17 @@ class ListOps(EmbeddedBuilder):
 
     def generate(self) -> None:
         p, sizes = self.params, self._sizes()
-        sources, targets = generate_listops(self.rng(0), sum(sizes.values()), int(p["min_length"]),
-                                            int(p["max_length"]), int(p["max_depth"]), int(p["max_args"]))
+        sources, targets = generate_listops(
+            self.rng(0),
+            sum(sizes.values()),
+            int(p["min_length"]),
+            int(p["max_length"]),
+            int(p["max_depth"]),
+            int(p["max_args"]),
+        )
         start = 0
         for split, n in sizes.items():
-            write_lra_tsv(self.raw_dir / SPLIT_FILES[split], sources[start:start + n], targets[start:start + n])
+            write_lra_tsv(self.raw_dir / SPLIT_FILES[split], sources[start : start + n], targets[start : start + n])
             start += n
 
     def prepare(self) -> None:

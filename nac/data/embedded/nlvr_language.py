@@ -19,6 +19,7 @@ The four reasoning types of the NAC paper's NLVR2 analysis, and the exact semant
 
 A description names a colour, a shape or both ("red object", "circle", "red circle").
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -30,16 +31,47 @@ COLOURS: tuple[str, ...] = ("red", "green", "blue", "yellow")
 OBJECT_FIELDS: tuple[str, ...] = ("shape", "colour", "x", "y", "radius")
 REASONING_TYPES: tuple[str, ...] = ("hard_cardinality", "soft_cardinality", "existential", "spatial")
 NUMBERS: tuple[str, ...] = ("zero", "one", "two", "three", "four", "five")
-RELATIONS: dict[str, tuple[str, ...]] = {"above": ("above",), "below": ("below",),
-                                         "left_of": ("left", "of"), "right_of": ("right", "of")}
+RELATIONS: dict[str, tuple[str, ...]] = {
+    "above": ("above",),
+    "below": ("below",),
+    "left_of": ("left", "of"),
+    "right_of": ("right", "of"),
+}
 SCOPES = {"left": "the left image", "right": "the right image", "both": "both images"}
 
-_WORDS = {"a", "are", "at", "both", "exactly", "few", "fewer", "has", "image", "images", "in", "is",
-          "least", "many", "more", "most", "no", "object", "objects", "than", "the", "there",
-          "above", "below", "left", "right", "of"}
+_WORDS = {
+    "a",
+    "are",
+    "at",
+    "both",
+    "exactly",
+    "few",
+    "fewer",
+    "has",
+    "image",
+    "images",
+    "in",
+    "is",
+    "least",
+    "many",
+    "more",
+    "most",
+    "no",
+    "object",
+    "objects",
+    "than",
+    "the",
+    "there",
+    "above",
+    "below",
+    "left",
+    "right",
+    "of",
+}
 PAD_ID = 0
-VOCAB: tuple[str, ...] = ("<pad>",) + tuple(sorted(
-    _WORDS | set(NUMBERS[1:]) | set(COLOURS) | set(SHAPES) | {s + "s" for s in SHAPES}))
+VOCAB: tuple[str, ...] = ("<pad>",) + tuple(
+    sorted(_WORDS | set(NUMBERS[1:]) | set(COLOURS) | set(SHAPES) | {s + "s" for s in SHAPES})
+)
 WORD_IDS: dict[str, int] = {w: i for i, w in enumerate(VOCAB)}
 
 Program = tuple[Any, ...]
@@ -80,8 +112,15 @@ def evaluate(program: Program, left: np.ndarray, right: np.ndarray) -> bool:
         n1, n2 = count(images[first], c, s), count(images[other], c, s)
         return n1 > n2 if op == "more" else n1 < n2
     _, scope, c, s, *n = program
-    tests = {"exactly": lambda k: k == n[0], "at_least": lambda k: k >= n[0], "at_most": lambda k: k <= n[0],
-             "many": lambda k: k >= 3, "few": lambda k: 1 <= k <= 2, "exists": lambda k: k >= 1, "none": lambda k: k == 0}
+    tests = {
+        "exactly": lambda k: k == n[0],
+        "at_least": lambda k: k >= n[0],
+        "at_most": lambda k: k <= n[0],
+        "many": lambda k: k >= 3,
+        "few": lambda k: 1 <= k <= 2,
+        "exists": lambda k: k >= 1,
+        "none": lambda k: k == 0,
+    }
     sides = ("left", "right") if scope == "both" else (scope,)
     return all(tests[op](count(images[x], c, s)) for x in sides)
 
@@ -130,8 +169,8 @@ def tokenize(sentences: list[str], max_words: int) -> tuple[np.ndarray, np.ndarr
         unknown = [w for w in words if w not in WORD_IDS]
         if unknown:
             raise ValueError(f"statement {s!r}: words {unknown} not in the vocabulary {VOCAB[1:]}")
-        ids[i, :len(words)] = [WORD_IDS[w] for w in words]
-        mask[i, :len(words)] = True
+        ids[i, : len(words)] = [WORD_IDS[w] for w in words]
+        mask[i, : len(words)] = True
     return ids, mask
 
 

@@ -22,6 +22,7 @@ Items: ``"left"``, ``"right"`` uint8 ``[3, S, S]`` (CHW); ``"input"`` uint8 ``[2
 pair stacked); ``"cond"`` int64 ``[max_words]``; ``"cond_mask"`` bool; ``"label"`` int64;
 ``"reasoning_type"`` int64; ``"left_objects"`` / ``"right_objects"`` int16 ``[max_objects, 5]``.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
@@ -42,8 +43,11 @@ RGB = {"red": (0.85, 0.12, 0.12), "green": (0.15, 0.65, 0.2), "blue": (0.15, 0.3
 
 
 def sample_scene(
-    rng: np.random.Generator, size: int, max_objects: int,
-    plant: Sequence[tuple[int | None, int | None]] = (), plant_p: float = 0.0,
+    rng: np.random.Generator,
+    size: int,
+    max_objects: int,
+    plant: Sequence[tuple[int | None, int | None]] = (),
+    plant_p: float = 0.0,
 ) -> np.ndarray:
     """Objects of one image, int16 ``[max_objects, 5]`` (shape, colour, x, y, radius), -1 padded.
 
@@ -56,7 +60,10 @@ def sample_scene(
     span = size - 2 * radius - 2  # centres in [r + 1, size - r - 2]
     xs = (radius + 1 + np.floor(rng.uniform(size=tries) * span)).astype(int).tolist()
     ys = (radius + 1 + np.floor(rng.uniform(size=tries) * span)).astype(int).tolist()
-    shapes, colours = rng.integers(len(lang.SHAPES), size=tries).tolist(), rng.integers(len(lang.COLOURS), size=tries).tolist()
+    shapes, colours = (
+        rng.integers(len(lang.SHAPES), size=tries).tolist(),
+        rng.integers(len(lang.COLOURS), size=tries).tolist(),
+    )
     planted = (rng.uniform(size=tries) < plant_p).tolist() if plant else [False] * tries
     which = rng.integers(max(1, len(plant)), size=tries).tolist()
     placed: list[tuple[int, int, int, int, int]] = []
@@ -64,24 +71,30 @@ def sample_scene(
         if len(placed) == k:
             break
         x, y = xs[t], ys[t]
-        if all((x - ox) ** 2 + (y - oy) ** 2 >= (r + orad + 1) ** 2 and abs(x - ox) >= 2 and abs(y - oy) >= 2
-               for _, _, ox, oy, orad in placed):
+        if all(
+            (x - ox) ** 2 + (y - oy) ** 2 >= (r + orad + 1) ** 2 and abs(x - ox) >= 2 and abs(y - oy) >= 2
+            for _, _, ox, oy, orad in placed
+        ):
             shape, colour = shapes[t], colours[t]
             if planted[t]:
                 c, s = plant[which[t]]
                 shape, colour = (shape if s is None else s), (colour if c is None else c)
             placed.append((shape, colour, x, y, r))
     objs = np.full((max_objects, 5), -1, dtype=np.int16)
-    objs[:len(placed)] = placed
+    objs[: len(placed)] = placed
     return objs
 
 
 def render_scene(rng: np.random.Generator, objs: np.ndarray, size: int) -> np.ndarray:
     """Image of the objects on a plain light background. uint8 [size, size, 3]."""
     bg = np.clip(rng.uniform(0.8, 0.95) + rng.uniform(-0.03, 0.03, 3), 0, 1)
-    items = [(place(lang.SHAPES[shape], float(x), float(y), float(r) + 0.5, 0.0),
-              np.clip(np.asarray(RGB[lang.COLOURS[colour]]) + rng.uniform(-0.05, 0.05, 3), 0, 1))
-             for shape, colour, x, y, r in objs[objs[:, 0] >= 0]]
+    items = [
+        (
+            place(lang.SHAPES[shape], float(x), float(y), float(r) + 0.5, 0.0),
+            np.clip(np.asarray(RGB[lang.COLOURS[colour]]) + rng.uniform(-0.05, 0.05, 3), 0, 1),
+        )
+        for shape, colour, x, y, r in objs[objs[:, 0] >= 0]
+    ]
     return draw_flat(items, size, bg)
 
 
@@ -100,8 +113,15 @@ class PairItem(ToItem):
 class NLVRShapes(EmbeddedBuilder):
     """Image pairs + statements with computed true/false labels. See the module docstring."""
 
-    defaults = {"image_size": 32, "max_objects": 5, "max_words": 16,
-                "n_train": 4000, "n_val": 500, "n_test": 1000, "seed": 0}
+    defaults = {
+        "image_size": 32,
+        "max_objects": 5,
+        "max_words": 16,
+        "n_train": 4000,
+        "n_val": 500,
+        "n_test": 1000,
+        "seed": 0,
+    }
     rename = {"tokens": "cond", "token_mask": "cond_mask", "labels": "label"}
     raw_files = (RAW_FILE,)
     raw_param_keys = ("image_size", "max_objects", "n_train", "n_val", "n_test", "seed")
@@ -129,7 +149,13 @@ class NLVRShapes(EmbeddedBuilder):
                 left = sample_scene(rng, size, k, plant, rng.uniform())
                 right = sample_scene(rng, size, k, plant, rng.uniform())
                 if lang.evaluate(prog, left, right) == want:
-                    return left, right, lang.sentence(prog), render_scene(rng, left, size), render_scene(rng, right, size)
+                    return (
+                        left,
+                        right,
+                        lang.sentence(prog),
+                        render_scene(rng, left, size),
+                        render_scene(rng, right, size),
+                    )
 
     def generate(self) -> None:
         n_types = len(lang.REASONING_TYPES)
@@ -138,8 +164,10 @@ class NLVRShapes(EmbeddedBuilder):
             rng = self.rng(SPLIT_IDS[split])
             combo = rng.permutation(np.arange(n, dtype=np.int64) % (2 * n_types))  # balanced (type, label)
             kinds, labels = combo % n_types, combo // n_types
-            rows = [self._example(rng, lang.REASONING_TYPES[t], bool(y))
-                    for t, y in tqdm(zip(kinds, labels), total=n, desc=f"nlvr_shapes/{split}", leave=False)]
+            rows = [
+                self._example(rng, lang.REASONING_TYPES[t], bool(y))
+                for t, y in tqdm(zip(kinds, labels), total=n, desc=f"nlvr_shapes/{split}", leave=False)
+            ]
             out[f"{split}_left_objects"] = np.stack([r[0] for r in rows])
             out[f"{split}_right_objects"] = np.stack([r[1] for r in rows])
             out[f"{split}_sentence"] = np.array([r[2] for r in rows])
@@ -155,7 +183,9 @@ class NLVRShapes(EmbeddedBuilder):
         splits = {}
         for split in split_sizes(self.params):
             arrays = {k: raw[f"{split}_{k}"] for k in keys}
-            arrays["tokens"], arrays["token_mask"] = lang.tokenize(list(arrays["sentence"]), int(self.params["max_words"]))
+            arrays["tokens"], arrays["token_mask"] = lang.tokenize(
+                list(arrays["sentence"]), int(self.params["max_words"])
+            )
             splits[split] = arrays
         self.write(splits)
 

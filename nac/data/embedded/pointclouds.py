@@ -9,6 +9,7 @@ N(0, 0.01) clipped to +-0.03, and shuffle the point order.
 Storage: ``points`` float32 ``[N, num_points, 3]``, ``labels`` int64 ``[N]`` (balanced).
 Items: ``"input"`` float32 ``[num_points, 3]``, ``"label"`` int64 ``[]``.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -142,8 +143,8 @@ def helix(rng: Rng, n: int) -> np.ndarray:
 
 
 SAMPLERS: dict[str, Callable[[Rng, int], np.ndarray]] = {
-    f.__name__: f for f in (sphere, cube, cylinder, cone, torus, pyramid, tetrahedron,
-                            octahedron, prism, hemisphere, capsule, helix)
+    f.__name__: f
+    for f in (sphere, cube, cylinder, cone, torus, pyramid, tetrahedron, octahedron, prism, hemisphere, capsule, helix)
 }
 CLASSES: tuple[str, ...] = tuple(SAMPLERS)
 

@@ -15,6 +15,7 @@ Storage: ``images`` uint8 ``[N, S, S, 3]`` (HWC), ``labels`` int64 ``[N]``. Item
 ``"input"`` uint8 ``[3, S, S]`` (CHW, 0-255; the model normalises), ``"label"`` int64 ``[]``,
 and for ``shapes_r`` ``"style"`` int64 ``[]``. Labels are balanced over classes in every split.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -23,7 +24,13 @@ import numpy as np
 from tqdm import tqdm
 
 from nac.data.embedded._base import (
-    SPLIT_IDS, EmbeddedBuilder, ToItem, atomic_savez, balanced_labels, load_npz, split_sizes,
+    SPLIT_IDS,
+    EmbeddedBuilder,
+    ToItem,
+    atomic_savez,
+    balanced_labels,
+    load_npz,
+    split_sizes,
 )
 from nac.data.embedded.drawing import BASE_CLASSES, NOVEL_CLASSES, OOD_STYLES, draw_image
 from nac.data.registry import register

@@ -5,4 +5,5 @@ Registered names: ``tiny_imagenet``, ``tiny_imagenet_r``, ``imagenet``, ``cub``,
 ``nac.data.download.SOURCES``; each builder copies them into its ``defaults`` (``url`` /
 ``urls``, ``md5`` / ``md5s`` / ``sha256``) so a mirror is a param override.
 """
+
 from nac.data.real import cifar, cub, imagenet, lra, modelnet, nlvr2, tiny_imagenet  # noqa: F401

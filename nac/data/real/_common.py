@@ -10,6 +10,7 @@ manifest, so switching to a mirror does not invalidate a prepared cache.
 Images are cached HWC uint8 ``[N, S, S, 3]`` and served CHW uint8 ``[3, S, S]`` (as the embedded
 datasets do); labels int64 ``[N]``.
 """
+
 from __future__ import annotations
 
 import io
@@ -30,8 +31,21 @@ if TYPE_CHECKING:  # the data stages (download, prepare) run without importing t
     import torch
 
 #: params that only affect how files are obtained or how fast, never the cached arrays.
-DOWNLOAD_KEYS = frozenset({"url", "urls", "md5", "sha256", "md5s", "workers", "device", "batch_size", "image_dir",
-                           "max_extract_mb", "max_extract_files"})
+DOWNLOAD_KEYS = frozenset(
+    {
+        "url",
+        "urls",
+        "md5",
+        "sha256",
+        "md5s",
+        "workers",
+        "device",
+        "batch_size",
+        "image_dir",
+        "max_extract_mb",
+        "max_extract_files",
+    }
+)
 EXTRACTED = "extracted"
 
 
@@ -80,12 +94,20 @@ class RealBuilder(DatasetBuilder):
         fetch(self.params["url"], self.archive, md5=self.params.get("md5"), sha256=self.params.get("sha256"))
         stamp = self.extracted / ".from.json"
         have = json.loads(stamp.read_text()) if stamp.exists() else None
-        want = {"archive": self.archive.name, "size": self.archive.stat().st_size,
-                "mtime_ns": self.archive.stat().st_mtime_ns}
+        want = {
+            "archive": self.archive.name,
+            "size": self.archive.stat().st_size,
+            "mtime_ns": self.archive.stat().st_mtime_ns,
+        }
         if have != want:
             mb, files = self.params.get("max_extract_mb"), self.params.get("max_extract_files")
-            extract(self.archive, self.extracted, members=self.members, max_members=files,
-                    max_bytes=None if mb is None else int(mb) << 20)
+            extract(
+                self.archive,
+                self.extracted,
+                members=self.members,
+                max_members=files,
+                max_bytes=None if mb is None else int(mb) << 20,
+            )
             stamp.write_text(json.dumps(want))
 
     def require_extracted(self, *parts: str) -> Path:
@@ -94,7 +116,8 @@ class RealBuilder(DatasetBuilder):
         if not path.exists():
             raise FileNotFoundError(
                 f"{path} not found: the raw data for {self.name!r} is missing or incomplete; run "
-                f"`python stages/download.py {self.name}` (builder.download()) first")
+                f"`python stages/download.py {self.name}` (builder.download()) first"
+            )
         return path
 
     # ---- cache -----------------------------------------------------------------------------
@@ -110,8 +133,9 @@ class RealBuilder(DatasetBuilder):
     def load(self, split: str) -> torch.utils.data.Dataset:
         split = self.split_alias.get(split, split)
         arrays = load_arrays(self.cache_dir, self.manifest(), split)
-        transform = ToItem(chw=[self.rename.get(k, k) for k in self.image_keys],
-                           long=[self.rename.get(k, k) for k in self.long_keys])
+        transform = ToItem(
+            chw=[self.rename.get(k, k) for k in self.image_keys], long=[self.rename.get(k, k) for k in self.long_keys]
+        )
         return ArrayDataset(arrays, rename=self.rename, transform=transform)
 
     def info(self) -> dict[str, Any]:
@@ -149,7 +173,8 @@ def decode_image(src: str | Path | bytes, size: int, mode: str = "crop", name: s
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
         raise CorruptFileError(
             f"cannot decode image {label}: {e}. The file is corrupt or truncated; delete the raw folder "
-            f"and rerun the download stage (or replace this file)") from e
+            f"and rerun the download stage (or replace this file)"
+        ) from e
     return arr
 
 

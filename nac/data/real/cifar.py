@@ -6,6 +6,7 @@ errors, mirrors through the ``url`` param) and extracted safely; torchvision's
 those md5s belong to the canonical archive, so they are checked only when the archive's md5 is
 the published one (a custom archive is vouched for by the ``md5`` param you give).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,7 +22,7 @@ class _CifarBase(RealBuilder):
     Items: ``input`` uint8 [3, 32, 32], ``label`` int64 (CIFAR-100: the 100 fine labels).
     """
 
-    tv_name = "CIFAR10"   # the torchvision.datasets class that parses the pickles
+    tv_name = "CIFAR10"  # the torchvision.datasets class that parses the pickles
     rename = {"images": "input", "labels": "label"}
     image_keys = ("images",)
     split_alias = {"val": "test"}
@@ -40,11 +41,15 @@ class _CifarBase(RealBuilder):
             return self.tv_class
         # A custom archive: its member md5s are not torchvision's; the archive md5 was verified.
         base = self.tv_class
-        return type(base.__name__ + "Custom", (base,), {
-            "train_list": [[f, None] for f, _ in base.train_list],
-            "test_list": [[f, None] for f, _ in base.test_list],
-            "meta": {**base.meta, "md5": None},
-        })
+        return type(
+            base.__name__ + "Custom",
+            (base,),
+            {
+                "train_list": [[f, None] for f, _ in base.train_list],
+                "test_list": [[f, None] for f, _ in base.test_list],
+                "meta": {**base.meta, "md5": None},
+            },
+        )
 
     def _read(self, train: bool):
         cls = self._dataset_class()
@@ -55,10 +60,12 @@ class _CifarBase(RealBuilder):
             raise CorruptFileError(
                 f"torchvision could not read {self.name} from {folder} ({e}): a pickle is missing or its md5 "
                 f"differs from torchvision's. Delete {self.raw_dir} and rerun "
-                f"`python stages/download.py {self.name}`") from e
+                f"`python stages/download.py {self.name}`"
+            ) from e
         except (OSError, EOFError, ValueError, KeyError) as e:  # unpickling errors
-            raise CorruptFileError(f"cannot read the {self.name} pickles in {folder}: {e!r}; delete "
-                                   f"{self.raw_dir} and rerun the download") from e
+            raise CorruptFileError(
+                f"cannot read the {self.name} pickles in {folder}: {e!r}; delete {self.raw_dir} and rerun the download"
+            ) from e
 
     def prepare(self) -> None:
         self.require_extracted()
@@ -71,8 +78,10 @@ class _CifarBase(RealBuilder):
                 raise CorruptFileError(f"{self.name} {split}: expected images [N, 32, 32, 3], got {images.shape}")
             splits[split] = {"images": images, "labels": np.asarray(ds.targets, dtype=np.int64)}
             names = list(ds.classes)
-        self.write(splits, extra={"num_classes": len(names), "class_names": names, "input_kind": "image",
-                                  "input_shape": [3, 32, 32]})
+        self.write(
+            splits,
+            extra={"num_classes": len(names), "class_names": names, "input_kind": "image", "input_shape": [3, 32, 32]},
+        )
 
 
 @register("cifar10")

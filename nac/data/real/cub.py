@@ -1,4 +1,5 @@
 """CUB-200-2011 (Caltech-UCSD Birds), a few-shot transfer target (Figure 4)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,8 +27,17 @@ class CUB(RealBuilder):
     rename = {"images": "input", "labels": "label"}
     image_keys = ("images",)
     split_alias = {"val": "test"}
-    members = staticmethod(prefix_filter([f"{TOP}/images", *(f"{TOP}/{f}" for f in (
-        "images.txt", "image_class_labels.txt", "train_test_split.txt", "classes.txt"))]))
+    members = staticmethod(
+        prefix_filter(
+            [
+                f"{TOP}/images",
+                *(
+                    f"{TOP}/{f}"
+                    for f in ("images.txt", "image_class_labels.txt", "train_test_split.txt", "classes.txt")
+                ),
+            ]
+        )
+    )
 
     def _table(self, name: str, ncols: int = 2) -> dict[int, str]:
         path = self.require_extracted(TOP, name)
@@ -56,5 +66,12 @@ class CUB(RealBuilder):
                 "labels": np.asarray([int(labels[i]) - 1 for i in ids], dtype=np.int64),
             }
         names = [classes[k] for k in sorted(classes)]
-        self.write(splits, extra={"num_classes": len(names), "class_names": names, "input_kind": "image",
-                                  "input_shape": [3, size, size]})
+        self.write(
+            splits,
+            extra={
+                "num_classes": len(names),
+                "class_names": names,
+                "input_kind": "image",
+                "input_shape": [3, size, size],
+            },
+        )

@@ -9,6 +9,7 @@ writes the cache. Val labels come from the devkit (``data/meta.mat`` maps ILSVRC
 Disk: at 224 px the cache holds 1.28M x 150 KB = ~193 GB of train images, and ``prepare()`` needs
 as much again transiently (a scratch file that ``write_cache`` copies into place).
 """
+
 from __future__ import annotations
 
 import io
@@ -26,8 +27,10 @@ from nac.data.real._common import RealBuilder, decode_image, progress
 from nac.data.registry import register
 
 FILES = {"train": "imagenet_train", "val": "imagenet_val", "devkit": "imagenet_devkit"}
-HOW = ("Log in at https://image-net.org, download the ILSVRC2012 (ImageNet-1k) training images, validation "
-       "images and development kit (Task 1 & 2).")
+HOW = (
+    "Log in at https://image-net.org, download the ILSVRC2012 (ImageNet-1k) training images, validation "
+    "images and development kit (Task 1 & 2)."
+)
 
 
 def _decode_job(job: tuple[bytes, str, int, str]) -> np.ndarray:
@@ -55,8 +58,12 @@ class ImageNet(RealBuilder):
     (per file; defaults are the published md5s).
     """
 
-    defaults = {"image_size": 224, "resize": "crop", "workers": 0,
-                "md5s": {k: SOURCES[v].md5 for k, v in FILES.items()}}
+    defaults = {
+        "image_size": 224,
+        "resize": "crop",
+        "workers": 0,
+        "md5s": {k: SOURCES[v].md5 for k, v in FILES.items()},
+    }
     rename = {"images": "input", "labels": "label"}
     image_keys = ("images",)
 
@@ -80,8 +87,10 @@ class ImageNet(RealBuilder):
                 meta = scipy.io.loadmat(io.BytesIO(tar.extractfile(files["meta.mat"]).read()), squeeze_me=True)
                 truth = tar.extractfile(files["ILSVRC2012_validation_ground_truth.txt"]).read().decode()
         except (KeyError, OSError, tarfile.TarError, ValueError) as e:
-            raise CorruptFileError(f"cannot read meta.mat / ILSVRC2012_validation_ground_truth.txt from {path}: "
-                                   f"{e!r}; check the file (its md5 should be {SOURCES['imagenet_devkit'].md5})") from e
+            raise CorruptFileError(
+                f"cannot read meta.mat / ILSVRC2012_validation_ground_truth.txt from {path}: "
+                f"{e!r}; check the file (its md5 should be {SOURCES['imagenet_devkit'].md5})"
+            ) from e
         synsets = meta["synsets"]
         ids = np.atleast_1d(synsets["ILSVRC2012_ID"]).astype(int)
         wnids = [str(w) for w in np.atleast_1d(synsets["WNID"])]
@@ -132,24 +141,37 @@ class ImageNet(RealBuilder):
             scratch = scratch_dir / "train.u8"
             scratches.append(scratch)
             n = self._decode_stream(self._train_items(index, labels), scratch, "imagenet train", 1281167)
-            splits["train"] = {"images": np.memmap(scratch, np.uint8, "r", shape=(n, size, size, 3)),
-                               "labels": np.asarray(labels, dtype=np.int64)}
+            splits["train"] = {
+                "images": np.memmap(scratch, np.uint8, "r", shape=(n, size, size, 3)),
+                "labels": np.asarray(labels, dtype=np.int64),
+            }
 
             path = self.path("val")
             with tarfile.open(path, "r:*") as tar:
                 members = sorted((m for m in tar.getmembers() if m.isfile()), key=lambda m: m.name)
                 if len(members) != len(truth):
-                    raise CorruptFileError(f"{path} holds {len(members)} images but the devkit lists "
-                                           f"{len(truth)} val labels")
+                    raise CorruptFileError(
+                        f"{path} holds {len(members)} images but the devkit lists {len(truth)} val labels"
+                    )
                 items = ((f"{path}:{m.name}", tar.extractfile(m).read()) for m in members)
                 scratch = scratch_dir / "val.u8"
                 scratches.append(scratch)
                 n = self._decode_stream(items, scratch, "imagenet val", len(members))
-            splits["val"] = {"images": np.memmap(scratch, np.uint8, "r", shape=(n, size, size, 3)),
-                             "labels": np.asarray([index[id_to_wnid[t]] for t in truth], dtype=np.int64)}
-            self.write(splits, extra={"num_classes": len(wnids), "wnids": wnids, "class_names": wnids,
-                                      "input_kind": "image", "input_shape": [3, size, size],
-                                      "class_order": "sorted wnids"})
+            splits["val"] = {
+                "images": np.memmap(scratch, np.uint8, "r", shape=(n, size, size, 3)),
+                "labels": np.asarray([index[id_to_wnid[t]] for t in truth], dtype=np.int64),
+            }
+            self.write(
+                splits,
+                extra={
+                    "num_classes": len(wnids),
+                    "wnids": wnids,
+                    "class_names": wnids,
+                    "input_kind": "image",
+                    "input_shape": [3, size, size],
+                    "class_order": "sorted wnids",
+                },
+            )
         finally:
             splits.clear()
             for s in scratches:

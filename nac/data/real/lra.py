@@ -4,6 +4,7 @@ Tokenization is shared with the embedded stand-ins (``nac.data.embedded.listops`
 ``nac.data.embedded.bytes``), so the paper and offline profiles feed models identical token
 streams.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -46,13 +47,26 @@ class LRAListOps(RealBuilder):
             except (ValueError, KeyError, IndexError, UnicodeDecodeError) as e:
                 raise CorruptFileError(f"cannot parse {path} as an LRA TSV (Source, Target): {e}") from e
             tokens, mask = tokenize_listops(sources, max_length)  # raises on a sequence > max_length
-            splits[split] = {"tokens": tokens.astype(np.uint8), "mask": mask,
-                             "labels": np.asarray(targets, dtype=np.int64)}
+            splits[split] = {
+                "tokens": tokens.astype(np.uint8),
+                "mask": mask,
+                "labels": np.asarray(targets, dtype=np.int64),
+            }
         # The same info() keys as the embedded ``listops``.
-        self.write(splits, extra={"num_classes": 10, "class_names": [str(i) for i in range(10)],
-                                  "input_kind": "tokens", "input_shape": [max_length], "input_dtype": "int64",
-                                  "vocab": list(VOCAB), "vocab_size": len(VOCAB), "pad_id": PAD_ID,
-                                  "operators": list(OPERATORS)})
+        self.write(
+            splits,
+            extra={
+                "num_classes": 10,
+                "class_names": [str(i) for i in range(10)],
+                "input_kind": "tokens",
+                "input_shape": [max_length],
+                "input_dtype": "int64",
+                "vocab": list(VOCAB),
+                "vocab_size": len(VOCAB),
+                "pad_id": PAD_ID,
+                "operators": list(OPERATORS),
+            },
+        )
 
 
 @register("imdb_bytes")
@@ -80,8 +94,11 @@ class IMDBBytes(RealBuilder):
         splits = {}
         for split in ("train", "test"):
             texts, labels = [], []
-            files = [(p, label) for label, cls in ((0, "neg"), (1, "pos"))
-                     for p in sorted(self.require_extracted(IMDB_DIR, split, cls).glob("*.txt"))]
+            files = [
+                (p, label)
+                for label, cls in ((0, "neg"), (1, "pos"))
+                for p in sorted(self.require_extracted(IMDB_DIR, split, cls).glob("*.txt"))
+            ]
             for path, label in progress(files, f"imdb_bytes {split}", total=len(files), unit="file"):
                 try:
                     texts.append(path.read_bytes())
@@ -91,6 +108,15 @@ class IMDBBytes(RealBuilder):
             tokens, mask = encode_bytes(texts, max_length, dtype=np.int16)
             splits[split] = {"tokens": tokens, "mask": mask, "labels": np.asarray(labels, dtype=np.int64)}
         # The same info() keys as the embedded ``bytes``.
-        self.write(splits, extra={"num_classes": 2, "class_names": ["negative", "positive"],
-                                  "input_kind": "bytes", "input_shape": [max_length], "input_dtype": "int64",
-                                  "vocab_size": VOCAB_SIZE, "pad_id": PAD_ID})
+        self.write(
+            splits,
+            extra={
+                "num_classes": 2,
+                "class_names": ["negative", "positive"],
+                "input_kind": "bytes",
+                "input_shape": [max_length],
+                "input_dtype": "int64",
+                "vocab_size": VOCAB_SIZE,
+                "pad_id": PAD_ID,
+            },
+        )

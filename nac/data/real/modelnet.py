@@ -1,4 +1,5 @@
 """ModelNet40 point clouds (Table 2), from the PointNet HDF5 release (2048 points per shape)."""
+
 from __future__ import annotations
 
 import re
@@ -50,11 +51,14 @@ class ModelNet40(RealBuilder):
                 with h5py.File(path, "r") as f:
                     data, label = np.asarray(f["data"], dtype=np.float32), np.asarray(f["label"])
             except (OSError, KeyError) as e:
-                raise CorruptFileError(f"cannot read {path} (needs datasets 'data' and 'label'): {e}; "
-                                       f"delete {self.raw_dir} and rerun the download") from e
+                raise CorruptFileError(
+                    f"cannot read {path} (needs datasets 'data' and 'label'): {e}; "
+                    f"delete {self.raw_dir} and rerun the download"
+                ) from e
             if data.ndim != 3 or data.shape[2] != 3 or len(label) != len(data):
-                raise CorruptFileError(f"{path}: expected data [n, points, 3] and label [n, 1], got "
-                                       f"{data.shape} and {label.shape}")
+                raise CorruptFileError(
+                    f"{path}: expected data [n, points, 3] and label [n, 1], got {data.shape} and {label.shape}"
+                )
             if data.shape[1] < num_points:
                 raise ValueError(f"num_points={num_points} but {path} holds {data.shape[1]} points per cloud")
             points.append(data[:, :num_points])
@@ -69,5 +73,12 @@ class ModelNet40(RealBuilder):
         top = max(int(s["labels"].max()) for s in splits.values()) + 1
         if names and top > len(names):
             raise CorruptFileError(f"labels go up to {top - 1} but {names_file} names {len(names)} classes")
-        self.write(splits, extra={"num_classes": len(names) or top, "class_names": names or
-                                  [str(i) for i in range(top)], "input_kind": "points", "input_shape": [num_points, 3]})
+        self.write(
+            splits,
+            extra={
+                "num_classes": len(names) or top,
+                "class_names": names or [str(i) for i in range(top)],
+                "input_kind": "points",
+                "input_shape": [num_points, 3],
+            },
+        )

@@ -10,6 +10,7 @@ the features. The encoder is ``open_clip`` (optional extra: ``pip install -e .[c
 object with the ``FeatureEncoder`` interface assigned to ``builder.encoder`` before ``prepare()``
 (tests inject a tiny stand-in, since no weights can be downloaded offline).
 """
+
 from __future__ import annotations
 
 import json
@@ -28,9 +29,11 @@ if TYPE_CHECKING:
 
 SPLITS = {"train": "train", "val": "dev", "test": "test1"}  # our name -> NLVR2's file name
 IMAGE_EXT = (".png", ".jpg", ".jpeg")
-HOW = ("The NLVR2 images are distributed by request: fill in the form linked from "
-       "https://github.com/lil-lab/nlvr/tree/master/nlvr2 and unpack the images so that each split's "
-       "files (e.g. train-10171-0-img0.png) lie anywhere below images/<train|dev|test1>/.")
+HOW = (
+    "The NLVR2 images are distributed by request: fill in the form linked from "
+    "https://github.com/lil-lab/nlvr/tree/master/nlvr2 and unpack the images so that each split's "
+    "files (e.g. train-10171-0-img0.png) lie anywhere below images/<train|dev|test1>/."
+)
 
 
 class FeatureEncoder(Protocol):
@@ -52,8 +55,10 @@ class OpenCLIPEncoder:
         try:
             import open_clip
         except ImportError as e:
-            raise ImportError("NLVR2 features need open_clip, an optional extra: run `pip install -e .[clip]` "
-                              "(or `pip install open_clip_torch`)") from e
+            raise ImportError(
+                "NLVR2 features need open_clip, an optional extra: run `pip install -e .[clip]` "
+                "(or `pip install open_clip_torch`)"
+            ) from e
         import torch
 
         self.device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
@@ -62,7 +67,8 @@ class OpenCLIPEncoder:
         except Exception as e:  # open_clip raises various errors when weights cannot be fetched
             raise RuntimeError(
                 f"could not load CLIP {model!r} weights {pretrained!r}: {e}. Without internet, download the "
-                f"checkpoint elsewhere and set the nlvr2 param clip_pretrained to its local path") from e
+                f"checkpoint elsewhere and set the nlvr2 param clip_pretrained to its local path"
+            ) from e
         self.model = self.model.to(self.device).eval()
         self.tokenizer = open_clip.get_tokenizer(model)
         self.name = f"open_clip:{model}:{pretrained}"
@@ -92,8 +98,10 @@ def read_records(path: Path) -> list[dict[str, Any]]:
             rec["label"] = {"true": 1, "false": 0}[str(rec["label"]).lower()]
             rec["identifier"], rec["sentence"] = str(rec["identifier"]), str(rec["sentence"])
         except (ValueError, KeyError, TypeError) as e:
-            raise CorruptFileError(f"{path} line {n}: not an NLVR2 record with sentence/label/identifier "
-                                   f"({e!r}); delete the file and rerun the download") from e
+            raise CorruptFileError(
+                f"{path} line {n}: not an NLVR2 record with sentence/label/identifier "
+                f"({e!r}); delete the file and rerun the download"
+            ) from e
         records.append(rec)
     return records
 
@@ -118,7 +126,10 @@ class NLVR2(RealBuilder):
     defaults = {
         "urls": {s: SOURCES[f"nlvr2_{s}"].urls[0] for s in SPLITS.values()},
         "md5s": {s: SOURCES[f"nlvr2_{s}"].md5 for s in SPLITS.values()},
-        "image_dir": None, "clip_model": "ViT-B-32", "clip_pretrained": "openai", "device": "auto",
+        "image_dir": None,
+        "clip_model": "ViT-B-32",
+        "clip_pretrained": "openai",
+        "device": "auto",
         "batch_size": 64,
     }
     rename = {"images": "input", "text": "cond", "labels": "label"}
@@ -159,7 +170,8 @@ class NLVR2(RealBuilder):
             raise UserDataRequired(
                 f"dataset 'nlvr2' needs images that you must supply: {total} are missing under "
                 f"{self.image_dir.resolve()}, e.g.\n{shown}\n{HOW}\n"
-                f"Then rerun `python stages/download.py nlvr2` (or set the param image_dir to where they are).")
+                f"Then rerun `python stages/download.py nlvr2` (or set the param image_dir to where they are)."
+            )
         return indices
 
     def download(self) -> None:
@@ -172,15 +184,16 @@ class NLVR2(RealBuilder):
 
     def _encoder(self) -> FeatureEncoder:
         if self.encoder is None:
-            self.encoder = OpenCLIPEncoder(self.params["clip_model"], self.params["clip_pretrained"],
-                                           self.params["device"])
+            self.encoder = OpenCLIPEncoder(
+                self.params["clip_model"], self.params["clip_pretrained"], self.params["device"]
+            )
         return self.encoder
 
     def _encode_images(self, enc: FeatureEncoder, paths: list[Path], desc: str) -> np.ndarray:
         bs, feats = int(self.params["batch_size"]), []
         for start in progress(range(0, len(paths), bs), desc, total=-(-len(paths) // bs), unit="batch"):
             batch = []
-            for p in paths[start:start + bs]:
+            for p in paths[start : start + bs]:
                 try:
                     with Image.open(p) as im:
                         batch.append(im.convert("RGB"))
@@ -192,7 +205,7 @@ class NLVR2(RealBuilder):
     def _encode_texts(self, enc: FeatureEncoder, texts: list[str], desc: str) -> np.ndarray:
         bs, feats = int(self.params["batch_size"]), []
         for start in progress(range(0, len(texts), bs), desc, total=-(-len(texts) // bs), unit="batch"):
-            feats.append(enc.encode_texts(texts[start:start + bs]).float().numpy())
+            feats.append(enc.encode_texts(texts[start : start + bs]).float().numpy())
         return np.concatenate(feats).astype(np.float32)
 
     def prepare(self) -> None:
@@ -215,5 +228,14 @@ class NLVR2(RealBuilder):
                 "labels": np.asarray([r["label"] for r in recs], dtype=np.int64),
             }
         dim = int(splits["train"]["images"].shape[-1])
-        self.write(splits, extra={"num_classes": 2, "class_names": ["false", "true"], "encoder": enc.name,
-                                  "input_kind": "features", "input_shape": [2, dim], "cond_shape": [dim]})
+        self.write(
+            splits,
+            extra={
+                "num_classes": 2,
+                "class_names": ["false", "true"],
+                "encoder": enc.name,
+                "input_kind": "features",
+                "input_shape": [2, dim],
+                "cond_shape": [dim],
+            },
+        )

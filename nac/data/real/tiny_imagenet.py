@@ -5,6 +5,7 @@ does), not the order of ``wnids.txt``. Tiny-ImageNet-R uses the same 200-class i
 model trained on Tiny-ImageNet scores it directly; evaluation restricts the logits to the classes
 present (``info()["class_indices"]``).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,14 +19,16 @@ from nac.data.registry import get_builder, register
 #: The ImageNet-R wnids shared with Tiny-ImageNet: the authors' code's 62 (the paper says 64).
 #: docs/reference.md's list also names n02480855, which the authors' set does not contain; it is left
 #: out here, following the code.
-SHARED_WNIDS: tuple[str, ...] = tuple("""
+SHARED_WNIDS: tuple[str, ...] = tuple(
+    """
 n01443537 n01770393 n01774750 n01784675 n01855672 n01882714 n01910747 n01944390 n01983481 n02056570
 n02085620 n02094433 n02099601 n02099712 n02106662 n02113799 n02123045 n02129165 n02165456 n02190166
 n02206856 n02226429 n02233338 n02236044 n02268443 n02279972 n02364673 n02395406 n02410509 n02423022
 n02480495 n02481823 n02486410 n02769748 n02793495 n02802426 n02808440 n02814860 n02841315
 n02843684 n02883205 n02906734 n02909870 n02948072 n02950826 n03424325 n03649909 n04118538 n04133789
 n04146614 n04275548 n04465501 n07614500 n07695742 n07720875 n07734744 n07749582 n07753592 n07768694
-n07873807 n07920052 n12267677""".split())
+n07873807 n07920052 n12267677""".split()
+)
 assert len(SHARED_WNIDS) == 62, len(SHARED_WNIDS)
 
 TOP = "tiny-imagenet-200"
@@ -79,8 +82,10 @@ class TinyImageNet(RealBuilder):
         rows = []
         for n, row in enumerate(read_lines(ann), 1):
             if len(row) < 2 or row[1] not in index:
-                raise CorruptFileError(f"{ann} line {n}: expected '<file> <wnid> <bbox...>' with a wnid from "
-                                       f"wnids.txt, got {' '.join(row)!r}")
+                raise CorruptFileError(
+                    f"{ann} line {n}: expected '<file> <wnid> <bbox...>' with a wnid from "
+                    f"wnids.txt, got {' '.join(row)!r}"
+                )
             rows.append((index[row[1]], row[0]))
         rows.sort()
         paths = [self.require_extracted(TOP, "val", "images", f) for _, f in rows]
@@ -93,10 +98,17 @@ class TinyImageNet(RealBuilder):
         for split, (paths, labels) in {"train": self._train_files(wnids), "val": self._val_files(wnids)}.items():
             splits[split] = {"images": decode_images(paths, size, mode, f"tiny_imagenet {split}"), "labels": labels}
         words = self._words()
-        self.write(splits, extra={
-            "num_classes": len(wnids), "wnids": wnids, "class_names": [words.get(w, w) for w in wnids],
-            "input_kind": "image", "input_shape": [3, size, size], "class_order": "sorted wnids",
-        })
+        self.write(
+            splits,
+            extra={
+                "num_classes": len(wnids),
+                "wnids": wnids,
+                "class_names": [words.get(w, w) for w in wnids],
+                "input_kind": "image",
+                "input_shape": [3, size, size],
+                "class_order": "sorted wnids",
+            },
+        )
 
 
 @register("tiny_imagenet_r")
@@ -139,8 +151,16 @@ class TinyImageNetR(RealBuilder):
             raise FileNotFoundError(f"no images of the shared wnids under {top}; is the download complete?")
         size, mode = int(self.params["image_size"]), self.params["resize"]
         images = decode_images(paths, size, mode, "tiny_imagenet_r")
-        self.write({"test": {"images": images, "labels": np.asarray(labels, dtype=np.int64)}}, extra={
-            "num_classes": len(tiny_wnids), "wnids": tiny_wnids, "present_wnids": present,
-            "class_indices": [index[w] for w in present], "absent_wnids": absent,
-            "input_kind": "image", "input_shape": [3, size, size], "class_order": "sorted Tiny-ImageNet wnids",
-        })
+        self.write(
+            {"test": {"images": images, "labels": np.asarray(labels, dtype=np.int64)}},
+            extra={
+                "num_classes": len(tiny_wnids),
+                "wnids": tiny_wnids,
+                "present_wnids": present,
+                "class_indices": [index[w] for w in present],
+                "absent_wnids": absent,
+                "input_kind": "image",
+                "input_shape": [3, size, size],
+                "class_order": "sorted Tiny-ImageNet wnids",
+            },
+        )

@@ -22,6 +22,7 @@ Only the runs, seeds and targets named in ``params`` are read. A missing metrics
 claim the verdict "inconclusive" with the reason "not measured: <what is missing>"; a malformed one
 (bad JSON, a missing key, a non-numeric value, unpaired few-shot episodes) raises ``ValueError``.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -36,16 +37,31 @@ from nac.report.claims.metrics import NAC, NLVR_CONTROLS, PIO
 from nac.report.claims.nlvr import SPREAD_MIN, ZERO_SHOT_RUN, knn_gap
 from nac.report.claims.prune import PRUNE_COMPARE_AT, PRUNE_CONTROL_AT, PRUNE_MAX_LOSS, max_fraction_within
 from nac.report.claims.registry import FIELDS, Claim, claim, claim_ids, evaluate_claims, registered
-from nac.report.claims.rules import (DELTA, INCONCLUSIVE, NOT_SUPPORTED, RULE, SUPPORTED, VERDICTS, combine,
-                                     difference_verdict, equivalence_verdict, noninferiority_verdict, seed_ci,
-                                     threshold_verdict)
+from nac.report.claims.rules import (
+    DELTA,
+    INCONCLUSIVE,
+    NOT_SUPPORTED,
+    RULE,
+    SUPPORTED,
+    VERDICTS,
+    combine,
+    difference_verdict,
+    equivalence_verdict,
+    noninferiority_verdict,
+    seed_ci,
+    threshold_verdict,
+)
 from nac.stats import Interval, mean_ci, paired_ci, welch_ci
 
 CLAIM_IDS: tuple[str, ...] = tuple(c.name for c in registered() if c.per is None)
 
 
-def write_claims(params: dict, metrics: Path | str = Path("metrics"), out: Path | str = Path("reports"),
-                 rows: list[dict] | None = None) -> Path:
+def write_claims(
+    params: dict,
+    metrics: Path | str = Path("metrics"),
+    out: Path | str = Path("reports"),
+    rows: list[dict] | None = None,
+) -> Path:
     """Write ``out/claims.md`` (profile, rule, one table row per claim, the verdict beside the claim)
     and ``out/tables/claims.csv``; ``rows``: ``evaluate_claims``'s, when the caller has them."""
     out = Path(out)
@@ -53,46 +69,116 @@ def write_claims(params: dict, metrics: Path | str = Path("metrics"), out: Path 
     (out / "tables").mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows, columns=list(FIELDS)).to_csv(out / "tables" / "claims.csv", index=False)
     esc = lambda s: str(s).replace("|", "\\|").replace("\n", " ")  # noqa: E731
-    table = pd.DataFrame([{"id": r["id"], "verdict": f"**{r['verdict']}**", "claim": esc(r["claim"]),
-                           "our measurement (95% CI)": esc(r["ours"]), "paper": esc(r["paper"]), "source": r["source"],
-                           "reason": esc(r["reason"])} for r in rows])
+    table = pd.DataFrame(
+        [
+            {
+                "id": r["id"],
+                "verdict": f"**{r['verdict']}**",
+                "claim": esc(r["claim"]),
+                "our measurement (95% CI)": esc(r["ours"]),
+                "paper": esc(r["paper"]),
+                "source": r["source"],
+                "reason": esc(r["reason"]),
+            }
+            for r in rows
+        ]
+    )
     counts = pd.Series([r["verdict"] for r in rows]).value_counts()
     profile = params.get("profile", "?")
-    scale = ("the paper's datasets and model sizes as configured" if profile == "paper" else
-             "the embedded stand-in datasets and small models, so a verdict says whether the claim holds for this "
-             "suite's scaled-down setting, not whether the paper's number is reproduced")
-    lines = ["# The paper's claims, checked", "",
-             f"Profile **{profile}**, seeds {list(params['seeds'])}, headline NAC `nac-{params['prior']['name']}`. "
-             f"Verdicts are at this profile's scale: {scale}.", "",
-             f"Summary: {', '.join(f'{counts.get(v, 0)} {v}' for v in (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE))} "
-             f"of {len(rows)} claims.", "", RULE, "## Claims", "", table.to_markdown(index=False), ""]
+    scale = (
+        "the paper's datasets and model sizes as configured"
+        if profile == "paper"
+        else "the embedded stand-in datasets and small models, so a verdict says whether the claim holds for this "
+        "suite's scaled-down setting, not whether the paper's number is reproduced"
+    )
+    lines = [
+        "# The paper's claims, checked",
+        "",
+        f"Profile **{profile}**, seeds {list(params['seeds'])}, headline NAC `nac-{params['prior']['name']}`. "
+        f"Verdicts are at this profile's scale: {scale}.",
+        "",
+        f"Summary: {', '.join(f'{counts.get(v, 0)} {v}' for v in (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE))} "
+        f"of {len(rows)} claims.",
+        "",
+        RULE,
+        "## Claims",
+        "",
+        table.to_markdown(index=False),
+        "",
+    ]
     md = out / "claims.md"
     md.write_text("\n".join(lines))
     return md
 
 
 # The claims `dvc exp show` / `dvc metrics diff` show (metrics/summary.json), beside the verdict counts.
-HEADLINE_CLAIMS = ("iid_gain", "ood_gain", "learned_graph", "regularizer_sparse", "prune_fraction", "points_gap",
-                   "listops_gap")
+HEADLINE_CLAIMS = (
+    "iid_gain",
+    "ood_gain",
+    "learned_graph",
+    "regularizer_sparse",
+    "prune_fraction",
+    "points_gap",
+    "listops_gap",
+)
 
 
 def headline(rows: list[dict]) -> dict:
     """The DVC metric: how many claims are supported / not supported / inconclusive, and for the
     ``HEADLINE_CLAIMS`` their estimate with its 95% CI and n (None where not measured)."""
     counts = pd.Series([r["verdict"] for r in rows]).value_counts()
-    out: dict = {"claims": {v.replace(" ", "_"): int(counts.get(v, 0)) for v in (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE)}}
+    out: dict = {
+        "claims": {v.replace(" ", "_"): int(counts.get(v, 0)) for v in (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE)}
+    }
     by_id = {r["id"]: r for r in rows}
     for cid in HEADLINE_CLAIMS:
         if cid in by_id:
             r = by_id[cid]
-            out[cid] = {k: (None if r[k] is None or r[k] != r[k] else (int(r[k]) if k == "n" else float(r[k])))
-                        for k in ("estimate", "lo", "hi", "n")}
+            out[cid] = {
+                k: (None if r[k] is None or r[k] != r[k] else (int(r[k]) if k == "n" else float(r[k])))
+                for k in ("estimate", "lo", "hi", "n")
+            }
     return out
 
 
-__all__ = ["CLAIM_IDS", "FIELDS", "HEADLINE_CLAIMS", "RULE", "Interval", "claim_ids", "evaluate_claims", "headline", "write_claims", "mean_ci",
-           "welch_ci", "paired_ci", "difference_verdict", "equivalence_verdict", "noninferiority_verdict",
-           "threshold_verdict", "combine", "seed_ci", "max_fraction_within", "knn_gap", "SUPPORTED", "NOT_SUPPORTED",
-           "INCONCLUSIVE", "VERDICTS", "DELTA", "Claim", "claim", "registered", "ZERO_SHOT_RUN", "SPREAD_MIN",
-           "LOW_SHOTS", "FEWSHOT_TARGETS", "PRUNE_MAX_LOSS", "PRUNE_COMPARE_AT", "PRUNE_CONTROL_AT", "MN_COLLAPSE",
-           "NLVR_CONTROLS", "PIO", "NAC"]
+__all__ = [
+    "CLAIM_IDS",
+    "FIELDS",
+    "HEADLINE_CLAIMS",
+    "RULE",
+    "Interval",
+    "claim_ids",
+    "evaluate_claims",
+    "headline",
+    "write_claims",
+    "mean_ci",
+    "welch_ci",
+    "paired_ci",
+    "difference_verdict",
+    "equivalence_verdict",
+    "noninferiority_verdict",
+    "threshold_verdict",
+    "combine",
+    "seed_ci",
+    "max_fraction_within",
+    "knn_gap",
+    "SUPPORTED",
+    "NOT_SUPPORTED",
+    "INCONCLUSIVE",
+    "VERDICTS",
+    "DELTA",
+    "Claim",
+    "claim",
+    "registered",
+    "ZERO_SHOT_RUN",
+    "SPREAD_MIN",
+    "LOW_SHOTS",
+    "FEWSHOT_TARGETS",
+    "PRUNE_MAX_LOSS",
+    "PRUNE_COMPARE_AT",
+    "PRUNE_CONTROL_AT",
+    "MN_COLLAPSE",
+    "NLVR_CONTROLS",
+    "PIO",
+    "NAC",
+]

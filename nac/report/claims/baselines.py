@@ -1,5 +1,6 @@
 """Claims of the baselines' own papers, checked on our runs of them: Neural Interpreters (Rahaman
 et al. 2021) and Modular Networks (Kirsch et al. 2018)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -7,42 +8,71 @@ import numpy as np
 from nac.report.claims.fewshot import LOW_SHOTS, lowshot_pairs
 from nac.report.claims.metrics import PIO, Missing, number
 from nac.report.claims.registry import Context, claim
-from nac.report.claims.rules import (D1, NOT_SUPPORTED, SUPPORTED, _ci_text, _result, combine, difference_verdict,
-                                     noninferiority_verdict, seed_ci, threshold_verdict)
+from nac.report.claims.rules import (
+    D1,
+    NOT_SUPPORTED,
+    SUPPORTED,
+    _ci_text,
+    _result,
+    combine,
+    difference_verdict,
+    noninferiority_verdict,
+    seed_ci,
+    threshold_verdict,
+)
 from nac.stats import mean_ci
 
 NI, MN = "neural_interpreter", "modular_network"
-MN_COLLAPSE = 1.5           # exp(selection entropy) a layer must keep: 1 = all examples on one module
+MN_COLLAPSE = 1.5  # exp(selection entropy) a layer must keep: 1 = all examples on one module
 NI_SOURCE, MN_SOURCE = "Neural Interpreters (Rahaman et al. 2021)", "Modular Networks (Kirsch et al. 2018)"
 
 
-@claim("ni_matches_pio", source=NI_SOURCE,
-       statement="Neural Interpreters match a non-modular baseline in distribution with fewer parameters",
-       paper="their paper: on par with ViT-style baselines with fewer parameters",
-       measure=f"d = IID Acc@1 {NI} − {PIO}; paired-by-seed CI; non-inferiority (lower bound > −δ), {D1}; "
-               "and fewer parameters")
+@claim(
+    "ni_matches_pio",
+    source=NI_SOURCE,
+    statement="Neural Interpreters match a non-modular baseline in distribution with fewer parameters",
+    paper="their paper: on par with ViT-style baselines with fewer parameters",
+    measure=f"d = IID Acc@1 {NI} − {PIO}; paired-by-seed CI; non-inferiority (lower bound > −δ), {D1}; "
+    "and fewer parameters",
+)
 def ni_matches_pio(c: Context) -> dict:
     m = c.m
     vals = m.image([NI, PIO], "iid_acc1")
-    params_of = {r: [number(m.json(f"image/train/{r}-{s}.json"), "parameters", m.label(f"image/train/{r}-{s}.json"))
-                     for s in m.seeds] for r in (NI, PIO)}
+    params_of = {
+        r: [
+            number(m.json(f"image/train/{r}-{s}.json"), "parameters", m.label(f"image/train/{r}-{s}.json"))
+            for s in m.seeds
+        ]
+        for r in (NI, PIO)
+    }
     iv = seed_ci(vals[NI], vals[PIO])
-    out = _result(iv, noninferiority_verdict(iv), f"d = {_ci_text(iv)}; {NI} {np.mean(vals[NI]):.2f} vs {PIO} "
-                  f"{np.mean(vals[PIO]):.2f}; n = {iv.n} seed(s)")
+    out = _result(
+        iv,
+        noninferiority_verdict(iv),
+        f"d = {_ci_text(iv)}; {NI} {np.mean(vals[NI]):.2f} vs {PIO} {np.mean(vals[PIO]):.2f}; n = {iv.n} seed(s)",
+    )
     fewer = params_of[NI][0] < params_of[PIO][0]
-    parts = [("IID Acc@1 not worse by more than δ", out["verdict"], out["reason"]),
-             ("fewer parameters", SUPPORTED if fewer else NOT_SUPPORTED,
-              f"{int(params_of[NI][0]):,} vs {int(params_of[PIO][0]):,}")]
+    parts = [
+        ("IID Acc@1 not worse by more than δ", out["verdict"], out["reason"]),
+        (
+            "fewer parameters",
+            SUPPORTED if fewer else NOT_SUPPORTED,
+            f"{int(params_of[NI][0]):,} vs {int(params_of[PIO][0]):,}",
+        ),
+    ]
     out["verdict"], out["reason"] = combine(parts, "criteria")
     out["ours"] += f"; parameters {int(params_of[NI][0]):,} vs {int(params_of[PIO][0]):,}"
     return out
 
 
-@claim("ni_fewshot", source=NI_SOURCE,
-       statement="Neural Interpreters adapt with fewer samples than a non-modular baseline",
-       paper="their paper: few-shot curves",
-       measure=f"d = few-shot Acc@1 {NI} − {PIO} (their fine-tuning protocol: new CLS token and head), averaged over "
-               f"shots ≤ {LOW_SHOTS} per episode, pooled over the targets; paired t CI over (target, episode); {D1}")
+@claim(
+    "ni_fewshot",
+    source=NI_SOURCE,
+    statement="Neural Interpreters adapt with fewer samples than a non-modular baseline",
+    paper="their paper: few-shot curves",
+    measure=f"d = few-shot Acc@1 {NI} − {PIO} (their fine-tuning protocol: new CLS token and head), averaged over "
+    f"shots ≤ {LOW_SHOTS} per episode, pooled over the targets; paired t CI over (target, episode); {D1}",
+)
 def ni_fewshot(c: Context) -> dict:
     targets = list(c.params.get("fewshot", {}).get("targets", []))
     if NI not in c.params.get("fewshot", {}).get("runs", []):
@@ -55,31 +85,45 @@ def ni_fewshot(c: Context) -> dict:
     if not diffs:
         raise Missing("fewshot.targets is empty")
     iv = mean_ci(diffs)
-    return _result(iv, difference_verdict(iv), f"d = {_ci_text(iv)}; {'; '.join(per_target)}; n = {iv.n} (target, episode)")
+    return _result(
+        iv, difference_verdict(iv), f"d = {_ci_text(iv)}; {'; '.join(per_target)}; n = {iv.n} (target, episode)"
+    )
 
 
-@claim("mn_specialise", source=MN_SOURCE, statement="Modules specialise (module choice carries class information)",
-       paper="their paper: modules specialise on input types",
-       measure="per seed, mean over layers of I(controller's module; class) − the same with shuffled labels, on "
-               "validation data; t CI over seeds; > 0")
+@claim(
+    "mn_specialise",
+    source=MN_SOURCE,
+    statement="Modules specialise (module choice carries class information)",
+    paper="their paper: modules specialise on input types",
+    measure="per seed, mean over layers of I(controller's module; class) − the same with shuffled labels, on "
+    "validation data; t CI over seeds; > 0",
+)
 def mn_specialise(c: Context) -> dict:
     usage = c.m.image_eval(MN, "modular_usage")
     gaps = [float(np.mean(np.asarray(u["mi"]) - np.asarray(u["mi_shuffled"]))) for u in usage]
     iv = mean_ci(gaps)
-    per_layer = ', '.join(f'{a:.3f} vs {b:.3f}' for a, b in zip(usage[0]['mi'], usage[0]['mi_shuffled']))
-    ours = (f"I(module; class) − shuffled-label control, mean over layers: {_ci_text(iv, '{:+.4f}'.format)} nats; "
-            f"per layer (seed {c.m.seeds[0]}): {per_layer}")
+    per_layer = ", ".join(f"{a:.3f} vs {b:.3f}" for a, b in zip(usage[0]["mi"], usage[0]["mi_shuffled"]))
+    ours = (
+        f"I(module; class) − shuffled-label control, mean over layers: {_ci_text(iv, '{:+.4f}'.format)} nats; "
+        f"per layer (seed {c.m.seeds[0]}): {per_layer}"
+    )
     return _result(iv, difference_verdict(iv, delta=0.0), ours)
 
 
-@claim("mn_no_collapse", source=MN_SOURCE, statement="Modules do not collapse without regularisation",
-       paper="their paper: EM avoids module collapse",
-       measure=f"per seed, the smallest per-layer exp(entropy of the controller's module choices over validation data); "
-               f"t CI over seeds; threshold {MN_COLLAPSE:g} (1 = collapse)")
+@claim(
+    "mn_no_collapse",
+    source=MN_SOURCE,
+    statement="Modules do not collapse without regularisation",
+    paper="their paper: EM avoids module collapse",
+    measure=f"per seed, the smallest per-layer exp(entropy of the controller's module choices over validation data); "
+    f"t CI over seeds; threshold {MN_COLLAPSE:g} (1 = collapse)",
+)
 def mn_no_collapse(c: Context) -> dict:
     usage = c.m.image_eval(MN, "modular_usage")
     low = [float(min(u["exp_entropy"])) for u in usage]
     iv = mean_ci(low)
-    ours = (f"smallest per-layer exp(selection entropy) {_ci_text(iv, '{:.2f}'.format)} "
-            f"(seed {c.m.seeds[0]}: {', '.join(f'{v:.2f}' for v in usage[0]['exp_entropy'])})")
+    ours = (
+        f"smallest per-layer exp(selection entropy) {_ci_text(iv, '{:.2f}'.format)} "
+        f"(seed {c.m.seeds[0]}: {', '.join(f'{v:.2f}' for v in usage[0]['exp_entropy'])})"
+    )
     return _result(iv, threshold_verdict(iv, MN_COLLAPSE, fmt="{:.2f}".format), ours, threshold=True)

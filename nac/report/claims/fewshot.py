@@ -1,5 +1,6 @@
 """The few-shot claim (abstract, Figure 4): one claim per ``fewshot.targets`` entry, NAC vs
 Perceiver IO in the low-shot regime, paired over episodes."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -9,9 +10,13 @@ from nac.report.claims.registry import Context, claim
 from nac.report.claims.rules import D1, _ci_text, _result, difference_verdict
 from nac.stats import mean_ci
 
-LOW_SHOTS = 4               # the "low-shot regime": 1-4 shots per class
-FEWSHOT_TARGETS = {"digits": "digits (stand-in for CIFAR)", "shapes_novel": "novel shapes (stand-in for CUB)",
-                   "cifar10": "CIFAR-10", "cub": "CUB-200-2011"}
+LOW_SHOTS = 4  # the "low-shot regime": 1-4 shots per class
+FEWSHOT_TARGETS = {
+    "digits": "digits (stand-in for CIFAR)",
+    "shapes_novel": "novel shapes (stand-in for CUB)",
+    "cifar10": "CIFAR-10",
+    "cub": "CUB-200-2011",
+}
 
 
 def _targets(params: dict) -> list[str]:
@@ -40,22 +45,32 @@ def lowshot_pairs(c: Context, target: str, a: str, b: str) -> tuple[list[float],
         absent = [run for run in (a, b) if not keys[run]]
         raise Missing(f"rows of {' and '.join(absent)} with shots ≤ {LOW_SHOTS} in {where}")
     if keys[a] != keys[b]:
-        raise ValueError(f"malformed metrics {where}: {a} and {b} rows are not paired "
-                         f"(unmatched (episode, shots): {sorted(keys[a] ^ keys[b])})")
+        raise ValueError(
+            f"malformed metrics {where}: {a} and {b} rows are not paired "
+            f"(unmatched (episode, shots): {sorted(keys[a] ^ keys[b])})"
+        )
     episodes = sorted({e for e, _ in keys[a]})
     diffs = [float(np.mean([acc[(a, e, k)] - acc[(b, e, k)] for e_, k in keys[a] if e_ == e])) for e in episodes]
     means = {run: float(np.mean([v for k, v in acc.items() if k[0] == run])) for run in (a, b)}
     return diffs, means, sorted({k for _, k in keys[a]})
 
 
-@claim("fewshot", per=_targets, source="abstract, §4.1 (Fig. 4)",
-       statement=lambda c, t: f"NACs adapt better than Perceiver IO in the low-shot regime ({FEWSHOT_TARGETS.get(t, t)})",
-       paper=f"~+10 (abstract; 1–{LOW_SHOTS} shots per class, 8-way)",
-       measure=lambda c, t: f"d = Acc@1 {NAC} − {PIO} on {t}, averaged over shots ≤ {LOW_SHOTS} per episode; paired t "
-                            f"CI over episodes; {D1}")
+@claim(
+    "fewshot",
+    per=_targets,
+    source="abstract, §4.1 (Fig. 4)",
+    statement=lambda c, t: f"NACs adapt better than Perceiver IO in the low-shot regime ({FEWSHOT_TARGETS.get(t, t)})",
+    paper=f"~+10 (abstract; 1–{LOW_SHOTS} shots per class, 8-way)",
+    measure=lambda c, t: (
+        f"d = Acc@1 {NAC} − {PIO} on {t}, averaged over shots ≤ {LOW_SHOTS} per episode; paired t "
+        f"CI over episodes; {D1}"
+    ),
+)
 def fewshot(c: Context, target: str) -> dict:
     diffs, means, shots = lowshot_pairs(c, target, NAC, PIO)
     iv = mean_ci(diffs)
-    ours = (f"d = {_ci_text(iv)}; {NAC} {means[NAC]:.2f} vs {PIO} {means[PIO]:.2f} "
-            f"(shots {', '.join(map(str, shots))}; n = {iv.n} episodes)")
+    ours = (
+        f"d = {_ci_text(iv)}; {NAC} {means[NAC]:.2f} vs {PIO} {means[PIO]:.2f} "
+        f"(shots {', '.join(map(str, shots))}; n = {iv.n} episodes)"
+    )
     return _result(iv, difference_verdict(iv), ours)

@@ -1,6 +1,7 @@
 """Reading the metrics a claim needs. Only the runs, seeds and targets named in ``params`` are read.
 A missing file (or the missing part of one) raises ``Missing`` (the claim is "not measured"); a
 malformed one (bad JSON, a missing key, a non-numeric value) raises ``ValueError``."""
+
 from __future__ import annotations
 
 import json
@@ -14,7 +15,7 @@ from nac.report.switches import bench_params
 PIO, NAC = "perceiver_io", "nac"
 # bench/bench_convergence.py's results, beside the metrics tree (``<metrics>/../bench/results/``)
 CONVERGENCE = Path("bench/results/convergence.json")
-NLVR_CONTROLS = ("text_only", "image_only")   # the NLVR single-modality controls
+NLVR_CONTROLS = ("text_only", "image_only")  # the NLVR single-modality controls
 
 
 class Missing(Exception):
@@ -48,7 +49,7 @@ class Metrics:
                 raise Missing(self.label(rel))
             try:
                 self._cache[rel] = json.loads(path.read_text())
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:   # bad JSON, or bytes that are not UTF-8
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:  # bad JSON, or bytes that are not UTF-8
                 raise ValueError(f"malformed metrics file {path}: {e}") from e
         return self._cache[rel]
 
@@ -64,8 +65,10 @@ class Metrics:
             if absent:
                 missing.append(self.label(f"{folder}/{run}-<seed>.json") + f" (seeds {', '.join(map(str, absent))})")
                 continue
-            out[run] = [number(self.json(f"{folder}/{run}-{s}.json"), key, self.label(f"{folder}/{run}-{s}.json"))
-                        for s in self.seeds]
+            out[run] = [
+                number(self.json(f"{folder}/{run}-{s}.json"), key, self.label(f"{folder}/{run}-{s}.json"))
+                for s in self.seeds
+            ]
         if missing:
             raise Missing("; ".join(missing))
         return out
@@ -90,9 +93,10 @@ class Metrics:
             for key in ("run", "seed"):
                 if not isinstance(r, dict) or key not in r:
                     raise ValueError(f"malformed metrics {where}: a row without {key!r}")
-        curve = sorted((r for r in rows if r["run"] == run and r["seed"] == seed
-                        and r.get("order", "connectivity") == order),
-                       key=lambda r: number(r, "dropped_fraction", where))
+        curve = sorted(
+            (r for r in rows if r["run"] == run and r["seed"] == seed and r.get("order", "connectivity") == order),
+            key=lambda r: number(r, "dropped_fraction", where),
+        )
         for r in curve:
             number(r, "acc1", where)
         if not curve or curve[0]["dropped_fraction"] != 0.0:
@@ -118,16 +122,21 @@ class Metrics:
         try:
             conv = self.json(f"../{CONVERGENCE}")
         except Missing:
-            raise Missing(f"{CONVERGENCE} (python bench/bench_convergence.py --seeds "
-                          f"{' '.join(map(str, self.seeds))})") from None
+            raise Missing(
+                f"{CONVERGENCE} (python bench/bench_convergence.py --seeds {' '.join(map(str, self.seeds))})"
+            ) from None
         if not isinstance(conv, dict):
             raise ValueError(f"malformed {self.root.parent / CONVERGENCE}: expected an object")
         if conv.get("profile") != self.params.get("profile"):
-            raise Missing(f"{CONVERGENCE} holds profile {conv.get('profile')!r}'s runs, not {self.params.get('profile')!r}'s "
-                          "(run python bench/bench_convergence.py under this profile)")
+            raise Missing(
+                f"{CONVERGENCE} holds profile {conv.get('profile')!r}'s runs, not {self.params.get('profile')!r}'s "
+                "(run python bench/bench_convergence.py under this profile)"
+            )
         if conv.get("params") != bench_params(self.params):
-            raise Missing(f"{CONVERGENCE} was trained under other model or training settings, or other code, than "
-                          "the committed ones (rerun python bench/bench_convergence.py)")
+            raise Missing(
+                f"{CONVERGENCE} was trained under other model or training settings, or other code, than "
+                "the committed ones (rerun python bench/bench_convergence.py)"
+            )
         by_run = conv.get("runs", {})
         lengths = set.intersection(*[set((by_run.get(r) or {}).keys()) for r in runs]) if runs else set()
 
@@ -137,9 +146,16 @@ class Metrics:
 
         for epochs in sorted(lengths, key=int, reverse=True):
             if all(key in e for r in runs for e in evals(r, epochs) for key in keys):
-                return int(epochs), {key: {r: [number(e, key, f"{CONVERGENCE} {r} {epochs} epochs seed {s}")
-                                               for s, e in zip(self.seeds, evals(r, epochs))] for r in runs}
-                                     for key in keys}
+                return int(epochs), {
+                    key: {
+                        r: [
+                            number(e, key, f"{CONVERGENCE} {r} {epochs} epochs seed {s}")
+                            for s, e in zip(self.seeds, evals(r, epochs))
+                        ]
+                        for r in runs
+                    }
+                    for key in keys
+                }
         raise Missing(f"{CONVERGENCE}: no length with {', '.join(keys)} for seeds {self.seeds} of {', '.join(runs)}")
 
     def image_eval(self, run: str, key: str) -> list[Any]:

@@ -1,5 +1,6 @@
 """Claims on dropping modules (Figures 5a, 5b, 15): the fraction that can be dropped, the speed-up,
 NAC vs Perceiver IO, and connectivity ranking vs random orders."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -11,9 +12,9 @@ from nac.report.claims.registry import Context, claim
 from nac.report.claims.rules import D1, PAIRED, _ci_text, _diff, _result, difference_verdict, threshold_verdict
 from nac.stats import mean_ci, paired_ci
 
-PRUNE_MAX_LOSS = 3.0        # "losing less than 3 percent"
-PRUNE_COMPARE_AT = 0.75     # dropped fraction at which NAC and PIO degradation are compared
-PRUNE_CONTROL_AT = 0.875    # dropped fraction at which connectivity ranking meets the random-order control
+PRUNE_MAX_LOSS = 3.0  # "losing less than 3 percent"
+PRUNE_COMPARE_AT = 0.75  # dropped fraction at which NAC and PIO degradation are compared
+PRUNE_CONTROL_AT = 0.875  # dropped fraction at which connectivity ranking meets the random-order control
 
 
 def max_fraction_within(curve: Sequence[dict], max_loss: float = PRUNE_MAX_LOSS) -> dict:
@@ -27,10 +28,16 @@ def max_fraction_within(curve: Sequence[dict], max_loss: float = PRUNE_MAX_LOSS)
     return best
 
 
-@claim("prune_fraction", source="abstract, §4.1 (Fig. 5a)",
-       statement="More than 80% of the modules can be dropped at < 3 points loss", paper="> 0.8 of modules dropped",
-       measure=lambda c: f"per seed, the largest dropped fraction of {c.head} (scanning upwards, stopping at the first "
-                         f"failure) with Acc@1 ≥ full − {PRUNE_MAX_LOSS:g}; t CI over seeds; threshold 0.8")
+@claim(
+    "prune_fraction",
+    source="abstract, §4.1 (Fig. 5a)",
+    statement="More than 80% of the modules can be dropped at < 3 points loss",
+    paper="> 0.8 of modules dropped",
+    measure=lambda c: (
+        f"per seed, the largest dropped fraction of {c.head} (scanning upwards, stopping at the first "
+        f"failure) with Acc@1 ≥ full − {PRUNE_MAX_LOSS:g}; t CI over seeds; threshold 0.8"
+    ),
+)
 def prune_fraction(c: Context) -> dict:
     fr = [max_fraction_within(c.m.prune_curve(c.head, s))["dropped_fraction"] for s in c.m.seeds]
     iv = mean_ci(fr)
@@ -39,9 +46,16 @@ def prune_fraction(c: Context) -> dict:
     return _result(iv, threshold_verdict(iv, 0.8, fmt=f3), ours, threshold=True)
 
 
-@claim("prune_speedup", source="abstract, §4.1 (Fig. 5b)", statement="~8x inference speed-up at < 3 points loss",
-       paper="~8×", measure=lambda c: f"images/s of {c.head} (first seed) at the fraction of prune_fraction ÷ at "
-                                      "fraction 0; threshold 8 (single measurement)")
+@claim(
+    "prune_speedup",
+    source="abstract, §4.1 (Fig. 5b)",
+    statement="~8x inference speed-up at < 3 points loss",
+    paper="~8×",
+    measure=lambda c: (
+        f"images/s of {c.head} (first seed) at the fraction of prune_fraction ÷ at "
+        "fraction 0; threshold 8 (single measurement)"
+    ),
+)
 def prune_speedup(c: Context) -> dict:
     curve = c.m.prune_curve(c.head, c.m.seeds[0])
     best, where = max_fraction_within(curve), f"{c.m.label('image/prune.json')} ({c.head} seed {c.m.seeds[0]})"
@@ -49,8 +63,10 @@ def prune_speedup(c: Context) -> dict:
         raise Missing(f"repeated timings (images_per_s lists) in {where}")
     full = float(np.mean(curve[0]["images_per_s"]))
     iv = mean_ci([float(v) / full for v in best["images_per_s"]])
-    ours = (f"{_ci_text(iv, '{:.2f}×'.format)} at dropped fraction {best['dropped_fraction']:g} "
-            f"({curve[0].get('device', '?')}; CI over {iv.n} timed repeats)")
+    ours = (
+        f"{_ci_text(iv, '{:.2f}×'.format)} at dropped fraction {best['dropped_fraction']:g} "
+        f"({curve[0].get('device', '?')}; CI over {iv.n} timed repeats)"
+    )
     return _result(iv, threshold_verdict(iv, 8.0, fmt="{:.2f}×".format), ours, threshold=True)
 
 
@@ -63,11 +79,16 @@ def _largest_common_fraction(curves, at_most: float, whose: str) -> float:
     return max(cand)
 
 
-@claim("prune_vs_pio", source="§4.1 (Fig. 5a, 15)",
-       statement="NACs degrade more gracefully than Perceiver IO when dropping modules",
-       paper="no number (NAC stays above PIO beyond 80% dropped)",
-       measure=lambda c: f"d = Acc@1 loss of {PIO} − loss of {c.head} at dropped fraction {PRUNE_COMPARE_AT:g} (or the "
-                         f"largest ≤ it measured); {PAIRED}; {D1}")
+@claim(
+    "prune_vs_pio",
+    source="§4.1 (Fig. 5a, 15)",
+    statement="NACs degrade more gracefully than Perceiver IO when dropping modules",
+    paper="no number (NAC stays above PIO beyond 80% dropped)",
+    measure=lambda c: (
+        f"d = Acc@1 loss of {PIO} − loss of {c.head} at dropped fraction {PRUNE_COMPARE_AT:g} (or the "
+        f"largest ≤ it measured); {PAIRED}; {D1}"
+    ),
+)
 def prune_vs_pio(c: Context) -> dict:
     head, seeds = c.head, c.m.seeds
     curves = {(run, s): c.m.prune_curve(run, s) for run in (PIO, head) for s in seeds}
@@ -77,22 +98,31 @@ def prune_vs_pio(c: Context) -> dict:
     return _diff(loss, PIO, head, what=f"Acc@1 loss at dropped fraction {f:g}: ")
 
 
-@claim("prune_vs_random", source="§4.1 (Fig. 5a)",
-       statement="Connectivity ranking beats random ranking when dropping modules",
-       paper="implied (modules are dropped least connected first)",
-       measure=lambda c: f"d = Acc@1 of {c.head} at dropped fraction {PRUNE_CONTROL_AT:g} (or the largest ≤ it), least "
-                         f"connected first − mean over random orders; paired-by-seed CI; {D1}")
+@claim(
+    "prune_vs_random",
+    source="§4.1 (Fig. 5a)",
+    statement="Connectivity ranking beats random ranking when dropping modules",
+    paper="implied (modules are dropped least connected first)",
+    measure=lambda c: (
+        f"d = Acc@1 of {c.head} at dropped fraction {PRUNE_CONTROL_AT:g} (or the largest ≤ it), least "
+        f"connected first − mean over random orders; paired-by-seed CI; {D1}"
+    ),
+)
 def prune_vs_random(c: Context) -> dict:
     head, seeds = c.head, c.m.seeds
     k = int(c.params.get("prune", {}).get("random_orders", 0))
     if k < 1:
         raise Missing("random-order control (prune.random_orders: 0)")
-    curves = [c.m.prune_curve(head, s, order) for s in seeds for order in ("connectivity", *(f"random-{i}" for i in range(k)))]
+    curves = [
+        c.m.prune_curve(head, s, order) for s in seeds for order in ("connectivity", *(f"random-{i}" for i in range(k)))
+    ]
     f = _largest_common_fraction(curves, PRUNE_CONTROL_AT, f"every seed and order of {head}")
     at = lambda cv: next(r["acc1"] for r in cv if r["dropped_fraction"] == f)
     a = [at(c.m.prune_curve(head, s)) for s in seeds]
     b = [float(np.mean([at(c.m.prune_curve(head, s, f"random-{i}")) for i in range(k)])) for s in seeds]
     iv = paired_ci(a, b)
-    ours = (f"Acc@1 at dropped fraction {f:g}: connectivity {np.mean(a):.2f} vs random orders {np.mean(b):.2f}, "
-            f"d = {_ci_text(iv)}; n = {iv.n} seed(s), {k} random orders each")
+    ours = (
+        f"Acc@1 at dropped fraction {f:g}: connectivity {np.mean(a):.2f} vs random orders {np.mean(b):.2f}, "
+        f"d = {_ci_text(iv)}; n = {iv.n} seed(s), {k} random orders each"
+    )
     return _result(iv, difference_verdict(iv), ours)

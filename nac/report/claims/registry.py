@@ -14,6 +14,7 @@ key, ``<name>_<key>``; its function and text functions get the key as a second a
 
 Report order: by topic module in ``TOPICS``, then by definition order inside a module.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,7 +30,7 @@ from nac.report.published import TABLE1
 
 FIELDS = ("id", "source", "claim", "paper", "measure", "ours", "estimate", "lo", "hi", "n", "verdict", "reason")
 TOPICS = ("image", "mechanism", "prune", "fewshot", "tracks", "nlvr", "baselines")
-IID, OOD = 0, 2             # columns of published.TABLE1
+IID, OOD = 0, 2  # columns of published.TABLE1
 
 Text = str | Callable[..., str]
 
@@ -37,6 +38,7 @@ Text = str | Callable[..., str]
 @dataclass
 class Context:
     """What every claim reads: params, the metrics, and the image ladder's names derived once."""
+
     params: dict
     m: Metrics
     prior: str = field(init=False)
@@ -83,19 +85,40 @@ class Claim:
         try:
             res = self.evaluate(c, *args)
         except Missing as e:
-            res = {"ours": "—", "estimate": None, "lo": None, "hi": None, "n": 0, "verdict": INCONCLUSIVE,
-                   "reason": f"not measured: {e}"}
-        return {"id": cid, "source": self.text(self.source, c, args), "claim": self.text(self.statement, c, args),
-                "paper": self.text(self.paper, c, args), "measure": self.text(self.measure, c, args), **res}
+            res = {
+                "ours": "—",
+                "estimate": None,
+                "lo": None,
+                "hi": None,
+                "n": 0,
+                "verdict": INCONCLUSIVE,
+                "reason": f"not measured: {e}",
+            }
+        return {
+            "id": cid,
+            "source": self.text(self.source, c, args),
+            "claim": self.text(self.statement, c, args),
+            "paper": self.text(self.paper, c, args),
+            "measure": self.text(self.measure, c, args),
+            **res,
+        }
 
 
 _REGISTRY: dict[str, Claim] = {}
 _seq = count()
 
 
-def claim(name: str, *, source: Text, statement: Text, paper: Text, measure: Text,
-          per: Callable[[dict], list[str]] | None = None) -> Callable[[Callable[..., dict]], Callable[..., dict]]:
+def claim(
+    name: str,
+    *,
+    source: Text,
+    statement: Text,
+    paper: Text,
+    measure: Text,
+    per: Callable[[dict], list[str]] | None = None,
+) -> Callable[[Callable[..., dict]], Callable[..., dict]]:
     """Register the decorated function as the claim ``name`` (in a topic module of ``TOPICS``)."""
+
     def register(fn: Callable[..., dict]) -> Callable[..., dict]:
         topic = fn.__module__.rsplit(".", 1)[-1]
         if topic not in TOPICS:
@@ -104,6 +127,7 @@ def claim(name: str, *, source: Text, statement: Text, paper: Text, measure: Tex
             raise ValueError(f"claim {name!r} registered twice")
         _REGISTRY[name] = Claim(name, source, statement, paper, measure, fn, per, topic, next(_seq))
         return fn
+
     return register
 
 

@@ -1,6 +1,7 @@
 """The verdict rule (``RULE``, written at the top of ``reports/claims.md``) and its pieces: the
 difference, equivalence, non-inferiority and threshold verdicts, ``combine`` for claims made of
 several comparisons, and the helpers that turn an interval and a verdict into a claim's result."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -11,7 +12,7 @@ from nac.stats import Interval, paired_ci, welch_ci
 
 SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE = "supported", "not supported", "inconclusive"
 VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE)
-DELTA = 1.0                 # default smallest effect of interest, percentage points
+DELTA = 1.0  # default smallest effect of interest, percentage points
 
 RULE = f"""\
 **Verdict rule** (applied by `nac/report/claims/`; the checks run in the order written).
@@ -71,7 +72,7 @@ def equivalence_verdict(iv: Interval, delta: float = DELTA) -> tuple[str, str]:
 
 
 def noninferiority_verdict(iv: Interval, delta: float = DELTA) -> tuple[str, str]:
-    """"A matches B" read as *not worse by more than δ* (a model that is better also matches):
+    """ "A matches B" read as *not worse by more than δ* (a model that is better also matches):
     supported if the CI lower bound > −δ, not supported if the upper bound < −δ."""
     if not iv.has_ci:
         return INCONCLUSIVE, f"n < 2: no CI (d = {iv.estimate:+.2f} from n = {iv.n})"
@@ -82,13 +83,16 @@ def noninferiority_verdict(iv: Interval, delta: float = DELTA) -> tuple[str, str
     return INCONCLUSIVE, f"CI {_iv(iv)} contains −{delta:g}"
 
 
-def threshold_verdict(iv: Interval, x: float, strict: bool = False,
-                      fmt: Callable[[float], str] = "{:.2f}".format) -> tuple[str, str]:
+def threshold_verdict(
+    iv: Interval, x: float, strict: bool = False, fmt: Callable[[float], str] = "{:.2f}".format
+) -> tuple[str, str]:
     """``strict``: the claim is "> x" (above chance) instead of "≥ x"."""
     ge, lt = (">", "≤") if strict else ("≥", "<")
     if not iv.has_ci:
         ok = iv.estimate > x if strict else iv.estimate >= x
-        return (SUPPORTED if ok else NOT_SUPPORTED), f"single measurement: {fmt(iv.estimate)} {ge if ok else lt} {fmt(x)}"
+        return (
+            SUPPORTED if ok else NOT_SUPPORTED
+        ), f"single measurement: {fmt(iv.estimate)} {ge if ok else lt} {fmt(x)}"
     if (iv.lo > x) if strict else (iv.lo >= x):
         return SUPPORTED, f"CI lower bound {fmt(iv.lo)} {ge} {fmt(x)}"
     if (iv.hi <= x) if strict else (iv.hi < x):
@@ -110,16 +114,25 @@ def combine(parts: Sequence[tuple[str, str, str]], what: str = "comparisons") ->
     if len(picked) == len(parts) > 2:
         return key, f"{key} for all {len(parts)} {what} (e.g. {picked[0][0]}: {picked[0][1]})"
     if len(picked) > 2:
-        return key, (f"{key} for {len(picked)} of {len(parts)} {what}: {', '.join(n for n, _ in picked)} "
-                     f"(e.g. {picked[0][0]}: {picked[0][1]})")
+        return key, (
+            f"{key} for {len(picked)} of {len(parts)} {what}: {', '.join(n for n, _ in picked)} "
+            f"(e.g. {picked[0][0]}: {picked[0][1]})"
+        )
     return key, f"{key}: " + "; ".join(f"{n} ({r})" for n, r in picked)
 
 
 # ---------------------------------------------------------------------------- a claim's result
 def _result(iv: Interval, verdict: tuple[str, str], ours: str, threshold: bool = False) -> dict:
     lo, hi = (iv.lo, iv.hi) if iv.has_ci else ((iv.estimate, iv.estimate) if threshold else (None, None))
-    return {"ours": ours, "estimate": iv.estimate, "lo": lo, "hi": hi, "n": iv.n,
-            "verdict": verdict[0], "reason": verdict[1]}
+    return {
+        "ours": ours,
+        "estimate": iv.estimate,
+        "lo": lo,
+        "hi": hi,
+        "n": iv.n,
+        "verdict": verdict[0],
+        "reason": verdict[1],
+    }
 
 
 def _ci_text(iv: Interval, fmt: Callable[[float], str] = "{:+.2f}".format) -> str:
@@ -131,8 +144,9 @@ def seed_ci(a: Sequence[float], b: Sequence[float]) -> Interval:
     return paired_ci(a, b) if len(a) == len(b) else welch_ci(a, b)
 
 
-def _diff(vals: dict[str, list[float]], a: str, b: str, delta: float = DELTA, equivalence: bool = False,
-          what: str = "") -> dict:
+def _diff(
+    vals: dict[str, list[float]], a: str, b: str, delta: float = DELTA, equivalence: bool = False, what: str = ""
+) -> dict:
     """vals[a] − vals[b] over seeds (``seed_ci``), judged by the difference (or equivalence) rule."""
     iv = seed_ci(vals[a], vals[b])
     ours = f"d = {_ci_text(iv)}; {what}{a} {np.mean(vals[a]):.2f} vs {b} {np.mean(vals[b]):.2f}; n = {iv.n} seed(s)"

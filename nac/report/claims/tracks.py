@@ -1,5 +1,6 @@
 """Claims on the other tracks (Tables 2 and 3): NAC vs Perceiver IO on point clouds, ListOps and
 text, and every track model above chance."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,28 +15,46 @@ def _gap(c: Context, track: str) -> dict:
     return _diff(c.m.track(track, [NAC, PIO], "test_acc1"), NAC, PIO)
 
 
-@claim("points_gap", source="§4.2 (Table 2)", statement="NACs beat Perceiver IO on point-cloud classification",
-       paper="+5.6 (Table 2: 83.0 vs 77.4)", measure=f"d = test Acc@1 {NAC} − {PIO} (points track); {PAIRED}; {D1}")
+@claim(
+    "points_gap",
+    source="§4.2 (Table 2)",
+    statement="NACs beat Perceiver IO on point-cloud classification",
+    paper="+5.6 (Table 2: 83.0 vs 77.4)",
+    measure=f"d = test Acc@1 {NAC} − {PIO} (points track); {PAIRED}; {D1}",
+)
 def points_gap(c: Context) -> dict:
     return _gap(c, "points")
 
 
-@claim("listops_gap", source="§4.3 (Table 3)", statement="NACs beat Perceiver IO on ListOps",
-       paper="+1.70 (Table 3: 41.40 vs 39.70)", measure=f"d = test Acc@1 {NAC} − {PIO} (listops track); {PAIRED}; {D1}")
+@claim(
+    "listops_gap",
+    source="§4.3 (Table 3)",
+    statement="NACs beat Perceiver IO on ListOps",
+    paper="+1.70 (Table 3: 41.40 vs 39.70)",
+    measure=f"d = test Acc@1 {NAC} − {PIO} (listops track); {PAIRED}; {D1}",
+)
 def listops_gap(c: Context) -> dict:
     return _gap(c, "listops")
 
 
-@claim("text_gap", source="§4.3 (Table 3)", statement="NACs beat Perceiver IO on byte-level text classification",
-       paper="+1.68 (Table 3: 68.18 vs 66.50)", measure=f"d = test Acc@1 {NAC} − {PIO} (text track); {PAIRED}; {D1}")
+@claim(
+    "text_gap",
+    source="§4.3 (Table 3)",
+    statement="NACs beat Perceiver IO on byte-level text classification",
+    paper="+1.68 (Table 3: 68.18 vs 66.50)",
+    measure=f"d = test Acc@1 {NAC} − {PIO} (text track); {PAIRED}; {D1}",
+)
 def text_gap(c: Context) -> dict:
     return _gap(c, "text")
 
 
-@claim("above_chance", source="suite (§4.2–4.4)",
-       statement="Every trained model of the tracks is above chance (the NLVR single-modality controls excluded)",
-       paper="implied (all reported accuracies are far above chance)",
-       measure="per track model: test Acc@1 vs test_chance; t CI over seeds; above-chance rule, all models")
+@claim(
+    "above_chance",
+    source="suite (§4.2–4.4)",
+    statement="Every trained model of the tracks is above chance (the NLVR single-modality controls excluded)",
+    paper="implied (all reported accuracies are far above chance)",
+    measure="per track model: test Acc@1 vs test_chance; t CI over seeds; above-chance rule, all models",
+)
 def above_chance(c: Context) -> dict:
     parts, ivs = [], []
     for track in ("points", "listops", "text", "nlvr"):
@@ -50,11 +69,24 @@ def above_chance(c: Context) -> dict:
                 continue
             iv = mean_ci(acc)
             parts.append((f"{track}/{run}", *threshold_verdict(iv, chance, strict=True)))
-            ivs.append((f"{track}/{run}", Interval(iv.estimate - chance, None if iv.lo is None else iv.lo - chance,
-                                                   None if iv.hi is None else iv.hi - chance, iv.n)))
+            ivs.append(
+                (
+                    f"{track}/{run}",
+                    Interval(
+                        iv.estimate - chance,
+                        None if iv.lo is None else iv.lo - chance,
+                        None if iv.hi is None else iv.hi - chance,
+                        iv.n,
+                    ),
+                )
+            )
     if not ivs:
-        raise Missing(f"{c.m.label('tracks/<track>/<run>-<seed>.json')} for all {len(parts)} track models "
-                      f"({', '.join(n for n, _, _ in parts)})" if parts else "no track runs configured")
+        raise Missing(
+            f"{c.m.label('tracks/<track>/<run>-<seed>.json')} for all {len(parts)} track models "
+            f"({', '.join(n for n, _, _ in parts)})"
+            if parts
+            else "no track runs configured"
+        )
     name, low = min(ivs, key=lambda t: t[1].estimate)
     verdict = combine(parts, "models")
     ours = f"smallest margin over chance: {name} {_ci_text(low)} ({len(ivs)} of {len(parts)} models measured)"
