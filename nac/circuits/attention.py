@@ -42,8 +42,8 @@ def log_normalized_kernel(K: torch.Tensor, delta: float = 1e-6, impl: str = "mas
     unless scores differ by more than ~50, so outputs and gradients agree with ``plain`` to
     float tolerance (``tests/test_speed_equivalence.py``); rows with no entry above the floor
     are unchanged. Why it matters: those ~1e-30 weights turn into subnormal floats in the
-    attention backward, and CPU matrix products on subnormals run 10-30x slower (at 256
-    modules with 96% of links truncated this tripled a NAC training step). The dense forms have
+    attention backward, and CPU matrix products on subnormals run many times slower (with a
+    highly truncated kernel, the larger part of a NAC training step). The dense forms have
     no data-dependent shape and no host sync (the CUDA path; ``tests/test_speed_sync.py``)."""
     if impl not in KERNEL_BIAS_IMPLS:
         raise ValueError(f"unknown kernel bias impl {impl!r}; valid choices: {', '.join(KERNEL_BIAS_IMPLS)}")
@@ -89,10 +89,10 @@ def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: 
     With a bias that needs a gradient (the kernel's, from the learnable signatures and bandwidth)
     PyTorch's CPU SDPA falls back to its math path, which adds a NaN-safe softmax (an all-row
     ``-inf`` scan and a ``where`` over ``[B, H, U, V]``) and slower strided products; written out
-    it is ~25% cheaper forward + backward. The kernel bias never has an all ``-inf`` row
+    it is cheaper forward + backward. The kernel bias never has an all ``-inf`` row
     (``log_normalized_kernel``), so the safe softmax buys nothing here. The bias is added in place
     to the product's output (the product's backward does not need it): the same numbers without
-    allocating a second ``[B, H, U, V]`` buffer (~10% of the attention's forward + backward).
+    allocating a second ``[B, H, U, V]`` buffer.
     q, k, v ``[B, H, U|V, e]``, bias broadcastable to ``[B, H, U, V]``."""
     scores = torch.matmul(q * (1.0 / math.sqrt(q.shape[-1])), k.transpose(-1, -2))
     return torch.matmul(scores.add_(bias).softmax(dim=-1), v)

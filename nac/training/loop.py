@@ -52,8 +52,8 @@ from nac.training.resume import RunState, resume_from, save_epoch
 
 # AdamW's implementation. None: PyTorch's default, a Python loop over the parameters on CPU (the
 # reference; "foreach" is no faster on CPU and bitwise the same). "fused" (opt-in): one kernel over
-# all parameters, ~3x cheaper an optimizer step on CPU (~60 ms of a 1.5 s NAC step at
-# bench/bench_paper.py's sizes, ~5 ms of a mini image step), but its arithmetic rounds differently
+# all parameters, a cheaper optimizer step (`bench/bench_ops.py --adamw fused`: bench/results/ops.md),
+# but its arithmetic rounds differently
 # (parameters differ by ~1 ulp per step, tests/test_speed_equivalence.py), so a trained model's
 # numbers change beyond float rounding: off by default.
 # On CUDA, None means PyTorch's foreach form (its default there), which reads each parameter's
