@@ -74,7 +74,16 @@ def _wait_for(paths: list[Path], proc: subprocess.Popen, timeout: float = 300, l
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+# 3.5 s each: SIGTERM (what timeout and kill send) in the default run, all three in CI's slow run
+@pytest.mark.parametrize(
+    "sig",
+    [
+        pytest.param(signal.SIGINT, marks=pytest.mark.slow),
+        signal.SIGTERM,
+        pytest.param(signal.SIGHUP, marks=pytest.mark.slow),
+    ],
+    ids=lambda s: s.name,
+)
 def test_sigterm_and_sighup_stop_training_like_ctrl_c(tmp_path, sig):
     ckpt = tmp_path / "toy-0.pt"
     proc = subprocess.Popen(

@@ -224,6 +224,7 @@ def test_a_prune_param_reruns_only_prune_and_what_reads_it(smoke_repo):
     assert json.loads(_run([sys.executable, "-m", "dvc", "status", "--json"], smoke_repo).stdout) == {}
 
 
+@pytest.mark.slow  # 13 s; the dvc-repro kill test (test_lifeline, slow) and test_training's resume tests cover it
 def test_killed_training_stage_resumes_and_matches_an_uninterrupted_run(smoke_repo, tmp_path):
     repo = tmp_path / "kill"
     shutil.copytree(smoke_repo, repo, symlinks=True)
