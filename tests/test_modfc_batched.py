@@ -17,20 +17,19 @@ import copy
 
 import pytest
 import torch
+from tiny_models import COND_TOKENIZER, make_tiny_config, tiny_batch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from nac import build_model
 from nac.circuits.modfc import ModFC, Modulations, batched_modulations, modfcs, name_modfcs
 from nac.pruning import attention_received, drop_modules
-from tests.conftest import make_tiny_config
 
-COND_TOK = {"kind": "sequence", "vocab_size": 20, "dim": 16, "max_length": 6}
 CONFIGS = {
     "mini_nac": dict(),
     "shared_kernel": dict(kernel_per_module=False, truncation_mode="masked"),
-    "conditional": dict(generator="conditional", cond_tokenizer=COND_TOK),
+    "conditional": dict(generator="conditional", cond_tokenizer=COND_TOKENIZER),
     "input_latents": dict(input_latents=4),
-    "conditional_input_latents": dict(input_latents=3, generator="conditional", cond_tokenizer=COND_TOK),
+    "conditional_input_latents": dict(input_latents=3, generator="conditional", cond_tokenizer=COND_TOKENIZER),
     "ln_only": dict(modfc_gain="ln_only"),
     "norm_affine": dict(modfc_norm_affine=True),
     "gated_direct_readin": dict(gated_ffn=True, readin_impl="direct"),
@@ -49,17 +48,6 @@ def _build(**kw):
                 m.code_norm.weight.normal_(1.0, 0.3)
                 m.code_norm.bias.normal_(0.0, 0.3)
     return model
-
-
-def _inputs(model, B=3):
-    g = torch.Generator().manual_seed(7)
-    x = torch.randint(0, 256, (B, 3, 32, 32), dtype=torch.uint8, generator=g)
-    y = torch.randint(0, 5, (B,), generator=g)
-    kw = {}
-    if model.config.generator == "conditional":
-        cond = torch.randint(1, 20, (B, 6), generator=g)
-        kw = dict(cond=cond, cond_mask=cond > 0)
-    return x, y, kw
 
 
 def _step(model, impl, x, y, kw):
@@ -101,7 +89,7 @@ def _assert_same(a, b):
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_batched_modulation_gives_the_per_layer_step(name, train):
     model = _build(**CONFIGS[name]).train(train)
-    x, y, kw = _inputs(model)
+    x, y, kw = tiny_batch(model, seed=7)
     batched, per_layer = _step(model, "batched", x, y, kw), _step(model, "per_layer", x, y, kw)
     _assert_same(batched, per_layer)
     # every modulated ModFC's own parameters get a gradient through the batched path
@@ -114,7 +102,7 @@ def test_batched_modulation_is_used_and_covers_every_modfc():
     LayerNorms of the modulation are one per (code tensor, width) instead of one per ModFC."""
     for kw in (dict(), dict(input_latents=4)):
         model = _build(**kw)
-        x, _, _ = _inputs(model)
+        x, _, _ = tiny_batch(model, seed=7)
         calls = []
         orig = ModFC.modulation
 
@@ -159,7 +147,7 @@ def test_perceiver_io_has_no_modulation():
     assert modfcs(model) == []
     codes = model.code_modulations(model.design())
     assert all(v is None for v in codes.values())
-    x, y, kw = _inputs(model)
+    x, y, kw = tiny_batch(model, seed=7)
     a, b = _step(model, "batched", x, y, kw), _step(model, "per_layer", x, y, kw)
     assert torch.equal(a[0], b[0])
 
@@ -172,7 +160,7 @@ def test_batched_modulation_adds_no_state_and_loads_checkpoints():
     allowed = {"linear.weight", "linear.bias", "code_proj.weight", "code_norm.weight", "code_norm.bias", "alpha"}
     for m in modfcs(model):
         assert set(m.state_dict()) <= allowed
-    x, _, _ = _inputs(model)
+    x, _, _ = tiny_batch(model, seed=7)
     model.eval()
     model.modulation_impl = "per_layer"
     ref = model(x)
@@ -186,7 +174,7 @@ def test_a_copy_modulates_with_its_own_parameters():
     """The EMA and module dropping deep-copy the model: the copy's batched modulations read the
     copy's parameters (gradients reach the copy only)."""
     model = _build()
-    x, _, _ = _inputs(model)
+    x, _, _ = tiny_batch(model, seed=7)
     twin = copy.deepcopy(model).eval()
     with torch.no_grad():
         for m in modfcs(twin):
@@ -206,7 +194,7 @@ def test_a_copy_modulates_with_its_own_parameters():
 @pytest.mark.parametrize("kw", [dict(), dict(input_latents=3), dict(variant="modfc")])
 def test_dropped_modules_batched_equals_per_layer(kw):
     model = _build(**kw).eval()
-    x, _, _ = _inputs(model)
+    x, _, _ = tiny_batch(model, seed=7)
     inputs = dict(inputs=x) if model.config.variant == "modfc" else {}
     smaller = drop_modules(model, 4, **inputs)
     outs = {}
@@ -256,7 +244,7 @@ def test_missing_or_unnamed_modfc_and_bad_impl_are_refused():
     model = _build()
     model.modulation_impl = "bogus"
     with pytest.raises(ValueError, match="batched, per_layer"):
-        model(_inputs(model)[0])
+        model(tiny_batch(model, seed=7)[0])
 
 
 @pytest.mark.slow
@@ -266,7 +254,7 @@ def test_batched_modulation_compiles_without_a_graph_break():
     import torch._dynamo as dynamo
 
     model = _build(variant="modfc").train()
-    x, _, _ = _inputs(model)
+    x, _, _ = tiny_batch(model, seed=7)
     dynamo.reset()
     try:
         explained = dynamo.explain(model)(x)

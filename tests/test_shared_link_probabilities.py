@@ -11,18 +11,17 @@ instead of twice, a different summation order).
 import pytest
 import torch
 import torch.nn.functional as F
+from tiny_models import COND_TOKENIZER, make_tiny_config, tiny_batch
 
 from nac import build_model
 from nac.model import NAC
 from nac.training.loop import Objective
-from tests.conftest import make_tiny_config
 
-COND_TOK = {"kind": "sequence", "vocab_size": 20, "dim": 16, "max_length": 6}
 CONFIGS = {
     "kernel_per_module": dict(),
     "shared_kernel": dict(kernel_per_module=False, truncation_mode="masked"),
     "input_latents": dict(input_latents=3),
-    "conditional_regularised": dict(generator="conditional", cond_tokenizer=COND_TOK, generator_regularizer=True),
+    "conditional_regularised": dict(generator="conditional", cond_tokenizer=COND_TOKENIZER, generator_regularizer=True),
 }
 
 
@@ -33,17 +32,6 @@ def _recompute(self, design, layer, P=None):
 def _model(**kw):
     torch.manual_seed(0)
     return build_model(make_tiny_config(variant="nac", signature_fit_steps=20, n_processor=12, depth=3, **kw)).train()
-
-
-def _batch(model, B=3):
-    g = torch.Generator().manual_seed(5)
-    x = torch.randint(0, 256, (B, 3, 32, 32), dtype=torch.uint8, generator=g)
-    y = torch.randint(0, 5, (B,), generator=g)
-    kw = {}
-    if model.config.generator == "conditional":
-        cond = torch.randint(1, 20, (B, 6), generator=g)
-        kw = dict(cond=cond, cond_mask=cond > 0)
-    return x, y, kw
 
 
 def _step(model, x, y, kw, calls):
@@ -60,7 +48,7 @@ def _step(model, x, y, kw, calls):
 def test_shared_P_gives_the_step_that_computes_it_twice(name, monkeypatch):
     model = _model(**CONFIGS[name])
     assert model.prior_target is not None
-    x, y, kw = _batch(model)
+    x, y, kw = tiny_batch(model, seed=5)
     calls = []
     real = NAC._P
     monkeypatch.setattr(NAC, "_P", lambda self, *a, **k: calls.append(k.get("layer")) or real(self, *a, **k))
@@ -86,7 +74,7 @@ def test_shared_P_is_not_taken_when_stale():
     """After the signatures change (an optimizer step) or under another grad mode, the regularizer
     recomputes P instead of taking the executor's."""
     model = _model()
-    x, _, _ = _batch(model)
+    x, _, _ = tiny_batch(model, seed=5)
     design = model.design()
     model(x, design=design)
     with torch.no_grad():
@@ -112,7 +100,7 @@ def test_sharing_adds_no_graph_break():
 
     model = _model()
     model.sampler_impl = "prepared"  # CUDA's sampler
-    x, _, _ = _batch(model)
+    x, _, _ = tiny_batch(model, seed=5)
     dynamo.reset()
     try:
         explained = dynamo.explain(Objective(model))(x)

@@ -22,3 +22,23 @@ def make_tiny_config(**overrides) -> ModelConfig:
     )
     base.update(overrides)
     return ModelConfig(**base)
+
+
+# the conditional circuit generator's sentence tokenizer of the tiny tests (token ids 1..19, 0 = padding)
+COND_TOKENIZER = {"kind": "sequence", "vocab_size": 20, "dim": 16, "max_length": 6}
+
+
+def tiny_batch(model, B: int = 3, seed: int = 0):
+    """A batch for a tiny model: uint8 images ``[B, 3, 32, 32]``, labels ``[B]`` in 0..4, and the
+    keyword arguments of a conditional generator (``cond`` ``[B, 6]`` token ids, ``cond_mask``),
+    empty for other generators; all drawn from one generator seeded with ``seed``."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, 256, (B, 3, 32, 32), dtype=torch.uint8, generator=g)
+    y = torch.randint(0, 5, (B,), generator=g)
+    kw = {}
+    if model.config.generator == "conditional":
+        cond = torch.randint(1, 20, (B, 6), generator=g)
+        kw = dict(cond=cond, cond_mask=cond > 0)
+    return x, y, kw
