@@ -90,6 +90,7 @@ key (`image.train.epochs=2`).
 
 config groups (conf/<group>/<option>.yaml):
 {menu}
+  (each profile picks its model: profile=smoke composes model=smoke unless model=... is given)
 
 options:
   --print    print the composed params.yaml to stdout instead of writing it
