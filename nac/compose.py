@@ -71,7 +71,7 @@ def _defaults(conf_dir: Path = CONF_DIR) -> dict[str, str]:
     out = {}
     for entry in yaml.safe_load((conf_dir / "config.yaml").read_text()).get("defaults", []):
         if isinstance(entry, dict):
-            out.update({str(k): str(v) for k, v in entry.items()})
+            out.update({str(k): "none" if v is None else str(v) for k, v in entry.items()})
     return out
 
 

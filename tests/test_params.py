@@ -134,3 +134,12 @@ def test_model_group_sets_one_size_in_every_track_and_the_profile_picks_it():
     crossed = compose(["profile=mini", "model=smoke"])
     assert crossed["profile"] == "mini" and crossed["points"]["model"]["d_model"] == sizes["smoke"]["d_model"]
     assert crossed["data"] == compose([])["data"]
+
+
+def test_an_experiment_is_its_overrides_and_nothing_else():
+    """conf/experiment/<name>.yaml is a named set of overrides over the chosen profile (none by
+    default): long_image changes image.train.epochs and no other value."""
+    base, long = compose(["profile=smoke"]), compose(["profile=smoke", "experiment=long_image"])
+    assert long["image"]["train"]["epochs"] == 96 != base["image"]["train"]["epochs"]
+    long["image"]["train"]["epochs"] = base["image"]["train"]["epochs"]
+    assert long == base
