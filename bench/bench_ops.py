@@ -51,8 +51,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from bench_paper_cost import pretrain_model  # noqa: E402
+from reference_forms import per_layer_modulation  # noqa: E402  (the plain forms live with the tests)
 
 import nac.circuits.attention as attention  # noqa: E402
 import nac.model as nac_model  # noqa: E402
@@ -351,7 +353,8 @@ def count_fit(
 ) -> _Tracker:
     model = copy.deepcopy(model)
     model.sampler_impl = "prepared"  # CUDA's sampler (NAC._sampler keeps "sparse" for the CPU)
-    model.modulation_impl = modulation  # NAC.code_modulations: "per_layer" is the reference form
+    if modulation == "per_layer":  # NAC.code_modulations' reference form
+        per_layer_modulation(model)
     for m in model.modules():
         if isinstance(m, attention.SKMDPA):
             m.attn_impl = "sdpa"  # CUDA's attention ("explicit" is CPU only)
@@ -462,7 +465,7 @@ def main() -> None:
         "--modulation",
         choices=["batched", "per_layer"],
         default="batched",
-        help="the ModFCs' code modulation (NAC.modulation_impl; per_layer: the form before issue 21)",
+        help="the ModFCs' code modulation (per_layer: the form before issue 21, tests/reference_forms.py)",
     )
     ap.add_argument("--out", default="bench/results/ops.json")
     a = ap.parse_args()

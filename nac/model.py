@@ -25,8 +25,6 @@ from nac.graphs import prior_target
 from nac.regularizer import graph_structure_loss
 from nac.signatures import prior_signatures
 
-MODULATION_IMPLS = ("batched", "per_layer")
-
 
 class NAC(nn.Module):
     """``forward(inputs, mask=None, cond=None, cond_mask=None) -> logits [B, num_classes]``.
@@ -49,7 +47,6 @@ class NAC(nn.Module):
     """
 
     sampler_impl = "sparse"  # nac.circuits.kernel.SAMPLER_IMPLS; "plain" is the reference form
-    modulation_impl = "batched"  # MODULATION_IMPLS (code_modulations); "per_layer" is the reference form
 
     def __init__(self, config: ModelConfig, fit_signatures: bool = True):
         super().__init__()
@@ -99,9 +96,7 @@ class NAC(nn.Module):
             bandwidth=c.bandwidth if has_kernel and c.kernel_per_module else None, learn_bandwidth=c.learn_bandwidth
         )
         common = dict(modulated=c.modulated, gated=c.gated_ffn, alpha_init=c.alpha_init)
-        self.read_in = ReadIn(
-            self.tokenizer.d_out, c.d_model, c.d_code, c.readin_heads, ffn_mult=c.ffn_mult, impl=c.readin_impl, **common
-        )
+        self.read_in = ReadIn(self.tokenizer.d_out, c.d_model, c.d_code, c.readin_heads, ffn_mult=c.ffn_mult, **common)
         self.propagators = nn.ModuleList(
             Propagator(
                 c.d_model,
@@ -367,19 +362,15 @@ class NAC(nn.Module):
         ``senders`` (``[latents; processors]``, what the attention keys and values read with input
         latents; else the processors' codes).
 
-        ``modulation_impl = "batched"`` (the default): each is a ``Modulations``, the modulations
-        of every ModFC that reads that tensor in this forward computed together
-        (``batched_modulations``: one matrix product per code tensor instead of a chain of ops per
-        ModFC); ``"per_layer"`` (the reference): the tensors themselves, each ModFC computing its
-        own. Unmodulated models (Perceiver IO): the codes are ``None`` either way."""
-        if self.modulation_impl not in MODULATION_IMPLS:
-            raise ValueError(
-                f"unknown modulation impl {self.modulation_impl!r}; valid choices: {', '.join(MODULATION_IMPLS)}"
-            )
+        Each is a ``Modulations``, the modulations of every ModFC that reads that tensor in this
+        forward computed together (``batched_modulations``: one matrix product per code tensor
+        instead of a chain of ops per ModFC). The reference form, the tensors themselves with each
+        ModFC computing its own, is ``tests/reference_forms.py``'s ``per_layer_code_modulations``.
+        Unmodulated models (Perceiver IO): the codes are ``None``."""
         with_latents = latent_codes is not None
         send = cat_modules(latent_codes, design.codes) if with_latents else design.codes
         codes = {"processors": design.codes, "readout": design.readout_codes, "latents": latent_codes, "senders": send}
-        if self.modulation_impl == "per_layer" or design.codes is None:
+        if design.codes is None:
             return codes
         readers = {name: [] for name in codes}
         send_name = "senders" if with_latents else "processors"

@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
+from reference_forms import per_layer_modulation
 from tiny_models import make_tiny_config
 
 from nac.checkpoint_io import load_model, save_checkpoint
@@ -167,7 +168,7 @@ def test_the_default_path_is_unchanged():
     model = build_model(make_tiny_config(signature_fit_steps=20)).train()
     assert not hasattr(model, "input_latents") or not isinstance(model.input_latents, torch.nn.Module)
     assert not any(k.startswith("input_latents") for k in model.state_dict())
-    model.modulation_impl = "per_layer"  # the old execute's modulation (batched: tests/test_modfc_batched.py)
+    per_layer_modulation(model)  # the old execute's modulation (batched: tests/test_modfc_batched.py)
     x = _images()
     torch.manual_seed(7)
     new = model.execute(model.tokenizer(x))

@@ -11,20 +11,23 @@ is consumed identically (the pipeline's reproducibility depends on it).
   formula on linked entries only) vs ``"plain"`` (``sample_kernel`` per layer); ``"sparse"``
   (the default) draws the same sample as a ``SparseKernel`` whose attention bias is computed on
   the linked entries only;
-* the Neural Interpreter's ``impl`` (``ModLin``, ``ModAttn``, ``LOC``; ``set_impl``): ``"fast"``
-  (modulation folded into per-function weights, one q/k/v GEMM, eqs. 7-8 without the weights
-  ``W``) vs ``"plain"`` (the equations as printed);
+* the Neural Interpreter's ``ModLin``, ``ModAttn``, ``LOC`` (modulation folded into per-function
+  weights, one q/k/v GEMM, eqs. 7-8 without the weights ``W``) vs the equations as printed
+  (``reference_forms.plain_ni``: the package keeps only the fast forms);
 * ``nac.regularizer.BLAS_THREADS``: 1 (the matching's numpy products on one thread) vs None
   (numpy's default threads): bitwise the same.
 """
+
+from contextlib import nullcontext
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from reference_forms import plain_ni
 
 from nac import build_model
-from nac.baselines.neural_interpreter import ModLin, NeuralInterpreter, NeuralInterpreterConfig, set_impl
+from nac.baselines.neural_interpreter import ModLin, NeuralInterpreter, NeuralInterpreterConfig
 from nac.circuits.attention import SKMDPA, explicit_attention, log_normalized_kernel
 from nac.circuits.kernel import KernelSampler, SparseKernel, link_probabilities, sample_kernel
 from tests.conftest import make_tiny_config
@@ -345,21 +348,23 @@ def test_prune_sweep_tokenizing_once_equals_predict(variant, tiny_config):
         assert np.array_equal(plain["logits"], fast["logits"]) and np.array_equal(plain["label"], fast["label"])
 
 
-# ------------------------------------------------ Neural Interpreter: impl "fast" vs "plain"
-def _ni_grads(fn, params, impl, seed=0):
-    """Outputs, every parameter's gradient and the RNG state after ``fn(impl)`` under ``seed``."""
+# ------------------------------------------------ Neural Interpreter: fast forms vs plain_ni
+def _ni_grads(fn, params, impl, module, seed=0):
+    """Outputs, every parameter's gradient and the RNG state after ``fn()`` under ``seed``, with
+    ``module``'s layers in form ``impl`` ("plain": ``plain_ni``; "fast": the package's)."""
     torch.manual_seed(seed)
-    out = fn(impl)
+    with plain_ni(module) if impl == "plain" else nullcontext():
+        out = fn()
     grads = torch.autograd.grad(
         (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum(), params, allow_unused=True
     )
     return out.detach(), grads, torch.get_rng_state()
 
 
-def _assert_ni_same(fn, params):
+def _assert_ni_same(fn, params, module):
     """Outputs and gradients agree to ``rtol=1e-5``, ``atol=max(1e-6, 1e-5 * max|plain|)`` (float32
     rounding through the whole model: observed differences are <= 3e-6 of each tensor's scale)."""
-    (o1, g1, rng1), (o2, g2, rng2) = (_ni_grads(fn, params, impl) for impl in ("plain", "fast"))
+    (o1, g1, rng1), (o2, g2, rng2) = (_ni_grads(fn, params, impl, module) for impl in ("plain", "fast"))
     assert all((a is None) == (b is None) for a, b in zip(g1, g2))
     for a, b in zip((o1, *g1), (o2, *g2)):
         if a is not None:
@@ -379,11 +384,10 @@ def test_ni_modlin_fast_forms_equal_plain(form):
     elif form == "batched_codes":
         c = torch.randn(B, U, 6, requires_grad=True)
 
-    def run(impl):
-        m.impl = impl
+    def run():
         return m(x.unsqueeze(1).expand(-1, U, -1, -1) if form == "broadcast" else x, c)
 
-    _assert_ni_same(run, [x, c, *m.parameters()])
+    _assert_ni_same(run, [x, c, *m.parameters()], m)
 
 
 @pytest.mark.parametrize("train", [True, False])
@@ -415,15 +419,9 @@ def test_ni_fast_model_gives_the_plain_outputs_and_gradients(train, size):
     mask[1, 40:] = mask[3, ::3] = False
     state = {k: v.clone() for k, v in model.state_dict().items()}
 
-    def run(impl):
+    def run():
         model.load_state_dict(state)  # BatchNorm statistics too
-        set_impl(model, impl).train(train)
-        return model(images, mask)
+        return model.train(train)(images, mask)
 
-    _assert_ni_same(run, list(model.parameters()))
-    assert all(m.impl == "fast" for m in model.modules() if hasattr(m, "impl"))
-
-
-def test_ni_set_impl_rejects_unknown_impl():
-    with pytest.raises(ValueError, match="valid choices: plain, fast"):
-        set_impl(ModLin(4, 4, 4), "fused")
+    _assert_ni_same(run, list(model.parameters()), model)
+    assert not any("forward" in vars(m) for m in model.modules())  # the plain forms are taken off again

@@ -1,4 +1,5 @@
-"""The training loop: AdamW, linear warm-up + cosine schedule, label smoothing, gradient
+"""The training loop: AdamW, linear warm-up + cosine schedule (a torch LR scheduler, its state in
+the checkpoint), label smoothing, gradient
 clipping, the graph-structure regularizer, bf16 autocast on CUDA, optional EMA, dvclive logging
 per epoch, a tqdm bar with ETA, and an atomic checkpoint per epoch that a rerun resumes from.
 
@@ -35,6 +36,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
+from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 from tqdm.auto import tqdm
 
@@ -102,12 +104,21 @@ class Objective(nn.Module):
         return self.model(inputs, mask=mask, design=design), self.model.graph_regularizer(design).to(inputs.device)
 
 
-def lr_at(step: int, total: int, warmup: int, peak: float, floor: float) -> float:
-    """Linear warm-up from ~0 to ``peak`` over ``warmup`` steps, then cosine decay to ``floor``."""
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
-    return floor + 0.5 * (peak - floor) * (1.0 + math.cos(math.pi * min(1.0, progress)))
+def warmup_cosine(optimizer: torch.optim.Optimizer, total: int, warmup: int, peak: float, floor: float) -> LambdaLR:
+    """The LR schedule as torch's ``LambdaLR`` over the optimizer's groups (their lr is ``peak``):
+    at scheduler step ``t`` (the optimizer step about to be taken), a linear warm-up
+    ``peak * (t + 1) / warmup`` for ``t < warmup``, then cosine decay from ``peak`` to ``floor`` at
+    ``t = total``. Equal to the formula to float rounding (tests/reference_forms.py ``lr_at``).
+    A closed form: SequentialLR(LinearLR, CosineAnnealingLR) updates recursively (its rounding
+    drifts with the step count) and has no form for ``warmup = 0`` or ``total = warmup``."""
+    span = max(1, total - warmup)
+
+    def factor(t: int) -> float:
+        if t < warmup:
+            return (t + 1) / warmup
+        return (floor + 0.5 * (peak - floor) * (1.0 + math.cos(math.pi * min(1.0, (t - warmup) / span)))) / peak
+
+    return LambdaLR(optimizer, factor)
 
 
 def augment_images(x: torch.Tensor, pad: int = 4) -> torch.Tensor:
@@ -198,6 +209,7 @@ class _Run:
     history: list = field(default_factory=list)  # per-epoch metrics (resumed ones first)
     live: Any = None  # the dvclive logger (main process, live_dir given)
     bar: Any = None  # the tqdm bar
+    scheduler: LambdaLR | None = None  # the LR schedule (warmup_cosine), stepped before each optimizer step
 
 
 def fit(
@@ -241,10 +253,21 @@ def fit(
     state, world = run.state, run.world
     lock = CheckpointLock(state.ckpt_path, owner=desc).acquire() if state.ckpt_path and world.is_main else None
     start_epoch = 0
+    run.scheduler = warmup_cosine(run.optimizer, run.total, run.warmup, cfg.peak_lr, cfg.min_lr)
     try:
         if state.ckpt_path and state.ckpt_path.exists():
             start_epoch, run.history = resume_from(
-                state.ckpt_path, run.model, run.optimizer, run.ema, cfg, fingerprint, world, desc, progress, state
+                state.ckpt_path,
+                run.model,
+                run.optimizer,
+                run.ema,
+                cfg,
+                fingerprint,
+                world,
+                desc,
+                progress,
+                state,
+                scheduler=run.scheduler,
             )
         state.saved_epoch = start_epoch
         run.live = _open_live(live_dir, run.history) if world.is_main else None
@@ -386,8 +409,8 @@ def _train_epochs(run: _Run, start_epoch: int) -> None:
         sums = torch.zeros(4, dtype=torch.float64, device=world.device)  # loss, reg, correct, count
         for i, batch in enumerate(run.loader):
             step = epoch * run.steps_per_epoch + i
-            for group in optimizer.param_groups:
-                group["lr"] = lr_at(step, run.total, run.warmup, cfg.peak_lr, cfg.min_lr)
+            if step:  # the scheduler's count becomes this step's (it starts at 0; a resumed one at the last step)
+                run.scheduler.step()
             logits, labels, ce, reg, loss = _losses(run, batch, epoch, step, checks)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -477,6 +500,7 @@ def _end_epoch(run: _Run, epoch: int, sums: torch.Tensor) -> None:
                 state,
                 run.model,
                 optimizer=run.optimizer.state_dict(),
+                scheduler=run.scheduler.state_dict(),
                 epoch=epoch + 1,
                 history=run.history,
                 train_config=cfg.to_dict(),
