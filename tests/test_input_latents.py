@@ -4,12 +4,14 @@ the processors at every propagator and to the read-out; the processors start fro
 initial states. Our reading (docs/reference.md, "Switches"): the latents are fixed after the
 read-in, their links are dense (K = 1), the kernel covers the processors' links only."""
 
+import copy
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 import yaml
+from reference_kernel import reference_forms
 from tiny_models import make_tiny_config
 
 from nac.checkpoint_io import load_model, save_checkpoint
@@ -251,10 +253,7 @@ def test_fast_paths_give_the_plain_step_with_input_latents(train):
     x, y = _images(), torch.tensor([0, 1, 2])
     results = {}
     for plain in (False, True):
-        model.sampler_impl = "plain" if plain else "sparse"
-        for m in model.modules():
-            if isinstance(m, SKMDPA):
-                m.bias_impl, m.attn_impl = ("plain", "sdpa") if plain else ("masked", "explicit")
+        model = reference_forms(copy.deepcopy(model)) if plain else model
         torch.manual_seed(123)
         logits = model(x)
         model.zero_grad(set_to_none=True)

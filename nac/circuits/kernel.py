@@ -39,8 +39,17 @@ import torch.nn.functional as F
 from torch.distributions import RelaxedBernoulli
 
 KERNEL_MODES = ("expectation", "threshold", "sample", "dense")
-SAMPLER_IMPLS = ("sparse", "prepared", "plain")
+SAMPLER_IMPLS = ("sparse", "prepared")
 TRUNCATION_MODES = ("direct", "masked")
+# The CPU-only fast forms (the sparse kernel sample and its bias, explicit attention) are taken
+# on the CPU; False takes the forms CUDA takes on every device (no data-dependent shape, no host
+# sync): what bench/bench_ops.py and the sync tests count on the CPU.
+CPU_SHORTCUTS = True
+
+
+def cpu_shortcut(t: torch.Tensor) -> bool:
+    """Whether a CPU-only fast form may be taken for tensor ``t`` (``CPU_SHORTCUTS``, on the CPU)."""
+    return CPU_SHORTCUTS and t.device.type == "cpu"
 
 
 def cosine_distance(s_recv: torch.Tensor, s_send: torch.Tensor | None = None) -> torch.Tensor:
@@ -138,21 +147,25 @@ class KernelSampler:
     sample's shape, same dtype and device) and computes the same formula, ``K = clamp(sigmoid(
     (logit(u) + logit(p)) / tau), tiny, 1 - eps)`` zeroed where ``P = 0``; only the summation
     order of the two logits differs, so samples and gradients agree to float rounding
-    (``tests/test_speed_equivalence.py``). ``impl="plain"`` calls ``sample_kernel`` itself;
-    ``impl="sparse"`` (a shared ``P`` in training, on the CPU) returns the same sample as a
-    ``SparseKernel``; ``impl="prepared"`` (the CUDA path) computes it densely, with no
-    data-dependent shape and no host sync (no ``nonzero``, boolean indexing or ``bool(tensor)``:
-    ``tests/test_speed_sync.py``). Both draw the same ``u`` and give the same values on the
-    linked entries (elementwise, the same formula), and 0 elsewhere. ``"sparse"`` on another
-    device than the CPU is taken as ``"prepared"`` (finding the linked entries syncs)."""
+    (``tests/test_speed_equivalence.py``, against ``sample_kernel``, the plain form).
+    ``impl`` (``SAMPLER_IMPLS``; default: ``"sparse"`` where ``cpu_shortcut(P)`` and ``P`` is
+    shared, else ``"prepared"``): ``"prepared"`` (the CUDA path) computes the sample densely with
+    fixed-shape masked ops, no data-dependent shape and no host sync (no ``nonzero``, boolean
+    indexing or ``bool(tensor)``: ``tests/test_speed_sync.py``); ``"sparse"`` (a shared ``P``, on
+    the CPU) returns the same sample as a ``SparseKernel``. Both draw the same ``u`` and give the
+    same values on the linked entries (elementwise, the same formula), and 0 elsewhere.
+    ``"sparse"`` on another device than the CPU is taken as ``"prepared"`` (finding the linked
+    entries syncs)."""
 
-    def __init__(self, P: torch.Tensor, tau: float, mode: str = "sample", impl: str = "prepared"):
-        if impl not in SAMPLER_IMPLS:
+    def __init__(self, P: torch.Tensor, tau: float, mode: str = "sample", impl: str | None = None):
+        if impl is not None and impl not in SAMPLER_IMPLS:
             raise ValueError(f"unknown kernel sampler impl {impl!r}; valid choices: {', '.join(SAMPLER_IMPLS)}")
+        if impl is None:
+            impl = "sparse" if cpu_shortcut(P) else "prepared"
         if impl == "sparse" and P.device.type != "cpu":  # nonzero / bool(...) below would sync with the device
             impl = "prepared"
         self.P, self.tau, self.mode, self.impl = P, tau, mode, impl
-        if mode == "sample" and impl != "plain":
+        if mode == "sample":
             fi = torch.finfo(P.dtype)
             self.linked = P > 0
             # sparse (CPU): logit(P) only where a link exists, every other entry of K is zeroed
@@ -167,7 +180,7 @@ class KernelSampler:
 
     def __call__(self, batch_size: int | None = None) -> torch.Tensor | SparseKernel | None:
         P = self.P
-        if self.mode != "sample" or self.impl == "plain":
+        if self.mode != "sample":
             return sample_kernel(P, self.tau, batch_size=batch_size, mode=self.mode)
         shape = (batch_size, *P.shape) if P.dim() == 2 and batch_size is not None else P.shape
         fi = torch.finfo(P.dtype)
