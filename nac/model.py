@@ -15,7 +15,7 @@ from nac.circuits.generators import (
     PerceiverLatents,
     UnconditionalCircuitGenerator,
 )
-from nac.circuits.kernel import KernelSampler, link_probabilities
+from nac.circuits.kernel import KernelSampler, cosine_distance, link_probabilities
 from nac.circuits.layers import Propagator, ReadOut, cat_modules
 from nac.circuits.modfc import batched_modulations, configure_modfc, modfcs, name_modfcs
 from nac.circuits.readin import ReadIn
@@ -250,12 +250,16 @@ class NAC(nn.Module):
         if design is None or design.signatures is None:
             return None
         layers = range(self.config.depth) if self.config.kernel_per_module else [None]
-        return {i: self._P(design.signatures, layer=i) for i in layers}
+        d = cosine_distance(design.signatures)  # the same for every layer's kernel: computed once
+        return {i: self._P(design.signatures, layer=i, distance=d) for i in layers}
 
-    def _P(self, s_recv: torch.Tensor, s_send: torch.Tensor | None = None, layer: int | str | None = 0) -> torch.Tensor:
+    def _P(
+        self, s_recv: torch.Tensor, s_send: torch.Tensor | None = None, layer: int | str | None = 0, distance=None
+    ) -> torch.Tensor:
         """Eq. 2 with the kernel of propagator ``layer`` (or ``"readout"``) and the config's
         truncation (the read-out's only with ``truncate_readout``). The bandwidth is floored at
-        1e-3: a step that drove it through 0 would flip the kernel."""
+        1e-3: a step that drove it through 0 would flip the kernel. ``distance``: the signatures'
+        ``cosine_distance`` if already computed."""
         c = self.config
         truncation = c.truncation if layer != "readout" or c.truncate_readout else None
         return link_probabilities(
@@ -265,6 +269,7 @@ class NAC(nn.Module):
             truncation=truncation,
             straight_through=c.straight_through,
             mode=c.truncation_mode,
+            distance=distance,
         )
 
     def graph_regularizer(

@@ -339,9 +339,8 @@ def match_async(
     """
     global _EXECUTOR
     _check_matching(matching, match_kwargs)
-    G = torch.as_tensor(G)
-    _check_pair(P, G)
-    Gn = G.detach().to("cpu", torch.float64).numpy()
+    _check_pair(P, G if isinstance(G, torch.Tensor) else torch.from_numpy(np.asarray(G)))
+    Gn = G.detach().to("cpu", torch.float64).numpy() if isinstance(G, torch.Tensor) else np.asarray(G, np.float64)
     P = P.detach()
     event = None
     if P.is_cuda:

@@ -54,9 +54,10 @@ def cpu_shortcut(t: torch.Tensor) -> bool:
 
 def cosine_distance(s_recv: torch.Tensor, s_send: torch.Tensor | None = None) -> torch.Tensor:
     """``d_ij = 1 - cos(s_i, s_j)`` in ``[0, 2]``, fp32 even under bf16 autocast; ``[..., U, V]``."""
-    s_send = s_recv if s_send is None else s_send
     with torch.autocast(s_recv.device.type, enabled=False):
-        cos = F.normalize(s_recv.float(), dim=-1) @ F.normalize(s_send.float(), dim=-1).transpose(-1, -2)
+        n_recv = F.normalize(s_recv.float(), dim=-1)
+        n_send = n_recv if s_send is None else F.normalize(s_send.float(), dim=-1)  # normalised once if shared
+        cos = n_recv @ n_send.transpose(-1, -2)
         return 1.0 - cos.clamp(-1.0, 1.0)  # rounding can push cos(s, s) past 1, and P past 1
 
 
@@ -67,6 +68,7 @@ def link_probabilities(
     truncation: float | None = None,
     straight_through: bool = True,
     mode: str = "masked",
+    distance: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Eq. 2: ``P_ij = exp(-(1 - cos(s_i, s_j)) / eps)``, cut to 0 where ``1 - cos > truncation``.
 
@@ -76,10 +78,12 @@ def link_probabilities(
     ``direct`` gives cut pairs exactly zero gradient; ``masked`` with ``straight_through`` gives
     them the untruncated gradient. The function's default stays ``masked`` for its other callers
     (the Neural Interpreter baseline); the NAC passes its config's ``truncation_mode``.
+    ``distance``: ``cosine_distance(s_recv, s_send)`` if already computed (several kernels, each
+    with its own bandwidth, over one set of signatures: computed once for all).
     """
     if mode not in TRUNCATION_MODES:
         raise ValueError(f"unknown truncation mode {mode!r}; valid choices: {', '.join(TRUNCATION_MODES)}")
-    d = cosine_distance(s_recv, s_send)
+    d = cosine_distance(s_recv, s_send) if distance is None else distance
     with torch.autocast(d.device.type, enabled=False):
         if truncation is None:
             return torch.exp(-d / bandwidth)
