@@ -249,9 +249,11 @@ class NAC(nn.Module):
         (``logits_and_regularizer``)."""
         if design is None or design.signatures is None:
             return None
-        layers = range(self.config.depth) if self.config.kernel_per_module else [None]
         d = cosine_distance(design.signatures)  # the same for every layer's kernel: computed once
-        return {i: self._P(design.signatures, layer=i, distance=d) for i in layers}
+        if not self.config.kernel_per_module:
+            return {None: self._P(design.signatures, layer=None, distance=d)}
+        layers = list(range(self.config.depth))  # every layer's P by one set of ops, [L, U_p, U_p]
+        return dict(zip(layers, self._P(design.signatures, layer=layers, distance=d).unbind(0)))
 
     def _P(
         self, s_recv: torch.Tensor, s_send: torch.Tensor | None = None, layer: int | str | None = 0, distance=None
@@ -259,13 +261,18 @@ class NAC(nn.Module):
         """Eq. 2 with the kernel of propagator ``layer`` (or ``"readout"``) and the config's
         truncation (the read-out's only with ``truncate_readout``). The bandwidth is floored at
         1e-3: a step that drove it through 0 would flip the kernel. ``distance``: the signatures'
-        ``cosine_distance`` if already computed."""
+        ``cosine_distance`` if already computed. ``layer`` a list of propagators: their ``P``
+        stacked, ``[L, U, V]`` (each entry the same as that layer's own)."""
         c = self.config
         truncation = c.truncation if layer != "readout" or c.truncate_readout else None
+        if isinstance(layer, list):
+            bandwidth = torch.stack([self.kernel_bandwidth(i) for i in layer]).view(-1, *[1] * s_recv.dim())
+        else:
+            bandwidth = self.kernel_bandwidth(layer)
         return link_probabilities(
             s_recv,
             s_send,
-            bandwidth=self.kernel_bandwidth(layer).clamp_min(1e-3),
+            bandwidth=bandwidth.clamp_min(1e-3),
             truncation=truncation,
             straight_through=c.straight_through,
             mode=c.truncation_mode,

@@ -153,10 +153,12 @@ def test_gradients_reach_every_parameter(kw):
 
 def _old_execute(model, tokens):
     """``NAC.execute`` as it was before input latents (the processors read the input)."""
-    B, c = tokens.shape[0], model.config
+    B = tokens.shape[0]
     design = model.design()
     states = model.read_in(tokens, design.states, design.codes, None)
-    samplers = [model._sampler(model._P(design.signatures, layer=i)) for i in range(c.depth)]
+    # P as the executor computes it (every layer's at once, issue 21; equal to each layer's own to
+    # float rounding in the backward: tests/test_shared_link_probabilities.py)
+    samplers = [model._sampler(P) for P in model.kernel_probabilities(design).values()]
     sample_op = model._sampler(model._P(design.readout_signatures, design.signatures, layer="readout"), readout=True)
     for layer, sample in zip(model.propagators, samplers):
         states = layer(states, design.codes, sample(B))

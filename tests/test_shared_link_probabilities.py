@@ -75,8 +75,31 @@ def test_P_once_gives_the_step_that_computes_it_twice(name, monkeypatch):
             torch.testing.assert_close(
                 shared[2][n], g, rtol=1e-5, atol=max(1e-5 * float(g.abs().max()), floor), msg=lambda m, n=n: f"{n}: {m}"
             )
-    kernels = model.config.depth if model.config.kernel_per_module else 1
-    assert shared[4] == kernels + 1 and ref[4] == 2 * kernels + 1  # + the read-out's P
+    # the propagators' P (one batched call for all layers) + the read-out's; the plain step twice the first
+    assert shared[4] == 2 and ref[4] == 3
+
+
+@pytest.mark.parametrize("name", ["kernel_per_module", "shared_kernel", "conditional_regularised"])
+def test_kernel_probabilities_are_each_layers_own_P(name):
+    """Every layer's ``P`` from one cosine distance and one batched exp: bit for bit each layer's
+    own ``P`` (``_P`` of that layer), gradients to float rounding (summed before the distance's
+    backward instead of after)."""
+    model = _model(**CONFIGS[name])
+    x, _, kw = tiny_batch(model, seed=5)
+    design = model.design(kw.get("cond"), kw.get("cond_mask"))
+    batched = model.kernel_probabilities(design)
+    own = {i: model._P(design.signatures, layer=i) for i in batched}
+    assert list(batched) == (list(range(model.config.depth)) if model.config.kernel_per_module else [None])
+    w = torch.randn(batched[next(iter(batched))].shape, generator=torch.Generator().manual_seed(0))
+    grads = []
+    for Ps in (batched, own):
+        params = [design.signatures, *(model.kernel_bandwidth(i) for i in Ps)]
+        loss = sum((P * w * (k + 1)).sum() for k, P in enumerate(Ps.values()))
+        grads.append(torch.autograd.grad(loss, params, retain_graph=True))
+    for i in own:
+        assert torch.equal(batched[i], own[i]), i
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6 * float(b.abs().max()))
 
 
 @pytest.mark.parametrize("matching", ["hungarian", "search"])
