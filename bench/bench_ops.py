@@ -79,7 +79,16 @@ P (``--modulation per_layer``; P then computed by the executor and again by the 
 ``NAC.code_modulations``; it left the read-in, propagator and read-out parts; no view ops where
 the modulation broadcasts as it is) and each propagator's P computed once per step (the "kernel"
 part). "after_fused_adamw" predates both.
-The NAC/PIO ops goal (<= 1.3) is not reached: the kernel part (sampling, log K_hat) is next.
+"after_kernel_regularizer": "after" plus every propagator's P from one cosine distance by one
+batched set of ops (``NAC.kernel_probabilities``; the signatures normalised once), P computed in
+the training objective and passed to the executor and the regularizer, and the regularizer's
+matching on a worker thread while the forward runs (``NAC.match_async``: P copied to pinned host
+memory without blocking on CUDA, the target read from a host copy made once, the permutation
+copied back non-blocking): no host sync left in the NAC's step. The matching's numpy and scipy
+work is off the step's thread and not counted (it still costs host time, in parallel).
+The NAC/PIO ops goal (<= 1.3) is not reached: what is left is mostly the propagators' and
+read-in's own ops, the kernel's per-layer sampling and log K_hat (forward and backward), and the
+optimizer's per-parameter ops.
 """
 
 PARTS = (
