@@ -10,21 +10,25 @@ cancel). Models: the paper profile's Tiny-ImageNet pair (``image.ladder``'s ``pe
 it), with the paper's image training settings (EMA, no clipping) but no augmentation, in fp32
 (CUDA's bf16 autocast adds casts to both models alike).
 
-CUDA's paths on the CPU: the NAC's kernel sampler in its CUDA form (``sampler_impl`` "prepared":
-``NAC._sampler`` takes "sparse" on CPU only) and SDPA for the attention (``SKMDPA.attn_impl``;
-"explicit" is CPU only).
+CUDA's paths on the CPU: ``nac.circuits.kernel.CPU_SHORTCUTS`` off, so the NAC's kernel sampler
+and attention bias take their CUDA form (fixed shapes, "prepared"; "sparse" is CPU only) and the
+attention SDPA ("explicit" is CPU only). The regularizer's matching runs on a worker thread
+(``NAC.match_async``): its numpy and scipy work is host work off the step's thread, not counted;
+what the step's thread does for it (the copy of ``P`` to the host, non-blocking into pinned memory
+on CUDA, a clone here) is.
 
-Counting: a ``TorchDispatchMode`` sees every aten op. Parts: forward hooks on the model's
-children (tokenizer, generator, read-in, propagators, read-out) and wrappers around the kernel
-(``link_probabilities``, ``KernelSampler``, ``log_normalized_kernel``), the ModFCs' batched code
-modulation (``NAC.code_modulations``; per layer, it counts in the layers' parts), the regularizer
-(``NAC.graph_regularizer``), the loss, the optimizer, gradient norm, the loop's checks, the EMA
-and the data loader; ops of the backward pass are given to the part whose forward created their
-autograd node (by sequence number). Host syncs, as CUDA would have them: data-dependent ops
-(``nonzero``, ``_local_scalar_dense`` (``.item()``), ``is_nonzero`` (``bool(t)``),
-``masked_select``, boolean-mask indexing, ``unique``, ``equal``, ...), copies to the host
-(``.to("cpu")``, ``.cpu()``, ``.tolist()``; ``.numpy()`` calls, host-side work, are counted
-apart) and blocking copies from the host (a tensor made from Python or numpy data on the device,
+Counting: a ``TorchDispatchMode`` sees every aten op. Parts: forward hooks on the model's children
+(tokenizer, generator, read-in, propagators, read-out) and wrappers around the kernel
+(``NAC.kernel_probabilities``, ``link_probabilities``, ``KernelSampler``,
+``log_normalized_kernel``), the ModFCs' batched code modulation (``NAC.code_modulations``; per
+layer, it counts in the layers' parts), the regularizer (``NAC.graph_regularizer``,
+``NAC.match_async``), the loss, the optimizer, gradient norm, the loop's checks, the EMA and the
+data loader; ops of the backward pass are given to the part whose forward created their autograd
+node (by sequence number). Host syncs, as CUDA would have them: data-dependent ops (``nonzero``,
+``_local_scalar_dense`` (``.item()``), ``is_nonzero`` (``bool(t)``), ``masked_select``, boolean-mask
+indexing, ``unique``, ``equal``, ...), copies to the host (``.to("cpu")``, ``.cpu()``,
+``.tolist()``; ``.numpy()`` calls, host-side work, are counted apart) and
+blocking copies from the host (a tensor made from Python or numpy data on the device,
 a host tensor moved with ``non_blocking=False``): PyTorch synchronises the stream after a blocking host <-> device copy.
 
     python bench/bench_ops.py [--batch 2] [--pairs tiny imagenet] [--adamw foreach|fused]
@@ -57,6 +61,7 @@ from bench_paper_cost import pretrain_model  # noqa: E402
 from reference_forms import per_layer_modulation  # noqa: E402  (the plain forms live with the tests)
 
 import nac.circuits.attention as attention  # noqa: E402
+import nac.circuits.kernel as kernel  # noqa: E402
 import nac.model as nac_model  # noqa: E402
 from nac import build_model  # noqa: E402
 from nac.pipeline.params import compose  # noqa: E402
@@ -76,7 +81,16 @@ P (``--modulation per_layer``; P then computed by the executor and again by the 
 ``NAC.code_modulations``; it left the read-in, propagator and read-out parts; no view ops where
 the modulation broadcasts as it is) and each propagator's P computed once per step (the "kernel"
 part). "after_fused_adamw" predates both.
-The NAC/PIO ops goal (<= 1.3) is not reached: the kernel part (sampling, log K_hat) is next.
+"after_kernel_regularizer": "after" plus every propagator's P from one cosine distance by one
+batched set of ops (``NAC.kernel_probabilities``; the signatures normalised once), P computed in
+the training objective and passed to the executor and the regularizer, and the regularizer's
+matching on a worker thread while the forward runs (``NAC.match_async``: P copied to pinned host
+memory without blocking on CUDA, the target read from a host copy made once, the permutation
+copied back non-blocking): no host sync left in the NAC's step. The matching's numpy and scipy
+work is off the step's thread and not counted (it still costs host time, in parallel).
+The NAC/PIO ops goal (<= 1.3) is not reached: what is left is mostly the propagators' and
+read-in's own ops, the kernel's per-layer sampling and log K_hat (forward and backward), and the
+optimizer's per-parameter ops.
 """
 
 PARTS = (
@@ -293,10 +307,12 @@ def _instrument(model: nn.Module, t: _Tracker, stack: ExitStack) -> None:
         hooks(layer, "propagators")
     for owner, name, part in (
         (nac_model, "link_probabilities", "kernel"),
+        (nac_model.NAC, "kernel_probabilities", "kernel"),
         (nac_model.KernelSampler, "__init__", "kernel"),
         (nac_model.KernelSampler, "__call__", "kernel"),
         (attention, "log_normalized_kernel", "kernel"),
         (nac_model.NAC, "graph_regularizer", "regularizer"),
+        (nac_model.NAC, "match_async", "regularizer"),
         (nac_model.NAC, "code_modulations", "modulation"),
         (loop.F, "cross_entropy", "loss"),
         (loop, "soft_cross_entropy", "loss"),
@@ -352,12 +368,8 @@ def count_fit(
     modulation: str = "batched",
 ) -> _Tracker:
     model = copy.deepcopy(model)
-    model.sampler_impl = "prepared"  # CUDA's sampler (NAC._sampler keeps "sparse" for the CPU)
     if modulation == "per_layer":  # NAC.code_modulations' reference form
         per_layer_modulation(model)
-    for m in model.modules():
-        if isinstance(m, attention.SKMDPA):
-            m.attn_impl = "sdpa"  # CUDA's attention ("explicit" is CPU only)
     t = _Tracker()
     loop.ADAMW_IMPL = adamw  # CUDA's default AdamW is the foreach one
     train = TrainConfig.from_dict(
@@ -373,6 +385,8 @@ def count_fit(
         }
     )
     with ExitStack() as stack:
+        stack.callback(setattr, kernel, "CPU_SHORTCUTS", kernel.CPU_SHORTCUTS)
+        kernel.CPU_SHORTCUTS = False  # CUDA's sampler, bias and attention (the CPU's shortcuts off)
         _mark_host_batches(stack)
         _instrument(model, t, stack)
         _host_patches(t, stack)

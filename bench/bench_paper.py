@@ -61,15 +61,13 @@ def _time(fn) -> float:
 
 
 def _reference_impls(model) -> None:
-    """Switch a NAC to the plain forms of its step optimisations (the code before issue 14;
-    tests/test_speed_equivalence.py proves both give the same step); the regularizer's
-    ``BLAS_THREADS`` is module-wide, so each timed step sets it."""
-    from nac.circuits.attention import SKMDPA
+    """Switch a NAC to the plain forms of its step optimisations (the code before issue 14; they
+    live in the tests, ``tests/reference_kernel.py``, and tests/test_speed_equivalence.py proves
+    both give the same step); the regularizer's ``BLAS_THREADS`` is module-wide, so each timed
+    step sets it."""
+    from tests.reference_kernel import reference_forms
 
-    model.sampler_impl = "plain"
-    for m in model.modules():
-        if isinstance(m, SKMDPA):
-            m.bias_impl, m.attn_impl = "plain", "sdpa"
+    reference_forms(model)
 
 
 def _interleaved_steps(steps: dict, blocks: int, per_block: int = 1) -> tuple[dict, dict]:

@@ -13,7 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from nac import build_model
 from nac.checkpoint_io import load_checkpoint
-from nac.circuits.attention import SKMDPA
+from nac.circuits import kernel
 from nac.training import loop
 from nac.training.config import TrainConfig
 from nac.training.ema import ema_groups, ema_update
@@ -41,13 +41,13 @@ class SyncOps(TorchDispatchMode):
 def _syncs_in_fit(tiny_config, steps: int) -> int:
     torch.manual_seed(0)
     model = build_model(tiny_config(num_classes=4))
-    model.sampler_impl = "prepared"  # CUDA's paths (NAC._sampler and SKMDPA keep CPU shortcuts)
-    for m in model.modules():
-        if isinstance(m, SKMDPA):
-            m.attn_impl = "sdpa"
+    kernel.CPU_SHORTCUTS = False  # CUDA's paths (the kernel sampler and SKMDPA keep CPU shortcuts)
     data = Quadrants(8 * steps, 0)
-    with SyncOps() as ops:
-        fit(model, data, None, small_train(epochs=1, batch_size=8, ema=0.9, adamw="fused"), progress=False)
+    try:
+        with SyncOps() as ops:
+            fit(model, data, None, small_train(epochs=1, batch_size=8, ema=0.9, adamw="fused"), progress=False)
+    finally:
+        kernel.CPU_SHORTCUTS = True
     return ops.n
 
 

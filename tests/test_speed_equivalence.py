@@ -1,16 +1,16 @@
 """The NAC step's optimised paths against their plain forms (issue 14, item 1).
 
-Each optimisation keeps its plain form selectable, and each test here runs both on the same
-inputs and seed: outputs and gradients agree to float tolerance, and the random-number stream
+The plain forms of the kernel's optimisations live in ``tests/reference_kernel.py`` (not as
+switches in the model); each test here runs both on the same inputs and seed:
+outputs and gradients agree to float tolerance, and the random-number stream
 is consumed identically (the pipeline's reproducibility depends on it).
 
-* ``SKMDPA.bias_impl``: ``"masked"`` (cut links get ``-inf``, no subnormal floats in the
-  attention backward) vs ``"plain"`` (``log(max(K_hat, 1e-30))``);
-* ``SKMDPA.attn_impl``: ``"explicit"`` attention with the kernel bias vs PyTorch's ``"sdpa"``;
-* ``NAC.sampler_impl``: ``"prepared"`` (``KernelSampler``: logit(P) once per forward, the
-  formula on linked entries only) vs ``"plain"`` (``sample_kernel`` per layer); ``"sparse"``
-  (the default) draws the same sample as a ``SparseKernel`` whose attention bias is computed on
-  the linked entries only;
+* ``log_normalized_kernel`` (cut links get ``-inf``, no subnormal floats in the attention
+  backward) vs ``plain_log_normalized_kernel`` (``log(max(K_hat, 1e-30))``);
+* ``explicit_attention`` with the kernel bias (the CPU's) vs PyTorch's SDPA (CUDA's, the plain);
+* ``KernelSampler`` ``"prepared"`` (logit(P) once per forward; CUDA's) vs ``PlainSampler``
+  (``sample_kernel`` per layer); ``"sparse"`` (the CPU's) draws the same sample as a
+  ``SparseKernel`` whose attention bias is computed on the linked entries only;
 * the Neural Interpreter's ``ModLin``, ``ModAttn``, ``LOC`` (modulation folded into per-function
   weights, one q/k/v GEMM, eqs. 7-8 without the weights ``W``) vs the equations as printed
   (``reference_forms.plain_ni``: the package keeps only the fast forms);
@@ -18,6 +18,7 @@ is consumed identically (the pipeline's reproducibility depends on it).
   (numpy's default threads): bitwise the same.
 """
 
+import copy
 from contextlib import nullcontext
 
 import numpy as np
@@ -28,9 +29,10 @@ from reference_forms import plain_ni
 
 from nac import build_model
 from nac.baselines.neural_interpreter import ModLin, NeuralInterpreter, NeuralInterpreterConfig
-from nac.circuits.attention import SKMDPA, explicit_attention, log_normalized_kernel
+from nac.circuits.attention import explicit_attention, log_normalized_kernel
 from nac.circuits.kernel import KernelSampler, SparseKernel, link_probabilities, sample_kernel
 from tests.conftest import make_tiny_config
+from tests.reference_kernel import PlainSampler, plain_log_normalized_kernel, reference_forms
 
 
 def _close(a, b, rtol=1e-4, scale=None):
@@ -56,8 +58,8 @@ def test_masked_kernel_bias_gives_plain_attention_and_gradients():
     K = torch.cat([K, torch.zeros(3, 1, K.shape[-1])], dim=1)  # plus a row with no link at all
     scores = torch.randn(3, 2, *K.shape[1:]).requires_grad_()
     outs = {}
-    for impl in ("masked", "plain"):
-        bias = log_normalized_kernel(K, impl=impl).unsqueeze(1)
+    for impl, log_k_hat in (("masked", log_normalized_kernel), ("plain", plain_log_normalized_kernel)):
+        bias = log_k_hat(K).unsqueeze(1)
         w = (scores + bias).softmax(-1)
         loss = (w * torch.randn(w.shape, generator=torch.Generator().manual_seed(1))).sum()
         outs[impl] = (w, *torch.autograd.grad(loss, (scores, s), retain_graph=True))
@@ -65,12 +67,12 @@ def test_masked_kernel_bias_gives_plain_attention_and_gradients():
         _close(a, b)
     masked = log_normalized_kernel(K)
     assert torch.isinf(masked[:, :-1][K[:, :-1] == 0]).all()  # cut links: exactly no weight
-    assert torch.equal(masked[:, -1], log_normalized_kernel(K, impl="plain")[:, -1])  # empty row as plain
+    assert torch.equal(masked[:, -1], plain_log_normalized_kernel(K)[:, -1])  # empty row as plain
 
 
-def test_masked_kernel_bias_rejects_unknown_impl():
-    with pytest.raises(ValueError, match="masked, plain"):
-        log_normalized_kernel(torch.rand(2, 2), impl="bogus")
+def test_kernel_sampler_rejects_unknown_impl():
+    with pytest.raises(ValueError, match="sparse, prepared"):
+        KernelSampler(torch.rand(2, 2), 0.5, impl="plain")
 
 
 # ------------------------------------------------------------------ attention: explicit vs SDPA
@@ -119,7 +121,7 @@ def test_kernel_sampler_equals_sample_kernel_and_consumes_the_same_randomness(ba
     draws = {}
     for impl in ("prepared", "plain"):
         torch.manual_seed(7)
-        sampler = KernelSampler(P, 0.5, impl=impl)
+        sampler = KernelSampler(P, 0.5, impl=impl) if impl == "prepared" else PlainSampler(P, 0.5, "sample")
         Ks = [sampler(batch) for _ in range(3)]  # several layers from one P
         after = torch.rand(5)  # where the generator was left
         grad = torch.autograd.grad(
@@ -180,7 +182,7 @@ def test_sparse_kernel_bias_takes_the_dense_form_for_its_special_cases():
     K.values[0, 1] = 1e-37  # K_hat below the 1e-30 floor
     assert not K.empty_rows
     assert torch.equal(log_normalized_kernel(K), log_normalized_kernel(K.dense()))
-    assert torch.equal(log_normalized_kernel(K, impl="plain"), log_normalized_kernel(K.dense(), impl="plain"))
+    assert torch.equal(plain_log_normalized_kernel(K), plain_log_normalized_kernel(K.dense()))
 
 
 @pytest.mark.parametrize("mode", ["expectation", "threshold", "dense"])
@@ -191,13 +193,6 @@ def test_kernel_sampler_eval_modes_are_sample_kernel(mode):
 
 
 # ------------------------------------------------------------------ the whole model
-def _set_impls(model, plain: bool):
-    model.sampler_impl = "plain" if plain else "sparse"
-    for m in model.modules():
-        if isinstance(m, SKMDPA):
-            m.bias_impl, m.attn_impl = ("plain", "sdpa") if plain else ("masked", "explicit")
-
-
 @pytest.mark.parametrize("train", [True, False])
 @pytest.mark.parametrize("kernels", ["per_module", "shared_masked"])
 def test_nac_fast_paths_give_the_plain_step(train, kernels, monkeypatch):
@@ -224,7 +219,7 @@ def test_nac_fast_paths_give_the_plain_step(train, kernels, monkeypatch):
     assert (P == 0).float().mean() > 0.1  # the kernel cuts links: the masked path matters
     results = {}
     for plain in (False, True):
-        _set_impls(model, plain)
+        model = reference_forms(copy.deepcopy(model)) if plain else model
         torch.manual_seed(123)
         logits = model(x)
         loss = F.cross_entropy(logits, y) + 0.1 * model.graph_regularizer()

@@ -86,7 +86,8 @@ def make_adamw(param_groups, lr: float, impl: str | None = None) -> torch.optim.
 
 class Objective(nn.Module):
     """Wraps the model so one forward returns the logits and the graph regularizer computed from
-    the same circuit design (one module for DDP to wrap)."""
+    the same circuit design (one module for DDP to wrap); a NAC's link probabilities are computed
+    once for both, its matching run on a worker thread meanwhile (``NAC.logits_and_regularizer``)."""
 
     def __init__(self, model: NAC):
         super().__init__()
@@ -100,6 +101,9 @@ class Objective(nn.Module):
                 if v is not None
             }
             return self.model.training_loss(kw, **own)
+        if isinstance(self.model, NAC):
+            logits, reg = self.model.logits_and_regularizer(inputs, mask, cond, cond_mask)
+            return logits, reg.to(inputs.device)
         design = self.model.design(cond, cond_mask)
         return self.model(inputs, mask=mask, design=design), self.model.graph_regularizer(design).to(inputs.device)
 
