@@ -46,7 +46,6 @@ class NAC(nn.Module):
     or module dropping.
     """
 
-
     def __init__(self, config: ModelConfig, fit_signatures: bool = True):
         super().__init__()
         self.config = c = config
