@@ -133,6 +133,12 @@ def warmup_cosine(optimizer: torch.optim.Optimizer, total: int, warmup: int, pea
     return LambdaLR(optimizer, factor)
 
 
+def _from_host(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A small host tensor on ``device`` without the host waiting: on CUDA staged in pinned
+    memory (PyTorch keeps the block until the copy is done) and copied asynchronously."""
+    return (t.pin_memory() if device.type == "cuda" else t).to(device, non_blocking=True)
+
+
 def augment_images(x: torch.Tensor, pad: int = 4) -> torch.Tensor:
     """Random horizontal flip and translation by up to ``pad`` px for images ``[B, 3, H, W]``
     (other inputs pass through). Uses the global torch RNG (reseeded per epoch).
@@ -144,10 +150,10 @@ def augment_images(x: torch.Tensor, pad: int = 4) -> torch.Tensor:
     if x.dim() != 4 or x.shape[1] != 3:
         return x
     B, C, H, W = x.shape
-    flip = (torch.rand(B) < 0.5).to(x.device, non_blocking=True)
+    flip = _from_host(torch.rand(B) < 0.5, x.device)
     x = torch.where(flip[:, None, None, None], x.flip(-1), x)
     padded = F.pad(x, (pad, pad, pad, pad), mode="replicate" if x.is_floating_point() else "constant")
-    shift = torch.randint(0, 2 * pad + 1, (2, B)).to(x.device, non_blocking=True)  # rows, columns
+    shift = _from_host(torch.randint(0, 2 * pad + 1, (2, B)), x.device)  # rows, columns
     rows = shift[0, :, None] + torch.arange(H, device=x.device)  # [B, H]
     cols = shift[1, :, None] + torch.arange(W, device=x.device)  # [B, W]
     x = padded.gather(2, rows[:, None, :, None].expand(B, C, H, W + 2 * pad))
