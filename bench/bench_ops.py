@@ -84,6 +84,16 @@ the modulation broadcasts as it is) and each propagator's P computed once per st
 part). "after_fused_adamw" predates both.
 The NAC/PIO ops goal (<= 1.3) is not reached: the kernel part (sampling, log K_hat) is next.
 """
+# the counter since the loop's labels (bench/results/ops_loop.md); appended to NOTES in the .md
+NOTES_COUNTING = """
+Counting since the labels of bench/results/ops_loop.json ("main_loop_*": main's loop at bbb967b,
+"loop_*": the loop of branch h-loop): host tensors are tracked (the CPU generator's draws and what is
+computed from them), so a blocking copy of them to the device counts (``augment: true``'s flips on
+main); a copy between host and device is one ``_to_copy`` op, as on CUDA (+2 "loop" ops per step:
+the inputs and the labels). ``--augment``: the batch augmentation ("augment" part; the recipe's
+per-image transforms run in the data pipeline on the host). ``augment: true`` per step: 394 ops at
+batch 128 on main (a slice per image), 25 at any batch now (two gathers).
+"""
 
 PARTS = (
     "data",
@@ -547,6 +557,7 @@ def main() -> None:
         + md
         + "\n\n"
         + NOTES
+        + NOTES_COUNTING
     )
     print(md)
 
