@@ -104,11 +104,11 @@ class Objective(nn.Module):
                 if v is not None
             }
             return self.model.training_loss(kw, **own)
-        if isinstance(self.model, NAC):
+        if isinstance(self.model, NAC):  # Perceiver IO too: its regularizer is the host's constant 0
             logits, reg = self.model.logits_and_regularizer(inputs, mask, cond, cond_mask)
-            return logits, reg.to(inputs.device)
-        design = self.model.design(cond, cond_mask)
-        logits, reg = self.model(inputs, mask=mask, design=design), self.model.graph_regularizer(design)
+        else:
+            design = self.model.design(cond, cond_mask)
+            logits, reg = self.model(inputs, mask=mask, design=design), self.model.graph_regularizer(design)
         if reg.device != inputs.device:  # a host value: the constant 0 of a model without the regularizer
             # made on the device from the host's number (no copy for the host to wait on: a blocking
             # copy from the host synchronises on CUDA); a differentiable one is copied non-blocking
