@@ -1,5 +1,5 @@
 """The `converged` profile (conf/profile/converged.yaml), its kept results (results/converged/,
-written by tools/run_converged.py) and their provenance (nac.pipeline.provenance)."""
+written by tools/run_converged.py) and their provenance (nac.provenance)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from nac import provenance
 from nac.compose import validate_all
-from nac.pipeline import provenance
 from nac.pipeline.params import compose
 
 ROOT = Path(__file__).resolve().parent.parent

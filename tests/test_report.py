@@ -13,7 +13,7 @@ import pytest
 import yaml
 from scipy import stats
 
-from nac.pipeline import provenance
+from nac import provenance
 from nac.report import build, figures, tables
 from nac.report.claims import headline as real_headline
 from nac.report.published import TABLE2, TABLE3, TRACK_LABELS

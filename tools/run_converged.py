@@ -11,7 +11,7 @@
    ``NAC_DEVICES``, ``NAC_EXECUTOR`` spread the jobs (docs/scale-out.md).
 3. Copies the small results into ``--out``: ``metrics/`` (without dvclive's per-run logs),
    ``dvc.lock``, ``params.yaml`` and ``provenance.json`` (profile, overrides, commit, params hash,
-   code fingerprint, machine, device, start and end time; ``nac.pipeline.provenance``).
+   code fingerprint, machine, device, start and end time; ``nac.provenance``).
 
 Resumable: the work folder is kept, so after an interruption the same command resumes (the
 training stages resume from their checkpoints; finished stages are not rerun by DVC). The start
@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nac.pipeline.provenance import PROVENANCE, code_fingerprint, git_commit, params_hash  # noqa: E402
+from nac.provenance import PROVENANCE, code_fingerprint, git_commit, params_hash  # noqa: E402
 
 STARTED = ".converged-started"  # in the work folder: the first attempt's start time
 

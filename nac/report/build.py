@@ -139,7 +139,7 @@ def build_report(
     """Every table, figure and the index README, then ``reports/claims.md``; returns summary.json.
 
     ``metrics``: the results root read (``metrics/``, or a kept result set's, e.g.
-    ``results/converged/metrics``); ``provenance``: that result set's (``nac.pipeline.provenance``),
+    ``results/converged/metrics``); ``provenance``: that result set's (``nac.provenance``),
     else this checkout's, and then the headline claims go to ``metrics/summary.json`` (a DVC
     metric), else beside the report (``tables/headline.json``): a kept result set is not rewritten.
     ``converged``: the converged result set, built into ``out/converged/`` and linked from the index
@@ -293,7 +293,7 @@ def _converged(results: str | Path, out: Path) -> str:
     """The converged result set's report, built into ``out/converged/`` from its own metrics and
     params (the same builders), and the index's lines about it; when it is absent, one line saying
     so and how to make one."""
-    from nac.pipeline import provenance as prov_io
+    from nac import provenance as prov_io
 
     got = prov_io.read(results)
     if got is None:
