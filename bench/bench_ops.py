@@ -27,7 +27,7 @@ autograd node (by sequence number). Host syncs, as CUDA would have them: data-de
 apart) and blocking copies from the host (a tensor made from Python or numpy data on the device,
 a host tensor moved with ``non_blocking=False``): PyTorch synchronises the stream after a blocking host <-> device copy.
 
-    python bench/bench_ops.py [--batch 2] [--pairs tiny imagenet] [--adamw foreach|fused]
+    python bench/bench_ops.py [--batch 2] [--pairs tiny imagenet mini] [--adamw foreach|fused]
                               [--modulation batched|per_layer] [--label after]
 
 Writes ``ops.json`` (every label kept: run it before and after a change) and ``ops.md``.
@@ -422,6 +422,14 @@ def pairs(names) -> dict:
             torch.manual_seed(0)
             models[name] = pretrain_model(params, name, fit_signatures=False)
         out["imagenet"] = (models, size, models["nac"].config.num_classes, train)
+    if "mini" in names:  # the mini (and converged) profile's image models: the converged run's step costs
+        mp = compose(["profile=mini"])
+        mtrain = {k: v for k, v in mp["image"]["train"].items() if k in TrainConfig.__dataclass_fields__}
+        models = {}
+        for run in ("perceiver_io", "modfc", "frozen_graph", "nac-scale_free", "neural_interpreter"):
+            torch.manual_seed(0)
+            models[run] = build_model(image_model_config(mp, run, seed=0, num_classes=10))
+        out["mini"] = (models, mp["image"]["model"]["tokenizer"]["image_size"], 10, mtrain)
     return out
 
 
@@ -450,7 +458,7 @@ def table(results: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch", type=int, default=2)
-    ap.add_argument("--pairs", nargs="+", default=["tiny", "imagenet"], choices=["tiny", "imagenet"])
+    ap.add_argument("--pairs", nargs="+", default=["tiny", "imagenet"], choices=["tiny", "imagenet", "mini"])
     ap.add_argument("--label", default="after", help="the key the results are kept under (before / after)")
     ap.add_argument(
         "--adamw",
@@ -488,10 +496,8 @@ def main() -> None:
     md = table(results)
     out.with_suffix(".md").write_text(
         "# Aten ops and host syncs per steady-state training step (bench/bench_ops.py)\n\n"
-        "CUDA's code paths taken on the CPU, fp32, paper-profile sizes; one step = fit(3 steps) - fit(2 steps).\n\n"
-        + md
-        + "\n\n"
-        + NOTES
+        "CUDA's code paths taken on the CPU, fp32, paper-profile sizes (the `mini` pair: mini's image models); "
+        "one step = fit(3 steps) - fit(2 steps).\n\n" + md + "\n\n" + NOTES
     )
     print(md)
 

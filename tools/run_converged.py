@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from nac.provenance import PROVENANCE, code_fingerprint, git_commit, params_hash  # noqa: E402
 
+OUTPUTS = ("metrics", "reports", "results")  # committed outputs not copied into the work folder
 STARTED = ".converged-started"  # in the work folder: the first attempt's start time
 
 
@@ -44,12 +45,15 @@ def _now() -> str:
 
 
 def copy_checkout(src: Path, dst: Path) -> None:
-    """The tracked files of ``src`` (their working-tree state) into ``dst``; files of ``dst`` that
-    are not tracked (data/, models/, metrics/, .dvc/cache) are kept, so a rerun resumes."""
+    """The tracked files of ``src`` (their working-tree state) into ``dst``, except the committed
+    outputs (``OUTPUTS``, ``dvc.lock``: mini's); what the run made in ``dst`` (data/, models/,
+    metrics/, dvc.lock, .dvc/cache) is kept, so a rerun resumes."""
     files = (
         subprocess.run(["git", "ls-files", "-z"], cwd=src, capture_output=True, check=True).stdout.decode().split("\0")
     )
     for rel in filter(None, files):
+        if rel == "dvc.lock" or rel.split("/")[0] in OUTPUTS and rel != "results/converged/README.md":
+            continue  # mini's committed outputs: the run makes its own (results/: only its layout note)
         s, d = src / rel, dst / rel
         if s.is_file():
             d.parent.mkdir(parents=True, exist_ok=True)
