@@ -475,6 +475,21 @@ def _converged_results(root: Path) -> Path:
     return results
 
 
+def test_a_kept_result_sets_figure_3_never_reads_models(tmp_path, monkeypatch):
+    """Figure 3 of a kept result set comes from its graphs.json only: models/ holds another
+    profile's checkpoints (here a file that would fail to load)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models" / "image").mkdir(parents=True)
+    (tmp_path / "models" / "image" / "nac-scale_free-0.pt").write_text("mini's checkpoint")
+    results = tmp_path / "results"
+    (results / "metrics").mkdir(parents=True)
+    (results / provenance.PROVENANCE).write_text("{}")
+    assert build._learned_graphs(["perceiver_io", "nac-scale_free"], 0, results / "metrics") is None
+    (results / build.GRAPHS).write_text(json.dumps({"scale_free": [[1.0, 0.5], [0.5, 1.0]]}))
+    graphs = build._learned_graphs(["perceiver_io", "nac-scale_free"], 0, results / "metrics")
+    assert list(graphs) == ["scale_free"] and graphs["scale_free"].shape == (2, 2)
+
+
 @pytest.mark.slow  # three report builds, about 70 s here
 def test_converged_results_beside_minis_never_mixed(tmp_path, monkeypatch):
     """Absent: the default report gains one line (no converged run, the command) and nothing else.

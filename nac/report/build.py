@@ -274,17 +274,19 @@ def _image(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dic
 
 def _learned_graphs(ladder: list[str], seed: int, metrics: Path) -> dict[str, np.ndarray] | None:
     """Figure 3's learned link probabilities of each prior's NAC (first seed): from the checkpoints
-    (models/image/), or, for a kept result set, its ``graphs.json`` beside its metrics; ``None``
-    when neither exists."""
-    kept = metrics.parent / GRAPHS
-    if kept.is_file() and metrics.resolve() != Path("metrics").resolve():
+    (models/image/), or, for a kept result set (a ``provenance.json`` beside its metrics), only from
+    its ``graphs.json`` (models/ holds another profile's checkpoints), ``None`` without one."""
+    from nac.provenance import PROVENANCE
+
+    if (metrics.parent / PROVENANCE).is_file():
+        kept = metrics.parent / GRAPHS
+        if not kept.is_file():
+            return None
         return {prior: np.asarray(p, dtype=np.float32) for prior, p in json.loads(kept.read_text()).items()}
     learned = {}
     for run in ladder:
         variant, prior, control = parse_run(run)
         if variant == "nac" and control is None:
-            if not image_checkpoint(run, seed).exists() and metrics.resolve() != Path("metrics").resolve():
-                return None
             learned[prior] = load_model(image_checkpoint(run, seed)).link_probabilities().detach().numpy()
     return learned
 
