@@ -121,7 +121,7 @@ def check(results: str | Path = RESULTS, root: str | Path = ".") -> list[str]:
         composed = {"error": str(e)}
     if params_hash(composed) != prov["params_sha256"]:
         problems.append(
-            f"conf/ composed with profile={prov['profile']} {' '.join(prov.get('overrides', []))} differs from "
+            f"conf/ composed with {' '.join(overrides)} differs from "
             f"the params the results ran ({results / 'params.yaml'}); rerun `{COMMAND}`"
         )
     now = code_fingerprint(root)
