@@ -1,4 +1,5 @@
-"""Benchmark (not a test): the read-in's fast path against the direct per-module form, and a
+"""Benchmark (not a test): the read-in's fast path against the direct per-module form (the
+reference, ``tests/reference_forms.py``'s ``direct_readin``), and a
 NAC training step against a Perceiver IO training step at equal width, modules and depth.
 
     python bench/bench_circuits.py [--device cpu|cuda] [--out bench/results/circuits.json]
@@ -9,9 +10,11 @@ Prints a table and writes JSON. Times are medians over repeats after warm-up.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -20,6 +23,9 @@ import torch.nn.functional as F
 
 from nac import ModelConfig, build_model
 from nac.circuits.readin import ReadIn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from reference_forms import direct_readin  # noqa: E402  (the plain forms live with the tests)
 
 
 def timeit(fn, device: str, repeats: int, warmup: int = 2) -> float:
@@ -43,17 +49,18 @@ def bench_readin(device: str, batch: int, U: int, T: int, d: int, heads: int, re
     tokens = torch.randn(batch, T, d, device=device)
     states, codes = torch.randn(U, d, device=device), torch.randn(U, d, device=device)
     x, h = readin.norm_tokens(tokens).detach(), readin.norm_states(states).expand(batch, U, d).detach()
+    readins = {"fast": readin, "direct": copy.deepcopy(readin)}  # the same weights
+    direct_readin(readins["direct"])
     out = {}
-    for impl in ("fast", "direct"):
-        attend = readin.attend_fast if impl == "fast" else readin.attend_direct
+    for impl, layer in readins.items():
 
-        def whole():  # the read-in layer: attention, exit ModFC and ModFFN
-            readin.zero_grad(set_to_none=True)
-            readin(tokens, states, codes, impl=impl).sum().backward()
+        def whole(layer=layer):  # the read-in layer: attention, exit ModFC and ModFFN
+            layer.zero_grad(set_to_none=True)
+            layer(tokens, states, codes).sum().backward()
 
-        def attention():  # the part that differs: eq. 4's keys/values and the weighted sum
-            readin.zero_grad(set_to_none=True)
-            attend(x, h, codes).sum().backward()
+        def attention(layer=layer):  # the part that differs: eq. 4's keys/values and the weighted sum
+            layer.zero_grad(set_to_none=True)
+            layer.attend(x, h, codes).sum().backward()
 
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
@@ -64,7 +71,7 @@ def bench_readin(device: str, batch: int, U: int, T: int, d: int, heads: int, re
     out["speedup"] = out["direct_s"] / out["fast_s"]
     out["attention_speedup"] = out["direct_attention_s"] / out["fast_attention_s"]
     with torch.no_grad():
-        a, b = readin(tokens, states, codes, impl="fast"), readin(tokens, states, codes, impl="direct")
+        a, b = (layer(tokens, states, codes) for layer in readins.values())
     out["max_abs_diff"] = (a - b).abs().max().item()
     return out
 

@@ -7,28 +7,37 @@ exactly one steady-state step (the set-up, the first step's optimizer state and 
 cancel). Models: the paper profile's Tiny-ImageNet pair (``image.ladder``'s ``perceiver_io`` and
 ``nac-scale_free``, 64 px) and the ImageNet pre-training pair (``conf/pretrain/imagenet.yaml``,
 224 px), as bench/bench_gpu.py builds them, at batch ``--batch`` (ops per step do not depend on
-it), with the paper's image training settings (EMA, no clipping) but no augmentation, in fp32
+it), with the paper's image training settings (EMA, no clipping) but no augmentation (``--augment``: the
+batch's augmentation, the "augment" part), in fp32
 (CUDA's bf16 autocast adds casts to both models alike).
 
-CUDA's paths on the CPU: the NAC's kernel sampler in its CUDA form (``sampler_impl`` "prepared":
-``NAC._sampler`` takes "sparse" on CPU only) and SDPA for the attention (``SKMDPA.attn_impl``;
-"explicit" is CPU only).
+CUDA's paths on the CPU: ``nac.circuits.kernel.CPU_SHORTCUTS`` off, so the NAC's kernel sampler
+and attention bias take their CUDA form (fixed shapes, "prepared"; "sparse" is CPU only) and the
+attention SDPA ("explicit" is CPU only). The regularizer's matching runs on a worker thread
+(``NAC.match_async``): its numpy and scipy work is host work off the step's thread, not counted;
+what the step's thread does for it (the copy of ``P`` to the host, non-blocking into pinned memory
+on CUDA, a clone here) is.
 
-Counting: a ``TorchDispatchMode`` sees every aten op. Parts: forward hooks on the model's
-children (tokenizer, generator, read-in, propagators, read-out) and wrappers around the kernel
-(``link_probabilities``, ``KernelSampler``, ``log_normalized_kernel``), the ModFCs' batched code
-modulation (``NAC.code_modulations``; per layer, it counts in the layers' parts), the regularizer
-(``NAC.graph_regularizer``), the loss, the optimizer, gradient norm, the loop's checks, the EMA
-and the data loader; ops of the backward pass are given to the part whose forward created their
-autograd node (by sequence number). Host syncs, as CUDA would have them: data-dependent ops
-(``nonzero``, ``_local_scalar_dense`` (``.item()``), ``is_nonzero`` (``bool(t)``),
-``masked_select``, boolean-mask indexing, ``unique``, ``equal``, ...), copies to the host
-(``.to("cpu")``, ``.cpu()``, ``.tolist()``; ``.numpy()`` calls, host-side work, are counted
-apart) and blocking copies from the host (a tensor made from Python or numpy data on the device,
+Counting: a ``TorchDispatchMode`` sees every aten op. Parts: forward hooks on the model's children
+(tokenizer, generator, read-in, propagators, read-out) and wrappers around the kernel
+(``NAC.kernel_probabilities``, ``link_probabilities``, ``KernelSampler``,
+``log_normalized_kernel``), the ModFCs' batched code modulation (``NAC.code_modulations``; per
+layer, it counts in the layers' parts), the regularizer (``NAC.graph_regularizer``,
+``NAC.match_async``), the loss, the optimizer, gradient norm, the loop's checks, the EMA and the
+data loader; ops of the backward pass are given to the part whose forward created their autograd
+node (by sequence number). Host syncs, as CUDA would have them: data-dependent ops (``nonzero``,
+``_local_scalar_dense`` (``.item()``), ``is_nonzero`` (``bool(t)``), ``masked_select``, boolean-mask
+indexing, ``unique``, ``equal``, ...), copies to the host (``.to("cpu")``, ``.cpu()``,
+``.tolist()``; ``.numpy()`` calls, host-side work, are counted apart) and
+blocking copies from the host (a tensor made from Python or numpy data on the device,
 a host tensor moved with ``non_blocking=False``): PyTorch synchronises the stream after a blocking host <-> device copy.
+Which tensors are host tensors on CUDA is tracked: the loader's batches, tensors made without a
+device (``torch.rand(B)``: the CPU generator's draws), copies to the host, and every op's result
+whose inputs are all host tensors; ops on them are host work, not syncs.
 
     python bench/bench_ops.py [--batch 2] [--pairs tiny imagenet mini] [--adamw foreach|fused]
-                              [--modulation batched|per_layer] [--label after]
+                              [--modulation batched|per_layer] [--augment false|true|authors_tinyimagenet]
+                              [--label after]
 
 Writes ``ops.json`` (every label kept: run it before and after a change) and ``ops.md``.
 """
@@ -47,14 +56,18 @@ from pathlib import Path
 
 import torch
 import torch.nn as nn
+import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from bench_paper_cost import pretrain_model  # noqa: E402
+from reference_forms import per_layer_modulation  # noqa: E402  (the plain forms live with the tests)
 
 import nac.circuits.attention as attention  # noqa: E402
+import nac.circuits.kernel as kernel  # noqa: E402
 import nac.model as nac_model  # noqa: E402
 from nac import build_model  # noqa: E402
 from nac.pipeline.params import compose  # noqa: E402
@@ -74,11 +87,31 @@ P (``--modulation per_layer``; P then computed by the executor and again by the 
 ``NAC.code_modulations``; it left the read-in, propagator and read-out parts; no view ops where
 the modulation broadcasts as it is) and each propagator's P computed once per step (the "kernel"
 part). "after_fused_adamw" predates both.
-The NAC/PIO ops goal (<= 1.3) is not reached: the kernel part (sampling, log K_hat) is next.
+"after_kernel_regularizer": "after" plus every propagator's P from one cosine distance by one
+batched set of ops (``NAC.kernel_probabilities``; the signatures normalised once), P computed in
+the training objective and passed to the executor and the regularizer, and the regularizer's
+matching on a worker thread while the forward runs (``NAC.match_async``: P copied to pinned host
+memory without blocking on CUDA, the target read from a host copy made once, the permutation
+copied back non-blocking): no host sync left in the NAC's step. The matching's numpy and scipy
+work is off the step's thread and not counted (it still costs host time, in parallel).
+The NAC/PIO ops goal (<= 1.3) is not reached: what is left is mostly the propagators' and
+read-in's own ops, the kernel's per-layer sampling and log K_hat (forward and backward), and the
+optimizer's per-parameter ops.
+"""
+# the counter since the loop's labels (bench/results/ops_loop.md); appended to NOTES in the .md
+NOTES_COUNTING = """
+Counting since the labels of bench/results/ops_loop.json ("main_loop_*": main's loop at bbb967b,
+"loop_*": the loop of branch h-loop): host tensors are tracked (the CPU generator's draws and what is
+computed from them), so a blocking copy of them to the device counts (``augment: true``'s flips on
+main); a copy between host and device is one ``_to_copy`` op, as on CUDA (+2 "loop" ops per step:
+the inputs and the labels). ``--augment``: the batch augmentation ("augment" part; the recipe's
+per-image transforms run in the data pipeline on the host). ``augment: true`` per step: 394 ops at
+batch 128 on main (a slice per image), 25 at any batch now (two gathers).
 """
 
 PARTS = (
     "data",
+    "augment",
     "tokenizer",
     "generator",
     "modulation",
@@ -191,7 +224,24 @@ class _OpCounter(TorchDispatchMode):
         kind = _is_sync(func, args, kwargs)
         if kind and self.t.part() != "data":  # the data loader works on the host
             self.t.sync(kind)
-        return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        # where the result lives on CUDA: on the host when every tensor it is made from is there
+        # (a random draw of the CPU generator and what is computed from it, say), so that its
+        # later blocking ``.to(device)`` counts as the sync it is there
+        ins = [a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+        if ins and all(getattr(a, "_bench_host", False) for a in ins):
+            for o in pytree.tree_leaves(out):
+                if isinstance(o, torch.Tensor):
+                    _mark_host(o)
+        return out
+
+
+def _mark_host(x: torch.Tensor) -> torch.Tensor:
+    try:
+        x._bench_host = True
+    except (AttributeError, RuntimeError):
+        pass
+    return x
 
 
 def _wrap(owner, name: str, part: str, t: _Tracker, stack: ExitStack):
@@ -219,23 +269,27 @@ def _host_patches(t: _Tracker, stack: ExitStack) -> None:
 
     def to(self, *a, **k):
         d = k.get("device", a[0] if a and not isinstance(a[0], torch.dtype) else None)
-        if isinstance(d, str) and d == "cpu" and not getattr(self, "_bench_host", False):
+        host = getattr(self, "_bench_host", False)
+        to_host = isinstance(d, str) and d == "cpu"
+        to_device = d is not None and not isinstance(d, torch.Tensor) and not to_host
+        if to_host and not host:
             t.sync("copy to host (.to('cpu'))")
-        elif (
-            d is not None
-            and not isinstance(d, torch.Tensor)
-            and getattr(self, "_bench_host", False)
-            and not (isinstance(d, str) and d == "cpu")
-        ):
-            if not k.get("non_blocking", False):
-                t.sync("blocking copy from host (.to(device))")
+        elif to_device and host and not k.get("non_blocking", False):
+            t.sync("blocking copy from host (.to(device))")
         out = orig_to(self, *a, **k)
+        if out is self and (to_host and not host or to_device and host):
+            # a copy between host and device on CUDA (one ``_to_copy`` op there): a new tensor
+            # here too, so the host's marks do not follow the data to the device or back
+            out = orig_to(self, *a, **{**k, "copy": True})
+        if to_host:
+            _mark_host(out)
         return out
 
     def cpu(self, *a, **k):
-        if not getattr(self, "_bench_host", False):
-            t.sync("copy to host (.cpu())")
-        return orig_cpu(self, *a, **k)
+        if getattr(self, "_bench_host", False):
+            return orig_cpu(self, *a, **k)
+        t.sync("copy to host (.cpu())")
+        return _mark_host(orig_to(self, "cpu", copy=True))
 
     def numpy(self, *a, **k):
         t.host[t.part()] += 1
@@ -251,6 +305,17 @@ def _host_patches(t: _Tracker, stack: ExitStack) -> None:
         stack.callback(
             setattr, T, name, {"to": orig_to, "cpu": orig_cpu, "numpy": orig_numpy, "tolist": orig_tolist}[name]
         )
+
+    for name in ("rand", "randn", "randint", "randperm", "arange", "zeros", "ones", "full", "empty", "linspace"):
+        orig = getattr(torch, name)
+
+        def factory(*a, _orig=orig, **k):  # no device: the host on CUDA too (the CPU generator's draws)
+            out = _orig(*a, **k)
+            d = k.get("device")
+            return _mark_host(out) if d is None or (isinstance(d, str) and d == "cpu") else out
+
+        setattr(torch, name, factory)
+        stack.callback(setattr, torch, name, orig)
 
     for name in ("tensor", "as_tensor", "from_numpy"):
         orig = getattr(torch, name)
@@ -291,10 +356,12 @@ def _instrument(model: nn.Module, t: _Tracker, stack: ExitStack) -> None:
         hooks(layer, "propagators")
     for owner, name, part in (
         (nac_model, "link_probabilities", "kernel"),
+        (nac_model.NAC, "kernel_probabilities", "kernel"),
         (nac_model.KernelSampler, "__init__", "kernel"),
         (nac_model.KernelSampler, "__call__", "kernel"),
         (attention, "log_normalized_kernel", "kernel"),
         (nac_model.NAC, "graph_regularizer", "regularizer"),
+        (nac_model.NAC, "match_async", "regularizer"),
         (nac_model.NAC, "code_modulations", "modulation"),
         (loop.F, "cross_entropy", "loss"),
         (loop, "soft_cross_entropy", "loss"),
@@ -304,6 +371,8 @@ def _instrument(model: nn.Module, t: _Tracker, stack: ExitStack) -> None:
         (nn.utils, "clip_grad_norm_", "grad norm"),
         (torch.optim.swa_utils.AveragedModel, "update_parameters", "ema"),
         (torch.utils.data.dataloader._BaseDataLoaderIter, "__next__", "data"),
+        (loop, "augment_images", "augment"),
+        (loop.BatchMixer, "__call__", "augment"),
     ):
         _wrap(owner, name, part, t, stack)
     _wrap(checks.StepChecks, "record", "checks", t, stack)
@@ -348,21 +417,18 @@ def count_fit(
     cfg: dict,
     adamw: str = "foreach",
     modulation: str = "batched",
+    augment: bool | str = False,
 ) -> _Tracker:
     model = copy.deepcopy(model)
-    model.sampler_impl = "prepared"  # CUDA's sampler (NAC._sampler keeps "sparse" for the CPU)
-    model.modulation_impl = modulation  # NAC.code_modulations: "per_layer" is the reference form
-    for m in model.modules():
-        if isinstance(m, attention.SKMDPA):
-            m.attn_impl = "sdpa"  # CUDA's attention ("explicit" is CPU only)
+    if modulation == "per_layer":  # NAC.code_modulations' reference form
+        per_layer_modulation(model)
     t = _Tracker()
-    loop.ADAMW_IMPL = adamw  # CUDA's default AdamW is the foreach one
     train = TrainConfig.from_dict(
         {
             **cfg,
             "epochs": 1,
             "batch_size": batch,
-            "augment": False,
+            "augment": augment,
             "num_workers": 0,
             "device": "cpu",
             "warmup_epochs": 0,
@@ -370,6 +436,10 @@ def count_fit(
         }
     )
     with ExitStack() as stack:
+        stack.callback(setattr, kernel, "CPU_SHORTCUTS", kernel.CPU_SHORTCUTS)
+        kernel.CPU_SHORTCUTS = False  # CUDA's sampler, bias and attention (the CPU's shortcuts off)
+        stack.callback(setattr, loop, "ADAMW_IMPL", loop.ADAMW_IMPL)
+        loop.ADAMW_IMPL = adamw  # CUDA's default AdamW is the foreach one
         _mark_host_batches(stack)
         _instrument(model, t, stack)
         _host_patches(t, stack)
@@ -386,9 +456,10 @@ def measure(
     cfg: dict,
     adamw: str = "foreach",
     modulation: str = "batched",
+    augment: bool | str = False,
 ) -> dict:
-    a = count_fit(model, 2, batch, size, classes, cfg, adamw, modulation)
-    b = count_fit(model, 3, batch, size, classes, cfg, adamw, modulation)
+    a = count_fit(model, 2, batch, size, classes, cfg, adamw, modulation, augment)
+    b = count_fit(model, 3, batch, size, classes, cfg, adamw, modulation, augment)
     ops = {p: b.ops[p] - a.ops[p] for p in PARTS if b.ops[p] - a.ops[p]}
     syncs = {p: b.syncs[p] - a.syncs[p] for p in PARTS if b.syncs[p] - a.syncs[p]}
     kinds = {k: b.sync_kinds[k] - a.sync_kinds[k] for k in sorted(b.sync_kinds) if b.sync_kinds[k] - a.sync_kinds[k]}
@@ -470,7 +541,13 @@ def main() -> None:
         "--modulation",
         choices=["batched", "per_layer"],
         default="batched",
-        help="the ModFCs' code modulation (NAC.modulation_impl; per_layer: the form before issue 21)",
+        help="the ModFCs' code modulation (per_layer: the form before issue 21, tests/reference_forms.py)",
+    )
+    ap.add_argument(
+        "--augment",
+        choices=["false", "true", "authors_tinyimagenet"],
+        default="false",
+        help="train.augment in the counted step (the data pipeline's transforms run on the host)",
     )
     ap.add_argument("--out", default="bench/results/ops.json")
     a = ap.parse_args()
@@ -481,7 +558,8 @@ def main() -> None:
     for pair, (models, size, classes, train) in pairs(a.pairs).items():
         res[pair] = {}
         for name, model in models.items():
-            res[pair][name] = measure(model, a.batch, size, classes, train, a.adamw, a.modulation)
+            augment = {"false": False, "true": True}.get(a.augment, a.augment)
+            res[pair][name] = measure(model, a.batch, size, classes, train, a.adamw, a.modulation, augment)
             print(pair, name, res[pair][name]["ops_total"], "ops", res[pair][name]["syncs_total"], "syncs", flush=True)
     results[a.label] = {**results.get(a.label, {}), **res}
     results.setdefault("machine", {})[a.label] = {
@@ -489,6 +567,7 @@ def main() -> None:
         "batch": a.batch,
         "adamw": a.adamw,
         "modulation": a.modulation,
+        "augment": a.augment,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -497,7 +576,7 @@ def main() -> None:
     out.with_suffix(".md").write_text(
         "# Aten ops and host syncs per steady-state training step (bench/bench_ops.py)\n\n"
         "CUDA's code paths taken on the CPU, fp32, paper-profile sizes (the `mini` pair: mini's image models); "
-        "one step = fit(3 steps) - fit(2 steps).\n\n" + md + "\n\n" + NOTES
+        "one step = fit(3 steps) - fit(2 steps).\n\n" + md + "\n\n" + NOTES + NOTES_COUNTING
     )
     print(md)
 

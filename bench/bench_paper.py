@@ -3,8 +3,8 @@
 (a) NAC / Perceiver IO training-step time at bench/bench_circuits.py's sizes (batch 8, 256
     modules, width 384, depth 8, 32 px conv32 tokenizer), interleaved repeats, a 95% t CI of the
     per-repeat ratio;
-(b) the read-in's fast vs direct implementation (``nac.circuits.readin.READIN_IMPLS``) at the
-    same sizes (64 tokens), forward + backward, a 95% t CI of the per-repeat ratio;
+(b) the read-in's fast path vs the direct per-module form (``tests/reference_forms.py``'s
+    ``direct_readin``) at the same sizes (64 tokens), forward + backward, a 95% t CI of the per-repeat ratio;
 (c) Figure 5b at the paper's size: inference throughput of the paper-profile Tiny-ImageNet NAC
     (256 processor modules, ConvNeXt 3/3/9 tokenizer, 64 px, batch 32, one thread) with 0% and
     87.5% of the processor modules dropped (``drop_modules`` ranked by ``random_connectivity``;
@@ -22,6 +22,7 @@ Prints a Markdown table and writes JSON.
 from __future__ import annotations
 
 import argparse
+import copy
 import datetime
 import json
 import os
@@ -34,9 +35,12 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from reference_forms import direct_readin  # noqa: E402  (the plain forms live with the tests)
 
 from nac import ModelConfig, build_model, regularizer  # noqa: E402
-from nac.circuits.readin import READIN_IMPLS, ReadIn  # noqa: E402
+from nac.circuits.readin import ReadIn  # noqa: E402
 from nac.stats import mean_ci  # noqa: E402
 from nac.training import loop  # noqa: E402
 from nac.training.loop import make_adamw  # noqa: E402
@@ -57,15 +61,13 @@ def _time(fn) -> float:
 
 
 def _reference_impls(model) -> None:
-    """Switch a NAC to the plain forms of its step optimisations (the code before issue 14;
-    tests/test_speed_equivalence.py proves both give the same step); the regularizer's
-    ``BLAS_THREADS`` is module-wide, so each timed step sets it."""
-    from nac.circuits.attention import SKMDPA
+    """Switch a NAC to the plain forms of its step optimisations (the code before issue 14; they
+    live in the tests, ``tests/reference_kernel.py``, and tests/test_speed_equivalence.py proves
+    both give the same step); the regularizer's ``BLAS_THREADS`` is module-wide, so each timed
+    step sets it."""
+    from tests.reference_kernel import reference_forms
 
-    model.sampler_impl = "plain"
-    for m in model.modules():
-        if isinstance(m, SKMDPA):
-            m.bias_impl, m.attn_impl = "plain", "sdpa"
+    reference_forms(model)
 
 
 def _interleaved_steps(steps: dict, blocks: int, per_block: int = 1) -> tuple[dict, dict]:
@@ -204,12 +206,14 @@ def bench_readin(repeats: int) -> dict:
     readin = ReadIn(d, d, d, heads=1)
     tokens = torch.randn(s["batch"], s["tokens"], d)
     states, codes = torch.randn(s["modules"], d), torch.randn(s["modules"], d)
+    readins = {"fast": readin, "direct": copy.deepcopy(readin)}  # the same weights
+    direct_readin(readins["direct"])
     fns = {}
-    for impl in READIN_IMPLS:
+    for impl, layer in readins.items():
 
-        def whole(impl=impl):
-            readin.zero_grad(set_to_none=True)
-            readin(tokens, states, codes, impl=impl).sum().backward()
+        def whole(layer=layer):
+            layer.zero_grad(set_to_none=True)
+            layer(tokens, states, codes).sum().backward()
 
         fns[impl] = whole
     for fn in fns.values():

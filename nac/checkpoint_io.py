@@ -34,6 +34,10 @@ from nac.model import NAC, build_model
 
 FORMAT = 1
 
+# Model-config keys that older checkpoints store but that select nothing now, dropped when a stored
+# config is read: readin_impl chose the read-in's reference form (tests/reference_forms.py).
+RETIRED_CONFIG_KEYS = ("readin_impl",)
+
 
 class PoisonedCheckpointError(RuntimeError):
     """A checkpoint holds (or would hold) NaN or infinite tensors: training diverged."""
@@ -150,16 +154,21 @@ def load_model(path: str | Path, map_location: str | torch.device = "cpu", expec
     silently evaluating a stale model."""
     ckpt = load_checkpoint(path, map_location)
     if expect_config is not None:
-        diff = config_diff(ckpt.get("config") or {}, expect_config)
+        diff = config_diff(stored_config(ckpt), expect_config)
         if diff:
             raise CheckpointMismatchError(
                 f"checkpoint {path} was trained with another model config than the current params ask for "
                 f"(differing keys: {'; '.join(diff)}); retrain it with the current params (`dvc repro`, which reruns "
                 "the training stage), or restore the params it was trained with"
             )
-    model = build_model(ckpt["config"], fit_signatures=False)  # fitted signatures come from the state dict
+    model = build_model(stored_config(ckpt), fit_signatures=False)  # fitted signatures come from the state dict
     model.load_state_dict(model_weights(ckpt))
     return model
+
+
+def stored_config(ckpt: dict[str, Any]) -> dict:
+    """The checkpoint's model config without the ``RETIRED_CONFIG_KEYS``."""
+    return {k: v for k, v in (ckpt.get("config") or {}).items() if k not in RETIRED_CONFIG_KEYS}
 
 
 def model_weights(ckpt: dict[str, Any]) -> dict[str, torch.Tensor]:

@@ -71,7 +71,7 @@ def _defaults(conf_dir: Path = CONF_DIR) -> dict[str, str]:
     out = {}
     for entry in yaml.safe_load((conf_dir / "config.yaml").read_text()).get("defaults", []):
         if isinstance(entry, dict):
-            out.update({str(k): str(v) for k, v in entry.items()})
+            out.update({str(k): "none" if v is None else str(v) for k, v in entry.items()})
     return out
 
 
@@ -90,6 +90,7 @@ key (`image.train.epochs=2`).
 
 config groups (conf/<group>/<option>.yaml):
 {menu}
+  (each profile picks its model: profile=smoke composes model=smoke unless model=... is given)
 
 options:
   --print    print the composed params.yaml to stdout instead of writing it

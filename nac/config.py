@@ -12,7 +12,6 @@ from typing import Any
 
 from nac.circuits.kernel import KERNEL_MODES, TRUNCATION_MODES
 from nac.circuits.modfc import MODFC_GAINS
-from nac.circuits.readin import READIN_IMPLS
 from nac.circuits.tokenizers import TOKENIZERS
 
 # The Table 1 ladder: settings of one executor.
@@ -174,7 +173,6 @@ class ModelConfig(ConfigDict):
     code_noise: float = 0.0  # std of noise on the codes in training (m2mKD: 0.05)
     delta: float = 1e-6  # eq. 3
     eval_kernel: str = "expectation"
-    readin_impl: str = "fast"
     prior: str = "scale_free"  # nac: the graph prior of the regularizer
     prior_params: dict[str, Any] = field(default_factory=dict)
     regularizer: str = "mse"
@@ -198,7 +196,6 @@ class ModelConfig(ConfigDict):
         _choice("variant", self.variant, VARIANTS)
         _choice("generator", self.generator, GENERATORS)
         _choice("eval_kernel", self.eval_kernel, KERNEL_MODES)
-        _choice("readin_impl", self.readin_impl, READIN_IMPLS)
         _choice("prior", self.prior, PRIORS)
         _choice("regularizer", self.regularizer, REGULARIZER_KINDS)
         _choice("signature_init", self.signature_init, SIGNATURE_INITS)

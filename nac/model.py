@@ -15,17 +15,15 @@ from nac.circuits.generators import (
     PerceiverLatents,
     UnconditionalCircuitGenerator,
 )
-from nac.circuits.kernel import KernelSampler, link_probabilities, sample_kernel
+from nac.circuits.kernel import KernelSampler, cosine_distance, link_probabilities
 from nac.circuits.layers import Propagator, ReadOut, cat_modules
 from nac.circuits.modfc import batched_modulations, configure_modfc, modfcs, name_modfcs
 from nac.circuits.readin import ReadIn
 from nac.circuits.tokenizers import build_tokenizer
 from nac.config import ModelConfig
 from nac.graphs import prior_target
-from nac.regularizer import graph_structure_loss
+from nac.regularizer import graph_structure_loss, loss_from_permutation, match_async
 from nac.signatures import prior_signatures
-
-MODULATION_IMPLS = ("batched", "per_layer")
 
 
 class NAC(nn.Module):
@@ -47,9 +45,6 @@ class NAC(nn.Module):
     normalisation); input latents have no signatures, take no part in the graph, the regularizer
     or module dropping.
     """
-
-    sampler_impl = "sparse"  # nac.circuits.kernel.SAMPLER_IMPLS; "plain" is the reference form
-    modulation_impl = "batched"  # MODULATION_IMPLS (code_modulations); "per_layer" is the reference form
 
     def __init__(self, config: ModelConfig, fit_signatures: bool = True):
         super().__init__()
@@ -99,9 +94,7 @@ class NAC(nn.Module):
             bandwidth=c.bandwidth if has_kernel and c.kernel_per_module else None, learn_bandwidth=c.learn_bandwidth
         )
         common = dict(modulated=c.modulated, gated=c.gated_ffn, alpha_init=c.alpha_init)
-        self.read_in = ReadIn(
-            self.tokenizer.d_out, c.d_model, c.d_code, c.readin_heads, ffn_mult=c.ffn_mult, impl=c.readin_impl, **common
-        )
+        self.read_in = ReadIn(self.tokenizer.d_out, c.d_model, c.d_code, c.readin_heads, ffn_mult=c.ffn_mult, **common)
         self.propagators = nn.ModuleList(
             Propagator(
                 c.d_model,
@@ -240,65 +233,100 @@ class NAC(nn.Module):
         if design.signatures is None:
             raise ValueError(f"variant {self.config.variant!r} has no signatures, so no link probabilities")
         if layer is not None or not self.config.kernel_per_module:
-            return self._shared_P(design, layer)
-        return torch.stack([self._shared_P(design, i) for i in range(self.config.depth)]).mean(0)
+            return self._P(design.signatures, layer=layer)
+        return torch.stack(list(self.kernel_probabilities(design).values())).mean(0)
 
-    def _shared_P(self, design: CircuitDesign, layer: int | None, P: torch.Tensor | None = None) -> torch.Tensor:
-        """``_P(design.signatures, layer=layer)`` computed once per step: ``execute`` leaves each
-        propagator's ``P`` on the design (``P`` given), and the regularizer's ``link_probabilities``
-        of the same design takes it (once) instead of computing it again (the same tensor, so the
-        same loss; gradients to float rounding, the backward through ``P`` now summed first).
+    def kernel_probabilities(self, design: CircuitDesign) -> dict | None:
+        """The propagators' ``P`` (eq. 2), ``{layer: P}``: one per propagator with
+        ``kernel_per_module``, else ``{None: P}``; ``None`` for a design without signatures. A
+        training step computes them once and passes them to ``execute`` and ``graph_regularizer``
+        (``logits_and_regularizer``)."""
+        if design is None or design.signatures is None:
+            return None
+        d = cosine_distance(design.signatures)  # the same for every layer's kernel: computed once
+        if not self.config.kernel_per_module:
+            return {None: self._P(design.signatures, layer=None, distance=d)}
+        layers = list(range(self.config.depth))  # every layer's P by one set of ops, [L, U_p, U_p]
+        return dict(zip(layers, self._P(design.signatures, layer=layers, distance=d).unbind(0)))
 
-        Taken only while it is what ``_P`` would give: the same grad mode, and the signatures and
-        the bandwidth unchanged since (their version counters; an optimizer step in between makes it
-        recompute). A design executed, then backpropagated, then regularised needs a fresh design
-        (or ``retain_graph``), as any reuse of one autograd graph does. Under ``torch.compile`` the
-        version counters are not read (dynamo cannot guard on them; one traced step has no
-        optimizer step inside)."""
-        sig, bw = design.signatures, self.kernel_bandwidth(layer)
-        versions = () if torch.compiler.is_compiling() else (sig._version, bw._version)
-        state = (torch.is_grad_enabled(), versions)
-        stash = design.__dict__.setdefault("_shared_P", {})
-        if P is not None:
-            stash[layer] = (sig, bw, state, P)
-            return P
-        hit = stash.pop(layer, None)
-        if hit is not None and hit[0] is sig and hit[1] is bw and hit[2] == state:
-            return hit[3]
-        return self._P(sig, layer=layer)
-
-    def _P(self, s_recv: torch.Tensor, s_send: torch.Tensor | None = None, layer: int | str | None = 0) -> torch.Tensor:
+    def _P(
+        self, s_recv: torch.Tensor, s_send: torch.Tensor | None = None, layer: int | str | None = 0, distance=None
+    ) -> torch.Tensor:
         """Eq. 2 with the kernel of propagator ``layer`` (or ``"readout"``) and the config's
         truncation (the read-out's only with ``truncate_readout``). The bandwidth is floored at
-        1e-3: a step that drove it through 0 would flip the kernel."""
+        1e-3: a step that drove it through 0 would flip the kernel. ``distance``: the signatures'
+        ``cosine_distance`` if already computed. ``layer`` a list of propagators: their ``P``
+        stacked, ``[L, U, V]`` (each entry the same as that layer's own)."""
         c = self.config
         truncation = c.truncation if layer != "readout" or c.truncate_readout else None
+        if isinstance(layer, list):
+            bandwidth = torch.stack([self.kernel_bandwidth(i) for i in layer]).view(-1, *[1] * s_recv.dim())
+        else:
+            bandwidth = self.kernel_bandwidth(layer)
         return link_probabilities(
             s_recv,
             s_send,
-            bandwidth=self.kernel_bandwidth(layer).clamp_min(1e-3),
+            bandwidth=bandwidth.clamp_min(1e-3),
             truncation=truncation,
             straight_through=c.straight_through,
             mode=c.truncation_mode,
+            distance=distance,
         )
 
-    def graph_regularizer(self, design: CircuitDesign | None = None) -> torch.Tensor:
+    def graph_regularizer(
+        self, design: CircuitDesign | None = None, Ps: dict | None = None, pending: dict | None = None
+    ) -> torch.Tensor:
         """Graph-structure regularizer between ``P`` and the prior's target (0 for other rungs);
         with a kernel per module, the sum over every propagator's kernel (the authors'; the
-        read-out is not regularised)."""
+        read-out is not regularised). ``Ps``: the design's ``kernel_probabilities`` if already
+        computed; ``pending``: their matchings started by ``match_async`` (else matched here)."""
         if self.prior_target is None:
             return torch.zeros(())
         c = self.config
-        if c.generator == "conditional":
-            return self.conditional_graph_regularizer(design)
         design = design or self.design()
-        layers = range(c.depth) if c.kernel_per_module else [None]
-        return sum(
-            graph_structure_loss(
-                self.link_probabilities(design, layer=i), self.prior_target, kind=c.regularizer, matching=c.matching
+        Ps = Ps if Ps is not None else self.kernel_probabilities(design)
+        if c.generator == "conditional":
+            return self.conditional_graph_regularizer(design, Ps)
+        if pending is not None:  # the permutations from the worker thread: the same loss as matching here
+            return sum(
+                loss_from_permutation(P, self.prior_target, pending[i].result(), kind=c.regularizer)
+                for i, P in Ps.items()
             )
-            for i in layers
+        return sum(
+            graph_structure_loss(P, self.prior_target, kind=c.regularizer, matching=c.matching) for P in Ps.values()
         )
+
+    def match_async(self, Ps: dict | None) -> dict | None:
+        """The regularizer's matchings of ``Ps`` (``kernel_probabilities``) started on a worker
+        thread (``nac.regularizer.match_async``: ``P`` copied to pinned host memory without
+        blocking, the target read from its host copy), ``{layer: Future}``; ``None`` where there
+        is nothing to match here (no regularizer, no signatures, a conditional design)."""
+        if self.prior_target is None or Ps is None or self.config.generator == "conditional":
+            return None
+        G = self._host_target()
+        return {i: match_async(P, G, self.config.matching) for i, P in Ps.items()}
+
+    def _host_target(self):
+        """The prior's target as a float64 numpy array on the host, copied once per target
+        tensor (a device move or a pruned model replaces the buffer, and the copy with it): the
+        matching reads the constant target without a per-step device-to-host copy."""
+        G = self.prior_target
+        cached = self.__dict__.get("_target_on_host")
+        if cached is None or cached[0] is not G:
+            cached = self.__dict__["_target_on_host"] = (G, G.detach().to("cpu", torch.float64).numpy())
+        return cached[1]
+
+    def logits_and_regularizer(self, inputs, mask=None, cond=None, cond_mask=None) -> tuple:
+        """One training forward: ``(logits [B, num_classes], graph regularizer)`` from one circuit
+        design, each propagator's ``P`` computed once and given to both; the regularizer's
+        matching runs on a worker thread while the forward runs (``match_async``). The same
+        logits, loss and gradients as ``forward`` then ``graph_regularizer`` of the same design
+        (``tests/test_shared_link_probabilities.py``)."""
+        design = self.design(cond, cond_mask)
+        Ps = self.kernel_probabilities(design)
+        pending = self.match_async(Ps)
+        logits = self(inputs, mask=mask, design=design, Ps=Ps)
+        return logits, self.graph_regularizer(design, Ps, pending)
 
     def _kernel_mode(self, readout: bool = False) -> str:
         """How the kernel is drawn: a Concrete sample in training with ``stochastic_kernel`` (the
@@ -309,11 +337,13 @@ class NAC(nn.Module):
             return c.eval_kernel
         return "sample" if c.stochastic_kernel and (c.sample_readout or not readout) else "expectation"
 
-    def conditional_graph_regularizer(self, design: CircuitDesign) -> torch.Tensor:
+    def conditional_graph_regularizer(self, design: CircuitDesign, Ps: dict | None = None) -> torch.Tensor:
         """The regularizer on a conditional design (``generator_regularizer``; not in the paper,
         whose section 4.4 trains without one): the mean over samples of each sample's ``P``
-        ``[U_p, U_p]`` against the prior's target, one matching per sample."""
-        P = self.link_probabilities(design)
+        ``[U_p, U_p]`` (the graph's, ``link_probabilities``) against the prior's target, one
+        matching per sample. ``Ps``: the design's ``kernel_probabilities`` if computed."""
+        Ps = Ps if Ps is not None else self.kernel_probabilities(design)
+        P = torch.stack(list(Ps.values())).mean(0) if self.config.kernel_per_module else Ps[None]
         return torch.stack(
             [
                 graph_structure_loss(Pb, self.prior_target, kind=self.config.regularizer, matching=self.config.matching)
@@ -321,40 +351,35 @@ class NAC(nn.Module):
             ]
         ).mean()
 
-    def _kernel(self, P: torch.Tensor, batch_size: int) -> torch.Tensor | None:
-        return sample_kernel(P, self.config.tau, batch_size=batch_size, mode=self._kernel_mode())
-
     def _sampler(self, P: torch.Tensor | None, readout: bool = False) -> KernelSampler | None:
-        """``_kernel(P, B)`` as ``sampler(B)``, ``P``'s logits computed once for all the draws
-        from it (``KernelSampler``; ``sampler_impl = "plain"`` draws with ``sample_kernel`` itself;
-        ``"sparse"``, the default, applies on CPU, elsewhere ``"prepared"``)."""
+        """``sample_kernel(P, tau, B, mode)`` as ``sampler(B)``, ``P``'s logits computed once for
+        all the draws from it (``KernelSampler``: sparse on the CPU, else fixed-shape)."""
         if P is None:
             return None
-        impl = self.sampler_impl
-        if impl == "sparse" and P.device.type != "cpu":  # a CPU optimisation; no host syncs on CUDA
-            impl = "prepared"
-        return KernelSampler(P, self.config.tau, mode=self._kernel_mode(readout), impl=impl)
+        return KernelSampler(P, self.config.tau, mode=self._kernel_mode(readout))
 
     # -- the executor -------------------------------------------------------------------------
     def forward(
-        self, inputs, mask=None, cond=None, cond_mask=None, design: CircuitDesign | None = None
+        self, inputs, mask=None, cond=None, cond_mask=None, design: CircuitDesign | None = None, Ps=None
     ) -> torch.Tensor:
-        return self.execute(self.tokenizer(inputs), mask, cond, cond_mask, design)
+        return self.execute(self.tokenizer(inputs), mask, cond, cond_mask, design, Ps)
 
     def execute(
-        self, tokens: torch.Tensor, mask=None, cond=None, cond_mask=None, design: CircuitDesign | None = None
+        self, tokens: torch.Tensor, mask=None, cond=None, cond_mask=None, design: CircuitDesign | None = None, Ps=None
     ) -> torch.Tensor:
         """Everything after the tokenizer: ``forward(x) == execute(tokenizer(x))``. Dropping
         modules leaves the tokenizer unchanged, so the prune sweep tokenizes once and executes
-        each smaller model on the same tokens (``nac.evaluation.predict_tokens``)."""
+        each smaller model on the same tokens (``nac.evaluation.predict_tokens``). ``Ps``: the
+        design's ``kernel_probabilities`` if already computed (a training step shares them with
+        the regularizer)."""
         B = tokens.shape[0]
         design = design or self.design(cond, cond_mask)
         c = self.config
         if c.input_latents:
-            return self._execute_with_input_latents(tokens, mask, design)
+            return self._execute_with_input_latents(tokens, mask, design, Ps)
         codes = self.code_modulations(design)
         states = self.read_in(tokens, design.states, codes["processors"], mask)
-        samplers, sample_op = self._samplers(design)
+        samplers, sample_op = self._samplers(design, Ps)
         for layer, sample in zip(self.propagators, samplers):
             K = None if sample is None else sample(B)
             states = layer(states, codes["processors"], K)
@@ -367,19 +392,15 @@ class NAC(nn.Module):
         ``senders`` (``[latents; processors]``, what the attention keys and values read with input
         latents; else the processors' codes).
 
-        ``modulation_impl = "batched"`` (the default): each is a ``Modulations``, the modulations
-        of every ModFC that reads that tensor in this forward computed together
-        (``batched_modulations``: one matrix product per code tensor instead of a chain of ops per
-        ModFC); ``"per_layer"`` (the reference): the tensors themselves, each ModFC computing its
-        own. Unmodulated models (Perceiver IO): the codes are ``None`` either way."""
-        if self.modulation_impl not in MODULATION_IMPLS:
-            raise ValueError(
-                f"unknown modulation impl {self.modulation_impl!r}; valid choices: {', '.join(MODULATION_IMPLS)}"
-            )
+        Each is a ``Modulations``, the modulations of every ModFC that reads that tensor in this
+        forward computed together (``batched_modulations``: one matrix product per code tensor
+        instead of a chain of ops per ModFC). The reference form, the tensors themselves with each
+        ModFC computing its own, is ``tests/reference_forms.py``'s ``per_layer_code_modulations``.
+        Unmodulated models (Perceiver IO): the codes are ``None``."""
         with_latents = latent_codes is not None
         send = cat_modules(latent_codes, design.codes) if with_latents else design.codes
         codes = {"processors": design.codes, "readout": design.readout_codes, "latents": latent_codes, "senders": send}
-        if self.modulation_impl == "per_layer" or design.codes is None:
+        if design.codes is None:
             return codes
         readers = {name: [] for name in codes}
         send_name = "senders" if with_latents else "processors"
@@ -393,25 +414,22 @@ class NAC(nn.Module):
             out["senders"] = out["processors"]
         return out
 
-    def _samplers(self, design: CircuitDesign) -> tuple[list, KernelSampler | None]:
+    def _samplers(self, design: CircuitDesign, Ps: dict | None = None) -> tuple[list, KernelSampler | None]:
         """The propagators' kernel samplers (one per layer) and the read-out's (``None`` for a
         dense graph): each propagator draws from its own kernel (``kernel_per_module``), or from
-        one ``P`` whose logits are computed once, a fresh sample per layer."""
+        one ``P`` whose logits are computed once, a fresh sample per layer. ``Ps``: the design's
+        ``kernel_probabilities``, computed here if not given."""
         c = self.config
         if design.signatures is None:
             return [None] * c.depth, None
-        share = self.prior_target is not None  # P then shared with the regularizer (_shared_P)
-        Ps = {i: self._P(design.signatures, layer=i) for i in (range(c.depth) if c.kernel_per_module else [None])}
-        if share:
-            for i, P in Ps.items():
-                self._shared_P(design, i, P)
+        Ps = Ps if Ps is not None else self.kernel_probabilities(design)
         samplers = [self._sampler(P) for P in Ps.values()]
         samplers = samplers if c.kernel_per_module else samplers * c.depth
         return samplers, self._sampler(
             self._P(design.readout_signatures, design.signatures, layer="readout"), readout=True
         )
 
-    def _execute_with_input_latents(self, tokens: torch.Tensor, mask, design: CircuitDesign) -> torch.Tensor:
+    def _execute_with_input_latents(self, tokens: torch.Tensor, mask, design: CircuitDesign, Ps=None) -> torch.Tensor:
         """``execute`` with ``input_latents = N > 0``: tokens ``[B, T, d_in]`` read into the input
         latents ``[B, N, d]``, which every propagator and the read-out receive from (dense links)."""
         B = tokens.shape[0]
@@ -419,7 +437,7 @@ class NAC(nn.Module):
         codes = self.code_modulations(design, latent_codes)
         latents = self.read_in(tokens, latent_states, codes["latents"], mask)  # [B, N, d]
         states = design.states.expand(B, *design.states.shape[-2:])  # [B, U_p, d]
-        samplers, sample_op = self._samplers(design)
+        samplers, sample_op = self._samplers(design, Ps)
         for layer, sample in zip(self.propagators, samplers):
             K = None if sample is None else sample(B)
             states = layer(

@@ -324,24 +324,42 @@ _EXECUTOR: ThreadPoolExecutor | None = None
 def match_async(
     P: torch.Tensor, G, matching: str = "hungarian", executor: Executor | None = None, **match_kwargs
 ) -> Future:
-    """``match_permutation`` on a worker thread: a Future of the permutation (CPU LongTensor ``[n]``).
+    """``match_permutation`` on a worker thread: a Future of the permutation (LongTensor ``[n]`` on
+    the host, pinned when ``P`` is on CUDA, so that ``loss_from_permutation`` copies it to the
+    device without blocking).
 
-    P and G are copied to the host here, in the caller's thread (so later in-place changes to
-    them, e.g. an optimizer step, do not reach the matching); the numpy and scipy work then runs
-    on ``executor`` (default: one shared worker thread) while the caller goes on, e.g. with the
-    forward pass. Finish with ``loss_from_permutation(P, G, future.result(), kind)``: the same
-    permutation and loss as ``graph_structure_loss`` (``tests/test_regularizer.py``).
+    P (``[n, n]``, any device) is copied here, in the caller's thread, so later in-place changes
+    to it do not reach the matching: on CUDA into pinned host memory without blocking (the worker
+    waits for the copy on a CUDA event, the caller does not), elsewhere a clone. G is the target:
+    pass it on the host (a numpy array or CPU tensor; a device tensor is copied, blocking). The
+    numpy and scipy work then runs on ``executor`` (default: one shared worker thread) while the
+    caller goes on, e.g. with the forward pass. Finish with ``loss_from_permutation(P, G,
+    future.result(), kind)``: the same permutation and loss as ``graph_structure_loss`` (float64
+    on the host either way; ``tests/test_regularizer.py``).
     """
     global _EXECUTOR
     _check_matching(matching, match_kwargs)
-    Pn, Gn = _host(P, G)
+    _check_pair(P, G if isinstance(G, torch.Tensor) else torch.from_numpy(np.asarray(G)))
+    Gn = G.detach().to("cpu", torch.float64).numpy() if isinstance(G, torch.Tensor) else np.asarray(G, np.float64)
+    P = P.detach()
+    event = None
+    if P.is_cuda:
+        host = torch.empty(P.shape, dtype=P.dtype, pin_memory=True)
+        host.copy_(P, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+    else:
+        host = P.clone()
     if executor is None:
         if _EXECUTOR is None:
             _EXECUTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nac-matching")
         executor = _EXECUTOR
 
     def work() -> torch.Tensor:
-        return torch.as_tensor(_match_host(Pn, Gn, matching, match_kwargs), dtype=torch.long)
+        if event is not None:
+            event.synchronize()  # this thread waits for the copy; the caller's stream goes on
+        perm = torch.from_numpy(_match_host(host.to(torch.float64).numpy(), Gn, matching, match_kwargs))
+        return perm.pin_memory() if event is not None else perm
 
     return executor.submit(work)
 
@@ -361,7 +379,7 @@ def loss_from_permutation(P: torch.Tensor, G, perm: torch.Tensor, kind: str = "m
         raise ValueError(f"unknown graph-structure loss kind {kind!r}; valid choices: {', '.join(LOSS_KINDS)}")
     G = torch.as_tensor(G).to(device=P.device, dtype=P.dtype)
     _check_pair(P, G)
-    perm = perm.to(P.device)
+    perm = perm.to(P.device, non_blocking=True)  # pinned on the host (match_async), else already there
     P_perm = P[perm][:, perm]
     if kind == "mse":
         return torch.mean((P_perm - G) ** 2)

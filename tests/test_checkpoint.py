@@ -25,6 +25,21 @@ def test_pruned_model_checkpoint_round_trip(tmp_path, tiny_config):
     assert torch.equal(model(x), loaded(x))
 
 
+def test_a_checkpoint_storing_the_retired_readin_impl_still_loads(tmp_path, tiny_config):
+    """``readin_impl`` (the read-in's reference form, now in tests/reference_forms.py) is no model
+    config key any more; a checkpoint that stores it loads, and matches the config without it."""
+    model = build_model(tiny_config()).eval()
+    path = save_checkpoint(tmp_path / "old.pt", model)
+    ckpt = torch.load(path, weights_only=True)
+    ckpt["config"]["readin_impl"] = "fast"
+    torch.save(ckpt, path)
+    with pytest.raises(ValueError, match="readin_impl"):  # not a key of the config any more
+        build_model(ckpt["config"])
+    loaded = load_model(path, expect_config=model.config.to_dict()).eval()
+    x = torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8)
+    assert torch.equal(model(x), loaded(x))
+
+
 class Evil:
     def __reduce__(self):
         return (print, ("arbitrary code ran",))

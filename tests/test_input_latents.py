@@ -4,12 +4,15 @@ the processors at every propagator and to the read-out; the processors start fro
 initial states. Our reading (docs/reference.md, "Switches"): the latents are fixed after the
 read-in, their links are dense (K = 1), the kernel covers the processors' links only."""
 
+import copy
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 import yaml
+from reference_forms import per_layer_modulation
+from reference_kernel import reference_forms
 from tiny_models import make_tiny_config
 
 from nac.checkpoint_io import load_model, save_checkpoint
@@ -151,10 +154,12 @@ def test_gradients_reach_every_parameter(kw):
 
 def _old_execute(model, tokens):
     """``NAC.execute`` as it was before input latents (the processors read the input)."""
-    B, c = tokens.shape[0], model.config
+    B = tokens.shape[0]
     design = model.design()
     states = model.read_in(tokens, design.states, design.codes, None)
-    samplers = [model._sampler(model._P(design.signatures, layer=i)) for i in range(c.depth)]
+    # P as the executor computes it (every layer's at once, issue 21; equal to each layer's own to
+    # float rounding in the backward: tests/test_shared_link_probabilities.py)
+    samplers = [model._sampler(P) for P in model.kernel_probabilities(design).values()]
     sample_op = model._sampler(model._P(design.readout_signatures, design.signatures, layer="readout"), readout=True)
     for layer, sample in zip(model.propagators, samplers):
         states = layer(states, design.codes, sample(B))
@@ -167,7 +172,7 @@ def test_the_default_path_is_unchanged():
     model = build_model(make_tiny_config(signature_fit_steps=20)).train()
     assert not hasattr(model, "input_latents") or not isinstance(model.input_latents, torch.nn.Module)
     assert not any(k.startswith("input_latents") for k in model.state_dict())
-    model.modulation_impl = "per_layer"  # the old execute's modulation (batched: tests/test_modfc_batched.py)
+    per_layer_modulation(model)  # the old execute's modulation (batched: tests/test_modfc_batched.py)
     x = _images()
     torch.manual_seed(7)
     new = model.execute(model.tokenizer(x))
@@ -251,10 +256,7 @@ def test_fast_paths_give_the_plain_step_with_input_latents(train):
     x, y = _images(), torch.tensor([0, 1, 2])
     results = {}
     for plain in (False, True):
-        model.sampler_impl = "plain" if plain else "sparse"
-        for m in model.modules():
-            if isinstance(m, SKMDPA):
-                m.bias_impl, m.attn_impl = ("plain", "sdpa") if plain else ("masked", "explicit")
+        model = reference_forms(copy.deepcopy(model)) if plain else model
         torch.manual_seed(123)
         logits = model(x)
         model.zero_grad(set_to_none=True)

@@ -1,9 +1,9 @@
 """The batched code modulation (issue 21) against the per-layer form.
 
-``NAC.modulation_impl = "batched"`` (the default) computes one forward's modulations
-``1 + alpha * LN(W_c c)`` of every ModFC at once (``NAC.code_modulations``,
-``nac.circuits.modfc.batched_modulations``); ``"per_layer"`` (the reference form, kept here and
-for direct calls of the layers) has each ModFC compute its own. Same inputs and seed: the same
+``NAC.code_modulations`` computes one forward's modulations ``1 + alpha * LN(W_c c)`` of every
+ModFC at once (``nac.circuits.modfc.batched_modulations``); the per-layer form (the reference,
+``reference_forms.per_layer_modulation``; what direct calls of the layers keep) has each ModFC
+compute its own. Same inputs and seed: the same
 logits, loss and every parameter gradient to float rounding, the same random-number stream, the
 same parameters and state-dict keys.
 
@@ -14,9 +14,12 @@ ModFC, so the summation order (and BLAS blocking) differs in the last bits.
 """
 
 import copy
+from contextlib import nullcontext
 
 import pytest
+import reference_forms
 import torch
+from reference_forms import per_layer_modulation
 from tiny_models import COND_TOKENIZER, make_tiny_config, tiny_batch
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -32,16 +35,19 @@ CONFIGS = {
     "conditional_input_latents": dict(input_latents=3, generator="conditional", cond_tokenizer=COND_TOKENIZER),
     "ln_only": dict(modfc_gain="ln_only"),
     "norm_affine": dict(modfc_norm_affine=True),
-    "gated_direct_readin": dict(gated_ffn=True, readin_impl="direct"),
+    "gated_direct_readin": dict(gated_ffn=True, direct_readin=True),
     "modfc_rung": dict(variant="modfc"),
     "frozen_graph": dict(variant="frozen_graph"),
 }
 
 
-def _build(**kw):
+def _build(direct_readin=False, **kw):
+    """The tiny NAC of ``kw``; ``direct_readin=True``: its read-in in the direct form."""
     kw = {"variant": "nac", "signature_fit_steps": 20, "n_processor": 12, **kw}
     torch.manual_seed(0)
     model = build_model(make_tiny_config(**kw))
+    if direct_readin:
+        reference_forms.direct_readin(model)
     if kw.get("modfc_norm_affine"):  # non-trivial affine parameters, so a mix-up would show
         with torch.no_grad():
             for m in modfcs(model):
@@ -50,13 +56,18 @@ def _build(**kw):
     return model
 
 
+def _form(impl, *models):
+    """The models in modulation form ``impl``: "batched" (the package's) or "per_layer"."""
+    return per_layer_modulation(*models) if impl == "per_layer" else nullcontext()
+
+
 def _step(model, impl, x, y, kw):
     """Logits, loss, the gradient of every parameter (None where it has none) and the next random
     number (the stream must be consumed alike)."""
-    model.modulation_impl = impl
     model.zero_grad(set_to_none=True)
     torch.manual_seed(123)
-    logits = model(x, **kw)
+    with _form(impl, model):
+        logits = model(x, **kw)
     loss = torch.nn.functional.cross_entropy(logits, y)
     if model.prior_target is not None:  # the unconditional NAC's regularizer, as training adds it
         loss = loss + model.graph_regularizer()
@@ -114,8 +125,8 @@ def test_batched_modulation_is_used_and_covers_every_modfc():
         try:
             model(x)
             assert calls == []
-            model.modulation_impl = "per_layer"
-            model(x)
+            with per_layer_modulation(model):
+                model(x)
         finally:
             ModFC.modulation = orig
         # the per-layer form: one modulation per ModFC call (k and v of the read-in once each too)
@@ -135,8 +146,7 @@ def _count(model, impl, x, op=None) -> int:
                 n[0] += 1
             return func(*args, **(kwargs or {}))
 
-    model.modulation_impl = impl
-    with Count():
+    with Count(), _form(impl, model):
         model(x).sum().backward()
     model.zero_grad(set_to_none=True)
     return n[0]
@@ -162,11 +172,11 @@ def test_batched_modulation_adds_no_state_and_loads_checkpoints():
         assert set(m.state_dict()) <= allowed
     x, _, _ = tiny_batch(model, seed=7)
     model.eval()
-    model.modulation_impl = "per_layer"
-    ref = model(x)
+    with per_layer_modulation(model):
+        ref = model(x)
     fresh = build_model(model.config, fit_signatures=False).eval()
     fresh.load_state_dict(model.state_dict())
-    assert set(fresh.state_dict()) == keys and fresh.modulation_impl == "batched"
+    assert set(fresh.state_dict()) == keys and "code_modulations" not in vars(fresh)
     torch.testing.assert_close(fresh(x), ref, rtol=1e-5, atol=1e-6)
 
 
@@ -179,10 +189,9 @@ def test_a_copy_modulates_with_its_own_parameters():
     with torch.no_grad():
         for m in modfcs(twin):
             m.code_proj.weight.mul_(2.0)
-    twin.modulation_impl = "per_layer"
     torch.manual_seed(1)
-    ref = twin(x)
-    twin.modulation_impl = "batched"
+    with per_layer_modulation(twin):
+        ref = twin(x)
     torch.manual_seed(1)
     out = twin(x)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
@@ -199,8 +208,8 @@ def test_dropped_modules_batched_equals_per_layer(kw):
     smaller = drop_modules(model, 4, **inputs)
     outs = {}
     for impl in ("batched", "per_layer"):
-        smaller.modulation_impl = model.modulation_impl = impl
-        outs[impl] = (smaller(x), attention_received(model, x))
+        with _form(impl, smaller, model):
+            outs[impl] = (smaller(x), attention_received(model, x))
     torch.testing.assert_close(outs["batched"][0], outs["per_layer"][0], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(outs["batched"][1], outs["per_layer"][1], rtol=1e-5, atol=1e-7)
 
@@ -233,18 +242,14 @@ def test_batched_modulations_on_its_own():
             torch.testing.assert_close(fc(x, mods), fc(x, code), rtol=1e-6, atol=1e-6)
 
 
-def test_missing_or_unnamed_modfc_and_bad_impl_are_refused():
+def test_missing_or_unnamed_modfc_is_refused():
     fc, other = ModFC(6, 5, 4), ModFC(6, 5, 4)
     with pytest.raises(ValueError, match="name_modfcs"):
         batched_modulations(torch.randn(3, 4), [fc])
     fc.modulation_key, other.modulation_key = "fc", "other"
     mods = batched_modulations(torch.randn(3, 4), [fc])
-    with pytest.raises(KeyError, match="modulation_impl = 'per_layer'"):
+    with pytest.raises(KeyError, match="pass it the code tensor itself"):
         other(torch.randn(2, 3, 6), mods)
-    model = _build()
-    model.modulation_impl = "bogus"
-    with pytest.raises(ValueError, match="batched, per_layer"):
-        model(tiny_batch(model, seed=7)[0])
 
 
 @pytest.mark.slow

@@ -116,3 +116,30 @@ def test_composer_help_lists_groups_and_print_writes_nothing(tmp_path, capsys, m
     assert capsys.readouterr().out.startswith("profile: smoke") and not (tmp_path / "params.yaml").exists()
     with pytest.raises(SystemExit):
         C.main(["--bogus"])
+
+
+def test_model_group_sets_one_size_in_every_track_and_the_profile_picks_it():
+    """conf/model/<scale>.yaml writes the NAC size once for every track; each profile picks its own
+    scale, and `model=...` on the command line wins over the profile's choice."""
+    size = ("d_model", "d_sig", "n_processor", "n_readout", "depth", "heads", "ffn_mult")
+    tracks = ("image", "points", "listops", "text", "nlvr")
+    sizes = {}
+    for profile in sorted(PROFILES):
+        params = compose([f"profile={profile}"])
+        got = {t: {k: params[t]["model"][k] for k in size} for t in tracks}
+        assert all(got[t] == got["image"] for t in tracks), f"profile {profile}: track sizes differ: {got}"
+        assert all("tokenizer" in params[t]["model"] for t in tracks)
+        sizes[profile] = got["image"]
+    assert len({tuple(s.values()) for s in sizes.values()}) == len(PROFILES)
+    crossed = compose(["profile=mini", "model=smoke"])
+    assert crossed["profile"] == "mini" and crossed["points"]["model"]["d_model"] == sizes["smoke"]["d_model"]
+    assert crossed["data"] == compose([])["data"]
+
+
+def test_an_experiment_is_its_overrides_and_nothing_else():
+    """conf/experiment/<name>.yaml is a named set of overrides over the chosen profile (none by
+    default): long_image changes image.train.epochs and no other value."""
+    base, long = compose(["profile=smoke"]), compose(["profile=smoke", "experiment=long_image"])
+    assert long["image"]["train"]["epochs"] == 96 != base["image"]["train"]["epochs"]
+    long["image"]["train"]["epochs"] = base["image"]["train"]["epochs"]
+    assert long == base

@@ -224,3 +224,16 @@ def test_async_matching_copies_P_before_returning():
         future = match_async(P, G, executor=pool)
         P.copy_(link_probabilities(torch.randn(n, 8, generator=torch.Generator().manual_seed(2))))
         assert torch.equal(future.result(), expected)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (never needed by CI)")
+def test_async_matching_on_cuda_gives_the_host_permutation_through_pinned_memory():
+    """On CUDA, P goes to pinned host memory without blocking (the worker waits on an event) and
+    the permutation comes back pinned: the same permutation and loss as the CPU's."""
+    n = 32
+    G = prior_target("ring_of_cliques", n)
+    P = link_probabilities(torch.randn(n, 8, generator=torch.Generator().manual_seed(7)), truncation=0.9)
+    perm = match_async(P.cuda(), G).result()
+    assert perm.is_pinned() and torch.equal(perm, match_permutation(P, G))
+    loss = loss_from_permutation(P.cuda(), torch.from_numpy(G).cuda(), perm)
+    torch.testing.assert_close(loss.cpu(), loss_from_permutation(P, G, perm))

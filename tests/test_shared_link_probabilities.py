@@ -1,19 +1,27 @@
-"""``P`` computed once per training step and shared by the executor and the regularizer (issue 21).
+"""``P`` computed once per training step and the regularizer's matching off the critical path
+(issue 21).
 
-``NAC.execute`` leaves every propagator's ``P`` (eq. 2) on the circuit design and
-``NAC.graph_regularizer`` of the same design takes it (``NAC._shared_P``) instead of computing it
-again. The reference form (each computes its own, as before) is ``_shared_P`` patched to always
-recompute: the same logits, regularizer and loss, and every parameter gradient to float rounding
-(not bit-exact: the backward through ``P`` now runs once on the sum of both consumers' gradients
-instead of twice, a different summation order).
+``NAC.logits_and_regularizer`` (what ``nac.training.loop.Objective`` calls for a NAC) computes
+each propagator's ``P`` (eq. 2) once (``kernel_probabilities``), starts the regularizer's
+matching on a worker thread (``match_async``: ``P`` copied to the host without blocking, the
+target read from its host copy), runs the forward with the same ``P`` and then finishes the
+regularizer with the thread's permutations.
+
+* Against the plain step (``forward`` then ``graph_regularizer`` of the same design, each
+  computing its own ``P``, the matching in the caller's thread): the same logits, regularizer and
+  loss, every parameter gradient to float rounding (not bit-exact: the backward through ``P`` runs
+  once on the sum of both consumers' gradients instead of twice, a different summation order).
+* Against the same ``P`` matched in the caller's thread: bit for bit the same.
 """
+
+import threading
 
 import pytest
 import torch
 import torch.nn.functional as F
 from tiny_models import COND_TOKENIZER, make_tiny_config, tiny_batch
 
-from nac import build_model
+from nac import build_model, regularizer
 from nac.model import NAC
 from nac.training.loop import Objective
 
@@ -25,19 +33,21 @@ CONFIGS = {
 }
 
 
-def _recompute(self, design, layer, P=None):
-    return P if P is not None else self._P(design.signatures, layer=layer)
-
-
 def _model(**kw):
     torch.manual_seed(0)
     return build_model(make_tiny_config(variant="nac", signature_fit_steps=20, n_processor=12, depth=3, **kw)).train()
 
 
-def _step(model, x, y, kw, calls):
+def _plain(model, x, mask=None, cond=None, cond_mask=None):
+    """The step before issue 21: the executor and the regularizer each compute ``P``."""
+    design = model.design(cond, cond_mask)
+    return model(x, mask=mask, design=design), model.graph_regularizer(design)
+
+
+def _step(model, x, y, kw, calls, forward):
     model.zero_grad(set_to_none=True)
     torch.manual_seed(11)
-    logits, reg = Objective(model)(x, **kw)
+    logits, reg = forward(model, x, **kw)
     loss = F.cross_entropy(logits, y) + reg
     loss.backward()
     grads = {n: None if p.grad is None else p.grad.clone() for n, p in model.named_parameters()}
@@ -45,17 +55,16 @@ def _step(model, x, y, kw, calls):
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_shared_P_gives_the_step_that_computes_it_twice(name, monkeypatch):
+def test_P_once_gives_the_step_that_computes_it_twice(name, monkeypatch):
     model = _model(**CONFIGS[name])
     assert model.prior_target is not None
     x, y, kw = tiny_batch(model, seed=5)
     calls = []
     real = NAC._P
     monkeypatch.setattr(NAC, "_P", lambda self, *a, **k: calls.append(k.get("layer")) or real(self, *a, **k))
-    shared = _step(model, x, y, kw, calls)
+    shared = _step(model, x, y, kw, calls, lambda m, *a, **k: Objective(m)(*a, **k))
     calls.clear()
-    monkeypatch.setattr(NAC, "_shared_P", _recompute)
-    ref = _step(model, x, y, kw, calls)
+    ref = _step(model, x, y, kw, calls, _plain)
     torch.testing.assert_close(shared[0], ref[0], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(shared[1], ref[1], rtol=1e-5, atol=1e-7)
     assert torch.equal(shared[3], ref[3])  # the same random-number stream
@@ -66,46 +75,88 @@ def test_shared_P_gives_the_step_that_computes_it_twice(name, monkeypatch):
             torch.testing.assert_close(
                 shared[2][n], g, rtol=1e-5, atol=max(1e-5 * float(g.abs().max()), floor), msg=lambda m, n=n: f"{n}: {m}"
             )
-    kernels = model.config.depth if model.config.kernel_per_module else 1
-    assert shared[4] == kernels + 1 and ref[4] == 2 * kernels + 1  # + the read-out's P
+    # the propagators' P (one batched call for all layers) + the read-out's; the plain step twice the first
+    assert shared[4] == 2 and ref[4] == 3
 
 
-def test_shared_P_is_not_taken_when_stale():
-    """After the signatures change (an optimizer step) or under another grad mode, the regularizer
-    recomputes P instead of taking the executor's."""
+@pytest.mark.parametrize("name", ["kernel_per_module", "shared_kernel", "conditional_regularised"])
+def test_kernel_probabilities_are_each_layers_own_P(name):
+    """Every layer's ``P`` from one cosine distance and one batched exp: bit for bit each layer's
+    own ``P`` (``_P`` of that layer), gradients to float rounding (summed before the distance's
+    backward instead of after)."""
+    model = _model(**CONFIGS[name])
+    x, _, kw = tiny_batch(model, seed=5)
+    design = model.design(kw.get("cond"), kw.get("cond_mask"))
+    batched = model.kernel_probabilities(design)
+    own = {i: model._P(design.signatures, layer=i) for i in batched}
+    assert list(batched) == (list(range(model.config.depth)) if model.config.kernel_per_module else [None])
+    w = torch.randn(batched[next(iter(batched))].shape, generator=torch.Generator().manual_seed(0))
+    grads = []
+    for Ps in (batched, own):
+        params = [design.signatures, *(model.kernel_bandwidth(i) for i in Ps)]
+        loss = sum((P * w * (k + 1)).sum() for k, P in enumerate(Ps.values()))
+        grads.append(torch.autograd.grad(loss, params, retain_graph=True))
+    for i in own:
+        assert torch.equal(batched[i], own[i]), i
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6 * float(b.abs().max()))
+
+
+@pytest.mark.parametrize("matching", ["hungarian", "search"])
+def test_the_matching_on_a_thread_gives_the_sequential_step_bit_for_bit(matching, monkeypatch):
+    """The same ``P``: matched on the worker thread (while the forward runs) or in the caller's
+    thread after it, the same permutations, so the same regularizer and gradients exactly."""
+    model = _model(matching=matching)
+    x, y, _ = tiny_batch(model, seed=5)
+    threads = []
+    real = regularizer._hungarian  # every matching's Hungarian steps
+    monkeypatch.setattr(regularizer, "_hungarian", lambda c: threads.append(threading.current_thread().name) or real(c))
+    on_thread = _step(model, x, y, {}, [], NAC.logits_and_regularizer)
+    assert len(threads) >= model.config.depth and all(t.startswith("nac-matching") for t in threads)
+    threads.clear()
+    monkeypatch.setattr(NAC, "match_async", lambda self, Ps: None)  # graph_regularizer matches itself
+    here = _step(model, x, y, {}, [], NAC.logits_and_regularizer)
+    assert len(threads) >= model.config.depth and set(threads) == {threading.current_thread().name}
+    assert torch.equal(on_thread[0], here[0]) and torch.equal(on_thread[1], here[1])
+    assert torch.equal(on_thread[3], here[3])
+    for n, g in here[2].items():
+        assert (g is None) == (on_thread[2][n] is None), n
+        assert g is None or torch.equal(on_thread[2][n], g), n
+
+
+def test_the_target_is_read_from_its_host_copy(monkeypatch):
+    """The matching gets the target as one host array, made once (not copied from the device at
+    every step), and a new target (a pruned model's, a device move) replaces it."""
     model = _model()
     x, _, _ = tiny_batch(model, seed=5)
-    design = model.design()
-    model(x, design=design)
-    with torch.no_grad():
-        model.generator.signatures.add_(0.3 * torch.randn_like(model.generator.signatures))
-    expected = model.graph_regularizer(model.design())
-    torch.testing.assert_close(model.graph_regularizer(design), expected)
-    design = model.design()
-    with torch.no_grad():
-        model(x, design=design)
-    reg = model.graph_regularizer(design)
-    assert reg.requires_grad  # the no-grad P was not taken
-    design = model.design()
-    model(x, design=design)
-    first = model.link_probabilities(design, layer=0)
-    assert first is not model.link_probabilities(design, layer=0)  # taken once, then computed afresh
+    seen = []
+    real = regularizer.match_async
+    monkeypatch.setattr("nac.model.match_async", lambda P, G, *a, **k: seen.append(G) or real(P, G, *a, **k))
+    for _ in range(2):
+        model.logits_and_regularizer(x)
+    assert len(seen) == 2 * model.config.depth and all(G is seen[0] for G in seen)
+    assert seen[0].dtype.name == "float64" and (seen[0] == model.prior_target.double().numpy()).all()
+    model.prior_target = model.prior_target.flip(0)
+    model.logits_and_regularizer(x)
+    assert seen[-1] is not seen[0] and (seen[-1] == model.prior_target.double().numpy()).all()
 
 
 @pytest.mark.slow
-def test_sharing_adds_no_graph_break():
+def test_sharing_adds_no_graph_break(monkeypatch):
     """Under ``torch.compile`` the shared P (and the batched modulation) trace without a graph
     break of their own (the training objective's other breaks are the regularizer's matching)."""
     import torch._dynamo as dynamo
 
+    from nac.circuits import kernel
+
+    monkeypatch.setattr(kernel, "CPU_SHORTCUTS", False)  # CUDA's sampler
     model = _model()
-    model.sampler_impl = "prepared"  # CUDA's sampler
     x, _, _ = tiny_batch(model, seed=5)
     dynamo.reset()
     try:
         explained = dynamo.explain(Objective(model))(x)
     finally:
         dynamo.reset()
-    ours = {"_shared_P", "_samplers", "link_probabilities", "code_modulations", "batched_modulations", "of"}
+    ours = {"kernel_probabilities", "_samplers", "link_probabilities", "code_modulations", "batched_modulations", "of"}
     for reason in explained.break_reasons:
         assert not {frame.name for frame in reason.user_stack} & ours, reason

@@ -1,33 +1,38 @@
 """The NAC step's optimised paths against their plain forms (issue 14, item 1).
 
-Each optimisation keeps its plain form selectable, and each test here runs both on the same
-inputs and seed: outputs and gradients agree to float tolerance, and the random-number stream
+The plain forms of the kernel's optimisations live in ``tests/reference_kernel.py`` (not as
+switches in the model); each test here runs both on the same inputs and seed:
+outputs and gradients agree to float tolerance, and the random-number stream
 is consumed identically (the pipeline's reproducibility depends on it).
 
-* ``SKMDPA.bias_impl``: ``"masked"`` (cut links get ``-inf``, no subnormal floats in the
-  attention backward) vs ``"plain"`` (``log(max(K_hat, 1e-30))``);
-* ``SKMDPA.attn_impl``: ``"explicit"`` attention with the kernel bias vs PyTorch's ``"sdpa"``;
-* ``NAC.sampler_impl``: ``"prepared"`` (``KernelSampler``: logit(P) once per forward, the
-  formula on linked entries only) vs ``"plain"`` (``sample_kernel`` per layer); ``"sparse"``
-  (the default) draws the same sample as a ``SparseKernel`` whose attention bias is computed on
-  the linked entries only;
-* the Neural Interpreter's ``impl`` (``ModLin``, ``ModAttn``, ``LOC``; ``set_impl``): ``"fast"``
-  (modulation folded into per-function weights, one q/k/v GEMM, eqs. 7-8 without the weights
-  ``W``) vs ``"plain"`` (the equations as printed);
+* ``log_normalized_kernel`` (cut links get ``-inf``, no subnormal floats in the attention
+  backward) vs ``plain_log_normalized_kernel`` (``log(max(K_hat, 1e-30))``);
+* ``explicit_attention`` with the kernel bias (the CPU's) vs PyTorch's SDPA (CUDA's, the plain);
+* ``KernelSampler`` ``"prepared"`` (logit(P) once per forward; CUDA's) vs ``PlainSampler``
+  (``sample_kernel`` per layer); ``"sparse"`` (the CPU's) draws the same sample as a
+  ``SparseKernel`` whose attention bias is computed on the linked entries only;
+* the Neural Interpreter's ``ModLin``, ``ModAttn``, ``LOC`` (modulation folded into per-function
+  weights, one q/k/v GEMM, eqs. 7-8 without the weights ``W``) vs the equations as printed
+  (``reference_forms.plain_ni``: the package keeps only the fast forms);
 * ``nac.regularizer.BLAS_THREADS``: 1 (the matching's numpy products on one thread) vs None
   (numpy's default threads): bitwise the same.
 """
+
+import copy
+from contextlib import nullcontext
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from reference_forms import plain_ni
 
 from nac import build_model
-from nac.baselines.neural_interpreter import ModLin, NeuralInterpreter, NeuralInterpreterConfig, set_impl
-from nac.circuits.attention import SKMDPA, explicit_attention, log_normalized_kernel
+from nac.baselines.neural_interpreter import ModLin, NeuralInterpreter, NeuralInterpreterConfig
+from nac.circuits.attention import explicit_attention, log_normalized_kernel
 from nac.circuits.kernel import KernelSampler, SparseKernel, link_probabilities, sample_kernel
 from tests.conftest import make_tiny_config
+from tests.reference_kernel import PlainSampler, plain_log_normalized_kernel, reference_forms
 
 
 def _close(a, b, rtol=1e-4, scale=None):
@@ -53,8 +58,8 @@ def test_masked_kernel_bias_gives_plain_attention_and_gradients():
     K = torch.cat([K, torch.zeros(3, 1, K.shape[-1])], dim=1)  # plus a row with no link at all
     scores = torch.randn(3, 2, *K.shape[1:]).requires_grad_()
     outs = {}
-    for impl in ("masked", "plain"):
-        bias = log_normalized_kernel(K, impl=impl).unsqueeze(1)
+    for impl, log_k_hat in (("masked", log_normalized_kernel), ("plain", plain_log_normalized_kernel)):
+        bias = log_k_hat(K).unsqueeze(1)
         w = (scores + bias).softmax(-1)
         loss = (w * torch.randn(w.shape, generator=torch.Generator().manual_seed(1))).sum()
         outs[impl] = (w, *torch.autograd.grad(loss, (scores, s), retain_graph=True))
@@ -62,12 +67,12 @@ def test_masked_kernel_bias_gives_plain_attention_and_gradients():
         _close(a, b)
     masked = log_normalized_kernel(K)
     assert torch.isinf(masked[:, :-1][K[:, :-1] == 0]).all()  # cut links: exactly no weight
-    assert torch.equal(masked[:, -1], log_normalized_kernel(K, impl="plain")[:, -1])  # empty row as plain
+    assert torch.equal(masked[:, -1], plain_log_normalized_kernel(K)[:, -1])  # empty row as plain
 
 
-def test_masked_kernel_bias_rejects_unknown_impl():
-    with pytest.raises(ValueError, match="masked, plain"):
-        log_normalized_kernel(torch.rand(2, 2), impl="bogus")
+def test_kernel_sampler_rejects_unknown_impl():
+    with pytest.raises(ValueError, match="sparse, prepared"):
+        KernelSampler(torch.rand(2, 2), 0.5, impl="plain")
 
 
 # ------------------------------------------------------------------ attention: explicit vs SDPA
@@ -116,7 +121,7 @@ def test_kernel_sampler_equals_sample_kernel_and_consumes_the_same_randomness(ba
     draws = {}
     for impl in ("prepared", "plain"):
         torch.manual_seed(7)
-        sampler = KernelSampler(P, 0.5, impl=impl)
+        sampler = KernelSampler(P, 0.5, impl=impl) if impl == "prepared" else PlainSampler(P, 0.5, "sample")
         Ks = [sampler(batch) for _ in range(3)]  # several layers from one P
         after = torch.rand(5)  # where the generator was left
         grad = torch.autograd.grad(
@@ -177,7 +182,7 @@ def test_sparse_kernel_bias_takes_the_dense_form_for_its_special_cases():
     K.values[0, 1] = 1e-37  # K_hat below the 1e-30 floor
     assert not K.empty_rows
     assert torch.equal(log_normalized_kernel(K), log_normalized_kernel(K.dense()))
-    assert torch.equal(log_normalized_kernel(K, impl="plain"), log_normalized_kernel(K.dense(), impl="plain"))
+    assert torch.equal(plain_log_normalized_kernel(K), plain_log_normalized_kernel(K.dense()))
 
 
 @pytest.mark.parametrize("mode", ["expectation", "threshold", "dense"])
@@ -188,13 +193,6 @@ def test_kernel_sampler_eval_modes_are_sample_kernel(mode):
 
 
 # ------------------------------------------------------------------ the whole model
-def _set_impls(model, plain: bool):
-    model.sampler_impl = "plain" if plain else "sparse"
-    for m in model.modules():
-        if isinstance(m, SKMDPA):
-            m.bias_impl, m.attn_impl = ("plain", "sdpa") if plain else ("masked", "explicit")
-
-
 @pytest.mark.parametrize("train", [True, False])
 @pytest.mark.parametrize("kernels", ["per_module", "shared_masked"])
 def test_nac_fast_paths_give_the_plain_step(train, kernels, monkeypatch):
@@ -221,7 +219,7 @@ def test_nac_fast_paths_give_the_plain_step(train, kernels, monkeypatch):
     assert (P == 0).float().mean() > 0.1  # the kernel cuts links: the masked path matters
     results = {}
     for plain in (False, True):
-        _set_impls(model, plain)
+        model = reference_forms(copy.deepcopy(model)) if plain else model
         torch.manual_seed(123)
         logits = model(x)
         loss = F.cross_entropy(logits, y) + 0.1 * model.graph_regularizer()
@@ -345,21 +343,23 @@ def test_prune_sweep_tokenizing_once_equals_predict(variant, tiny_config):
         assert np.array_equal(plain["logits"], fast["logits"]) and np.array_equal(plain["label"], fast["label"])
 
 
-# ------------------------------------------------ Neural Interpreter: impl "fast" vs "plain"
-def _ni_grads(fn, params, impl, seed=0):
-    """Outputs, every parameter's gradient and the RNG state after ``fn(impl)`` under ``seed``."""
+# ------------------------------------------------ Neural Interpreter: fast forms vs plain_ni
+def _ni_grads(fn, params, impl, module, seed=0):
+    """Outputs, every parameter's gradient and the RNG state after ``fn()`` under ``seed``, with
+    ``module``'s layers in form ``impl`` ("plain": ``plain_ni``; "fast": the package's)."""
     torch.manual_seed(seed)
-    out = fn(impl)
+    with plain_ni(module) if impl == "plain" else nullcontext():
+        out = fn()
     grads = torch.autograd.grad(
         (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum(), params, allow_unused=True
     )
     return out.detach(), grads, torch.get_rng_state()
 
 
-def _assert_ni_same(fn, params):
+def _assert_ni_same(fn, params, module):
     """Outputs and gradients agree to ``rtol=1e-5``, ``atol=max(1e-6, 1e-5 * max|plain|)`` (float32
     rounding through the whole model: observed differences are <= 3e-6 of each tensor's scale)."""
-    (o1, g1, rng1), (o2, g2, rng2) = (_ni_grads(fn, params, impl) for impl in ("plain", "fast"))
+    (o1, g1, rng1), (o2, g2, rng2) = (_ni_grads(fn, params, impl, module) for impl in ("plain", "fast"))
     assert all((a is None) == (b is None) for a, b in zip(g1, g2))
     for a, b in zip((o1, *g1), (o2, *g2)):
         if a is not None:
@@ -379,11 +379,10 @@ def test_ni_modlin_fast_forms_equal_plain(form):
     elif form == "batched_codes":
         c = torch.randn(B, U, 6, requires_grad=True)
 
-    def run(impl):
-        m.impl = impl
+    def run():
         return m(x.unsqueeze(1).expand(-1, U, -1, -1) if form == "broadcast" else x, c)
 
-    _assert_ni_same(run, [x, c, *m.parameters()])
+    _assert_ni_same(run, [x, c, *m.parameters()], m)
 
 
 @pytest.mark.parametrize("train", [True, False])
@@ -415,15 +414,9 @@ def test_ni_fast_model_gives_the_plain_outputs_and_gradients(train, size):
     mask[1, 40:] = mask[3, ::3] = False
     state = {k: v.clone() for k, v in model.state_dict().items()}
 
-    def run(impl):
+    def run():
         model.load_state_dict(state)  # BatchNorm statistics too
-        set_impl(model, impl).train(train)
-        return model(images, mask)
+        return model.train(train)(images, mask)
 
-    _assert_ni_same(run, list(model.parameters()))
-    assert all(m.impl == "fast" for m in model.modules() if hasattr(m, "impl"))
-
-
-def test_ni_set_impl_rejects_unknown_impl():
-    with pytest.raises(ValueError, match="valid choices: plain, fast"):
-        set_impl(ModLin(4, 4, 4), "fused")
+    _assert_ni_same(run, list(model.parameters()), model)
+    assert not any("forward" in vars(m) for m in model.modules())  # the plain forms are taken off again

@@ -1,22 +1,26 @@
 """The training loop: schedule, resume equivalence, non-finite loss, EMA, DDP on CPU."""
 
 import json
+import math
 import os
 import socket
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from nac import build_model
 from nac.checkpoint_io import load_checkpoint
 from nac.training.config import TrainConfig
 from nac.training.errors import NonFiniteLossError
-from nac.training.loop import fit, lr_at
+from nac.training.loop import fit, warmup_cosine
 
 sys.path.insert(0, str(Path(__file__).parent))
+from reference_forms import lr_at  # noqa: E402
 from test_overfit import Quadrants  # noqa: E402
 
 
@@ -31,6 +35,24 @@ def test_lr_schedule_warms_up_then_decays_to_floor():
     assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
     assert all(a >= b for a, b in zip(lrs[9:], lrs[10:]))
     assert lrs[-1] == pytest.approx(0.01, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    "total, warmup, peak, floor",
+    [(100, 10, 1.0, 0.01), (3000, 750, 1.5e-3, 1e-5), (50, 0, 1e-3, 1e-5), (7, 7, 1e-3, 0.0), (20, 5, 1e-4, 2e-4)],
+)
+def test_torch_scheduler_gives_the_formula_at_every_step(total, warmup, peak, floor):
+    """``warmup_cosine`` (torch's LambdaLR, stepped before every optimizer step but the first, as
+    ``fit`` steps it) sets ``lr_at(step)`` for every step, to float rounding (``peak * (x / peak)``
+    is within an ulp of ``x``); also with no warm-up, all warm-up, and a floor above the peak."""
+    opt = torch.optim.AdamW([{"params": [torch.zeros(1, requires_grad=True)]}, {"params": [torch.zeros(1)]}], lr=peak)
+    sched = warmup_cosine(opt, total, warmup, peak, floor)
+    for step in range(total):
+        if step:
+            sched.step()
+        ref = lr_at(step, total, warmup, peak, floor)
+        assert all(math.isclose(g["lr"], ref, rel_tol=1e-15, abs_tol=0.0) for g in opt.param_groups), step
+        opt.step()
 
 
 def test_fit_learns_and_logs(tmp_path, tiny_config, monkeypatch):
@@ -55,10 +77,37 @@ def test_fit_learns_and_logs(tmp_path, tiny_config, monkeypatch):
     assert load_checkpoint(tmp_path / "ckpt.pt")["epoch"] == 8
 
 
+@contextmanager
+def _step_lrs():
+    """Every scheduled optimizer step's learning rates (one per param group; the signature fit's
+    Adam, which has no scheduler, is left out), recorded in the ``with`` block."""
+    lrs = []
+
+    def record(opt, *_):
+        if "initial_lr" in opt.param_groups[0]:
+            lrs.append([g["lr"] for g in opt.param_groups])
+
+    hook = register_optimizer_step_pre_hook(record)
+    try:
+        yield lrs
+    finally:
+        hook.remove()
+
+
 def test_resumed_run_equals_uninterrupted_run(tmp_path, tiny_config):
+    """The same history, and the same learning rate at every step: the LR scheduler's state is in
+    the checkpoint and the resumed run continues its schedule where the first one stopped."""
     cfg, train, val = small_train(epochs=3), Quadrants(48, 0), Quadrants(16, 1)
     torch.manual_seed(0)
-    full = fit(build_model(tiny_config(num_classes=4)), train, val, cfg, checkpoint=tmp_path / "a.pt", progress=False)
+    with _step_lrs() as full_lrs:
+        full = fit(
+            build_model(tiny_config(num_classes=4)), train, val, cfg, checkpoint=tmp_path / "a.pt", progress=False
+        )
+    total, warmup = 3 * (48 // 16), 48 // 16  # warm-up: one epoch
+    assert len(full_lrs) == total
+    for step, lr in enumerate(full_lrs):  # the formula at every step
+        ref = lr_at(step, total, warmup, cfg.peak_lr, cfg.min_lr)
+        assert all(math.isclose(x, ref, rel_tol=1e-15) for x in lr), step
 
     class Interrupt(Exception):
         pass
@@ -68,22 +117,49 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path, tiny_config):
             raise Interrupt
 
     torch.manual_seed(0)
-    with pytest.raises(Interrupt):
-        fit(
-            build_model(tiny_config(num_classes=4)),
-            train,
-            val,
-            cfg,
-            checkpoint=tmp_path / "b.pt",
-            progress=False,
-            on_epoch_end=stop_after_first,
+    with _step_lrs() as lrs:
+        with pytest.raises(Interrupt):
+            fit(
+                build_model(tiny_config(num_classes=4)),
+                train,
+                val,
+                cfg,
+                checkpoint=tmp_path / "b.pt",
+                progress=False,
+                on_epoch_end=stop_after_first,
+            )
+        assert load_checkpoint(tmp_path / "b.pt")["epoch"] == 1
+        torch.manual_seed(123)  # a different process state: resume must not depend on it
+        resumed = fit(
+            build_model(tiny_config(num_classes=4)), train, val, cfg, checkpoint=tmp_path / "b.pt", progress=False
         )
-    assert load_checkpoint(tmp_path / "b.pt")["epoch"] == 1
-    torch.manual_seed(123)  # a different process state: resume must not depend on it
-    resumed = fit(
-        build_model(tiny_config(num_classes=4)), train, val, cfg, checkpoint=tmp_path / "b.pt", progress=False
-    )
     assert resumed["history"] == full["history"]
+    assert lrs == full_lrs  # epoch 1, then epochs 2-3 resumed: exactly the uninterrupted run's
+    assert load_checkpoint(tmp_path / "b.pt")["scheduler"]["last_epoch"] == total - 1
+
+
+def test_checkpoint_without_scheduler_state_is_not_resumed(tmp_path, tiny_config, capsys):
+    """A checkpoint written before the LR schedule was a torch scheduler (no ``"scheduler"``) is
+    treated as written with other settings: training starts over and moves it aside."""
+    cfg, train = small_train(epochs=2), Quadrants(32, 0)
+    ckpt = tmp_path / "s.pt"
+    fit(build_model(tiny_config(num_classes=4)), train, None, cfg, checkpoint=ckpt, progress=False)
+    old = torch.load(ckpt, weights_only=True)
+    del old["scheduler"]
+    torch.save(old, ckpt)
+    epochs_run = []
+    fit(
+        build_model(tiny_config(num_classes=4)),
+        train,
+        None,
+        cfg,
+        checkpoint=ckpt,
+        progress=False,
+        on_epoch_end=epochs_run.append,
+    )
+    assert epochs_run == [1, 2]
+    assert "no LR scheduler state" in capsys.readouterr().out  # the line that says why (tqdm.write)
+    assert "scheduler" in load_checkpoint(ckpt) and list(tmp_path.glob("s.pt.stale*"))
 
 
 def _files(root: Path) -> dict[str, bytes]:

@@ -41,7 +41,6 @@ import torch.nn.functional as F
 # The equation pieces (eqs. 2-11) live in ni_layers; re-exported here (the import path of record).
 from nac.baselines.ni_layers import (
     EPS,
-    IMPLS,
     LOC,
     Interpreter,
     ModAttn,
@@ -50,10 +49,8 @@ from nac.baselines.ni_layers import (
     TypeInference,
     aggregate_streams,
     modulated_attention,
-    modulated_attention_weights,
     normalize_compatibilities,
     per_function_linear,
-    set_impl,
     truncated_kernel,
 )
 from nac.circuits.tokenizers import TOKENIZERS, build_tokenizer

@@ -6,9 +6,9 @@ over functions (eq. 11). The model (functions, scripts, CLS read-out, fine-tunin
 
 Shapes: ``B`` batch, ``V`` variables, ``U`` functions, ``d`` = ``d_model``, ``H`` heads.
 
-Speed (``impl``, a class attribute of ``ModLin``, ``ModAttn`` and ``LOC``; ``set_impl`` sets it on
-a whole model): ``"fast"`` (the default) computes the same equations in fewer, larger kernels,
-``"plain"`` exactly as printed. The fast forms: ModLin folds the modulation into a per-function
+Speed: ``ModLin``, ``ModAttn`` and ``LOC`` compute the same equations in fewer, larger kernels than
+as printed; the printed forms are the reference, in ``tests/reference_forms.py`` (``plain_ni``).
+The fast forms: ModLin folds the modulation into a per-function
 weight (``W diag(m_u)``, one batched matmul, no ``x * m_u`` tensor); ModAttn projects q, k, v in
 one matmul, and a stream that is one input broadcast over the functions (the first LOC's input,
 ``x_ui = x_i``) is normalised once and projected by one GEMM for all functions; eqs. 7-8 become
@@ -28,18 +28,6 @@ import torch.nn.functional as F
 from nac.circuits.kernel import link_probabilities
 
 EPS = 1e-6  # the paper's epsilon of eqs. 3 and 7
-IMPLS = ("plain", "fast")
-
-
-def set_impl(module: nn.Module, impl: str) -> nn.Module:
-    """Set ``impl`` (``"plain"`` or ``"fast"``) on every ModLin, ModAttn and LOC in ``module``;
-    returns module."""
-    if impl not in IMPLS:
-        raise ValueError(f"unknown impl {impl!r}; valid choices: {', '.join(IMPLS)}")
-    for m in module.modules():
-        if isinstance(m, (ModLin, ModAttn, LOC)):
-            m.impl = impl
-    return module
 
 
 def _broadcast_source(x: torch.Tensor) -> torch.Tensor | None:
@@ -124,8 +112,6 @@ class ModLin(nn.Module):
     ``[d_cond]`` with x ``[..., V, d_in]`` also works.
     """
 
-    impl = "fast"
-
     def __init__(self, d_in: int, d_out: int, d_cond: int, bias: bool = True):
         super().__init__()
         self.linear = nn.Linear(d_in, d_out, bias=bias)  # W, b
@@ -141,8 +127,6 @@ class ModLin(nn.Module):
         return self.linear.weight * self.modulation(c).unsqueeze(-2)
 
     def forward(self, x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-        if self.impl == "plain":
-            return self.linear(x * self.modulation(c).unsqueeze(-2))
         return per_function_linear(x, self.weight(c), self.linear.bias)
 
 
@@ -164,23 +148,6 @@ class ModMLP(nn.Module):
 # ---------------------------------------------------------------------------------------------
 # Eqs. 6-8: ModAttn
 # ---------------------------------------------------------------------------------------------
-def modulated_attention_weights(
-    q: torch.Tensor, k: torch.Tensor, C: torch.Tensor, key_mask: torch.Tensor | None = None, eps: float = EPS
-) -> torch.Tensor:
-    """Eq. 7, ``W_uhij = W~_uhij / (eps + sum_j W~_uhij)`` with
-    ``W~_uhij = C_ui C_uj softmax_j(q_uhi . k_uhj / sqrt(d_key))``.
-
-    q, k: ``[B, U, V, H, d_key]``; C: ``[B, U, V]``; key_mask: ``[B, V]`` bool (True = real
-    token; padded keys get weight 0) -> ``[B, U, H, V_i, V_j]``.
-    """
-    logits = torch.einsum("buihe,bujhe->buhij", q, k) / math.sqrt(q.shape[-1])
-    if key_mask is not None:
-        logits = logits.masked_fill(~key_mask[:, None, None, None, :], float("-inf"))
-    A = logits.softmax(dim=-1)
-    W = C[:, :, None, :, None] * C[:, :, None, None, :] * A
-    return W / (eps + W.sum(dim=-1, keepdim=True))
-
-
 def modulated_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -219,8 +186,6 @@ class ModAttn(nn.Module):
     ``[B, U, V, d]``.
     """
 
-    impl = "fast"
-
     def __init__(self, d_model: int, d_code: int, heads: int, head_dim: int):
         super().__init__()
         self.heads, self.head_dim = heads, head_dim
@@ -233,22 +198,15 @@ class ModAttn(nn.Module):
         self, x: torch.Tensor, c: torch.Tensor, C: torch.Tensor, key_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
         H = self.heads
-        if self.impl != "plain":  # one projection for q, k, v
-            qkv = (self.query, self.key, self.value)
-            b = None if any(m.linear.bias is None for m in qkv) else torch.cat([m.linear.bias for m in qkv])
-            y = per_function_linear(x, torch.cat([m.weight(c) for m in qkv], dim=-2), b)
-            q, k, v = (
-                t.unflatten(-1, (H, -1)).transpose(-2, -3)  # [B, U, H, V, .]
-                for t in y.split([m.linear.out_features for m in qkv], dim=-1)
-            )
-            y = modulated_attention(q, k, v, C, key_mask)  # eqs. 7-8: [B, U, H, V, d / H]
-            return self.out(y.transpose(-2, -3).flatten(-2), c)
-        q = self.query(x, c).unflatten(-1, (H, -1))  # eq. 6: [B, U, V, H, d_key]
-        k = self.key(x, c).unflatten(-1, (H, -1))
-        v = self.value(x, c).unflatten(-1, (H, -1))  # [B, U, V, H, d / H]
-        W = modulated_attention_weights(q, k, C, key_mask)  # eq. 7: [B, U, H, V, V]
-        y = torch.einsum("buhij,bujhe->buihe", W, v).flatten(-2)  # eq. 8: heads folded
-        return self.out(y, c)
+        qkv = (self.query, self.key, self.value)  # eq. 6 in one projection
+        b = None if any(m.linear.bias is None for m in qkv) else torch.cat([m.linear.bias for m in qkv])
+        y = per_function_linear(x, torch.cat([m.weight(c) for m in qkv], dim=-2), b)
+        q, k, v = (
+            t.unflatten(-1, (H, -1)).transpose(-2, -3)  # [B, U, H, V, .]
+            for t in y.split([m.linear.out_features for m in qkv], dim=-1)
+        )
+        y = modulated_attention(q, k, v, C, key_mask)  # eqs. 7-8: [B, U, H, V, d / H]
+        return self.out(y.transpose(-2, -3).flatten(-2), c)  # heads folded into channels
 
 
 # ---------------------------------------------------------------------------------------------
@@ -264,8 +222,6 @@ class LOC(nn.Module):
     ``[B, U, V]`` -> ``[B, U, V, d]``.
     """
 
-    impl = "fast"
-
     def __init__(self, d_model: int, d_code: int, heads: int, head_dim: int, mlp_hidden: int):
         super().__init__()
         self.attn_norm = nn.LayerNorm(d_model)
@@ -277,7 +233,7 @@ class LOC(nn.Module):
         self, x: torch.Tensor, c: torch.Tensor, C: torch.Tensor, key_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
         gate = C.unsqueeze(-1)
-        src = _broadcast_source(x) if self.impl != "plain" else None
+        src = _broadcast_source(x)
         h = self.attn_norm(x) if src is None else self.attn_norm(src).unsqueeze(1).expand_as(x)  # once if x_ui = x_i
         a = x + gate * self.attn(h, c, C, key_mask)  # eq. 9
         return a + gate * self.mlp(self.mlp_norm(a), c)  # eq. 10

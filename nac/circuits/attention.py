@@ -22,47 +22,41 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from nac.circuits.kernel import SparseKernel
+from nac.circuits.kernel import SparseKernel, cpu_shortcut
 from nac.circuits.modfc import ModFC
 
-KERNEL_BIAS_IMPLS = ("masked", "plain")
 _LOG_FLOOR = 1e-30
 
 
-def log_normalized_kernel(K: torch.Tensor, delta: float = 1e-6, impl: str = "masked") -> torch.Tensor:
+def log_normalized_kernel(K: torch.Tensor, delta: float = 1e-6) -> torch.Tensor:
     """``log K_hat`` of eq. 3, ``[..., U, V]``.
 
-    ``impl="plain"``: ``log(max(K_hat, 1e-30))``, so entries with ``K = 0`` get a large negative
-    finite value (-69.1, not ``-inf``) and a row with no links attends like dense attention
-    instead of giving NaN.
-
-    ``impl="masked"`` (the default) returns the same except that, in rows with at least one
-    entry above the floor, the floored entries are ``-inf``. Their softmax weight was
-    ``exp(-69.1 + A_ij - A_max) <~ 1e-30`` of the row's largest, below float32 resolution
-    unless scores differ by more than ~50, so outputs and gradients agree with ``plain`` to
-    float tolerance (``tests/test_speed_equivalence.py``); rows with no entry above the floor
-    are unchanged. Why it matters: those ~1e-30 weights turn into subnormal floats in the
-    attention backward, and CPU matrix products on subnormals run many times slower (with a
-    highly truncated kernel, the larger part of a NAC training step). The dense forms have
-    no data-dependent shape and no host sync (the CUDA path; ``tests/test_speed_sync.py``)."""
-    if impl not in KERNEL_BIAS_IMPLS:
-        raise ValueError(f"unknown kernel bias impl {impl!r}; valid choices: {', '.join(KERNEL_BIAS_IMPLS)}")
+    The plain form is ``log(max(K_hat, 1e-30))`` (``tests/reference_kernel.py``): entries with
+    ``K = 0`` get a large negative finite value (-69.1, not ``-inf``) and a row with no links
+    attends like dense attention instead of giving NaN. This returns the same except that, in
+    rows with at least one entry above the floor, the floored entries are ``-inf``. Their
+    softmax weight was ``exp(-69.1 + A_ij - A_max) <~ 1e-30`` of the row's largest, below
+    float32 resolution unless scores differ by more than ~50, so outputs and gradients agree with
+    the plain form to float tolerance (``tests/test_speed_equivalence.py``); rows with no entry
+    above the floor are unchanged. Why it matters: those ~1e-30 weights turn into subnormal
+    floats in the attention backward, and CPU matrix products on subnormals run many times
+    slower. The dense form has no data-dependent shape and no host sync (the CUDA path;
+    ``tests/test_speed_sync.py``); a ``SparseKernel`` (CPU only) is computed on its linked
+    entries."""
     if isinstance(K, SparseKernel):  # (CPU only: its special-case checks sync with a device)
-        bias = _sparse_log_normalized_kernel(K, delta) if impl == "masked" and K.values.device.type == "cpu" else None
+        bias = _sparse_log_normalized_kernel(K, delta) if cpu_shortcut(K.values) else None
         if bias is not None:
             return bias
         K = K.dense()
     K = K.float()
     K_hat = K / (delta + K.sum(dim=-1, keepdim=True))
     bias = torch.log(K_hat.clamp_min(_LOG_FLOOR))
-    if impl == "plain":
-        return bias
     floored = K_hat.detach() <= _LOG_FLOOR
     return bias.masked_fill(floored & ~floored.all(dim=-1, keepdim=True), float("-inf"))
 
 
 def _sparse_log_normalized_kernel(K: SparseKernel, delta: float) -> torch.Tensor | None:
-    """``log_normalized_kernel(K.dense(), delta, "masked")`` from the linked entries alone:
+    """``log_normalized_kernel(K.dense(), delta)`` from the linked entries alone:
     ``log(K_ij / (delta + sum_j K_ij))`` there, ``-inf`` on every cut link. The row sums run over
     the linked values (the other entries are exactly 0), so the result agrees with the dense form
     to float rounding (summation order). Where that form's special cases could arise (a row
@@ -78,9 +72,6 @@ def _sparse_log_normalized_kernel(K: SparseKernel, delta: float) -> torch.Tensor
         return None
     bias = vals.new_full((*lead, K.shape[-2] * K.shape[-1]), float("-inf"))
     return bias.index_copy(-1, K.flat_index, torch.log(K_hat)).view(K.shape)
-
-
-ATTN_IMPLS = ("explicit", "sdpa")
 
 
 def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -116,9 +107,6 @@ class SKMDPA(nn.Module):
         if d % heads:
             raise ValueError(f"state width {d} is not divisible by {heads} heads; choose heads that divide d_model")
         self.heads, self.d_head, self.delta = heads, d // heads, delta
-        # The fast forms by default; ("plain", "sdpa") is the reference (tests/test_speed_equivalence.py).
-        self.bias_impl = "masked"  # log_normalized_kernel's impl
-        self.attn_impl = "explicit"  # ATTN_IMPLS
         self.q = ModFC(d, d, d_code, modulated, alpha_init)
         # No key bias: it adds q_i . b_k to a whole row of scores, which softmax ignores.
         self.k = ModFC(d, d, d_code, modulated, alpha_init, bias=False)
@@ -148,7 +136,7 @@ class SKMDPA(nn.Module):
             if dense_senders:  # input latents first: linked to every receiver with K = 1
                 K = K.dense() if isinstance(K, SparseKernel) else K
                 K = torch.cat([K.new_ones(*K.shape[:-1], dense_senders), K], dim=-1)
-            bias = log_normalized_kernel(K, self.delta, self.bias_impl)
+            bias = log_normalized_kernel(K, self.delta)
             bias = bias.unsqueeze(-3) if bias.dim() == 3 else bias  # broadcast over heads
         if key_mask is not None:
             pad = torch.zeros(key_mask.shape, device=key_mask.device).masked_fill(~key_mask, float("-inf"))
@@ -160,13 +148,16 @@ class SKMDPA(nn.Module):
         self, x_recv, x_send, code_recv, code_send, K=None, key_mask=None, dense_senders: int = 0
     ) -> torch.Tensor:
         q, k, v = self._qkv(x_recv, x_send, code_recv, code_send)
-        bias = self._bias(K, key_mask, q.dtype, dense_senders)
-        # CPU only: on CUDA, SDPA's fused kernels take a bias with a gradient themselves.
-        if self.attn_impl == "explicit" and K is not None and key_mask is None and q.device.type == "cpu":
-            y = explicit_attention(q, k, v, bias)
-        else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        y = self._attend(q, k, v, self._bias(K, key_mask, q.dtype, dense_senders), K, key_mask)
         return self.out(y.transpose(1, 2).flatten(2), code_recv)
+
+    def _attend(self, q, k, v, bias, K, key_mask) -> torch.Tensor:
+        """``softmax(q k^T / sqrt(e) + bias) v``, ``[B, H, U, e]``: SDPA (the CUDA path, whose fused
+        kernels take a bias with a gradient themselves), or ``explicit_attention`` (the same
+        numbers, ``tests/test_speed_equivalence.py``) on the CPU with a kernel and no key mask."""
+        if K is not None and key_mask is None and cpu_shortcut(q):
+            return explicit_attention(q, k, v, bias)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
 
     @torch.no_grad()
     def weights(

@@ -39,15 +39,25 @@ import torch.nn.functional as F
 from torch.distributions import RelaxedBernoulli
 
 KERNEL_MODES = ("expectation", "threshold", "sample", "dense")
-SAMPLER_IMPLS = ("sparse", "prepared", "plain")
+SAMPLER_IMPLS = ("sparse", "prepared")
 TRUNCATION_MODES = ("direct", "masked")
+# The CPU-only fast forms (the sparse kernel sample and its bias, explicit attention) are taken
+# on the CPU; False takes the forms CUDA takes on every device (no data-dependent shape, no host
+# sync): what bench/bench_ops.py and the sync tests count on the CPU.
+CPU_SHORTCUTS = True
+
+
+def cpu_shortcut(t: torch.Tensor) -> bool:
+    """Whether a CPU-only fast form may be taken for tensor ``t`` (``CPU_SHORTCUTS``, on the CPU)."""
+    return CPU_SHORTCUTS and t.device.type == "cpu"
 
 
 def cosine_distance(s_recv: torch.Tensor, s_send: torch.Tensor | None = None) -> torch.Tensor:
     """``d_ij = 1 - cos(s_i, s_j)`` in ``[0, 2]``, fp32 even under bf16 autocast; ``[..., U, V]``."""
-    s_send = s_recv if s_send is None else s_send
     with torch.autocast(s_recv.device.type, enabled=False):
-        cos = F.normalize(s_recv.float(), dim=-1) @ F.normalize(s_send.float(), dim=-1).transpose(-1, -2)
+        n_recv = F.normalize(s_recv.float(), dim=-1)
+        n_send = n_recv if s_send is None else F.normalize(s_send.float(), dim=-1)  # normalised once if shared
+        cos = n_recv @ n_send.transpose(-1, -2)
         return 1.0 - cos.clamp(-1.0, 1.0)  # rounding can push cos(s, s) past 1, and P past 1
 
 
@@ -58,6 +68,7 @@ def link_probabilities(
     truncation: float | None = None,
     straight_through: bool = True,
     mode: str = "masked",
+    distance: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Eq. 2: ``P_ij = exp(-(1 - cos(s_i, s_j)) / eps)``, cut to 0 where ``1 - cos > truncation``.
 
@@ -67,10 +78,12 @@ def link_probabilities(
     ``direct`` gives cut pairs exactly zero gradient; ``masked`` with ``straight_through`` gives
     them the untruncated gradient. The function's default stays ``masked`` for its other callers
     (the Neural Interpreter baseline); the NAC passes its config's ``truncation_mode``.
+    ``distance``: ``cosine_distance(s_recv, s_send)`` if already computed (several kernels, each
+    with its own bandwidth, over one set of signatures: computed once for all).
     """
     if mode not in TRUNCATION_MODES:
         raise ValueError(f"unknown truncation mode {mode!r}; valid choices: {', '.join(TRUNCATION_MODES)}")
-    d = cosine_distance(s_recv, s_send)
+    d = cosine_distance(s_recv, s_send) if distance is None else distance
     with torch.autocast(d.device.type, enabled=False):
         if truncation is None:
             return torch.exp(-d / bandwidth)
@@ -138,21 +151,25 @@ class KernelSampler:
     sample's shape, same dtype and device) and computes the same formula, ``K = clamp(sigmoid(
     (logit(u) + logit(p)) / tau), tiny, 1 - eps)`` zeroed where ``P = 0``; only the summation
     order of the two logits differs, so samples and gradients agree to float rounding
-    (``tests/test_speed_equivalence.py``). ``impl="plain"`` calls ``sample_kernel`` itself;
-    ``impl="sparse"`` (a shared ``P`` in training, on the CPU) returns the same sample as a
-    ``SparseKernel``; ``impl="prepared"`` (the CUDA path) computes it densely, with no
-    data-dependent shape and no host sync (no ``nonzero``, boolean indexing or ``bool(tensor)``:
-    ``tests/test_speed_sync.py``). Both draw the same ``u`` and give the same values on the
-    linked entries (elementwise, the same formula), and 0 elsewhere. ``"sparse"`` on another
-    device than the CPU is taken as ``"prepared"`` (finding the linked entries syncs)."""
+    (``tests/test_speed_equivalence.py``, against ``sample_kernel``, the plain form).
+    ``impl`` (``SAMPLER_IMPLS``; default: ``"sparse"`` where ``cpu_shortcut(P)`` and ``P`` is
+    shared, else ``"prepared"``): ``"prepared"`` (the CUDA path) computes the sample densely with
+    fixed-shape masked ops, no data-dependent shape and no host sync (no ``nonzero``, boolean
+    indexing or ``bool(tensor)``: ``tests/test_speed_sync.py``); ``"sparse"`` (a shared ``P``, on
+    the CPU) returns the same sample as a ``SparseKernel``. Both draw the same ``u`` and give the
+    same values on the linked entries (elementwise, the same formula), and 0 elsewhere.
+    ``"sparse"`` on another device than the CPU is taken as ``"prepared"`` (finding the linked
+    entries syncs)."""
 
-    def __init__(self, P: torch.Tensor, tau: float, mode: str = "sample", impl: str = "prepared"):
-        if impl not in SAMPLER_IMPLS:
+    def __init__(self, P: torch.Tensor, tau: float, mode: str = "sample", impl: str | None = None):
+        if impl is not None and impl not in SAMPLER_IMPLS:
             raise ValueError(f"unknown kernel sampler impl {impl!r}; valid choices: {', '.join(SAMPLER_IMPLS)}")
+        if impl is None:
+            impl = "sparse" if cpu_shortcut(P) else "prepared"
         if impl == "sparse" and P.device.type != "cpu":  # nonzero / bool(...) below would sync with the device
             impl = "prepared"
         self.P, self.tau, self.mode, self.impl = P, tau, mode, impl
-        if mode == "sample" and impl != "plain":
+        if mode == "sample":
             fi = torch.finfo(P.dtype)
             self.linked = P > 0
             # sparse (CPU): logit(P) only where a link exists, every other entry of K is zeroed
@@ -167,7 +184,7 @@ class KernelSampler:
 
     def __call__(self, batch_size: int | None = None) -> torch.Tensor | SparseKernel | None:
         P = self.P
-        if self.mode != "sample" or self.impl == "plain":
+        if self.mode != "sample":
             return sample_kernel(P, self.tau, batch_size=batch_size, mode=self.mode)
         shape = (batch_size, *P.shape) if P.dim() == 2 and batch_size is not None else P.shape
         fi = torch.finfo(P.dtype)

@@ -17,8 +17,9 @@ Batched modulation: the modulation is row-wise in the code (module u's row depen
 row u), so one forward's modulations of every ModFC that reads the same code tensor can be
 computed together (``batched_modulations``: one product with every ``W_c`` stacked, one
 LayerNorm per width, one ``alpha`` product) and handed to each ModFC as a ``Modulations`` in
-place of the code tensor. ``NAC.execute`` does this (``NAC.modulation_impl``); a code tensor
-passed directly keeps the per-layer form, the reference (``tests/test_modfc_batched.py``).
+place of the code tensor. ``NAC.execute`` does this (``NAC.code_modulations``); a code tensor
+passed directly keeps the per-layer form, the reference (``tests/reference_forms.py``,
+``tests/test_modfc_batched.py``).
 """
 
 from __future__ import annotations
@@ -93,8 +94,8 @@ class Modulations:
         if m is None:
             raise KeyError(
                 f"ModFC {fc.modulation_key!r} was handed precomputed modulations that do not include it: "
-                "list it among the readers of that code (NAC.code_modulations), or set "
-                "NAC.modulation_impl = 'per_layer'"
+                "list it among the readers of that code (NAC.code_modulations), or pass it the code tensor "
+                "itself (it then computes its own modulation)"
             )
         return m
 

@@ -12,8 +12,9 @@ rescaling followed by one shared matrix, the same numbers come out of a cheaper 
 - values:  ``sum_j a_uj v_uj = W_v ((sum_j a_uj x_j) * m^v_u) + b_v`` since ``sum_j a_uj = 1``.
 
 So the fast path attends over raw tokens (``[B, H, U, T]`` scores, ``[B, H, U, d_in]``
-summaries) and never materialises per-module keys or values. ``impl="direct"`` keeps the
-per-module form as the reference; tests assert both agree (outputs and gradients).
+summaries) and never materialises per-module keys or values. The per-module form (eq. 4
+literally) is the reference, in ``tests/reference_forms.py`` (``direct_attend``); tests assert
+both agree (outputs and gradients).
 
 Eq. 5 as printed has no softmax over tokens; we use softmax attention (the authors' code, and
 what "cross-attention" means), and pre-LayerNorm residuals around attention and ModFFN.
@@ -28,8 +29,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from nac.circuits.modfc import ModFC, ModFFN
-
-READIN_IMPLS = ("fast", "direct")
 
 
 class ReadIn(nn.Module):
@@ -47,14 +46,11 @@ class ReadIn(nn.Module):
         ffn_mult: float = 4.0,
         gated: bool = False,
         alpha_init: float = 0.1,
-        impl: str = "fast",
     ):
         super().__init__()
         if d % heads:
             raise ValueError(f"state width {d} is not divisible by {heads} read-in heads")
-        if impl not in READIN_IMPLS:
-            raise ValueError(f"unknown read-in impl {impl!r}; valid choices: {', '.join(READIN_IMPLS)}")
-        self.heads, self.d_head, self.impl = heads, d // heads, impl
+        self.heads, self.d_head = heads, d // heads
         self.norm_tokens = nn.LayerNorm(d_in)
         self.norm_states = nn.LayerNorm(d)
         self.q = ModFC(d, d, d_code, modulated, alpha_init)
@@ -65,13 +61,12 @@ class ReadIn(nn.Module):
         self.norm_ffn = nn.LayerNorm(d)
         self.ffn = ModFFN(d, d_code, ffn_mult, modulated, gated, alpha_init=alpha_init)
 
-    def forward(self, tokens, states, codes, mask=None, impl: str | None = None) -> torch.Tensor:
+    def forward(self, tokens, states, codes, mask=None) -> torch.Tensor:
         B = tokens.shape[0]
         states = states.expand(B, *states.shape[-2:])
         x = self.norm_tokens(tokens)
         h = self.norm_states(states)
-        attend = self.attend_fast if (impl or self.impl) == "fast" else self.attend_direct
-        states = states + self.out(attend(x, h, codes, mask), codes)
+        states = states + self.out(self.attend(x, h, codes, mask), codes)
         return states + self.ffn(self.norm_ffn(states), codes)
 
     def _modulation(self, fc: ModFC, codes, B: int, U: int) -> torch.Tensor | None:
@@ -79,8 +74,9 @@ class ReadIn(nn.Module):
             return None
         return fc.modulation_of(codes).expand(B, U, fc.d_in)
 
-    def attend_fast(self, x, h, codes, mask=None) -> torch.Tensor:
-        """x ``[B, T, d_in]`` (normalised tokens), h ``[B, U, d]`` -> ``[B, U, d]`` (pre-exit)."""
+    def attend(self, x, h, codes, mask=None) -> torch.Tensor:
+        """x ``[B, T, d_in]`` (normalised tokens), h ``[B, U, d]`` (normalised states) -> ``[B, U, d]``
+        (before the exit ModFC): the folded route of the module docstring."""
         B, U, H, e = h.shape[0], h.shape[1], self.heads, self.d_head
         q = self.q(h, codes).unflatten(-1, (H, e))  # [B, U, H, e]
         Wk = self.k.linear.weight.unflatten(0, (H, e))  # [H, e, d_in]
@@ -105,16 +101,3 @@ class ReadIn(nn.Module):
         if self.v.linear.bias is not None:
             y = y + self.v.linear.bias.unflatten(0, (H, e))
         return y.flatten(2)
-
-    def attend_direct(self, x, h, codes, mask=None) -> torch.Tensor:
-        """Eq. 4 literally: per-module keys and values ``[B, U, T, d]`` (the reference)."""
-        B, U, T, H, e = h.shape[0], h.shape[1], x.shape[1], self.heads, self.d_head
-        q = self.q(h, codes).unflatten(-1, (H, e))  # [B, U, H, e]
-        xu = x.unsqueeze(1).expand(B, U, T, x.shape[-1])
-        k = self.k(xu, codes).unflatten(-1, (H, e))  # [B, U, T, H, e]
-        v = self.v(xu, codes).unflatten(-1, (H, e))
-        scores = torch.einsum("buhe,buthe->bhut", q, k) / math.sqrt(e)
-        if mask is not None:
-            scores = scores.masked_fill(~mask[:, None, None, :], float("-inf"))
-        a = scores.softmax(dim=-1)
-        return torch.einsum("bhut,buthe->buhe", a, v).flatten(2)

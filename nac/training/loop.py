@@ -1,4 +1,5 @@
-"""The training loop: AdamW, linear warm-up + cosine schedule, label smoothing, gradient
+"""The training loop: AdamW, linear warm-up + cosine schedule (a torch LR scheduler, its state in
+the checkpoint), label smoothing, gradient
 clipping, the graph-structure regularizer, bf16 autocast on CUDA, optional EMA, dvclive logging
 per epoch, a tqdm bar with ETA, and an atomic checkpoint per epoch that a rerun resumes from.
 
@@ -12,7 +13,9 @@ ever holds finite tensors (``save_checkpoint`` enforces it too). The checks run 
 (``nac.training.checks.StepChecks``: the first non-finite step is recorded there) and the host reads them every
 ``SYNC_EVERY`` steps and at each epoch end, before anything is evaluated or saved, so a step has
 no host sync: the error names the step that went wrong, only raised up to ``SYNC_EVERY`` steps
-later. The epoch's metrics are summed on the device too and read at the epoch end. One training at a time holds a
+later. The epoch's metrics are summed on the device too and read at the epoch end (and, the
+epoch so far, by the progress bar at each periodic read); labels and the ``augment: true``
+draws are copied non-blocking (pinned batches on CUDA), the EMA is foreach ops. One training at a time holds a
 checkpoint (an OS lock on ``<checkpoint>.lock``); a checkpoint written with other settings is
 moved aside, never overwritten in place. Ctrl-C and a full disk end with one line saying which
 checkpoint is intact (``TrainingStopped``, a ``SystemExit``: a stage exits non-zero without a
@@ -35,6 +38,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
+from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 from tqdm.auto import tqdm
 
@@ -53,16 +57,17 @@ from nac.training.resume import RunState, resume_from, save_epoch
 # AdamW's implementation. None: PyTorch's default, a Python loop over the parameters on CPU (the
 # reference; "foreach" is no faster on CPU and bitwise the same). "fused" (opt-in): one kernel over
 # all parameters, a cheaper optimizer step (`bench/bench_ops.py --adamw fused`: bench/results/ops.md),
-# but its arithmetic rounds differently
-# (parameters differ by ~1 ulp per step, tests/test_speed_equivalence.py), so a trained model's
-# numbers change beyond float rounding: off by default.
+# but its arithmetic rounds differently: measured on the CPU (torch 2.15, 3,105 weights), after
+# 10 steps 12 weights differ by 1 ulp, after 100 by up to 8 ulps, after 1,000 by up to 24 (the
+# last-ulp differences random-walk; tests/test_loop_sync.py::test_fused_adamw_differs_from_the_
+# default_in_the_last_ulp), so a trained model's numbers change beyond float rounding: off by default.
 # On CUDA, None means PyTorch's foreach form (its default there), which reads each parameter's
 # step count on the host (a host tensor: no sync); "fused" is also made ``capturable`` on CUDA
 # (step counts on the device, what a CUDA graph needs). Selectable per run: ``train.adamw``.
 ADAMW_IMPL: str | None = None
 ADAMW_IMPLS = (None, "foreach", "fused")
 
-# The host reads the device-side finiteness record (and the progress bar's loss) every SYNC_EVERY
+# The host reads the device-side finiteness record (and the bar's epoch-so-far metrics) every SYNC_EVERY
 # steps and at each epoch end; no other read happens in a step.
 SYNC_EVERY = 32
 
@@ -84,7 +89,8 @@ def make_adamw(param_groups, lr: float, impl: str | None = None) -> torch.optim.
 
 class Objective(nn.Module):
     """Wraps the model so one forward returns the logits and the graph regularizer computed from
-    the same circuit design (one module for DDP to wrap)."""
+    the same circuit design (one module for DDP to wrap); a NAC's link probabilities are computed
+    once for both, its matching run on a worker thread meanwhile (``NAC.logits_and_regularizer``)."""
 
     def __init__(self, model: NAC):
         super().__init__()
@@ -98,29 +104,64 @@ class Objective(nn.Module):
                 if v is not None
             }
             return self.model.training_loss(kw, **own)
+        if isinstance(self.model, NAC):
+            logits, reg = self.model.logits_and_regularizer(inputs, mask, cond, cond_mask)
+            return logits, reg.to(inputs.device)
         design = self.model.design(cond, cond_mask)
-        return self.model(inputs, mask=mask, design=design), self.model.graph_regularizer(design).to(inputs.device)
+        logits, reg = self.model(inputs, mask=mask, design=design), self.model.graph_regularizer(design)
+        if reg.device != inputs.device:  # a host value: the constant 0 of a model without the regularizer
+            # made on the device from the host's number (no copy for the host to wait on: a blocking
+            # copy from the host synchronises on CUDA); a differentiable one is copied non-blocking
+            reg = (
+                reg.to(inputs.device, non_blocking=True)
+                if reg.requires_grad
+                else torch.full_like(reg, float(reg), device=inputs.device)
+            )
+        return logits, reg
 
 
-def lr_at(step: int, total: int, warmup: int, peak: float, floor: float) -> float:
-    """Linear warm-up from ~0 to ``peak`` over ``warmup`` steps, then cosine decay to ``floor``."""
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
-    return floor + 0.5 * (peak - floor) * (1.0 + math.cos(math.pi * min(1.0, progress)))
+def warmup_cosine(optimizer: torch.optim.Optimizer, total: int, warmup: int, peak: float, floor: float) -> LambdaLR:
+    """The LR schedule as torch's ``LambdaLR`` over the optimizer's groups (their lr is ``peak``):
+    at scheduler step ``t`` (the optimizer step about to be taken), a linear warm-up
+    ``peak * (t + 1) / warmup`` for ``t < warmup``, then cosine decay from ``peak`` to ``floor`` at
+    ``t = total``. Equal to the formula to float rounding (tests/reference_forms.py ``lr_at``).
+    A closed form: SequentialLR(LinearLR, CosineAnnealingLR) updates recursively (its rounding
+    drifts with the step count) and has no form for ``warmup = 0`` or ``total = warmup``."""
+    span = max(1, total - warmup)
+
+    def factor(t: int) -> float:
+        if t < warmup:
+            return (t + 1) / warmup
+        return (floor + 0.5 * (peak - floor) * (1.0 + math.cos(math.pi * min(1.0, (t - warmup) / span)))) / peak
+
+    return LambdaLR(optimizer, factor)
+
+
+def _from_host(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A small host tensor on ``device`` without the host waiting: on CUDA staged in pinned
+    memory (PyTorch keeps the block until the copy is done) and copied asynchronously."""
+    return (t.pin_memory() if device.type == "cuda" else t).to(device, non_blocking=True)
 
 
 def augment_images(x: torch.Tensor, pad: int = 4) -> torch.Tensor:
     """Random horizontal flip and translation by up to ``pad`` px for images ``[B, 3, H, W]``
-    (other inputs pass through). Uses the global torch RNG (reseeded per epoch)."""
+    (other inputs pass through). Uses the global torch RNG (reseeded per epoch).
+
+    The draws are made on the host (the CPU generator: the same numbers on every device) and
+    copied non-blocking; the crops are two gathers on the device, not a slice per image, so a
+    step has no host sync here (the per-image slicing form is
+    ``tests/test_augment.py::_reference_flip_translate``: the same bits)."""
     if x.dim() != 4 or x.shape[1] != 3:
         return x
-    B, _, H, W = x.shape
-    flip = torch.rand(B) < 0.5
-    x = torch.where(flip[:, None, None, None].to(x.device), x.flip(-1), x)
+    B, C, H, W = x.shape
+    flip = _from_host(torch.rand(B) < 0.5, x.device)
+    x = torch.where(flip[:, None, None, None], x.flip(-1), x)
     padded = F.pad(x, (pad, pad, pad, pad), mode="replicate" if x.is_floating_point() else "constant")
-    dy, dx = torch.randint(0, 2 * pad + 1, (2, B)).tolist()
-    return torch.stack([padded[i, :, dy[i] : dy[i] + H, dx[i] : dx[i] + W] for i in range(B)])
+    shift = _from_host(torch.randint(0, 2 * pad + 1, (2, B)), x.device)  # rows, columns
+    rows = shift[0, :, None] + torch.arange(H, device=x.device)  # [B, H]
+    cols = shift[1, :, None] + torch.arange(W, device=x.device)  # [B, W]
+    x = padded.gather(2, rows[:, None, :, None].expand(B, C, H, W + 2 * pad))
+    return x.gather(3, cols[:, None, None, :].expand(B, C, H, W))
 
 
 class WithIndex(Dataset):
@@ -198,6 +239,7 @@ class _Run:
     history: list = field(default_factory=list)  # per-epoch metrics (resumed ones first)
     live: Any = None  # the dvclive logger (main process, live_dir given)
     bar: Any = None  # the tqdm bar
+    scheduler: LambdaLR | None = None  # the LR schedule (warmup_cosine), stepped before each optimizer step
 
 
 def fit(
@@ -241,10 +283,21 @@ def fit(
     state, world = run.state, run.world
     lock = CheckpointLock(state.ckpt_path, owner=desc).acquire() if state.ckpt_path and world.is_main else None
     start_epoch = 0
+    run.scheduler = warmup_cosine(run.optimizer, run.total, run.warmup, cfg.peak_lr, cfg.min_lr)
     try:
         if state.ckpt_path and state.ckpt_path.exists():
             start_epoch, run.history = resume_from(
-                state.ckpt_path, run.model, run.optimizer, run.ema, cfg, fingerprint, world, desc, progress, state
+                state.ckpt_path,
+                run.model,
+                run.optimizer,
+                run.ema,
+                cfg,
+                fingerprint,
+                world,
+                desc,
+                progress,
+                state,
+                scheduler=run.scheduler,
             )
         state.saved_epoch = start_epoch
         run.live = _open_live(live_dir, run.history) if world.is_main else None
@@ -386,8 +439,8 @@ def _train_epochs(run: _Run, start_epoch: int) -> None:
         sums = torch.zeros(4, dtype=torch.float64, device=world.device)  # loss, reg, correct, count
         for i, batch in enumerate(run.loader):
             step = epoch * run.steps_per_epoch + i
-            for group in optimizer.param_groups:
-                group["lr"] = lr_at(step, run.total, run.warmup, cfg.peak_lr, cfg.min_lr)
+            if step:  # the scheduler's count becomes this step's (it starts at 0; a resumed one at the last step)
+                run.scheduler.step()
             logits, labels, ce, reg, loss = _losses(run, batch, epoch, step, checks)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -414,7 +467,8 @@ def _train_epochs(run: _Run, start_epoch: int) -> None:
             state.step = i + 1
             if (i + 1) % SYNC_EVERY == 0:  # the host's periodic read: finiteness, and the bar's loss
                 checks.raise_if_bad(state, world)
-                run.bar.set_postfix(loss=f"{ce.item():.3f}", epoch=epoch + 1)
+                loss_sum, _, correct, count = sums.tolist()  # the epoch so far, this process's
+                run.bar.set_postfix(loss=f"{loss_sum / count:.3f}", acc=f"{100 * correct / count:.1f}", epoch=epoch + 1)
         checks.raise_if_bad(state, world)  # before anything is evaluated or saved
         _end_epoch(run, epoch, sums)
 
@@ -454,11 +508,12 @@ def _end_epoch(run: _Run, epoch: int, sums: torch.Tensor) -> None:
     the processes, the validation accuracy, the checkpoint and the dvclive entry (main process)."""
     cfg, world, state, ema = run.cfg, run.world, run.state, run.ema
     all_reduce_(sums)
+    means = torch.stack([sums[0] / sums[3], sums[1] / sums[3], 100 * sums[2] / sums[3]]).tolist()  # one read
     entry = {
         "epoch": epoch + 1,
-        "train_loss": (sums[0] / sums[3]).item(),
-        "train_reg": (sums[1] / sums[3]).item(),
-        "train_acc": (100 * sums[2] / sums[3]).item(),
+        "train_loss": means[0],
+        "train_reg": means[1],
+        "train_acc": means[2],
         "lr": run.optimizer.param_groups[0]["lr"],
     }
     if world.is_main:
@@ -477,6 +532,7 @@ def _end_epoch(run: _Run, epoch: int, sums: torch.Tensor) -> None:
                 state,
                 run.model,
                 optimizer=run.optimizer.state_dict(),
+                scheduler=run.scheduler.state_dict(),
                 epoch=epoch + 1,
                 history=run.history,
                 train_config=cfg.to_dict(),

@@ -78,8 +78,11 @@ def resume_from(
     desc: str,
     progress: bool,
     state: RunState,
+    scheduler=None,
 ) -> tuple[int, list]:
     """Load the checkpoint when it was written with the same settings; returns ``(epoch, history)``.
+    ``scheduler``: the LR scheduler, restored from the checkpoint's ``"scheduler"`` state (a
+    checkpoint without one, written before the schedule was a torch scheduler, is not resumed).
     Otherwise plan to move it aside (``state.stale_dest``) and start over: it stays in place until
     this run writes its own first checkpoint, so a run that fails before that loses nothing."""
     try:
@@ -102,9 +105,13 @@ def resume_from(
             f"fingerprint (checkpoint {ckpt.get('fingerprint')}, now {fingerprint}: the data or the code "
             "that determines the result changed)"
         )
+    if scheduler is not None and "scheduler" not in ckpt:
+        differ.append("scheduler (the checkpoint has no LR scheduler state: written by older code)")
     if not differ:
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
+        if scheduler is not None:
+            scheduler.load_state_dict(ckpt["scheduler"])
         if ema is not None:
             ema.load_state_dict(ckpt["ema"])
         if world.is_main and progress:

@@ -1,0 +1,77 @@
+"""The plain (reference) forms of the kernel's speed work, kept here rather than as switches in
+the model (issue 24, item 4): what ``tests/test_speed_equivalence.py`` and
+``tests/test_speed_sync.py`` prove the fast forms equal to, and what ``bench/bench_paper.py``
+times as "NAC, plain forms".
+
+* ``plain_log_normalized_kernel``: eq. 3's ``log K_hat`` as ``log(max(K_hat, 1e-30))`` (no
+  ``-inf`` on cut links; ``nac.circuits.attention.log_normalized_kernel`` is the fast form);
+* the kernel drawn by ``sample_kernel`` itself at every layer (``RelaxedBernoulli``), not by
+  ``KernelSampler``;
+* attention by ``F.scaled_dot_product_attention`` (CUDA's form) on every device, not
+  ``explicit_attention``.
+
+``reference_forms(model)`` switches one model to all three (instance attributes, so another
+model in the same process keeps the fast forms).
+"""
+
+from __future__ import annotations
+
+import types
+
+import torch
+import torch.nn.functional as F
+
+from nac.circuits.attention import _LOG_FLOOR, SKMDPA
+from nac.circuits.kernel import SparseKernel, sample_kernel
+
+
+def plain_log_normalized_kernel(K: torch.Tensor, delta: float = 1e-6) -> torch.Tensor:
+    """``log(max(K / (delta + sum_j K), 1e-30))``, ``[..., U, V]``: cut links get -69.1, not -inf."""
+    K = K.dense() if isinstance(K, SparseKernel) else K
+    K = K.float()
+    K_hat = K / (delta + K.sum(dim=-1, keepdim=True))
+    return torch.log(K_hat.clamp_min(_LOG_FLOOR))
+
+
+class PlainSampler:
+    """``sample_kernel(P, tau, B, mode)`` per draw: a ``RelaxedBernoulli`` built and sampled at
+    ``[B, U, V]`` every layer (what ``nac.circuits.kernel.KernelSampler`` replaces)."""
+
+    def __init__(self, P: torch.Tensor, tau: float, mode: str):
+        self.P, self.tau, self.mode = P, tau, mode
+
+    def __call__(self, batch_size: int | None = None):
+        return sample_kernel(self.P, self.tau, batch_size=batch_size, mode=self.mode)
+
+
+def _plain_sampler(self, P, readout: bool = False):
+    return None if P is None else PlainSampler(P, self.config.tau, self._kernel_mode(readout))
+
+
+def _plain_bias(self, K, key_mask, dtype, dense_senders: int = 0):
+    bias = None
+    if K is not None:
+        K = K.dense() if isinstance(K, SparseKernel) else K
+        if dense_senders:
+            K = torch.cat([K.new_ones(*K.shape[:-1], dense_senders), K], dim=-1)
+        bias = plain_log_normalized_kernel(K, self.delta)
+        bias = bias.unsqueeze(-3) if bias.dim() == 3 else bias
+    if key_mask is not None:
+        pad = torch.zeros(key_mask.shape, device=key_mask.device).masked_fill(~key_mask, float("-inf"))
+        pad = pad[:, None, None, :]
+        bias = pad if bias is None else bias + pad
+    return None if bias is None else bias.to(dtype)
+
+
+def _sdpa(q, k, v, bias, K, key_mask):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+
+
+def reference_forms(model):
+    """Switch ``model`` (a NAC) to the plain forms above, in place; returns it."""
+    model._sampler = types.MethodType(_plain_sampler, model)
+    for m in model.modules():
+        if isinstance(m, SKMDPA):
+            m._bias = types.MethodType(_plain_bias, m)
+            m._attend = _sdpa
+    return model
