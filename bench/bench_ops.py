@@ -35,7 +35,7 @@ Which tensors are host tensors on CUDA is tracked: the loader's batches, tensors
 device (``torch.rand(B)``: the CPU generator's draws), copies to the host, and every op's result
 whose inputs are all host tensors; ops on them are host work, not syncs.
 
-    python bench/bench_ops.py [--batch 2] [--pairs tiny imagenet] [--adamw foreach|fused]
+    python bench/bench_ops.py [--batch 2] [--pairs tiny imagenet mini] [--adamw foreach|fused]
                               [--modulation batched|per_layer] [--augment false|true|authors_tinyimagenet]
                               [--label after]
 
@@ -493,6 +493,14 @@ def pairs(names) -> dict:
             torch.manual_seed(0)
             models[name] = pretrain_model(params, name, fit_signatures=False)
         out["imagenet"] = (models, size, models["nac"].config.num_classes, train)
+    if "mini" in names:  # the mini (and converged) profile's image models: the converged run's step costs
+        mp = compose(["profile=mini"])
+        mtrain = {k: v for k, v in mp["image"]["train"].items() if k in TrainConfig.__dataclass_fields__}
+        models = {}
+        for run in ("perceiver_io", "modfc", "frozen_graph", "nac-scale_free", "neural_interpreter"):
+            torch.manual_seed(0)
+            models[run] = build_model(image_model_config(mp, run, seed=0, num_classes=10))
+        out["mini"] = (models, mp["image"]["model"]["tokenizer"]["image_size"], 10, mtrain)
     return out
 
 
@@ -521,7 +529,7 @@ def table(results: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch", type=int, default=2)
-    ap.add_argument("--pairs", nargs="+", default=["tiny", "imagenet"], choices=["tiny", "imagenet"])
+    ap.add_argument("--pairs", nargs="+", default=["tiny", "imagenet"], choices=["tiny", "imagenet", "mini"])
     ap.add_argument("--label", default="after", help="the key the results are kept under (before / after)")
     ap.add_argument(
         "--adamw",
@@ -567,11 +575,8 @@ def main() -> None:
     md = table(results)
     out.with_suffix(".md").write_text(
         "# Aten ops and host syncs per steady-state training step (bench/bench_ops.py)\n\n"
-        "CUDA's code paths taken on the CPU, fp32, paper-profile sizes; one step = fit(3 steps) - fit(2 steps).\n\n"
-        + md
-        + "\n\n"
-        + NOTES
-        + NOTES_COUNTING
+        "CUDA's code paths taken on the CPU, fp32, paper-profile sizes (the `mini` pair: mini's image models); "
+        "one step = fit(3 steps) - fit(2 steps).\n\n" + md + "\n\n" + NOTES + NOTES_COUNTING
     )
     print(md)
 

@@ -490,6 +490,26 @@ def test_gain_claims_near_the_plateau_read_the_longest_length_with_every_seed(tm
     )
 
 
+def test_a_profile_at_its_plateau_judges_the_long_claims_on_its_own_runs(tmp_path):
+    """converged: no bench runs; iid_gain_long / ood_gain_long / kernel_matters_long read the
+    profile's own image evaluations at its epoch count, the same numbers as the ordinary claims."""
+    g = good_spec()
+    params = make_params()
+    params["profile"] = "converged"
+    params["image"]["train"] = {**params["image"].get("train", {}), "epochs": 96}
+    metrics = write_metrics(tmp_path / "metrics", g)
+    assert (tmp_path / "bench").is_dir()  # the spec's 24-epoch bench runs are there, and not read
+    rows = by_id(C.evaluate_claims(params, metrics))
+    for long, short in (("iid_gain_long", "iid_gain"), ("ood_gain_long", "ood_gain")):
+        assert "after 96 epochs" in rows[long]["ours"] and not rows[long]["reason"].startswith("not measured")
+        assert rows[long]["estimate"] == pytest.approx(rows[short]["estimate"])
+        assert (rows[long]["lo"], rows[long]["hi"]) == (
+            pytest.approx(rows[short]["lo"]),
+            pytest.approx(rows[short]["hi"]),
+        )
+    assert rows["kernel_matters_long"]["n"] == 3
+
+
 def test_type_structure_compares_with_the_untrained_control(tmp_path):
     def close(spec):  # the untrained generator's PCA(P) already carries the types: no excess
         spec["analysis"]["untrained"] = {"knn_accuracy": 79.0, "knn_accuracy_ci95": 5.0, "silhouette": 0.19}

@@ -26,10 +26,11 @@ COPY = [
     "conf",
     "notebooks",
     "bench",
+    "results",
     "dvc.yaml",
     ".dvcignore",
     "pyproject.toml",
-]  # bench: results the report cites
+]  # bench, results: results the report cites (results/converged/: the converged run's, or its layout note)
 REPORT_TRACKS = ["points", "listops", "text", "nlvr"]
 REPORT_FIGURES = [
     "figure3_graph_priors",

@@ -10,8 +10,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from scipy import stats
 
+from nac import provenance
 from nac.report import build, figures, tables
 from nac.report.claims import headline as real_headline
 from nac.report.published import TABLE2, TABLE3, TRACK_LABELS
@@ -325,10 +327,9 @@ def test_circuit_graph_edges_and_weights():
     assert g.edges[0, 1]["weight"] == pytest.approx(1.0 / (-2.0 * np.log(0.9)))
 
 
-def test_build_report_writes_every_table_figure_and_section(tmp_path, monkeypatch):
-    metrics = write_metrics(tmp_path)
-    monkeypatch.chdir(tmp_path)
-    calls = []
+def _stub_image_and_claims(monkeypatch, calls: list) -> None:
+    """The image track's tables and the claims stubbed (the image track is covered by the smoke
+    pipeline test): ``calls`` receives each ``write_claims``' ``(metrics, out)``."""
 
     def fake_image(params, out, metrics, md, figs):  # the image track is covered by the smoke pipeline test
         for key in ("table1", "table1_styles", "mechanism", "distance_init", "distance_final", "prune_random"):
@@ -382,6 +383,13 @@ def test_build_report_writes_every_table_figure_and_section(tmp_path, monkeypatc
     claims.write_claims = lambda params, metrics, out, rows: calls.append((metrics, out)) or out / "claims.md"
     monkeypatch.setitem(sys.modules, "nac.report.claims", claims)
     monkeypatch.setattr(build, "_image", fake_image)
+
+
+def test_build_report_writes_every_table_figure_and_section(tmp_path, monkeypatch):
+    metrics = write_metrics(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    calls = []
+    _stub_image_and_claims(monkeypatch, calls)
     summary = build.build_report(_params(), out=tmp_path / "reports", metrics=metrics)
 
     reports = tmp_path / "reports"
@@ -443,6 +451,88 @@ def test_build_report_writes_every_table_figure_and_section(tmp_path, monkeypatc
     expected = np.mean([fs[t][str(k)]["nac_minus_perceiver_io"]["mean"] for t in TARGETS for k in (1, 2, 4)])
     assert summary["fewshot"]["nac_minus_perceiver_io_shots_1_4"] == pytest.approx(expected)
     assert json.loads((reports / "tables" / "summary.json").read_text())["nlvr"]["analysis"]["knn_accuracy"] == 70.0
+
+
+def _converged_results(root: Path) -> Path:
+    """A kept converged result set (tools/run_converged.py's layout) with its own synthetic metrics."""
+    results = root / "results" / "converged"
+    write_metrics(results, seed=1)  # other numbers than the default report's
+    params = {**_params(), "profile": "converged"}
+    (results / "params.yaml").write_text(yaml.safe_dump(params))
+    prov = {
+        "profile": "converged",
+        "overrides": [],
+        "commit": "0123456789abcdef",
+        "dirty": False,
+        "params_sha256": provenance.params_hash(params),
+        "code": {},
+        "machine": "gpu-host (Linux)",
+        "device": "1 x NVIDIA H100 80GB HBM3",
+        "start": "2026-11-24T10:00:00Z",
+        "end": "2026-11-24T10:19:00Z",
+    }
+    (results / provenance.PROVENANCE).write_text(json.dumps(prov))
+    return results
+
+
+def test_a_kept_result_sets_figure_3_never_reads_models(tmp_path, monkeypatch):
+    """Figure 3 of a kept result set comes from its graphs.json only: models/ holds another
+    profile's checkpoints (here a file that would fail to load)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models" / "image").mkdir(parents=True)
+    (tmp_path / "models" / "image" / "nac-scale_free-0.pt").write_text("mini's checkpoint")
+    results = tmp_path / "results"
+    (results / "metrics").mkdir(parents=True)
+    (results / provenance.PROVENANCE).write_text("{}")
+    assert build._learned_graphs(["perceiver_io", "nac-scale_free"], 0, results / "metrics") is None
+    (results / build.GRAPHS).write_text(json.dumps({"scale_free": [[1.0, 0.5], [0.5, 1.0]]}))
+    graphs = build._learned_graphs(["perceiver_io", "nac-scale_free"], 0, results / "metrics")
+    assert list(graphs) == ["scale_free"] and graphs["scale_free"].shape == (2, 2)
+
+
+@pytest.mark.slow  # three report builds, about 70 s here
+def test_converged_results_beside_minis_never_mixed(tmp_path, monkeypatch):
+    """Absent: the default report gains one line (no converged run, the command) and nothing else.
+    Present: its own report under reports/converged/ from its own metrics, labelled with its
+    profile, commit, machine and device, linked from the index; mini's tables stay mini's."""
+    metrics = write_metrics(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    calls = []
+    _stub_image_and_claims(monkeypatch, calls)
+    reports = tmp_path / "reports"
+    build.build_report(_params(), out=reports, metrics=metrics, converged=None)
+    without = (reports / "README.md").read_text()
+    mini_table2 = (reports / "tables" / "table2.csv").read_text()
+    build.build_report(_params(), out=reports, metrics=metrics)  # results/converged/ absent
+    absent = (reports / "README.md").read_text()
+    line = next(x for x in absent.splitlines() if x.startswith("No converged run is committed"))
+    assert provenance.COMMAND in line and "converged" not in without
+    assert absent.replace(f"\n{line}\n", "", 1) == without  # that one line (and its blank line) only
+    assert not (reports / "converged").exists()
+
+    results = _converged_results(tmp_path)
+    build.build_report(_params(), out=reports, metrics=metrics)
+    index = (reports / "README.md").read_text()
+    assert "No converged run" not in index and "[converged/README.md](converged/README.md)" in index
+    for label in ("**converged**", "`0123456`", "gpu-host (Linux)", "1 x NVIDIA H100 80GB HBM3"):
+        assert label in index, label
+    conv = (reports / "converged" / "README.md").read_text()
+    assert "profile **converged**" in conv and "Device: 1 x NVIDIA H100 80GB HBM3." in conv
+    assert "converged/README.md" not in conv and "No converged run" not in conv  # no section of its own
+    assert "Device:" not in index.split("\n")[8]  # mini's own provenance line is unchanged
+    # the converged report read its own metrics only; mini's tables are mini's
+    assert [c[0].resolve() for c in calls[-2:]] == [results / "metrics", metrics]
+    assert (reports / "tables" / "table2.csv").read_text() == mini_table2
+    assert (reports / "converged" / "tables" / "table2.csv").read_text() != mini_table2
+    # its headline goes beside its report: the kept result set is not rewritten
+    assert (reports / "converged" / "tables" / "headline.json").exists()
+    assert not (results / "metrics" / "summary.json").exists()
+
+
+def test_no_converged_run_is_one_line_with_its_command(tmp_path):
+    line = build._converged(tmp_path / "results" / "converged", tmp_path / "reports")
+    assert line.startswith("No converged run is committed") and "\n" not in line
+    assert provenance.COMMAND in line and not (tmp_path / "reports").exists()
 
 
 def _throughput_results(cpu_clock: bool) -> dict:

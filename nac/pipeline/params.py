@@ -26,7 +26,7 @@ from nac.graphs import PRIORS
 from nac.pipeline.schema import ParamsError, check_schema
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
-PROFILES = ("smoke", "mini", "paper")
+PROFILES = ("smoke", "mini", "converged", "converged_smoke", "paper")
 __all__ = ["CONF_DIR", "PROFILES", "ParamsError", "compose", "load_params", "read_params", "validate"]
 
 

@@ -41,6 +41,9 @@ from nac.report.style import setup
 from nac.stats import mean_ci
 
 TRACKS = ("points", "listops", "text", "nlvr")
+# The converged profile's kept result set (tools/run_converged.py) and its Figure 3 graphs
+CONVERGED = Path("results/converged")
+GRAPHS = "graphs.json"
 # bench/bench_throughput.py's results (Figure 5b at the paper's size); read from the working
 # directory (the repository root under `dvc repro`); the report says so when it is absent.
 PAPER_THROUGHPUT = Path("bench/results/throughput.json")
@@ -126,8 +129,21 @@ def _provenance(params: dict) -> dict[str, str]:
     }
 
 
-def build_report(params: dict, out: str | Path = "reports", metrics: str | Path = "metrics") -> dict[str, Any]:
-    """Every table, figure and the index README, then ``reports/claims.md``; returns summary.json."""
+def build_report(
+    params: dict,
+    out: str | Path = "reports",
+    metrics: str | Path = "metrics",
+    provenance: dict | None = None,
+    converged: str | Path | None = CONVERGED,
+) -> dict[str, Any]:
+    """Every table, figure and the index README, then ``reports/claims.md``; returns summary.json.
+
+    ``metrics``: the results root read (``metrics/``, or a kept result set's, e.g.
+    ``results/converged/metrics``); ``provenance``: that result set's (``nac.provenance``),
+    else this checkout's, and then the headline claims go to ``metrics/summary.json`` (a DVC
+    metric), else beside the report (``tables/headline.json``): a kept result set is not rewritten.
+    ``converged``: the converged result set, built into ``out/converged/`` and linked from the index
+    when it exists (one line saying how to make it when not); ``None`` for a result set's own report."""
     from nac.report.claims import (
         evaluate_claims,
         headline,
@@ -137,12 +153,16 @@ def build_report(params: dict, out: str | Path = "reports", metrics: str | Path 
     setup()
     out, metrics = Path(out), Path(metrics)
     validate_inputs(params, metrics)  # every file it reads, before anything is written
+    kept = provenance is not None  # a kept result set's report: its provenance, its metrics untouched
+    converged_md = _converged(converged, out) if converged is not None else ""
     md: dict[str, str] = {}
     figs: dict[str, list[Path]] = {}
     # all or nothing: built in staging folders that replace the files of out/ and metrics/summary.json
     # only when every table, figure and claim is done; on any error the previous report is untouched
-    with staged(out, metrics, clean=("tables", "figures", "plots")) as (stage, stage_metrics):
-        summary = {"provenance": _provenance(params), **_image(params, stage, metrics, md, figs)}
+    with staged(out, *(() if kept else (metrics,)), clean=("tables", "figures", "plots")) as stages:
+        stage, stage_metrics = stages[0], (stages[0] / "tables" if kept else stages[1])
+        summary = {"provenance": provenance or _provenance(params), **_image(params, stage, metrics, md, figs)}
+        md["converged"] = converged_md
         _switches(params, metrics, stage, md)
         summary["table2"] = _comparison(params, stage, metrics, md, ["points"], TABLE2, "table2")
         summary["table3"] = _comparison(params, stage, metrics, md, ["listops", "text"], TABLE3, "table3")
@@ -153,7 +173,7 @@ def build_report(params: dict, out: str | Path = "reports", metrics: str | Path 
         md["findings"] = _findings(rows)
         _write_readme(stage, params, summary, md, figs)
         write_json(stage / "tables" / "summary.json", summary)
-        write_json(stage_metrics / "summary.json", headline(rows))
+        write_json(stage_metrics / ("headline.json" if kept else "summary.json"), headline(rows))
         write_claims(params, metrics=metrics, out=stage, rows=rows)
     return summary
 
@@ -196,13 +216,9 @@ def _image(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dic
     if styles is not None:
         md["table1_styles"] = tables.write_table(styles, out / "tables", "table1_ood_by_style")
 
-    learned = {}
-    for run in ladder:
-        variant, prior, control = parse_run(run)
-        if variant == "nac" and control is None:
-            model = load_model(image_checkpoint(run, seeds[0]))
-            learned[prior] = model.link_probabilities().detach().numpy()
-    figs["figure3"] = figures.figure3(learned, params["image"]["model"]["n_processor"], out / "figures")
+    learned = _learned_graphs(ladder, seeds[0], metrics)
+    if learned is not None:
+        figs["figure3"] = figures.figure3(learned, params["image"]["model"]["n_processor"], out / "figures")
     prune = pd.DataFrame(metrics_io.prune_rows(metrics / "image" / "prune.json", params["prune"]["runs"], seeds))
     prune_runs = [r for r in params["prune"]["runs"] if r in set(prune["run"])]
     # Figure 5a: the NAC of the chosen `prior` group against Perceiver IO (paper: scale-free)
@@ -254,6 +270,67 @@ def _image(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dic
         },
         "prune": _prune_summary(prune, prune_runs),
     }
+
+
+def _learned_graphs(ladder: list[str], seed: int, metrics: Path) -> dict[str, np.ndarray] | None:
+    """Figure 3's learned link probabilities of each prior's NAC (first seed): from the checkpoints
+    (models/image/), or, for a kept result set (a ``provenance.json`` beside its metrics), only from
+    its ``graphs.json`` (models/ holds another profile's checkpoints), ``None`` without one."""
+    from nac.provenance import PROVENANCE
+
+    if (metrics.parent / PROVENANCE).is_file():
+        kept = metrics.parent / GRAPHS
+        if not kept.is_file():
+            return None
+        return {prior: np.asarray(p, dtype=np.float32) for prior, p in json.loads(kept.read_text()).items()}
+    learned = {}
+    for run in ladder:
+        variant, prior, control = parse_run(run)
+        if variant == "nac" and control is None:
+            learned[prior] = load_model(image_checkpoint(run, seed)).link_probabilities().detach().numpy()
+    return learned
+
+
+def _converged(results: str | Path, out: Path) -> str:
+    """The converged result set's report, built into ``out/converged/`` from its own metrics and
+    params (the same builders), and the index's lines about it; when it is absent, one line saying
+    so and how to make one."""
+    from nac import provenance as prov_io
+
+    got = prov_io.read(results)
+    if got is None:
+        return (
+            f"No converged run is committed (`{prov_io.RESULTS}/` holds none): `{prov_io.COMMAND}` makes one "
+            '(docs/convergence.md, "The converged profile").'
+        )
+    params, prov = got
+    problems = prov_io.check(results, Path(__file__).resolve().parents[2])  # against this checkout's code
+    label = {
+        "profile": prov["profile"],
+        "commit": (prov.get("commit") or "unknown")[:7]
+        + (" (with uncommitted code changes)" if prov.get("dirty") else ""),
+        "date": f"{prov['start']} to {prov['end']}",
+        "machine": prov["machine"],
+        "device": prov["device"],
+        "torch": torch.__version__,
+    }
+    summary = build_report(params, out / "converged", Path(results) / "metrics", provenance=label, converged=None)
+    head, nac = summary["table1"], f"nac-{params['prior']['name']}"
+    lines = [
+        f"Converged results, kept apart from this report's: [converged/README.md](converged/README.md), profile "
+        f"**{label['profile']}** ({len(params['seeds'])} seeds), commit `{label['commit']}`, {label['machine']}, "
+        f"device {label['device']}, run {label['date']}; made by `{prov_io.COMMAND}` from `{prov_io.RESULTS}/`."
+    ]
+    for split in ("iid", "ood"):
+        pair = [head.get(f"{run}/{split}_acc1") for run in (nac, "perceiver_io")]
+        if all(pair):
+            lines.append(
+                f"{split.upper()} Acc@1 there: {RUN_LABELS.get(nac, nac)} {pair[0]['mean']:.2f}, "
+                f"Perceiver IO {pair[1]['mean']:.2f}."
+            )
+    if problems:
+        lines.append("**Stale**: " + "; ".join(problems) + ".")
+    return " ".join(lines)
 
 
 def _switches(params: dict, metrics: Path, out: Path, md: dict[str, str]) -> None:

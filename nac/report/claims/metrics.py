@@ -16,6 +16,8 @@ PIO, NAC = "perceiver_io", "nac"
 # bench/bench_convergence.py's results, beside the metrics tree (``<metrics>/../bench/results/``)
 CONVERGENCE = Path("bench/results/convergence.json")
 NLVR_CONTROLS = ("text_only", "image_only")  # the NLVR single-modality controls
+# profiles whose own image runs are trained to the plateau (docs/convergence.md): no bench runs needed
+AT_PLATEAU = ("converged", "converged_smoke")
 
 
 class Missing(Exception):
@@ -118,7 +120,14 @@ class Metrics:
         """``(epochs, {key: {run: [key per seed]}})`` from the evaluations of ``bench/bench_convergence.py``'s
         longer image-track runs (``CONVERGENCE`` beside the metrics tree): the longest length at which
         every run has every key for every seed of ``params["seeds"]``, so that values read together
-        (e.g. accuracy with and without the kernel) come from the same runs."""
+        (e.g. accuracy with and without the kernel) come from the same runs. A profile trained to
+        its plateau (``AT_PLATEAU``) answers from its own runs instead: the ``_long`` claims are then
+        ordinary claims of that profile, judged on its metrics at its own epoch count."""
+        if self.params.get("profile") in AT_PLATEAU:
+            return int(self.params["image"]["train"]["epochs"]), {
+                key: {r: [number({key: v}, key, f"image/eval/{r}") for v in self.image_eval(r, key)] for r in runs}
+                for key in keys
+            }
         try:
             conv = self.json(f"../{CONVERGENCE}")
         except Missing:
