@@ -1,5 +1,6 @@
-"""DVC stage download@<dataset>: fetch (real data, checksummed) or generate (embedded data) the
-raw files of one dataset into data/raw/<dataset>/."""
+"""DVC stage download@<dataset> (one per entry of data.downloads): fetch, checksum and extract the
+raw files of one dataset into data/raw/<dataset>/. (Given an embedded dataset, it generates its raw
+files; the pipeline generates those in the generate stage, stages/generate.py.)"""
 
 import argparse
 import sys

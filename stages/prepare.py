@@ -1,5 +1,5 @@
-"""DVC stage prepare@<dataset>: decode / tokenize once into the cache data/cache/<dataset>/
-(arrays + a manifest of the parameters that produced them)."""
+"""DVC stage prepare@<dataset> (one per entry of data.downloads): decode / tokenize once into the
+cache data/cache/<dataset>/ (arrays + a manifest of the parameters that produced them)."""
 
 import argparse
 

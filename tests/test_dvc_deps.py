@@ -154,10 +154,10 @@ def test_stages_do_not_import_torchvision_to_validate_params():
     assert out.stdout.strip() == "False", out.stdout + out.stderr
 
 
-@pytest.mark.parametrize("stage", ["download", "prepare"])
+@pytest.mark.parametrize("stage", ["generate", "download", "prepare"])
 def test_data_stages_run_without_importing_torch(stage, tmp_path):
-    """The data stages generate and cache arrays with numpy; 16 of them run on mini and smoke,
-    and importing torch would cost each about a second."""
+    """The data stages generate and cache arrays with numpy; importing torch would cost each about
+    a second."""
     code = (
         "import runpy, sys; sys.argv = ['x', '--help']; "
         f"runpy.run_path({str(ROOT / 'stages' / (stage + '.py'))!r}, run_name='__main__')"
@@ -241,3 +241,34 @@ def test_every_stage_says_what_it_does():
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     lacking = [n for n, st in stages.items() if not (st.get("desc") or (st.get("do") or {}).get("desc"))]
     assert not lacking, f"stages without desc: {lacking}"
+
+
+def test_generate_makes_every_embedded_dataset_and_downloads_the_rest_one_by_one():
+    """One ``generate`` stage writes the raw files and cache of every embedded dataset and reads
+    exactly their ``data.<name>`` sections; ``download``/``prepare`` run once per ``data.downloads``
+    entry, so a change to one downloaded dataset reruns only its own two stages."""
+    from nac.data.registry import embedded
+
+    gen = STAGES["generate"]
+    names = embedded()
+    assert sorted(gen["params"]) == sorted(f"data.{n}" for n in names)
+    want = {f"${{data.root}}/{kind}/{n}" for n in names for kind in ("raw", "cache")}
+    assert len(gen["outs"]) == len(want) and set(gen["outs"]) == want
+    for stage in ("download", "prepare"):
+        assert STAGES[stage]["foreach"] == "${data.downloads}"
+        assert STAGES[stage]["do"]["params"] == ["data.${item}"]
+
+
+@pytest.mark.parametrize("profile", ["smoke", "mini", "paper"])
+def test_every_profile_has_the_params_of_the_data_stages(profile):
+    """DVC stops a stage whose param is missing from params.yaml: the generate stage runs in every
+    profile, so every profile has the embedded datasets' sections (conf/base.yaml); ``data.downloads``
+    (the download/prepare foreach) is every downloaded dataset of ``data.datasets`` (empty in smoke
+    and mini)."""
+    from nac.data.registry import embedded
+    from nac.pipeline.params import compose
+
+    data = compose([f"profile={profile}"])["data"]
+    assert all(p.removeprefix("data.") in data for p in STAGES["generate"]["params"])
+    assert data["downloads"] == [ds for ds in data["datasets"] if ds not in embedded()]
+    assert bool(data["downloads"]) == (profile == "paper")

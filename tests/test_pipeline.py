@@ -225,6 +225,29 @@ def test_a_prune_param_reruns_only_prune_and_what_reads_it(smoke_repo):
     assert json.loads(_run([sys.executable, "-m", "dvc", "status", "--json"], smoke_repo).stdout) == {}
 
 
+def test_one_embedded_dataset_s_params_rerun_only_the_stages_that_read_it(smoke_repo):
+    """All embedded datasets come from one ``generate`` stage: changing one dataset's params reruns
+    it, and it writes the other datasets byte for byte as before, so of the stages below it only
+    those reading the changed cache are out of date (``train_points``; ``pretrain`` and ``fewshot``
+    declare the whole cache folder), not every training stage."""
+    path = smoke_repo / "params.yaml"
+    original = path.read_text()
+    params = yaml.safe_load(original)
+    params["data"]["pointclouds"]["seed"] += 1
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+    try:
+        _run([sys.executable, "-m", "dvc", "repro", "-s", "validate", "generate"], smoke_repo)
+        status = json.loads(_run([sys.executable, "-m", "dvc", "status", "--json"], smoke_repo).stdout)
+        assert sorted(status) == ["fewshot", "pretrain", "train_points"], status
+        assert status["train_points"] == [
+            {"changed deps": {"data/cache/pointclouds": "modified", "params.yaml": {"data.pointclouds": "modified"}}}
+        ]
+    finally:
+        path.write_text(original)
+        _run([sys.executable, "-m", "dvc", "repro", "-s", "validate", "generate"], smoke_repo)
+    assert json.loads(_run([sys.executable, "-m", "dvc", "status", "--json"], smoke_repo).stdout) == {}
+
+
 @pytest.mark.slow  # 13 s; the dvc-repro kill test (test_lifeline, slow) and test_training's resume tests cover it
 def test_killed_training_stage_resumes_and_matches_an_uninterrupted_run(smoke_repo, tmp_path):
     repo = tmp_path / "kill"

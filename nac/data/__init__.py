@@ -1,5 +1,5 @@
 """Datasets: a registry of builders with download -> prepare -> load (see ``nac.data.registry``)."""
 
-from nac.data.registry import DatasetBuilder, available, get_builder, register
+from nac.data.registry import DatasetBuilder, available, embedded, get_builder, register
 
-__all__ = ["DatasetBuilder", "available", "get_builder", "register"]
+__all__ = ["DatasetBuilder", "available", "embedded", "get_builder", "register"]

@@ -46,6 +46,13 @@ def get_builder(name: str, root: str | Path = "data", params: dict[str, Any] | N
     return _REGISTRY[name](root, params or {})
 
 
+def embedded() -> list[str]:
+    """The embedded datasets (generated offline from a seed, all by dvc.yaml's ``generate`` stage);
+    every other one is downloaded (``data.downloads``: one download and one prepare stage each)."""
+    _import_all()
+    return sorted(name for name, cls in _REGISTRY.items() if cls.embedded)
+
+
 def _import_all() -> None:
     # Builders live in sibling modules and register on import.
     from nac.data import builders  # noqa: F401
@@ -57,6 +64,7 @@ class DatasetBuilder:
 
     name: str = ""
     defaults: dict[str, Any] = {}
+    embedded: bool = False  # generated offline from a seed (True) or downloaded
 
     def __init__(self, root: str | Path, params: dict[str, Any]):
         unknown = set(params) - set(self.defaults)

@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from nac.data.registry import _REGISTRY, available
+from nac.data.registry import _REGISTRY, available, embedded
 from nac.graphs import PRIOR_DEFAULTS, PRIORS
 
 
@@ -323,6 +323,28 @@ def _data_range(key: str) -> tuple | None:
     return POS
 
 
+def check_downloads(downloads: Any, datasets: list[str]) -> None:
+    """``data.downloads``: the downloaded datasets of ``data.datasets``, each once (dvc.yaml runs one
+    download and one prepare stage per entry; the ``generate`` stage makes every embedded one)."""
+    check_type("data.downloads", downloads, list[str])
+    generated = set(embedded())
+    for ds in downloads:
+        if ds in generated:
+            raise ParamsError(
+                f"data.downloads lists the embedded dataset {ds!r}, which the generate stage makes; remove it"
+            )
+        if ds not in datasets:
+            raise ParamsError(f"data.downloads lists {ds!r}, which is not in data.datasets {datasets}; add it there")
+    if len(set(downloads)) != len(downloads):
+        raise ParamsError(f"data.downloads contains duplicates: {downloads}")
+    missing = [ds for ds in datasets if ds not in generated and ds not in downloads]
+    if missing:
+        raise ParamsError(
+            f"data.datasets lists {missing}, downloaded datasets missing from data.downloads {downloads}; "
+            "add them there (dvc.yaml downloads and prepares only those)"
+        )
+
+
 def check_data(params: dict) -> None:
     """``data``: root, datasets (known names) and one section per dataset, typed and ranged by
     the builder's ``defaults`` (ints stay ints; sizes >= 1, ``n_val`` / ``n_test`` / seeds >= 0,
@@ -331,7 +353,7 @@ def check_data(params: dict) -> None:
     data = params.get("data")
     if not isinstance(data, dict):
         raise ParamsError(f"data must be a mapping {{root, datasets, <dataset>: {{...}}}}, got {data!r}")
-    check_keys("data", data, ["root", "datasets", *names], ["datasets"])
+    check_keys("data", data, ["root", "datasets", "downloads", *names], ["datasets"])
     if "root" in data:
         check_type("data.root", data["root"], str)
         check_data_root(data["root"])
@@ -342,6 +364,7 @@ def check_data(params: dict) -> None:
             raise ParamsError(f"data.datasets lists unknown dataset {ds!r}; valid choices: {', '.join(names)}")
     if len(set(datasets)) != len(datasets):
         raise ParamsError(f"data.datasets contains duplicates: {datasets}")
+    check_downloads(data.get("downloads", []), datasets)
     for ds in names:
         if ds not in data or data[ds] is None:
             continue

@@ -91,6 +91,7 @@ class EmbeddedBuilder(DatasetBuilder):
     data; ``None`` = all of them) and implement ``generate()``, ``prepare()`` and ``info()``.
     """
 
+    embedded = True
     rename: Mapping[str, str] = {}
     raw_files: tuple[str, ...] = ()
     raw_param_keys: tuple[str, ...] | None = None
