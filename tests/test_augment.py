@@ -193,6 +193,7 @@ def test_augment_true_is_still_flip_and_translate(tmp_path, tiny_config, monkeyp
         assert calls == expect
 
 
+@pytest.mark.slow  # ~11 s; exact resume stays in the default run (tests/test_training.py)
 def test_recipe_training_is_finite_and_resumes_exactly(tmp_path, tiny_config):
     cfg = TrainConfig(
         epochs=2,

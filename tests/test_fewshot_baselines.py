@@ -92,7 +92,10 @@ def check_adaptation(pre, model, expected_trainable: set[str], renamed: dict[str
 NI_HEAD = {"cls_tokens.1", "head.norm.weight", "head.norm.bias", "head.linear.weight", "head.linear.bias"}
 
 
-@pytest.mark.parametrize("new_functions", [0, 2])
+@pytest.mark.parametrize(
+    "new_functions",
+    [0, pytest.param(2, marks=pytest.mark.slow)],  # 2 new functions: ~17 s, in the slow run
+)
 def test_neural_interpreter_adapts_with_its_fine_tuning_protocol(new_functions):
     pre = ni_model()
     before = copy.deepcopy(pre.state_dict())
@@ -139,6 +142,7 @@ def test_neural_interpreter_precomputed_tokens_equal_plain_adaptation():
     assert fs.query_accuracy(fast, qx, qy, pre.tokenizer) == fs.query_accuracy(plain, qx, qy)
 
 
+@pytest.mark.slow  # ~5 s; the default run adapts the Neural Interpreter in test_neural_interpreter_adapts_...[0]
 def test_neural_interpreter_learns_a_separable_episode():
     """Adaptation can fail: with only a CLS token and a head training, colour classes are learned
     (chance: 33%)."""

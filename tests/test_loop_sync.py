@@ -185,6 +185,7 @@ def test_bench_counts_no_sync_in_the_loops_steady_state_step(tiny_config, adamw)
     assert loop.ADAMW_IMPL is None  # the bench put the default back
 
 
+@pytest.mark.slow  # ~4 s; proves the default-run bench test above can fail (CI runs it with the slow tests)
 def test_bench_counter_sees_a_blocking_copy_of_host_draws(tiny_config, monkeypatch):
     """The counter can fail: the per-image form's flips, drawn on the host and copied blocking,
     are one sync per step in the "augment" part (its ``.tolist()`` of host draws is none)."""
