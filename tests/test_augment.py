@@ -165,6 +165,7 @@ def _reference_flip_translate(x, pad=4):
     return torch.stack(out)
 
 
+@pytest.mark.slow  # ~6 s (two short fits); augment: true's gathers are checked bitwise in test_loop_sync
 def test_augment_true_is_still_flip_and_translate(tmp_path, tiny_config, monkeypatch):
     x = torch.randint(0, 256, (6, 3, 32, 32), dtype=torch.uint8)
     torch.manual_seed(3)

@@ -166,6 +166,7 @@ def _old_execute(model, tokens):
     return model.read_out(design.readout_states, states, design.readout_codes, design.codes, sample_op(B))
 
 
+@pytest.mark.slow  # ~4 s; the batched path against the plain one stays in test_modfc_batched's default run
 def test_the_default_path_is_unchanged():
     """input_latents = 0: no input-latent module, and the model's output and every gradient equal
     the old execute's (training mode, stochastic kernel, same seed) exactly."""

@@ -225,6 +225,7 @@ def test_a_prune_param_reruns_only_prune_and_what_reads_it(smoke_repo):
     assert json.loads(_run([sys.executable, "-m", "dvc", "status", "--json"], smoke_repo).stdout) == {}
 
 
+@pytest.mark.slow  # ~6 s of dvc calls; the default run checks a prune param's reruns the same way
 def test_one_embedded_dataset_s_params_rerun_only_the_stages_that_read_it(smoke_repo):
     """All embedded datasets come from one ``generate`` stage: changing one dataset's params reruns
     it, and it writes the other datasets byte for byte as before, so of the stages below it only
