@@ -41,6 +41,10 @@ class TrainConfig(ConfigDict):
     # steps and 24 after 1,000 (nac/training/loop.py, ADAMW_IMPL), so a run's numbers change
     # beyond float rounding.
     adamw: str = "default"
+    # torch.compile of the step's forward and loss (nac/training/compiled.py): false (eager) |
+    # default | reduce-overhead (CUDA graphs) | aot_eager (traced, no code generation). Inductor's
+    # random draws differ from eager's: the same distribution, not the same numbers.
+    compile: bool | str = False
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -60,15 +64,20 @@ class TrainConfig(ConfigDict):
         check_augment(self.augment)
         if self.adamw not in ("default", "foreach", "fused"):
             raise ValueError(f"train.adamw={self.adamw!r}; valid choices: default, foreach, fused")
+        from nac.training.compiled import check_compile
+
+        check_compile(self.compile)
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"train.device={self.device!r}; valid choices: auto, cpu, cuda")
 
     def to_dict(self) -> dict:
-        """All fields, less ``adamw`` at its default: checkpoints written before the field
-        existed keep matching (and resuming)."""
+        """All fields, less ``adamw`` and ``compile`` at their defaults: checkpoints written before
+        the fields existed keep matching (and resuming)."""
         d = super().to_dict()
         if d.get("adamw") == "default":
             del d["adamw"]
+        if d.get("compile") is False:
+            del d["compile"]
         return d
 
     @property

@@ -1,0 +1,155 @@
+"""Issue 21, "one compiled step": the training forward and loss (``nac.training.compiled``,
+``train.compile``) trace as one graph on the code paths CUDA takes (``CPU_SHORTCUTS = False``),
+do not recompile when the number of links changes, and give the eager step's loss and gradients
+(``aot_eager``: the same aten ops and random stream, so equal to float rounding).
+
+Before this, ``torch._dynamo.explain(Objective(nac))`` broke the tiny NAC's forward into 6
+graphs (5 breaks), all of them the regularizer's matching: the worker thread's executor
+(``SimpleQueue.__new__``, its lock in ``submit``) and ``Future.result``'s lock. The matching now
+runs before the compiled region (``NAC.matching_in_advance``) and its permutations are inputs.
+"""
+
+import copy
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch._dynamo as dynamo
+from tiny_models import make_tiny_config, tiny_batch
+
+from nac import build_model
+from nac.circuits import kernel
+from nac.training import compiled
+from nac.training.config import TrainConfig
+from nac.training.loop import Objective, fit
+
+CONFIGS = {
+    "kernel_per_module": dict(variant="nac"),
+    "shared_kernel": dict(variant="nac", kernel_per_module=False, truncation_mode="masked"),
+    "input_latents": dict(variant="nac", input_latents=3),
+    "perceiver_io": dict(variant="perceiver_io"),
+}
+
+
+@pytest.fixture(autouse=True)
+def _cuda_paths(monkeypatch):
+    monkeypatch.setattr(kernel, "CPU_SHORTCUTS", False)  # the sampler and attention CUDA takes
+    torch.set_num_threads(1)
+    dynamo.reset()
+    yield
+    dynamo.reset()
+
+
+def _model(**kw):
+    torch.manual_seed(0)
+    return build_model(make_tiny_config(signature_fit_steps=20, n_processor=12, depth=3, **kw)).train()
+
+
+def _args(model, seed=5, smoothing=0.1):
+    """``objective_losses``' arguments for one batch, the permutations matched in advance."""
+    x, y, _ = tiny_batch(model, seed=seed)
+    perms = compiled.finish_matching(compiled.start_matching(model), x.device)
+    return (Objective(model), {"inputs": x}, y, None, perms, smoothing, 0.1, False)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_the_training_forward_is_one_graph(name):
+    model = _model(**CONFIGS[name])
+    explained = dynamo.explain(compiled.objective_losses)(*_args(model))
+    assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
+
+
+def test_the_matching_inside_the_forward_was_the_break():
+    """The test above can fail: the eager form (matching on the worker thread inside the
+    forward) breaks the graph, at the matching."""
+    model = _model(variant="nac")
+    args = list(_args(model))
+    args[4] = None
+    explained = dynamo.explain(compiled.objective_losses)(*args)
+    assert explained.graph_break_count > 0
+    assert all(
+        "match_async" in {f.name for f in r.user_stack} or "result" in {f.name for f in r.user_stack}
+        for r in explained.break_reasons
+    )
+
+
+def _links(model) -> int:
+    return int((model.link_probabilities() > 0).sum())
+
+
+def test_no_recompile_when_the_number_of_links_changes():
+    """One compilation serves steps whose ``P`` has a different number of nonzero links (the
+    sparse CPU sampler's shapes followed it; CUDA's fixed-shape sampler does not)."""
+    model = _model(variant="nac")
+    counter = dynamo.testing.CompileCounter()
+    step = torch.compile(compiled.objective_losses, backend=counter, dynamic=False)
+    seen = []
+    for spread in (0.0, 1.0, 3.0):  # signatures from one direction (every link) to scattered
+        with torch.no_grad():
+            sig = model.generator.signatures
+            sig.copy_(torch.nn.functional.normalize(sig[:1] + spread * torch.randn_like(sig), dim=-1))
+        seen.append(_links(model))
+        with dynamo.config.patch(error_on_recompile=True):
+            _, _, _, loss = step(*_args(model))
+        loss.backward()
+    assert len(set(seen)) == 3, seen
+    assert counter.frame_count == 1
+
+
+def _grads(model):
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("name", ["kernel_per_module", "input_latents"])
+def test_compiled_losses_equal_eager(name):
+    """``aot_eager`` (the same aten ops, the same random stream): the same logits, loss and
+    gradients to float rounding, and the generator left in the same state."""
+    eager_model = _model(**CONFIGS[name])
+    compiled_model = copy.deepcopy(eager_model)
+    step = compiled.compile_losses("aot_eager")
+    out = {}
+    for key, model, fn in (("eager", eager_model, compiled.objective_losses), ("compiled", compiled_model, step)):
+        torch.manual_seed(3)
+        logits, ce, reg, loss = fn(*_args(model))
+        loss.backward()
+        out[key] = (logits.detach(), ce.detach(), reg.detach(), _grads(model), torch.rand(()))
+    (le, ce_e, re, ge, ue), (lc, ce_c, rc, gc, uc) = out["eager"], out["compiled"]
+    torch.testing.assert_close(lc, le)
+    torch.testing.assert_close(ce_c, ce_e)
+    torch.testing.assert_close(rc, re)
+    assert ge.keys() == gc.keys() and len(ge) > 0
+    for n in ge:
+        torch.testing.assert_close(gc[n], ge[n], msg=n)
+    assert ue == uc  # the same number of draws from the global generator
+
+
+def test_compile_is_a_train_param():
+    assert TrainConfig().compile is False and "compile" not in TrainConfig().to_dict()
+    assert TrainConfig(compile="reduce-overhead").to_dict()["compile"] == "reduce-overhead"
+    with pytest.raises(ValueError, match="valid choices: false, default, reduce-overhead"):
+        TrainConfig(compile="fast")
+
+
+def test_a_compiled_fit_trains_as_the_eager_one():
+    """Through the loop (matching in advance, the compiled forward and loss, eager optimizer
+    step): after 3 steps the same weights and losses as the eager fit, to float rounding."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_overfit import Quadrants
+    from test_training import small_train
+
+    results = {}
+    dynamo.utils.counters.clear()
+    for mode in (False, "aot_eager"):
+        torch.manual_seed(0)
+        model = build_model(make_tiny_config(variant="nac", num_classes=4, signature_fit_steps=20))
+        cfg = small_train(epochs=1, batch_size=8, compile=mode)
+        out = fit(model, Quadrants(24, 0), None, cfg, progress=False)
+        results[mode] = (out["final"], {k: v.clone() for k, v in model.state_dict().items()})
+    assert dynamo.utils.counters["stats"]["unique_graphs"] == 1  # the compiled fit: one graph, compiled once
+    (fe, we), (fc, wc) = results[False], results["aot_eager"]
+    assert fe.keys() == fc.keys()
+    for k in fe:
+        assert fc[k] == pytest.approx(fe[k], rel=1e-5, abs=1e-6), k
+    for k in we:
+        torch.testing.assert_close(wc[k], we[k], msg=k)
