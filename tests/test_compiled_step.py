@@ -60,6 +60,17 @@ def test_the_training_forward_is_one_graph(name):
     assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
 
 
+@pytest.mark.parametrize("name", ["kernel_per_module", "shared_kernel"])
+def test_compiling_on_the_cpu_takes_cudas_paths(name, monkeypatch):
+    """With the CPU shortcuts on (the CPU's default), tracing takes CUDA's fixed-shape forms
+    anyway (``cpu_shortcut`` is False while compiling): before, the sparse sampler's
+    ``nonzero``, ``bool(tensor)`` and ``.item()`` broke the tiny NAC's step into 35 graphs."""
+    monkeypatch.setattr(kernel, "CPU_SHORTCUTS", True)
+    model = _model(**CONFIGS[name])
+    explained = dynamo.explain(compiled.objective_losses)(*_args(model))
+    assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
+
+
 def test_the_matching_inside_the_forward_was_the_break():
     """The test above can fail: the eager form (matching on the worker thread inside the
     forward) breaks the graph, at the matching."""
@@ -101,10 +112,15 @@ def _grads(model):
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("name", ["kernel_per_module", "input_latents"])
-def test_compiled_losses_equal_eager(name):
+@pytest.mark.parametrize(
+    "name,shortcuts", [("kernel_per_module", False), ("input_latents", False), ("kernel_per_module", True)]
+)
+def test_compiled_losses_equal_eager(name, shortcuts, monkeypatch):
     """``aot_eager`` (the same aten ops, the same random stream): the same logits, loss and
-    gradients to float rounding, and the generator left in the same state."""
+    gradients to float rounding, and the generator left in the same state. ``shortcuts``: the
+    eager step takes the CPU's sparse sampler and explicit attention, the compiled one CUDA's
+    forms (the same draws and formula: equal to float rounding too)."""
+    monkeypatch.setattr(kernel, "CPU_SHORTCUTS", shortcuts)
     eager_model = _model(**CONFIGS[name])
     compiled_model = copy.deepcopy(eager_model)
     step = compiled.compile_losses("aot_eager")
