@@ -169,3 +169,24 @@ def test_a_compiled_fit_trains_as_the_eager_one():
         assert fc[k] == pytest.approx(fe[k], rel=1e-5, abs=1e-6), k
     for k in we:
         torch.testing.assert_close(wc[k], we[k], msg=k)
+
+
+def test_what_cannot_be_compiled_is_refused():
+    """A conditional design's ``P`` depends on the input (matched per sample inside the forward),
+    and a model with its own objective is not the NAC objective: both named, with the fix."""
+    from tiny_models import COND_TOKENIZER
+
+    model = _model(variant="nac", generator="conditional", cond_tokenizer=COND_TOKENIZER, generator_regularizer=True)
+    with pytest.raises(ValueError, match="generator_regularizer.*train.compile: false"):
+        model.matching_in_advance()
+
+    class OwnObjective(torch.nn.Linear):
+        def training_loss(self, *a, **k):
+            raise AssertionError("not reached")
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_overfit import Quadrants
+    from test_training import small_train
+
+    with pytest.raises(ValueError, match="defines its own: set false"):
+        fit(OwnObjective(2, 4), Quadrants(8, 0), None, small_train(batch_size=8, compile="aot_eager"), progress=False)
