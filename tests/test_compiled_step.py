@@ -60,6 +60,24 @@ def test_the_training_forward_is_one_graph(name):
     assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
 
 
+@pytest.mark.parametrize(
+    "kw,amp,soft",
+    [
+        (dict(variant="nac"), True, True),  # bf16 autocast (the CPU's here), mixup/cutmix's soft targets
+        (dict(variant="nac", code_noise=0.1, state_noise=0.1, drop_path=0.2), False, False),
+        (dict(variant="nac", regularizer="kl", matching="search"), False, False),
+    ],
+)
+def test_the_step_options_stay_one_graph(kw, amp, soft):
+    model = _model(**kw)
+    args = list(_args(model))
+    if soft:
+        args[3] = torch.softmax(torch.randn(len(args[2]), model.config.num_classes), -1)
+    args[-1] = amp
+    explained = dynamo.explain(compiled.objective_losses)(*args)
+    assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
+
+
 @pytest.mark.parametrize("name", ["kernel_per_module", "shared_kernel"])
 def test_compiling_on_the_cpu_takes_cudas_paths(name, monkeypatch):
     """With the CPU shortcuts on (the CPU's default), tracing takes CUDA's fixed-shape forms
