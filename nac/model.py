@@ -289,8 +289,9 @@ class NAC(nn.Module):
         if self.prior_target is None:
             return torch.zeros(())
         c = self.config
-        design = design or self.design()
-        Ps = Ps if Ps is not None else self.kernel_probabilities(design)
+        if Ps is None:  # (given ``Ps``, no design is drawn: its noise would consume random numbers)
+            design = design or self.design()
+            Ps = self.kernel_probabilities(design)
         if c.generator == "conditional":
             return self.conditional_graph_regularizer(design, Ps)
         if perms is not None:  # matched before the step (a compiled step): the same loss as matching here
@@ -337,6 +338,16 @@ class NAC(nn.Module):
         pending = self.match_async(Ps) if perms is None else None
         logits = self(inputs, mask=mask, design=design, Ps=Ps)
         return logits, self.graph_regularizer(design, Ps, pending, perms)
+
+    def logits_and_probabilities(self, inputs, mask=None, cond=None, cond_mask=None) -> tuple:
+        """``logits_and_regularizer`` less the regularizer: ``(logits [B, num_classes], Ps)``,
+        ``Ps`` the design's ``kernel_probabilities`` (``{layer: P [U_p, U_p]}``, differentiable;
+        None without signatures). Finish with ``graph_regularizer(Ps=Ps, perms=...)``: the same
+        logits and regularizer. What a compiled step with ``train.compile_matching: overlap``
+        traces, so that the matching runs while the device runs the forward."""
+        design = self.design(cond, cond_mask)
+        Ps = self.kernel_probabilities(design)
+        return self(inputs, mask=mask, design=design, Ps=Ps), Ps
 
     def matching_in_advance(self) -> dict | None:
         """The regularizer's matchings of the ``P`` the next training forward computes, started

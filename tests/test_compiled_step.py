@@ -163,9 +163,54 @@ def test_compile_is_a_train_param():
     assert TrainConfig(compile="reduce-overhead").to_dict()["compile"] == "reduce-overhead"
     with pytest.raises(ValueError, match="valid choices: false, default, reduce-overhead"):
         TrainConfig(compile="fast")
+    assert "compile_matching" not in TrainConfig(compile="default").to_dict()
+    with pytest.raises(ValueError, match="compile_matching='after'; valid choices: before, overlap"):
+        TrainConfig(compile_matching="after")
 
 
-def test_a_compiled_fit_trains_as_the_eager_one():
+@pytest.mark.parametrize("name", ["kernel_per_module", "shared_kernel", "input_latents"])
+def test_the_overlapped_forward_is_one_graph(name):
+    """``compile_matching: overlap``: the region returns ``P`` instead of the regularizer."""
+    model = _model(**CONFIGS[name])
+    obj, kw, y, targets, _, smoothing, _, amp = _args(model)
+    explained = dynamo.explain(compiled.objective_parts)(obj, kw, y, targets, smoothing, amp)
+    assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
+
+
+def test_the_overlapped_step_equals_eager():
+    """The region without the regularizer (``aot_eager``), the matching awaited after it, the
+    regularizer eager: the eager step's logits, loss, gradients and random stream (the design's
+    noise is drawn once: the regularizer given ``Ps`` draws no design)."""
+    eager_model = _model(variant="nac", code_noise=0.1, state_noise=0.1)
+    other = copy.deepcopy(eager_model)
+    parts = compiled.compile_losses("aot_eager", compiled.objective_parts)
+    out = {}
+    for key, model in (("eager", eager_model), ("overlapped", other)):
+        torch.manual_seed(3)
+        x, y, _ = tiny_batch(model, seed=5)
+        if key == "eager":
+            logits, ce, reg, loss = compiled.objective_losses(
+                Objective(model), {"inputs": x}, y, None, None, 0.1, 0.1, False
+            )
+        else:
+            pending = compiled.start_matching(model)
+            logits, ce, reg, loss = compiled.overlapped_losses(
+                parts, model, Objective(model), {"inputs": x}, y, None, pending, 0.1, 0.1, False
+            )
+        loss.backward()
+        out[key] = (logits.detach(), loss.detach(), reg.detach(), _grads(model), torch.rand(()))
+    (le, lo_e, re, ge, ue), (lc, lo_c, rc, gc, uc) = out["eager"], out["overlapped"]
+    torch.testing.assert_close(lc, le)
+    torch.testing.assert_close(lo_c, lo_e)
+    torch.testing.assert_close(rc, re)
+    assert ge.keys() == gc.keys() and len(ge) > 0
+    for n in ge:
+        torch.testing.assert_close(gc[n], ge[n], msg=n)
+    assert ue == uc
+
+
+@pytest.mark.parametrize("matching", ["before", "overlap"])
+def test_a_compiled_fit_trains_as_the_eager_one(matching):
     """Through the loop (matching in advance, the compiled forward and loss, eager optimizer
     step): after 3 steps the same weights and losses as the eager fit, to float rounding."""
     sys.path.insert(0, str(Path(__file__).parent))
@@ -177,7 +222,7 @@ def test_a_compiled_fit_trains_as_the_eager_one():
     for mode in (False, "aot_eager"):
         torch.manual_seed(0)
         model = build_model(make_tiny_config(variant="nac", num_classes=4, signature_fit_steps=20))
-        cfg = small_train(epochs=1, batch_size=8, compile=mode)
+        cfg = small_train(epochs=1, batch_size=8, compile=mode, compile_matching=matching)
         out = fit(model, Quadrants(24, 0), None, cfg, progress=False)
         results[mode] = (out["final"], {k: v.clone() for k, v in model.state_dict().items()})
     assert dynamo.utils.counters["stats"]["unique_graphs"] == 1  # the compiled fit: one graph, compiled once

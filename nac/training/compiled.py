@@ -33,12 +33,21 @@ from nac.model import NAC
 from nac.training.augment import soft_cross_entropy
 
 COMPILE_MODES = (False, "default", "reduce-overhead", "aot_eager")
+# ``train.compile_matching``: where the compiled step waits for the matching. ``before``: before
+# the region, whose graph then holds the regularizer too (the whole forward one graph; the device
+# idles while the host matches). ``overlap``: the region returns ``P`` (``objective_parts``), the
+# host waits for the matching while the device runs it, and the regularizer's few ops
+# (``loss_from_permutation``, per layer) run eagerly after it. The same loss and gradients.
+COMPILE_MATCHINGS = ("before", "overlap")
 
 
-def check_compile(value) -> None:
-    """Refuse a ``train.compile`` value that is not one of ``COMPILE_MODES``."""
+def check_compile(value, matching: str = "before") -> None:
+    """Refuse a ``train.compile`` value not in ``COMPILE_MODES`` or a ``train.compile_matching``
+    not in ``COMPILE_MATCHINGS``."""
     if value is not False and value not in COMPILE_MODES[1:]:
         raise ValueError(f"train.compile={value!r}; valid choices: false, default, reduce-overhead, aot_eager")
+    if matching not in COMPILE_MATCHINGS:
+        raise ValueError(f"train.compile_matching={matching!r}; valid choices: {', '.join(COMPILE_MATCHINGS)}")
 
 
 def objective_losses(wrapped, kw: dict, labels, targets, perms, label_smoothing: float, reg_weight: float, amp: bool):
@@ -58,14 +67,38 @@ def objective_losses(wrapped, kw: dict, labels, targets, perms, label_smoothing:
     return logits, ce, reg, loss
 
 
-def compile_losses(mode):
-    """``objective_losses`` compiled in ``mode`` (``COMPILE_MODES``; ``False``: itself)."""
+def objective_parts(wrapped, kw: dict, labels, targets, label_smoothing: float, amp: bool):
+    """``objective_losses`` of a NAC less its regularizer: ``(logits, ce, Ps)``, ``Ps`` the
+    step's ``{layer: P}`` (``NAC.logits_and_probabilities``) for ``overlapped_losses`` to finish."""
+    with torch.autocast(labels.device.type, dtype=torch.bfloat16, enabled=amp):
+        logits, Ps = wrapped(**kw, perms="later")
+        if targets is not None:
+            ce = soft_cross_entropy(logits.float(), targets)
+        else:
+            ce = F.cross_entropy(logits.float(), labels, label_smoothing=label_smoothing)
+    return logits, ce, Ps
+
+
+def overlapped_losses(
+    parts, model: NAC, wrapped, kw: dict, labels, targets, pending: dict, label_smoothing, reg_weight, amp
+):
+    """``objective_losses`` with the matching ``pending`` (``start_matching``) awaited only after
+    ``parts`` (``objective_parts``, compiled) is launched: ``(logits, ce, reg, loss)``, the same
+    values; the regularizer at the permutations computed eagerly from the region's ``Ps``."""
+    logits, ce, Ps = parts(wrapped, kw, labels, targets, label_smoothing, amp)
+    reg = model.graph_regularizer(Ps=Ps, perms=finish_matching(pending, labels.device))
+    return logits, ce, reg, ce + reg_weight * reg.float()
+
+
+def compile_losses(mode, fn=objective_losses):
+    """``fn`` (``objective_losses`` or ``objective_parts``) compiled in ``mode``
+    (``COMPILE_MODES``; ``False``: itself)."""
     check_compile(mode)
     if mode is False:
-        return objective_losses
+        return fn
     if mode == "aot_eager":
-        return torch.compile(objective_losses, backend="aot_eager", dynamic=False)
-    return torch.compile(objective_losses, mode=mode, dynamic=False)
+        return torch.compile(fn, backend="aot_eager", dynamic=False)
+    return torch.compile(fn, mode=mode, dynamic=False)
 
 
 def start_matching(model) -> dict | None:

@@ -48,7 +48,14 @@ from nac.model import NAC
 from nac.progress import bar_kwargs
 from nac.training.augment import AugmentedDataset, BatchMixer, RepeatedAugSampler, recipe_of
 from nac.training.checks import StepChecks
-from nac.training.compiled import compile_losses, finish_matching, objective_losses, start_matching
+from nac.training.compiled import (
+    compile_losses,
+    finish_matching,
+    objective_losses,
+    objective_parts,
+    overlapped_losses,
+    start_matching,
+)
 from nac.training.config import DECAY_FILTERS, TrainConfig
 from nac.training.distributed import World, all_reduce_, barrier
 from nac.training.ema import ema_groups, ema_update, make_ema
@@ -91,7 +98,10 @@ def make_adamw(param_groups, lr: float, impl: str | None = None) -> torch.optim.
 class Objective(nn.Module):
     """Wraps the model so one forward returns the logits and the graph regularizer computed from
     the same circuit design (one module for DDP to wrap); a NAC's link probabilities are computed
-    once for both, its matching run on a worker thread meanwhile (``NAC.logits_and_regularizer``)."""
+    once for both, its matching run on a worker thread meanwhile (``NAC.logits_and_regularizer``).
+    ``perms``: a NAC's permutations matched before the step (``NAC.matching_in_advance``, a
+    compiled step's), or ``"later"``: ``(logits, Ps)`` returned, the regularizer left to the caller
+    (``NAC.logits_and_probabilities``)."""
 
     def __init__(self, model: NAC):
         super().__init__()
@@ -105,6 +115,8 @@ class Objective(nn.Module):
                 if v is not None
             }
             return self.model.training_loss(kw, **own)
+        if isinstance(self.model, NAC) and perms == "later":  # (logits, Ps): the regularizer is the caller's
+            return self.model.logits_and_probabilities(inputs, mask, cond, cond_mask)
         if isinstance(self.model, NAC):  # Perceiver IO too: its regularizer is the host's constant 0
             logits, reg = self.model.logits_and_regularizer(inputs, mask, cond, cond_mask, perms=perms)
         else:
@@ -242,6 +254,7 @@ class _Run:
     bar: Any = None  # the tqdm bar
     scheduler: LambdaLR | None = None  # the LR schedule (warmup_cosine), stepped before each optimizer step
     losses: Callable = objective_losses  # the step's forward and loss, compiled with train.compile
+    parts: Callable | None = None  # its form without the regularizer (train.compile_matching: overlap)
 
 
 def fit(
@@ -426,6 +439,7 @@ def _build(
         fingerprint=fingerprint,
         on_epoch_end=on_epoch_end,
         losses=compile_losses(mode),
+        parts=compile_losses(mode, objective_parts) if mode and cfg.compile_matching == "overlap" else None,
     )
 
 
@@ -505,13 +519,21 @@ def _losses(run: _Run, batch: dict, epoch: int, step: int, checks: StepChecks) -
             reg = torch.zeros((), device=device)
         return logits, labels, ce, reg, loss
     with checks.guard(run.state):
-        perms = finish_matching(pending, device)
         if compiled and cfg.compile == "reduce-overhead":  # a new step: the CUDA graphs' outputs may be reused
             torch.compiler.cudagraph_mark_step_begin()
-        logits, ce, reg, loss = run.losses(
-            run.wrapped, kw, labels, targets, perms, cfg.label_smoothing, cfg.reg_weight, run.use_amp
-        )
+        if pending is not None and run.parts is not None:  # the matching awaited while the device runs the forward
+            logits, ce, reg, loss = overlapped_losses(
+                run.parts, run.model, run.wrapped, kw, labels, targets, pending, *_loss_args(run)
+            )
+        else:
+            logits, ce, reg, loss = run.losses(
+                run.wrapped, kw, labels, targets, finish_matching(pending, device), *_loss_args(run)
+            )
     return logits, labels, ce, reg, loss
+
+
+def _loss_args(run: _Run) -> tuple:
+    return run.cfg.label_smoothing, run.cfg.reg_weight, run.use_amp
 
 
 def _end_epoch(run: _Run, epoch: int, sums: torch.Tensor) -> None:
