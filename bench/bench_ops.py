@@ -72,7 +72,7 @@ import nac.model as nac_model  # noqa: E402
 from nac import build_model  # noqa: E402
 from nac.pipeline.params import compose  # noqa: E402
 from nac.tracks.image import image_model_config  # noqa: E402
-from nac.training import checks, loop  # noqa: E402
+from nac.training import checks, compiled, loop  # noqa: E402
 from nac.training.config import TrainConfig  # noqa: E402
 
 NOTES = """Notes. Ops are aten calls (kernel launches on CUDA, each ~40 us of host time there); the
@@ -364,7 +364,7 @@ def _instrument(model: nn.Module, t: _Tracker, stack: ExitStack) -> None:
         (nac_model.NAC, "match_async", "regularizer"),
         (nac_model.NAC, "code_modulations", "modulation"),
         (loop.F, "cross_entropy", "loss"),
-        (loop, "soft_cross_entropy", "loss"),
+        (compiled, "soft_cross_entropy", "loss"),
         (torch.optim.AdamW, "step", "optimizer"),
         (torch.optim.Optimizer, "zero_grad", "optimizer"),
         (nn.utils, "get_total_norm", "grad norm"),

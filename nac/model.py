@@ -274,19 +274,28 @@ class NAC(nn.Module):
         )
 
     def graph_regularizer(
-        self, design: CircuitDesign | None = None, Ps: dict | None = None, pending: dict | None = None
+        self,
+        design: CircuitDesign | None = None,
+        Ps: dict | None = None,
+        pending: dict | None = None,
+        perms: dict | None = None,
     ) -> torch.Tensor:
         """Graph-structure regularizer between ``P`` and the prior's target (0 for other rungs);
         with a kernel per module, the sum over every propagator's kernel (the authors'; the
         read-out is not regularised). ``Ps``: the design's ``kernel_probabilities`` if already
-        computed; ``pending``: their matchings started by ``match_async`` (else matched here)."""
+        computed; ``pending``: their matchings started by ``match_async`` (else matched here);
+        ``perms``: their permutations already known, ``{layer: LongTensor [U_p]}`` on the device
+        (``matching_in_advance``; no host work here: what a compiled step traces)."""
         if self.prior_target is None:
             return torch.zeros(())
         c = self.config
-        design = design or self.design()
-        Ps = Ps if Ps is not None else self.kernel_probabilities(design)
+        if Ps is None:  # (given ``Ps``, no design is drawn: its noise would consume random numbers)
+            design = design or self.design()
+            Ps = self.kernel_probabilities(design)
         if c.generator == "conditional":
             return self.conditional_graph_regularizer(design, Ps)
+        if perms is not None:  # matched before the step (a compiled step): the same loss as matching here
+            return sum(loss_from_permutation(P, self.prior_target, perms[i], kind=c.regularizer) for i, P in Ps.items())
         if pending is not None:  # the permutations from the worker thread: the same loss as matching here
             return sum(
                 loss_from_permutation(P, self.prior_target, pending[i].result(), kind=c.regularizer)
@@ -316,17 +325,50 @@ class NAC(nn.Module):
             cached = self.__dict__["_target_on_host"] = (G, G.detach().to("cpu", torch.float64).numpy())
         return cached[1]
 
-    def logits_and_regularizer(self, inputs, mask=None, cond=None, cond_mask=None) -> tuple:
+    def logits_and_regularizer(self, inputs, mask=None, cond=None, cond_mask=None, perms=None) -> tuple:
         """One training forward: ``(logits [B, num_classes], graph regularizer)`` from one circuit
         design, each propagator's ``P`` computed once and given to both; the regularizer's
         matching runs on a worker thread while the forward runs (``match_async``). The same
         logits, loss and gradients as ``forward`` then ``graph_regularizer`` of the same design
-        (``tests/test_shared_link_probabilities.py``)."""
+        (``tests/test_shared_link_probabilities.py``). ``perms``: the permutations of this
+        step's ``P`` matched before the forward (``matching_in_advance``), then nothing here
+        leaves the device: the form ``torch.compile`` traces as one graph (``train.compile``)."""
         design = self.design(cond, cond_mask)
         Ps = self.kernel_probabilities(design)
-        pending = self.match_async(Ps)
+        pending = self.match_async(Ps) if perms is None else None
         logits = self(inputs, mask=mask, design=design, Ps=Ps)
-        return logits, self.graph_regularizer(design, Ps, pending)
+        return logits, self.graph_regularizer(design, Ps, pending, perms)
+
+    def logits_and_probabilities(self, inputs, mask=None, cond=None, cond_mask=None) -> tuple:
+        """``logits_and_regularizer`` less the regularizer: ``(logits [B, num_classes], Ps)``,
+        ``Ps`` the design's ``kernel_probabilities`` (``{layer: P [U_p, U_p]}``, differentiable;
+        None without signatures). Finish with ``graph_regularizer(Ps=Ps, perms=...)``: the same
+        logits and regularizer. What a compiled step with ``train.compile_matching: overlap``
+        traces, so that the matching runs while the device runs the forward."""
+        design = self.design(cond, cond_mask)
+        Ps = self.kernel_probabilities(design)
+        return self(inputs, mask=mask, design=design, Ps=Ps), Ps
+
+    def matching_in_advance(self) -> dict | None:
+        """The regularizer's matchings of the ``P`` the next training forward computes, started
+        now on the worker thread (``match_async``), ``{layer: Future}``; ``None`` where a step
+        matches nothing. ``P`` depends only on the parameters (the signatures and bandwidths,
+        no noise and no random draw), so it is computed here without gradient from the same
+        tensors by the same ops: the same values, so the same permutations as the forward's own
+        matching. What a compiled step (``train.compile``) passes as ``perms``, keeping the
+        host's numpy/scipy work out of the graph. A conditional design's ``P`` depends on the
+        input: refused (``ValueError``)."""
+        if self.prior_target is None:
+            return None
+        if self.config.generator == "conditional":
+            raise ValueError(
+                "train.compile: a conditional circuit generator with generator_regularizer matches each "
+                "sample's P inside the forward, which cannot be compiled as one graph; set train.compile: false"
+            )
+        with torch.no_grad():
+            signatures_only = CircuitDesign(self.generator.signatures, None, None, None, None, None)
+            Ps = self.kernel_probabilities(signatures_only)
+        return self.match_async(Ps)
 
     def _kernel_mode(self, readout: bool = False) -> str:
         """How the kernel is drawn: a Concrete sample in training with ``stochastic_kernel`` (the

@@ -43,13 +43,16 @@ SAMPLER_IMPLS = ("sparse", "prepared")
 TRUNCATION_MODES = ("direct", "masked")
 # The CPU-only fast forms (the sparse kernel sample and its bias, explicit attention) are taken
 # on the CPU; False takes the forms CUDA takes on every device (no data-dependent shape, no host
-# sync): what bench/bench_ops.py and the sync tests count on the CPU.
+# sync): what bench/bench_ops.py and the sync tests count on the CPU. Under torch.compile the
+# CUDA forms are taken on every device: the shortcuts' data-dependent shapes break the graph
+# (34 breaks in the tiny NAC's step) and recompile it when the number of links changes.
 CPU_SHORTCUTS = True
 
 
 def cpu_shortcut(t: torch.Tensor) -> bool:
-    """Whether a CPU-only fast form may be taken for tensor ``t`` (``CPU_SHORTCUTS``, on the CPU)."""
-    return CPU_SHORTCUTS and t.device.type == "cpu"
+    """Whether a CPU-only fast form may be taken for tensor ``t`` (``CPU_SHORTCUTS``, on the CPU,
+    not while ``torch.compile`` traces)."""
+    return CPU_SHORTCUTS and t.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
 def cosine_distance(s_recv: torch.Tensor, s_send: torch.Tensor | None = None) -> torch.Tensor:

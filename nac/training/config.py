@@ -41,6 +41,13 @@ class TrainConfig(ConfigDict):
     # steps and 24 after 1,000 (nac/training/loop.py, ADAMW_IMPL), so a run's numbers change
     # beyond float rounding.
     adamw: str = "default"
+    # torch.compile of the step's forward and loss (nac/training/compiled.py): false (eager) |
+    # default | reduce-overhead (CUDA graphs) | aot_eager (traced, no code generation). Inductor's
+    # random draws differ from eager's: the same distribution, not the same numbers.
+    compile: bool | str = False
+    # where a compiled step waits for the regularizer's matching (nac.training.compiled): before |
+    # overlap (while the device runs the forward; the regularizer's few ops then run eagerly)
+    compile_matching: str = "before"
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -60,15 +67,22 @@ class TrainConfig(ConfigDict):
         check_augment(self.augment)
         if self.adamw not in ("default", "foreach", "fused"):
             raise ValueError(f"train.adamw={self.adamw!r}; valid choices: default, foreach, fused")
+        from nac.training.compiled import check_compile
+
+        check_compile(self.compile, self.compile_matching)
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"train.device={self.device!r}; valid choices: auto, cpu, cuda")
 
     def to_dict(self) -> dict:
-        """All fields, less ``adamw`` at its default: checkpoints written before the field
-        existed keep matching (and resuming)."""
+        """All fields, less ``adamw``, ``compile`` and ``compile_matching`` at their defaults:
+        checkpoints written before the fields existed keep matching (and resuming)."""
         d = super().to_dict()
         if d.get("adamw") == "default":
             del d["adamw"]
+        if d.get("compile") is False:
+            del d["compile"]
+        if d.get("compile_matching") == "before":
+            del d["compile_matching"]
         return d
 
     @property

@@ -46,8 +46,16 @@ from nac.checkpoint_lock import CheckpointLock
 from nac.evaluation import model_kwargs, predict, topk_accuracy
 from nac.model import NAC
 from nac.progress import bar_kwargs
-from nac.training.augment import AugmentedDataset, BatchMixer, RepeatedAugSampler, recipe_of, soft_cross_entropy
+from nac.training.augment import AugmentedDataset, BatchMixer, RepeatedAugSampler, recipe_of
 from nac.training.checks import StepChecks
+from nac.training.compiled import (
+    compile_losses,
+    finish_matching,
+    objective_losses,
+    objective_parts,
+    overlapped_losses,
+    start_matching,
+)
 from nac.training.config import DECAY_FILTERS, TrainConfig
 from nac.training.distributed import World, all_reduce_, barrier
 from nac.training.ema import ema_groups, ema_update, make_ema
@@ -90,13 +98,16 @@ def make_adamw(param_groups, lr: float, impl: str | None = None) -> torch.optim.
 class Objective(nn.Module):
     """Wraps the model so one forward returns the logits and the graph regularizer computed from
     the same circuit design (one module for DDP to wrap); a NAC's link probabilities are computed
-    once for both, its matching run on a worker thread meanwhile (``NAC.logits_and_regularizer``)."""
+    once for both, its matching run on a worker thread meanwhile (``NAC.logits_and_regularizer``).
+    ``perms``: a NAC's permutations matched before the step (``NAC.matching_in_advance``, a
+    compiled step's), or ``"later"``: ``(logits, Ps)`` returned, the regularizer left to the caller
+    (``NAC.logits_and_probabilities``)."""
 
     def __init__(self, model: NAC):
         super().__init__()
         self.model = model
 
-    def forward(self, inputs, mask=None, cond=None, cond_mask=None, **own):
+    def forward(self, inputs, mask=None, cond=None, cond_mask=None, perms=None, **own):
         if own:  # a model with its own training objective: ``training_loss`` -> (logits, loss)
             kw = {
                 k: v
@@ -104,8 +115,10 @@ class Objective(nn.Module):
                 if v is not None
             }
             return self.model.training_loss(kw, **own)
+        if isinstance(self.model, NAC) and perms == "later":  # (logits, Ps): the regularizer is the caller's
+            return self.model.logits_and_probabilities(inputs, mask, cond, cond_mask)
         if isinstance(self.model, NAC):  # Perceiver IO too: its regularizer is the host's constant 0
-            logits, reg = self.model.logits_and_regularizer(inputs, mask, cond, cond_mask)
+            logits, reg = self.model.logits_and_regularizer(inputs, mask, cond, cond_mask, perms=perms)
         else:
             design = self.model.design(cond, cond_mask)
             logits, reg = self.model(inputs, mask=mask, design=design), self.model.graph_regularizer(design)
@@ -240,6 +253,8 @@ class _Run:
     live: Any = None  # the dvclive logger (main process, live_dir given)
     bar: Any = None  # the tqdm bar
     scheduler: LambdaLR | None = None  # the LR schedule (warmup_cosine), stepped before each optimizer step
+    losses: Callable = objective_losses  # the step's forward and loss, compiled with train.compile
+    parts: Callable | None = None  # its form without the regularizer (train.compile_matching: overlap)
 
 
 def fit(
@@ -357,6 +372,9 @@ def _build(
         impl=getattr(cfg, "adamw", None),
     )
     ema = make_ema(model, cfg.ema) if cfg.ema else None
+    mode = getattr(cfg, "compile", False)
+    if mode is not False and hasattr(model, "training_loss"):
+        raise ValueError(f"train.compile={mode!r} compiles the NAC objective; this model defines its own: set false")
 
     if cfg.batch_size % world.world_size:
         raise ValueError(
@@ -420,6 +438,8 @@ def _build(
         state=RunState(Path(checkpoint) if checkpoint else None, desc),
         fingerprint=fingerprint,
         on_epoch_end=on_epoch_end,
+        losses=compile_losses(mode),
+        parts=compile_losses(mode, objective_parts) if mode and cfg.compile_matching == "overlap" else None,
     )
 
 
@@ -478,6 +498,10 @@ def _losses(run: _Run, batch: dict, epoch: int, step: int, checks: StepChecks) -
     is what ``train_loss`` logs, ``loss`` what is minimised). An error in the forward is reported
     as the non-finite step before it when there is one (``checks.guard``)."""
     cfg, device = run.cfg, run.world.device
+    compiled = run.losses is not objective_losses
+    # a compiled step takes the matching's permutations as inputs: started first, so the worker
+    # thread matches while the host prepares the batch (nac.training.compiled)
+    pending = start_matching(run.model) if compiled and not run.own_objective else None
     kw = model_kwargs(batch, device)
     if cfg.augment is True:
         kw["inputs"] = augment_images(kw["inputs"])
@@ -485,22 +509,31 @@ def _losses(run: _Run, batch: dict, epoch: int, step: int, checks: StepChecks) -
     targets = None
     if run.mixer is not None:  # soft targets (label smoothing included); accuracy against `labels`
         kw["inputs"], targets = run.mixer(kw["inputs"], labels, epoch, run.world.rank, step)
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=run.use_amp), checks.guard(run.state):
-        if run.own_objective:
+    if run.own_objective:
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=run.use_amp), checks.guard(run.state):
             indices = batch["index"].to(device, non_blocking=True).long() if "index" in batch else None
             logits, loss = run.wrapped(
                 **kw, labels=labels, indices=indices, step=step, label_smoothing=cfg.label_smoothing
             )
             ce = loss = loss.float()
             reg = torch.zeros((), device=device)
+        return logits, labels, ce, reg, loss
+    with checks.guard(run.state):
+        if compiled and cfg.compile == "reduce-overhead":  # a new step: the CUDA graphs' outputs may be reused
+            torch.compiler.cudagraph_mark_step_begin()
+        if pending is not None and run.parts is not None:  # the matching awaited while the device runs the forward
+            logits, ce, reg, loss = overlapped_losses(
+                run.parts, run.model, run.wrapped, kw, labels, targets, pending, *_loss_args(run)
+            )
         else:
-            logits, reg = run.wrapped(**kw)
-            if targets is not None:
-                ce = soft_cross_entropy(logits.float(), targets)
-            else:
-                ce = F.cross_entropy(logits.float(), labels, label_smoothing=cfg.label_smoothing)
-            loss = ce + cfg.reg_weight * reg.float()
+            logits, ce, reg, loss = run.losses(
+                run.wrapped, kw, labels, targets, finish_matching(pending, device), *_loss_args(run)
+            )
     return logits, labels, ce, reg, loss
+
+
+def _loss_args(run: _Run) -> tuple:
+    return run.cfg.label_smoothing, run.cfg.reg_weight, run.use_amp
 
 
 def _end_epoch(run: _Run, epoch: int, sums: torch.Tensor) -> None:

@@ -1,0 +1,255 @@
+"""Issue 21, "one compiled step": the training forward and loss (``nac.training.compiled``,
+``train.compile``) trace as one graph on the code paths CUDA takes (``CPU_SHORTCUTS = False``),
+do not recompile when the number of links changes, and give the eager step's loss and gradients
+(``aot_eager``: the same aten ops and random stream, so equal to float rounding).
+
+Before this, ``torch._dynamo.explain(Objective(nac))`` broke the tiny NAC's forward into 6
+graphs (5 breaks), all of them the regularizer's matching: the worker thread's executor
+(``SimpleQueue.__new__``, its lock in ``submit``) and ``Future.result``'s lock. The matching now
+runs before the compiled region (``NAC.matching_in_advance``) and its permutations are inputs.
+"""
+
+import copy
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch._dynamo as dynamo
+from tiny_models import make_tiny_config, tiny_batch
+
+from nac import build_model
+from nac.circuits import kernel
+from nac.training import compiled
+from nac.training.config import TrainConfig
+from nac.training.loop import Objective, fit
+
+CONFIGS = {
+    "kernel_per_module": dict(variant="nac"),
+    "shared_kernel": dict(variant="nac", kernel_per_module=False, truncation_mode="masked"),
+    "input_latents": dict(variant="nac", input_latents=3),
+    "perceiver_io": dict(variant="perceiver_io"),
+}
+
+
+@pytest.fixture(autouse=True)
+def _cuda_paths(monkeypatch):
+    monkeypatch.setattr(kernel, "CPU_SHORTCUTS", False)  # the sampler and attention CUDA takes
+    torch.set_num_threads(1)
+    dynamo.reset()
+    yield
+    dynamo.reset()
+
+
+def _model(**kw):
+    torch.manual_seed(0)
+    return build_model(make_tiny_config(signature_fit_steps=20, n_processor=12, depth=3, **kw)).train()
+
+
+def _args(model, seed=5, smoothing=0.1):
+    """``objective_losses``' arguments for one batch, the permutations matched in advance."""
+    x, y, _ = tiny_batch(model, seed=seed)
+    perms = compiled.finish_matching(compiled.start_matching(model), x.device)
+    return (Objective(model), {"inputs": x}, y, None, perms, smoothing, 0.1, False)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_the_training_forward_is_one_graph(name):
+    model = _model(**CONFIGS[name])
+    explained = dynamo.explain(compiled.objective_losses)(*_args(model))
+    assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
+
+
+@pytest.mark.parametrize(
+    "kw,amp,soft",
+    [
+        (dict(variant="nac"), True, True),  # bf16 autocast (the CPU's here), mixup/cutmix's soft targets
+        (dict(variant="nac", code_noise=0.1, state_noise=0.1, drop_path=0.2), False, False),
+        (dict(variant="nac", regularizer="kl", matching="search"), False, False),
+    ],
+)
+def test_the_step_options_stay_one_graph(kw, amp, soft):
+    model = _model(**kw)
+    args = list(_args(model))
+    if soft:
+        args[3] = torch.softmax(torch.randn(len(args[2]), model.config.num_classes), -1)
+    args[-1] = amp
+    explained = dynamo.explain(compiled.objective_losses)(*args)
+    assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
+
+
+@pytest.mark.parametrize("name", ["kernel_per_module", "shared_kernel"])
+def test_compiling_on_the_cpu_takes_cudas_paths(name, monkeypatch):
+    """With the CPU shortcuts on (the CPU's default), tracing takes CUDA's fixed-shape forms
+    anyway (``cpu_shortcut`` is False while compiling): before, the sparse sampler's
+    ``nonzero``, ``bool(tensor)`` and ``.item()`` broke the tiny NAC's step into 35 graphs."""
+    monkeypatch.setattr(kernel, "CPU_SHORTCUTS", True)
+    model = _model(**CONFIGS[name])
+    explained = dynamo.explain(compiled.objective_losses)(*_args(model))
+    assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
+
+
+def test_the_matching_inside_the_forward_was_the_break():
+    """The test above can fail: the eager form (matching on the worker thread inside the
+    forward) breaks the graph, at the matching."""
+    model = _model(variant="nac")
+    args = list(_args(model))
+    args[4] = None
+    explained = dynamo.explain(compiled.objective_losses)(*args)
+    assert explained.graph_break_count > 0
+    assert all(
+        "match_async" in {f.name for f in r.user_stack} or "result" in {f.name for f in r.user_stack}
+        for r in explained.break_reasons
+    )
+
+
+def _links(model) -> int:
+    return int((model.link_probabilities() > 0).sum())
+
+
+def test_no_recompile_when_the_number_of_links_changes():
+    """One compilation serves steps whose ``P`` has a different number of nonzero links (the
+    sparse CPU sampler's shapes followed it; CUDA's fixed-shape sampler does not)."""
+    model = _model(variant="nac")
+    counter = dynamo.testing.CompileCounter()
+    step = torch.compile(compiled.objective_losses, backend=counter, dynamic=False)
+    seen = []
+    for spread in (0.0, 1.0, 3.0):  # signatures from one direction (every link) to scattered
+        with torch.no_grad():
+            sig = model.generator.signatures
+            sig.copy_(torch.nn.functional.normalize(sig[:1] + spread * torch.randn_like(sig), dim=-1))
+        seen.append(_links(model))
+        with dynamo.config.patch(error_on_recompile=True):
+            _, _, _, loss = step(*_args(model))
+        loss.backward()
+    assert len(set(seen)) == 3, seen
+    assert counter.frame_count == 1
+
+
+def _grads(model):
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize(
+    "name,shortcuts", [("kernel_per_module", False), ("input_latents", False), ("kernel_per_module", True)]
+)
+def test_compiled_losses_equal_eager(name, shortcuts, monkeypatch):
+    """``aot_eager`` (the same aten ops, the same random stream): the same logits, loss and
+    gradients to float rounding, and the generator left in the same state. ``shortcuts``: the
+    eager step takes the CPU's sparse sampler and explicit attention, the compiled one CUDA's
+    forms (the same draws and formula: equal to float rounding too)."""
+    monkeypatch.setattr(kernel, "CPU_SHORTCUTS", shortcuts)
+    eager_model = _model(**CONFIGS[name])
+    compiled_model = copy.deepcopy(eager_model)
+    step = compiled.compile_losses("aot_eager")
+    out = {}
+    for key, model, fn in (("eager", eager_model, compiled.objective_losses), ("compiled", compiled_model, step)):
+        torch.manual_seed(3)
+        logits, ce, reg, loss = fn(*_args(model))
+        loss.backward()
+        out[key] = (logits.detach(), ce.detach(), reg.detach(), _grads(model), torch.rand(()))
+    (le, ce_e, re, ge, ue), (lc, ce_c, rc, gc, uc) = out["eager"], out["compiled"]
+    torch.testing.assert_close(lc, le)
+    torch.testing.assert_close(ce_c, ce_e)
+    torch.testing.assert_close(rc, re)
+    assert ge.keys() == gc.keys() and len(ge) > 0
+    for n in ge:
+        torch.testing.assert_close(gc[n], ge[n], msg=n)
+    assert ue == uc  # the same number of draws from the global generator
+
+
+def test_compile_is_a_train_param():
+    assert TrainConfig().compile is False and "compile" not in TrainConfig().to_dict()
+    assert TrainConfig(compile="reduce-overhead").to_dict()["compile"] == "reduce-overhead"
+    with pytest.raises(ValueError, match="valid choices: false, default, reduce-overhead"):
+        TrainConfig(compile="fast")
+    assert "compile_matching" not in TrainConfig(compile="default").to_dict()
+    with pytest.raises(ValueError, match="compile_matching='after'; valid choices: before, overlap"):
+        TrainConfig(compile_matching="after")
+
+
+@pytest.mark.parametrize("name", ["kernel_per_module", "shared_kernel", "input_latents"])
+def test_the_overlapped_forward_is_one_graph(name):
+    """``compile_matching: overlap``: the region returns ``P`` instead of the regularizer."""
+    model = _model(**CONFIGS[name])
+    obj, kw, y, targets, _, smoothing, _, amp = _args(model)
+    explained = dynamo.explain(compiled.objective_parts)(obj, kw, y, targets, smoothing, amp)
+    assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
+
+
+def test_the_overlapped_step_equals_eager():
+    """The region without the regularizer (``aot_eager``), the matching awaited after it, the
+    regularizer eager: the eager step's logits, loss, gradients and random stream (the design's
+    noise is drawn once: the regularizer given ``Ps`` draws no design)."""
+    eager_model = _model(variant="nac", code_noise=0.1, state_noise=0.1)
+    other = copy.deepcopy(eager_model)
+    parts = compiled.compile_losses("aot_eager", compiled.objective_parts)
+    out = {}
+    for key, model in (("eager", eager_model), ("overlapped", other)):
+        torch.manual_seed(3)
+        x, y, _ = tiny_batch(model, seed=5)
+        if key == "eager":
+            logits, ce, reg, loss = compiled.objective_losses(
+                Objective(model), {"inputs": x}, y, None, None, 0.1, 0.1, False
+            )
+        else:
+            pending = compiled.start_matching(model)
+            logits, ce, reg, loss = compiled.overlapped_losses(
+                parts, model, Objective(model), {"inputs": x}, y, None, pending, 0.1, 0.1, False
+            )
+        loss.backward()
+        out[key] = (logits.detach(), loss.detach(), reg.detach(), _grads(model), torch.rand(()))
+    (le, lo_e, re, ge, ue), (lc, lo_c, rc, gc, uc) = out["eager"], out["overlapped"]
+    torch.testing.assert_close(lc, le)
+    torch.testing.assert_close(lo_c, lo_e)
+    torch.testing.assert_close(rc, re)
+    assert ge.keys() == gc.keys() and len(ge) > 0
+    for n in ge:
+        torch.testing.assert_close(gc[n], ge[n], msg=n)
+    assert ue == uc
+
+
+@pytest.mark.parametrize("matching", ["before", "overlap"])
+def test_a_compiled_fit_trains_as_the_eager_one(matching):
+    """Through the loop (matching in advance, the compiled forward and loss, eager optimizer
+    step): after 3 steps the same weights and losses as the eager fit, to float rounding."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_overfit import Quadrants
+    from test_training import small_train
+
+    results = {}
+    dynamo.utils.counters.clear()
+    for mode in (False, "aot_eager"):
+        torch.manual_seed(0)
+        model = build_model(make_tiny_config(variant="nac", num_classes=4, signature_fit_steps=20))
+        cfg = small_train(epochs=1, batch_size=8, compile=mode, compile_matching=matching)
+        out = fit(model, Quadrants(24, 0), None, cfg, progress=False)
+        results[mode] = (out["final"], {k: v.clone() for k, v in model.state_dict().items()})
+    assert dynamo.utils.counters["stats"]["unique_graphs"] == 1  # the compiled fit: one graph, compiled once
+    (fe, we), (fc, wc) = results[False], results["aot_eager"]
+    assert fe.keys() == fc.keys()
+    for k in fe:
+        assert fc[k] == pytest.approx(fe[k], rel=1e-5, abs=1e-6), k
+    for k in we:
+        torch.testing.assert_close(wc[k], we[k], msg=k)
+
+
+def test_what_cannot_be_compiled_is_refused():
+    """A conditional design's ``P`` depends on the input (matched per sample inside the forward),
+    and a model with its own objective is not the NAC objective: both named, with the fix."""
+    from tiny_models import COND_TOKENIZER
+
+    model = _model(variant="nac", generator="conditional", cond_tokenizer=COND_TOKENIZER, generator_regularizer=True)
+    with pytest.raises(ValueError, match="generator_regularizer.*train.compile: false"):
+        model.matching_in_advance()
+
+    class OwnObjective(torch.nn.Linear):
+        def training_loss(self, *a, **k):
+            raise AssertionError("not reached")
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_overfit import Quadrants
+    from test_training import small_train
+
+    with pytest.raises(ValueError, match="defines its own: set false"):
+        fit(OwnObjective(2, 4), Quadrants(8, 0), None, small_train(batch_size=8, compile="aot_eager"), progress=False)
