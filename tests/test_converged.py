@@ -123,10 +123,9 @@ def test_run_converged_smoke_end_to_end(tmp_path):
     the results pass the provenance check against this checkout and fail once a copy's code or
     params change; the report builds their section from them."""
     out = tmp_path / "results" / "converged"
-    # one worker: with two, dvclive's Live.end() in two workers finishing together can race on its
-    # VS Code signal file (exists, then remove: FileNotFoundError; seen once in CI). The guard for it
-    # belongs in nac/training/loop.py (an open item; a change there reruns the whole pipeline).
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "NAC_QUIET": "1", "NAC_WORKERS": "1"}
+    # the pool's default workers (2 here): two jobs ending together once raced in dvclive's Live.end()
+    # (tests/test_training.py::test_dvclive_log_closes_without_dvc_bookkeeping_or_a_race)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NAC_QUIET": "1"}
     cmd = [sys.executable, "tools/run_converged.py", "--profile", "converged_smoke"]
     subprocess.run([*cmd, "--workdir", str(tmp_path / "work"), "--out", str(out)], cwd=ROOT, env=env, check=True)
     prov = json.loads((out / provenance.PROVENANCE).read_text())

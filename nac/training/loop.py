@@ -337,7 +337,7 @@ def fit(
         if run.bar is not None:
             run.bar.close()
         if run.live is not None:
-            run.live.end()
+            _close_live(run.live)
         if lock is not None:
             lock.release()
     if run.ema is not None:  # hand back the averaged weights: they are what was evaluated
@@ -595,6 +595,21 @@ def _open_live(live_dir, history):
     for entry in history:
         _log_live(live, entry)
     return live
+
+
+def _close_live(live) -> None:
+    """End a dvclive log without ``Live.end()``. Each ``next_step`` has already written what this
+    suite reads (metrics.json, the plots' .tsv); what ``end()`` adds is DVC-experiment bookkeeping
+    the stages do not use (they declare the files as outs): under ``dvc exp run`` it builds DVC's
+    repo index in every job (1.4 s; docs/costs.md), and pooled workers race to remove dvclive's one
+    step signal file (FileNotFoundError). The signal file is removed here, tolerating a worker that
+    removed it first."""
+    from dvclive.vscode import cleanup_dvclive_step_completed
+
+    try:
+        cleanup_dvclive_step_completed()
+    except FileNotFoundError:
+        pass
 
 
 def _log_live(live, entry: dict) -> None:
