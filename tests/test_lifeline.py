@@ -331,3 +331,41 @@ def test_stopped_while_resuming_says_the_checkpoint_is_untouched(tmp_path, monke
         f"toy-0: interrupted before the first step; the checkpoint at {ckpt} is untouched; rerun to resume"
     )
     assert ckpt.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "pid1, stops",
+    [
+        (["/sbin/init"], True),
+        (["/usr/bin/tini", "--", "bash"], True),
+        (["/usr/bin/python3", "/usr/local/bin/dvc", "repro"], False),
+    ],
+)
+def test_a_stage_whose_launcher_died_before_its_watch_stops(monkeypatch, pid1, stops):
+    """``dvc`` killed between starting a stage and the stage's watch: the stage, adopted by init
+    (parent pid 1), stops with the interruption's one line instead of training on unwatched. Pid 1
+    that is ``dvc`` itself (a container's entrypoint) is the launcher: the stage runs."""
+    monkeypatch.setenv("DVC_STAGE", "train")
+    monkeypatch.setattr(os, "getppid", lambda: 1)
+    real = psutil.Process
+
+    def fake_process(pid=None):
+        if pid == 1:
+            return type("Init", (), {"cmdline": lambda self: pid1})()
+        return real(pid) if pid is not None else real()
+
+    monkeypatch.setattr(psutil, "Process", fake_process)
+    watched = []
+    monkeypatch.setattr(lifeline, "watch", lambda idents, **kw: watched.append(idents))
+    saved = {s: signal.getsignal(s) for s in lifeline.STOP_SIGNALS}
+    ran = []
+    try:
+        if stops:
+            with pytest.raises(SystemExit, match="train: interrupted \\(SIGTERM\\)"):
+                lifeline.run_stage(lambda: ran.append(1), "train")
+        else:
+            lifeline.run_stage(lambda: ran.append(1), "train")
+    finally:
+        for s, h in saved.items():
+            signal.signal(s, h)
+    assert (ran, watched) == (([], []) if stops else ([1], [[]]))

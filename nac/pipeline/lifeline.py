@@ -150,7 +150,23 @@ def stage_process() -> None:
     hand is not watched: ``nohup python stages/train.py &`` outlives its shell, as it should."""
     handle_stop_signals()
     if os.environ.get("DVC_STAGE"):
-        watch(launchers())
+        idents = launchers()
+        if not idents and orphaned():  # the launcher died before this process could watch it
+            os.kill(os.getpid(), signal.SIGTERM)
+        watch(idents)
+
+
+def orphaned() -> bool:
+    """This process was adopted by init: its parent is pid 1 and pid 1 is not a ``dvc`` process (in
+    a container ``dvc repro`` may itself be pid 1). Unreadable pid 1: not orphaned (no guess)."""
+    import psutil
+
+    if os.getppid() != 1:
+        return False
+    try:
+        return not any("dvc" in os.path.basename(arg) for arg in psutil.Process(1).cmdline()[:3])
+    except psutil.Error:
+        return False
 
 
 BUSY = [False]  # a worker process is running a job (set by nac.pipeline.pool)
@@ -175,8 +191,8 @@ def worker_process(parent_pid: int) -> None:
 def run_stage(main, name: str) -> None:
     """Run a stage script's ``main()`` as ``stage_process`` says; an interruption outside a
     training (which says its own line) ends the stage with one line, not a traceback."""
-    stage_process()
     try:
+        stage_process()  # inside the try: a launcher already gone stops the stage with the one line
         main()
     except KeyboardInterrupt as e:
         how = e.args[0] if e.args else "SIGINT"
