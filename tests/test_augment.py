@@ -27,6 +27,7 @@ from nac.training.augment import (
 from nac.training.config import TrainConfig  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
+from interrupted_runs import interrupt_then_resume  # noqa: E402
 from test_overfit import quadrant_batch  # noqa: E402
 
 RECIPE = recipe_of(AUTHORS_TINYIMAGENET)
@@ -213,29 +214,10 @@ def test_recipe_training_is_finite_and_resumes_exactly(tmp_path, tiny_config):
     )
     assert len(full["history"]) == 2 and all(np.isfinite(h["train_loss"]) for h in full["history"])
 
-    class Interrupt(Exception):
-        pass
-
-    def stop(epoch):
-        if epoch == 1:
-            raise Interrupt
-
-    torch.manual_seed(0)
-    with pytest.raises(Interrupt):
-        loop.fit(
-            build_model(tiny_config(num_classes=4)),
-            train,
-            val,
-            cfg,
-            checkpoint=tmp_path / "b.pt",
-            progress=False,
-            on_epoch_end=stop,
-        )
-    torch.manual_seed(7), random.seed(7), np.random.seed(7)
-    resumed = loop.fit(
-        build_model(tiny_config(num_classes=4)), train, val, cfg, checkpoint=tmp_path / "b.pt", progress=False
+    resumed = interrupt_then_resume(
+        lambda: build_model(tiny_config(num_classes=4)), train, val, cfg, tmp_path / "b.pt", reseed=7
     )
-    assert resumed["history"] == full["history"]
+    assert resumed.result["history"] == full["history"]
 
 
 def test_recipe_inputs_do_not_depend_on_dataloader_workers():
