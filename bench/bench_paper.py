@@ -65,9 +65,9 @@ def _reference_impls(model) -> None:
     live in the tests, ``tests/reference_kernel.py``, and tests/test_speed_equivalence.py proves
     both give the same step); the regularizer's ``BLAS_THREADS`` is module-wide, so each timed
     step sets it."""
-    from tests.reference_kernel import reference_forms
+    from tests.reference_kernel import use_reference_kernel
 
-    reference_forms(model)
+    use_reference_kernel(model)
 
 
 def _interleaved_steps(steps: dict, blocks: int, per_block: int = 1) -> tuple[dict, dict]:

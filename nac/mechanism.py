@@ -58,7 +58,7 @@ def mechanism_numbers(model: NAC, P_init: torch.Tensor | None = None) -> dict[st
     ``P``) the mean absolute change of off-diagonal ``P`` since initialisation."""
     P = processor_graph(model)
     out = graph_numbers(P)
-    out["bandwidth"] = float(model.bandwidth.detach())
+    out["bandwidth"] = model.graph_bandwidth()
     if P_init is not None:
         off = ~torch.eye(P.shape[0], dtype=torch.bool)
         out["p_change"] = float((P - P_init).abs()[off].mean())

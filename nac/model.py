@@ -203,21 +203,6 @@ class NAC(nn.Module):
         """``kernel_bandwidth(None)`` as a float (what the mechanism numbers report)."""
         return float(self.kernel_bandwidth(None).detach())
 
-    def __getattr__(self, name: str):
-        # ``model.bandwidth`` with per-module kernels: the graph's (mean) bandwidth, read-only, so
-        # code that reads one bandwidth (the mechanism numbers, Figure 6) keeps working.
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            if (
-                name == "bandwidth"
-                and self.config.kernel_per_module
-                and "read_out" in self._modules
-                and hasattr(self.read_out, "bandwidth")
-            ):
-                return self.kernel_bandwidth(None)
-            raise
-
     def link_probabilities(self, design: CircuitDesign | None = None, layer: int | None = None) -> torch.Tensor:
         """Processor-to-processor link probabilities ``P`` (eq. 2): ``[U_p, U_p]`` for an
         unconditional design, ``[B, U_p, U_p]`` for a conditional one.

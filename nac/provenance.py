@@ -6,15 +6,14 @@ run's lock), ``metrics/`` and ``provenance.json``: the profile and overrides, th
 params' hash, the code fingerprint, the machine, the device, and the start and end times.
 
 The code fingerprint (``code_fingerprint``) hashes what the pipeline's stages run: the ``nac``
-sources the stage scripts import, followed through every import (``nac.fingerprint.source_closure``,
-the same walk a checkpoint's fingerprint uses), the stage scripts and ``dvc.yaml``; ``conf/`` is
+sources the stage scripts import, followed through every import (``nac.imports.reached``, the
+walk dvc.yaml's deps and a checkpoint's fingerprint use), the stage scripts and ``dvc.yaml``; ``conf/`` is
 checked through the params it composes. ``check`` recomputes all of it from a checkout and names
 every difference.
 """
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import subprocess
@@ -23,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from nac.fingerprint import source_closure
+from nac.imports import reached
 
 PROVENANCE = "provenance.json"
 RESULTS = Path("results/converged")  # the converged profile's result set (docs/convergence.md)
@@ -39,26 +38,12 @@ def params_hash(params: dict[str, Any]) -> str:
     return _sha256(json.dumps(params, sort_keys=True, separators=(",", ":")).encode())
 
 
-def _stage_entries(root: Path) -> list[str]:
-    """The ``nac`` modules the stage scripts (``stages/*.py``) import."""
-    names: set[str] = set()
-    for f in sorted((root / "stages").glob("*.py")):
-        for node in ast.walk(ast.parse(f.read_bytes(), filename=str(f))):
-            if isinstance(node, ast.Import):
-                names.update(a.name for a in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                names.add(node.module)
-                names.update(f"{node.module}.{a.name}" for a in node.names)
-    return sorted(n for n in names if n == "nac" or n.startswith("nac."))
-
-
 def code_fingerprint(root: str | Path = ".") -> dict[str, str]:
     """``{"nac": ..., "stages": ..., "dvc.yaml": ...}``: sha256 each, over the relative paths and
-    bytes of the ``nac`` sources the stages import (every import followed, every file of the
-    package allowed), of ``stages/*.py`` and of ``dvc.yaml``."""
+    bytes of the ``nac`` sources the stages import (every import followed, ``nac.imports.reached``),
+    of ``stages/*.py`` and of ``dvc.yaml``."""
     root = Path(root)
-    pkg = root / "nac"
-    everything = [p.name + "/" if p.is_dir() else p.name for p in pkg.iterdir() if p.name != "__pycache__"]
+    stages = sorted((root / "stages").glob("*.py"))
 
     def digest(files: list[Path], base: Path) -> str:
         h = hashlib.sha256()
@@ -67,8 +52,8 @@ def code_fingerprint(root: str | Path = ".") -> dict[str, str]:
         return h.hexdigest()
 
     return {
-        "nac": digest(source_closure(_stage_entries(root), pkg, everything), pkg),
-        "stages": digest(sorted((root / "stages").glob("*.py")), root),
+        "nac": digest(sorted(reached(root, stages)), root / "nac"),
+        "stages": digest(stages, root),
         "dvc.yaml": digest([root / "dvc.yaml"], root),
     }
 

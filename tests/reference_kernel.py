@@ -10,7 +10,7 @@ times as "NAC, plain forms".
 * attention by ``F.scaled_dot_product_attention`` (CUDA's form) on every device, not
   ``explicit_attention``.
 
-``reference_forms(model)`` switches one model to all three (instance attributes, so another
+``use_reference_kernel(model)`` switches one model to all three (instance attributes, so another
 model in the same process keeps the fast forms).
 """
 
@@ -67,7 +67,7 @@ def _sdpa(q, k, v, bias, K, key_mask):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
 
 
-def reference_forms(model):
+def use_reference_kernel(model):
     """Switch ``model`` (a NAC) to the plain forms above, in place; returns it."""
     model._sampler = types.MethodType(_plain_sampler, model)
     for m in model.modules():

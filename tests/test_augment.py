@@ -1,6 +1,7 @@
 """train.augment: the authors' Tiny-ImageNet recipe (nac/training/augment.py) and the old
 flip + translate (``augment: true``)."""
 
+import contextlib
 import random
 import sys
 from collections import Counter
@@ -27,6 +28,7 @@ from nac.training.augment import (
 from nac.training.config import TrainConfig  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
+from interrupted_runs import interrupt_then_resume  # noqa: E402
 from test_overfit import quadrant_batch  # noqa: E402
 
 RECIPE = recipe_of(AUTHORS_TINYIMAGENET)
@@ -111,6 +113,44 @@ def test_mixup_cutmix_soft_targets_mix_exactly_two_labels():
     assert any(not torch.equal(xs[0], o) for o in xs[1:])
     with pytest.raises(ValueError, match="even"):
         mixer(torch.rand(3, 3, 8, 8), torch.arange(3), 0, 0, 0)
+
+
+@contextlib.contextmanager
+def _seeded_before(*parts):
+    """``nac.training.augment.seeded`` as it was: ``torch.manual_seed``, every device's generator."""
+    seq = np.random.SeedSequence([int(p) % (2**32) for p in parts])
+    s_py, s_np, s_torch = (int(v) for v in seq.generate_state(3, dtype=np.uint32))
+    py_state, np_state = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=[]):
+        random.seed(s_py), np.random.seed(s_np), torch.manual_seed(s_torch)
+        try:
+            yield
+        finally:
+            random.setstate(py_state), np.random.set_state(np_state)
+
+
+def test_seeding_draws_as_before_and_leaves_the_cuda_generators_alone(monkeypatch):
+    """The mixer's and the per-sample transform's draws are bit for bit the old ``seeded``'s, and no
+    CUDA generator is reseeded (the old form reset them at every mixup step; the CPU-only fork did
+    not restore them)."""
+    from nac.training import augment
+
+    cuda_seeds = []
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", cuda_seeds.append)
+
+    def draws():
+        mixer = BatchMixer(RECIPE, 200, 0.1, seed=0)
+        x = torch.rand(8, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+        mixed = [t for s in range(4) for t in mixer(x.clone(), torch.arange(8), 1, 0, s)]
+        ds = AugmentedDataset(Images(2, size=32), RECIPE, seed=0)
+        return mixed + [ds[v]["input"] for v in range(4)]
+
+    now = draws()
+    assert cuda_seeds == []
+    monkeypatch.setattr(augment, "seeded", _seeded_before)
+    before = draws()
+    assert cuda_seeds  # the old form did reseed them
+    assert len(now) == len(before) and all(torch.equal(a, b) for a, b in zip(now, before))
 
 
 def test_soft_cross_entropy_matches_hard_labels():
@@ -213,29 +253,10 @@ def test_recipe_training_is_finite_and_resumes_exactly(tmp_path, tiny_config):
     )
     assert len(full["history"]) == 2 and all(np.isfinite(h["train_loss"]) for h in full["history"])
 
-    class Interrupt(Exception):
-        pass
-
-    def stop(epoch):
-        if epoch == 1:
-            raise Interrupt
-
-    torch.manual_seed(0)
-    with pytest.raises(Interrupt):
-        loop.fit(
-            build_model(tiny_config(num_classes=4)),
-            train,
-            val,
-            cfg,
-            checkpoint=tmp_path / "b.pt",
-            progress=False,
-            on_epoch_end=stop,
-        )
-    torch.manual_seed(7), random.seed(7), np.random.seed(7)
-    resumed = loop.fit(
-        build_model(tiny_config(num_classes=4)), train, val, cfg, checkpoint=tmp_path / "b.pt", progress=False
+    resumed = interrupt_then_resume(
+        lambda: build_model(tiny_config(num_classes=4)), train, val, cfg, tmp_path / "b.pt", reseed=7
     )
-    assert resumed["history"] == full["history"]
+    assert resumed.result["history"] == full["history"]
 
 
 def test_recipe_inputs_do_not_depend_on_dataloader_workers():

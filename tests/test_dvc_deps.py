@@ -1,7 +1,8 @@
 """dvc.yaml's ``deps:`` are exact for the ``nac`` package: a stage declares every ``nac`` source
-file (and data file) its script can run, and nothing of ``nac`` it cannot run. The rule, the import
-walker and the generator live in ``tools/dvc_deps.py``; this file only checks. When a stage's deps
-are not exact, ``python tools/dvc_deps.py --write`` rewrites them (``--show STAGE`` prints them).
+file (and data file) its script can run, and nothing of ``nac`` it cannot run. The rule and the
+generator live in ``tools/dvc_deps.py``, the import walker in ``nac/imports.py``; this file only
+checks. When a stage's deps are not exact, ``python tools/dvc_deps.py --write`` rewrites them
+(``--show STAGE`` prints them).
 """
 
 from __future__ import annotations

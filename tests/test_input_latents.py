@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 from reference_forms import per_layer_modulation
-from reference_kernel import reference_forms
+from reference_kernel import use_reference_kernel
 from tiny_models import make_tiny_config
 
 from nac.checkpoint_io import load_model, save_checkpoint
@@ -257,7 +257,7 @@ def test_fast_paths_give_the_plain_step_with_input_latents(train):
     x, y = _images(), torch.tensor([0, 1, 2])
     results = {}
     for plain in (False, True):
-        model = reference_forms(copy.deepcopy(model)) if plain else model
+        model = use_reference_kernel(copy.deepcopy(model)) if plain else model
         torch.manual_seed(123)
         logits = model(x)
         model.zero_grad(set_to_none=True)

@@ -13,12 +13,12 @@ import torch.nn.functional as F
 
 from nac.baselines import ModularNetwork, ModularNetworkConfig
 from nac.baselines.modular_networks import ConvModules, DenseModules
-from nac.checkpoint_io import load_checkpoint
 from nac.evaluation import predict
 from nac.training.config import TrainConfig
 from nac.training.loop import WithIndex, fit
 
 sys.path.insert(0, str(Path(__file__).parent))
+from interrupted_runs import interrupt_then_resume  # noqa: E402
 from test_overfit import Quadrants, quadrant_batch  # noqa: E402
 
 
@@ -177,32 +177,11 @@ def test_a_star_survives_checkpoint_and_resume_bit_exactly(tmp_path):
     full_model = ModularNetwork(tiny_config())
     full = fit(full_model, train, val, cfg, checkpoint=tmp_path / "a.pt", progress=False)
 
-    class Interrupt(Exception):
-        pass
-
-    def stop_after_first(epoch):
-        if epoch == 1:
-            raise Interrupt
-
-    torch.manual_seed(0)
-    with pytest.raises(Interrupt):
-        fit(
-            ModularNetwork(tiny_config()),
-            train,
-            val,
-            cfg,
-            checkpoint=tmp_path / "b.pt",
-            progress=False,
-            on_epoch_end=stop_after_first,
-        )
-    ckpt = load_checkpoint(tmp_path / "b.pt")
-    assert ckpt["epoch"] == 1 and ckpt["model"]["best_selection"].shape == (32, 3, 2)
-    torch.manual_seed(123)  # another process state: the resume must not depend on it
-    resumed_model = ModularNetwork(tiny_config())
-    resumed = fit(resumed_model, train, val, cfg, checkpoint=tmp_path / "b.pt", progress=False)
-    assert resumed["history"] == full["history"]
+    resumed = interrupt_then_resume(lambda: ModularNetwork(tiny_config()), train, val, cfg, tmp_path / "b.pt")
+    assert resumed.interrupted["model"]["best_selection"].shape == (32, 3, 2)
+    assert resumed.result["history"] == full["history"]
     assert not torch.equal(full_model.best_selection, init)  # the E-steps changed a*
-    a, b = full_model.state_dict(), resumed_model.state_dict()
+    a, b = full_model.state_dict(), resumed.model.state_dict()
     assert a.keys() == b.keys()
     for k in a:
         assert torch.equal(a[k], b[k]), k

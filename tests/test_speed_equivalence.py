@@ -32,7 +32,7 @@ from nac.baselines.neural_interpreter import ModLin, NeuralInterpreter, NeuralIn
 from nac.circuits.attention import explicit_attention, log_normalized_kernel
 from nac.circuits.kernel import KernelSampler, SparseKernel, link_probabilities, sample_kernel
 from tests.conftest import make_tiny_config
-from tests.reference_kernel import PlainSampler, plain_log_normalized_kernel, reference_forms
+from tests.reference_kernel import PlainSampler, plain_log_normalized_kernel, use_reference_kernel
 
 
 def _close(a, b, rtol=1e-4, scale=None):
@@ -219,7 +219,7 @@ def test_nac_fast_paths_give_the_plain_step(train, kernels, monkeypatch):
     assert (P == 0).float().mean() > 0.1  # the kernel cuts links: the masked path matters
     results = {}
     for plain in (False, True):
-        model = reference_forms(copy.deepcopy(model)) if plain else model
+        model = use_reference_kernel(copy.deepcopy(model)) if plain else model
         torch.manual_seed(123)
         logits = model(x)
         loss = F.cross_entropy(logits, y) + 0.1 * model.graph_regularizer()

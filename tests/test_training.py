@@ -20,6 +20,7 @@ from nac.training.errors import NonFiniteLossError
 from nac.training.loop import fit, warmup_cosine
 
 sys.path.insert(0, str(Path(__file__).parent))
+from interrupted_runs import Interrupt, interrupt_then_resume, stop_after  # noqa: E402
 from reference_forms import lr_at  # noqa: E402
 from test_overfit import Quadrants  # noqa: E402
 
@@ -109,31 +110,11 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path, tiny_config):
         ref = lr_at(step, total, warmup, cfg.peak_lr, cfg.min_lr)
         assert all(math.isclose(x, ref, rel_tol=1e-15) for x in lr), step
 
-    class Interrupt(Exception):
-        pass
-
-    def stop_after_first(epoch):
-        if epoch == 1:
-            raise Interrupt
-
-    torch.manual_seed(0)
     with _step_lrs() as lrs:
-        with pytest.raises(Interrupt):
-            fit(
-                build_model(tiny_config(num_classes=4)),
-                train,
-                val,
-                cfg,
-                checkpoint=tmp_path / "b.pt",
-                progress=False,
-                on_epoch_end=stop_after_first,
-            )
-        assert load_checkpoint(tmp_path / "b.pt")["epoch"] == 1
-        torch.manual_seed(123)  # a different process state: resume must not depend on it
-        resumed = fit(
-            build_model(tiny_config(num_classes=4)), train, val, cfg, checkpoint=tmp_path / "b.pt", progress=False
+        resumed = interrupt_then_resume(
+            lambda: build_model(tiny_config(num_classes=4)), train, val, cfg, tmp_path / "b.pt"
         )
-    assert resumed["history"] == full["history"]
+    assert resumed.result["history"] == full["history"]
     assert lrs == full_lrs  # epoch 1, then epochs 2-3 resumed: exactly the uninterrupted run's
     assert load_checkpoint(tmp_path / "b.pt")["scheduler"]["last_epoch"] == total - 1
 
@@ -190,19 +171,12 @@ def test_resumed_run_logs_the_dvclive_files_of_an_uninterrupted_run(tmp_path, ti
             **kw,
         )
 
-    class Interrupt(Exception):
-        pass
-
     run("full")
     expected = _files(tmp_path / "full")
     assert expected and all(b"step" in v for k, v in expected.items() if k.endswith(".tsv"))
 
-    def stop_after_first(epoch):  # a: after epoch 1's checkpoint and log
-        if epoch == 1:
-            raise Interrupt
-
-    with pytest.raises(Interrupt):
-        run("a", on_epoch_end=stop_after_first)
+    with pytest.raises(Interrupt):  # a: after epoch 1's checkpoint and log
+        run("a", on_epoch_end=stop_after(1))
     run("a")
     assert _files(tmp_path / "a") == expected
 

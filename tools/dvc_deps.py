@@ -8,21 +8,21 @@ Run it from the repository root after a stage script or a ``nac`` module it reac
 import (``tests/test_dvc_deps.py`` runs the check and names this command when it fails).
 
 A stage declares every ``nac`` file its script can run, and nothing of ``nac`` it cannot run. "Can
-run" is the static import closure: the stage's script (``python stages/<x>.py ...`` in its ``cmd``;
-for ``foreach``/``matrix`` stages the template's script) and the scripts it executes
-(``stages/notebooks.py`` runs every ``notebooks/*.py``) are parsed with :mod:`ast`, and every import
-is followed, module level and function-local alike (``import a.b``, ``from a import b`` where ``b``
-may be a submodule, relative imports, ``importlib.import_module("...")`` with a literal name),
-together with the ``__init__.py`` of every package on the way (importing ``nac.x.y`` runs
-``nac/__init__.py`` and ``nac/x/__init__.py``). Only files under ``nac/`` are kept, plus the data a
-reached module reads: a file beside it whose name its source spells (``switches.yaml``), or a folder
-of data (no ``.py``) beside it whose name its source spells as a string (``"templates"``). A reached
-file must be covered by a declared dep (the same path, or a folder holding it); a declared
-``nac/...`` dep must cover at least one reached file, and a declared ``nac`` folder must hold no
-source file the stage never runs (else a change there would rerun the stage for nothing: list the
-files instead).
+run" is the static import closure (``nac.imports.reached``): the stage's script (``python
+stages/<x>.py ...`` in its ``cmd``; for ``foreach``/``matrix`` stages the template's script) and the
+scripts it executes (``stages/notebooks.py`` runs every ``notebooks/*.py``) are parsed with
+:mod:`ast`, and every import is followed, module level and function-local alike (``import a.b``,
+``from a import b`` where ``b`` may be a submodule, relative imports,
+``importlib.import_module("...")`` with a literal name), together with the ``__init__.py`` of every
+package on the way (importing ``nac.x.y`` runs ``nac/__init__.py`` and ``nac/x/__init__.py``). Only
+files under ``nac/`` are kept, plus the data a reached module reads: a file beside it whose name its
+source spells (``switches.yaml``), or a folder of data (no ``.py``) beside it whose name its source
+spells as a string (``"templates"``). A reached file must be covered by a declared dep (the same
+path, or a folder holding it); a declared ``nac/...`` dep must cover at least one reached file, and
+a declared ``nac`` folder must hold no source file the stage never runs (else a change there would
+rerun the stage for nothing: list the files instead).
 
-No dvc and no ``nac`` import: dvc.yaml is read with yaml, the sources with ast.
+No dvc import and of ``nac`` only the walker: dvc.yaml is read with yaml, the sources with ast.
 """
 
 from __future__ import annotations
@@ -31,120 +31,19 @@ import argparse
 import ast
 import re
 import sys
-from functools import lru_cache
 from pathlib import Path
 
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's nac, whatever is installed
+from nac.imports import reached  # noqa: E402  (the walker; it imports nothing else of nac)
+
 PKG = "nac"
 # Scripts that execute other scripts (not by importing them): script -> glob of the executed ones.
 EXECUTES = {"stages/notebooks.py": "notebooks/*.py"}
 _SCRIPT = re.compile(r"\bpython3?\s+(?:-\S+\s+)*(\S+\.py)\b")
 COMMAND = "python tools/dvc_deps.py --write"
-
-
-# ---- the import graph ------------------------------------------------------------------------
-def _module_file(root: Path, module: str) -> Path | None:
-    """The file that defines ``module`` (``a/b.py`` or ``a/b/__init__.py``), None if neither."""
-    base = root.joinpath(*module.split("."))
-    for f in (base.with_name(base.name + ".py"), base / "__init__.py"):
-        if f.is_file():
-            return f
-    return None
-
-
-def _files_run_by_import(root: Path, module: str) -> list[Path]:
-    """Files executed by ``import module``: every package ``__init__`` above it, then its own file
-    (namespace packages, i.e. folders without ``__init__.py``, contribute no file)."""
-    parts = module.split(".")
-    out = []
-    for i in range(1, len(parts) + 1):
-        f = _module_file(root, ".".join(parts[:i]))
-        if f is not None:
-            out.append(f)
-    return out
-
-
-def _module_name(root: Path, f: Path) -> tuple[str, str]:
-    """(module, package) of a file under ``root``; a file outside (a script) is ``__main__`` with
-    no package."""
-    try:
-        rel = f.relative_to(root)
-    except ValueError:
-        return "__main__", ""
-    parts = rel.with_suffix("").parts
-    if parts[-1] == "__init__":
-        name = ".".join(parts[:-1])
-        return name, name
-    name = ".".join(parts)
-    return name, name.rpartition(".")[0]
-
-
-@lru_cache(maxsize=None)
-def _imports(root: Path, f: Path) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """The import statements anywhere in ``f`` as (module, names-imported-from-it) pairs, with
-    relative imports resolved; ``import a.b`` is ``("a.b", ())``."""
-    _, package = _module_name(root, f)
-    out = []
-    for node in ast.walk(ast.parse(f.read_bytes(), filename=str(f))):
-        if isinstance(node, ast.Import):
-            out += [(a.name, ()) for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".") if package else []
-                anchor = anchor[: len(anchor) - (node.level - 1)]
-                base = ".".join(anchor + ([base] if base else []))
-            out.append((base, tuple(a.name for a in node.names if a.name != "*")))
-        elif (
-            isinstance(node, ast.Call)
-            and node.args
-            and isinstance(node.args[0], ast.Constant)
-            and isinstance(node.args[0].value, str)
-            and getattr(node.func, "attr", getattr(node.func, "id", None)) in ("import_module", "__import__")
-        ):
-            out.append((node.args[0].value, ()))
-    return tuple(out)
-
-
-def _lazy_names(root: Path, module: str) -> dict[str, str]:
-    """A package's PEP 562 names: the literal ``_LAZY = {name: module}`` dict of its
-    ``__init__.py`` (``nac/__init__.py`` loads its public names on first use)."""
-    f = _module_file(root, module)
-    if f is None or f.name != "__init__.py":
-        return {}
-    for node in ast.parse(f.read_bytes()).body:
-        if (
-            isinstance(node, ast.Assign)
-            and any(getattr(t, "id", None) == "_LAZY" for t in node.targets)
-            and isinstance(node.value, ast.Dict)
-        ):
-            return {k.value: v.value for k, v in zip(node.value.keys, node.value.values)}
-    return {}
-
-
-def reached(root: Path, scripts: list[Path], pkg: str = PKG) -> set[Path]:
-    """Every file of package ``pkg`` (a folder of ``root``) that running ``scripts`` can execute."""
-    seen: set[Path] = set()
-    queue = list(scripts)
-    while queue:
-        f = queue.pop()
-        if f in seen:
-            continue
-        seen.add(f)
-        for module, names in _imports(root, f):
-            if module != pkg and not module.startswith(pkg + "."):
-                continue
-            queue += _files_run_by_import(root, module)
-            lazy = _lazy_names(root, module)
-            for n in names:  # `from a import b`: b is a submodule, a lazy name (PEP 562) or an attribute
-                if _module_file(root, f"{module}.{n}"):
-                    queue += _files_run_by_import(root, f"{module}.{n}")
-                elif n in lazy:
-                    queue += _files_run_by_import(root, lazy[n])
-    pkg_dir = root / pkg
-    return {f for f in seen if pkg_dir in f.parents}
 
 
 # ---- dvc.yaml --------------------------------------------------------------------------------

@@ -25,8 +25,10 @@ functions, old parameters frozen) and, for the Modular Network (no protocol in i
 protocol's own (new head; the modules train, ``mn_train: head`` freezes them), with the
 controller's mode selection frozen and no EM.
 
-Optimisation (tested equal to the plain form): with a frozen tokenizer the tokens of the support
-and query images are computed once per episode instead of at every step.
+Optimisations (tested equal to the plain form): with a frozen tokenizer the tokens of the support
+and query images are computed once per episode instead of at every step; a NAC's link
+probabilities ``P`` are computed once per adaptation step for the forward and the regularizer
+(``NAC.logits_and_regularizer``), and once per evaluation for every batch of queries.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ import torch.nn.functional as F
 from nac.checkpoint_io import load_model
 from nac.config import ConfigDict
 from nac.data.registry import get_builder
+from nac.model import NAC
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import fewshot_image_run, image_checkpoint, pretrain_checkpoint
 from nac.training.distributed import resolve_device
@@ -182,10 +185,15 @@ def adapt(
     for _ in range(cfg.steps):
         _set_mode(model, freeze)
         idx = (torch.randperm(n, generator=gen)[: cfg.batch_size] if n > cfg.batch_size else torch.arange(n)).to(device)
-        design = model.design()
-        loss = F.cross_entropy(model(support_x[idx], design=design), support_y[idx])
-        if cfg.reg_weight:
-            loss = loss + cfg.reg_weight * model.graph_regularizer(design).to(device)
+        x, y = support_x[idx], support_y[idx]
+        if cfg.reg_weight and isinstance(model, NAC):  # P (eq. 2) computed once, for the forward and the regularizer
+            logits, reg = model.logits_and_regularizer(x)
+            loss = F.cross_entropy(logits, y) + cfg.reg_weight * reg.to(device)
+        else:
+            design = model.design()
+            loss = F.cross_entropy(model(x, design=design), y)
+            if cfg.reg_weight:
+                loss = loss + cfg.reg_weight * model.graph_regularizer(design).to(device)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -224,12 +232,16 @@ def query_accuracy(
     adapted with precomputed tokens)."""
     model.eval()
     device = next(model.parameters()).device
+    shared = {}
+    if isinstance(model, NAC):  # an evaluation design draws no noise: one design and P (eq. 2) for every batch
+        design = model.design()
+        shared = dict(design=design, Ps=model.kernel_probabilities(design))
     preds = []
     for i in range(0, len(query_x), batch_size):
         x = query_x[i : i + batch_size].to(device)
         if tokenizer is not None:
             x = tokenizer.eval()(x)
-        preds.append(model(x).argmax(-1).cpu())
+        preds.append(model(x, **shared).argmax(-1).cpu())
     return float(100.0 * (torch.cat(preds) == query_y.cpu()).float().mean().item())
 
 

@@ -306,7 +306,7 @@ def run_analysis(params: dict, out_dir: str = "metrics/nlvr", progress: bool = T
         split=split,
         reasoning_types=names,
         modules=int(P.shape[-1]),
-        bandwidth=float(model.bandwidth.detach()),
+        bandwidth=model.graph_bandwidth(),
         count_by_type={names[int(t)]: int((types == t).sum()) for t in np.unique(types)},
     )
     out = Path(out_dir)
@@ -327,7 +327,5 @@ def run_analysis(params: dict, out_dir: str = "metrics/nlvr", progress: bool = T
         {"reasoning_type": names[t], "index": i, "sentence": texts[i], "P": np.round(P[i], 5).tolist()}
         for t, i in typical_examples(Z, types).items()
     ]
-    write_json(
-        out / "examples.json", {"threshold": 0.5, "bandwidth": float(model.bandwidth.detach()), "examples": examples}
-    )
+    write_json(out / "examples.json", {"threshold": 0.5, "bandwidth": model.graph_bandwidth(), "examples": examples})
     return res

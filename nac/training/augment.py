@@ -89,14 +89,16 @@ def _mix_seed(*parts: int) -> list[int]:
 @contextlib.contextmanager
 def seeded(*parts: int):
     """Seed python's ``random``, numpy's and torch's (CPU) global RNGs from ``parts`` for the body
-    (timm's transforms draw from them), restoring their previous states afterwards."""
+    (timm's transforms draw from them), restoring their previous states afterwards. Only torch's
+    CPU generator: ``torch.manual_seed`` would also reseed every CUDA generator, which the fork
+    (CPU only) does not restore, so each mixup step reset the training's CUDA draws."""
     seq = np.random.SeedSequence(_mix_seed(*parts))
     s_py, s_np, s_torch = (int(v) for v in seq.generate_state(3, dtype=np.uint32))
     py_state, np_state = random.getstate(), np.random.get_state()
     with torch.random.fork_rng(devices=[]):
         random.seed(s_py)
         np.random.seed(s_np)
-        torch.manual_seed(s_torch)
+        torch.default_generator.manual_seed(s_torch)
         try:
             yield
         finally:
