@@ -416,11 +416,10 @@ def test_dvclive_log_closes_without_dvc_bookkeeping_or_a_race(tmp_path, monkeypa
     FileNotFoundError there), and no DVC repo work runs (``Live.end()`` built the repo index: 1.4 s a
     job). The logs keep every step's metrics."""
     import dvclive.live
+    from dvc.repo import Repo
     from dvclive import Live
 
     from nac.training.loop import _close_live, _log_live
-
-    from dvc.repo import Repo
 
     Repo.init(str(tmp_path), no_scm=True)
     monkeypatch.chdir(tmp_path)
