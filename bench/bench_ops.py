@@ -56,6 +56,7 @@ from pathlib import Path
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -158,6 +159,7 @@ class _Tracker:
         self.syncs: Counter = Counter()
         self.sync_kinds: Counter = Counter()
         self.host: Counter = Counter()  # numpy calls on tensors: host-side work in the step
+        self.paused = 0  # > 0: ops are not counted (what a fused CUDA kernel does in one launch)
 
     def part(self) -> str:
         node = torch._C._current_autograd_node()
@@ -220,6 +222,8 @@ class _OpCounter(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self.t.paused:
+            return func(*args, **kwargs)
         self.t.ops[self.t.part()] += 1
         kind = _is_sync(func, args, kwargs)
         if kind and self.t.part() != "data":  # the data loader works on the host
@@ -341,6 +345,51 @@ def _host_patches(t: _Tracker, stack: ExitStack) -> None:
         stack.callback(setattr, torch, name, orig)
 
 
+def _fused_sdpa(t: _Tracker, stack: ExitStack) -> None:
+    """SDPA with a bias (``attn_mask``) counted as CUDA runs it: one fused kernel forward
+    (``_scaled_dot_product_efficient_attention``, which takes a bias with a gradient) and one
+    backward (its ``_backward``, the bias's gradient included). The CPU has no fused kernel for
+    such a bias and decomposes it into its math path (~40 ops forward and backward, what the
+    labels before ``after_batched_kernel`` counted for the NAC's attention); SDPA without a bias
+    is one op each way on both (flash attention). The values are the CPU's SDPA's."""
+    sdpa = F.scaled_dot_product_attention
+
+    class FusedSDPA(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, bias, scale):
+            t.ops[t.part()] += 1
+            t.paused += 1
+            try:
+                out = sdpa(q, k, v, attn_mask=bias, scale=scale)
+            finally:
+                t.paused -= 1
+            ctx.save_for_backward(q, k, v, bias)
+            ctx.scale = scale
+            return out
+
+        @staticmethod
+        def backward(ctx, grad):
+            t.ops[t.part()] += 1
+            t.paused += 1
+            try:
+                with torch.enable_grad():
+                    ins = [x.detach().requires_grad_(x.requires_grad) for x in ctx.saved_tensors]
+                    out = sdpa(*ins[:3], attn_mask=ins[3], scale=ctx.scale)
+                    need = [x for x in ins if x.requires_grad]
+                    got = iter(torch.autograd.grad(out, need, grad))
+                return (*(next(got) if x.requires_grad else None for x in ins), None)
+            finally:
+                t.paused -= 1
+
+    def counted(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, **kw):
+        if attn_mask is None or dropout_p or is_causal or kw or attn_mask.dtype == torch.bool:
+            return sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **kw)
+        return FusedSDPA.apply(q, k, v, attn_mask, scale)
+
+    F.scaled_dot_product_attention = counted
+    stack.callback(setattr, F, "scaled_dot_product_attention", sdpa)
+
+
 def _instrument(model: nn.Module, t: _Tracker, stack: ExitStack) -> None:
     def hooks(module, part):
         h1 = module.register_forward_pre_hook(lambda *_: t.push(part))
@@ -359,6 +408,8 @@ def _instrument(model: nn.Module, t: _Tracker, stack: ExitStack) -> None:
         (nac_model.NAC, "kernel_probabilities", "kernel"),
         (nac_model.KernelSampler, "__init__", "kernel"),
         (nac_model.KernelSampler, "__call__", "kernel"),
+        (nac_model, "layer_kernel_biases", "kernel"),
+        (nac_model.NAC, "_samplers", "kernel"),
         (attention, "log_normalized_kernel", "kernel"),
         (nac_model.NAC, "graph_regularizer", "regularizer"),
         (nac_model.NAC, "match_async", "regularizer"),
@@ -418,6 +469,7 @@ def count_fit(
     adamw: str = "foreach",
     modulation: str = "batched",
     augment: bool | str = False,
+    sdpa: str = "fused",
 ) -> _Tracker:
     model = copy.deepcopy(model)
     if modulation == "per_layer":  # NAC.code_modulations' reference form
@@ -442,6 +494,8 @@ def count_fit(
         loop.ADAMW_IMPL = adamw  # CUDA's default AdamW is the foreach one
         _mark_host_batches(stack)
         _instrument(model, t, stack)
+        if sdpa == "fused":
+            _fused_sdpa(t, stack)
         _host_patches(t, stack)
         stack.enter_context(_OpCounter(t))
         loop.fit(model, _Images(steps * batch, size, classes), None, train, progress=False)
@@ -457,9 +511,10 @@ def measure(
     adamw: str = "foreach",
     modulation: str = "batched",
     augment: bool | str = False,
+    sdpa: str = "fused",
 ) -> dict:
-    a = count_fit(model, 2, batch, size, classes, cfg, adamw, modulation, augment)
-    b = count_fit(model, 3, batch, size, classes, cfg, adamw, modulation, augment)
+    a = count_fit(model, 2, batch, size, classes, cfg, adamw, modulation, augment, sdpa)
+    b = count_fit(model, 3, batch, size, classes, cfg, adamw, modulation, augment, sdpa)
     ops = {p: b.ops[p] - a.ops[p] for p in PARTS if b.ops[p] - a.ops[p]}
     syncs = {p: b.syncs[p] - a.syncs[p] for p in PARTS if b.syncs[p] - a.syncs[p]}
     kinds = {k: b.sync_kinds[k] - a.sync_kinds[k] for k in sorted(b.sync_kinds) if b.sync_kinds[k] - a.sync_kinds[k]}
@@ -549,6 +604,12 @@ def main() -> None:
         default="false",
         help="train.augment in the counted step (the data pipeline's transforms run on the host)",
     )
+    ap.add_argument(
+        "--sdpa",
+        choices=["fused", "cpu"],
+        default="fused",
+        help="SDPA with a bias counted as CUDA's fused kernel (1 op each way) or as the CPU's math path runs it",
+    )
     ap.add_argument("--out", default="bench/results/ops.json")
     a = ap.parse_args()
     torch.set_num_threads(1)
@@ -559,7 +620,7 @@ def main() -> None:
         res[pair] = {}
         for name, model in models.items():
             augment = {"false": False, "true": True}.get(a.augment, a.augment)
-            res[pair][name] = measure(model, a.batch, size, classes, train, a.adamw, a.modulation, augment)
+            res[pair][name] = measure(model, a.batch, size, classes, train, a.adamw, a.modulation, augment, a.sdpa)
             print(pair, name, res[pair][name]["ops_total"], "ops", res[pair][name]["syncs_total"], "syncs", flush=True)
     results[a.label] = {**results.get(a.label, {}), **res}
     results.setdefault("machine", {})[a.label] = {
@@ -568,6 +629,7 @@ def main() -> None:
         "adamw": a.adamw,
         "modulation": a.modulation,
         "augment": a.augment,
+        "sdpa": a.sdpa,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     out.parent.mkdir(parents=True, exist_ok=True)
