@@ -49,6 +49,7 @@ import bisect
 import copy
 import datetime
 import json
+import re
 import sys
 from collections import Counter
 from contextlib import ExitStack, contextmanager
@@ -108,6 +109,20 @@ main); a copy between host and device is one ``_to_copy`` op, as on CUDA (+2 "lo
 the inputs and the labels). ``--augment``: the batch augmentation ("augment" part; the recipe's
 per-image transforms run in the data pipeline on the host). ``augment: true`` per step: 394 ops at
 batch 128 on main (a slice per image), 25 at any batch now (two gathers).
+"""
+
+NOTES_COMPILED = """What the compiled column counts (``--compiled``): the step with ``train.compile: default``
+(inductor), compiled on the CPU with the code paths CUDA takes, 3 steps from the same model.
+"compiled region": the kernels one run of the region launches, read from inductor's output code
+of the forward graph and of the backward graph: generated kernels (``cpp_fused_*`` on the CPU;
+Triton kernels on CUDA, whose fusion boundaries can differ, so this is an estimate of their
+number) plus extern calls (matrix products, convolutions, SDPA, the drop-path draws: the same
+library calls on CUDA). "eager outside the region": the eager count's ops of the parts the
+compiled step leaves eager (``EAGER_PARTS``: loader, gradient norm, optimizer, checks, EMA, the
+loop, "backward (other)" = AccumulateGrad's ``detach`` per parameter, host-only), and for the
+NAC the matching in advance (``NAC.matching_in_advance``: ``P`` without gradient, the
+permutations' copies). "graphs", "graph breaks", "recompiles": dynamo's counters over the 3
+steps (``unique_graphs``, ``graph_break``; recompiles = graphs after step 3 - after step 1).
 """
 
 PARTS = (
@@ -529,6 +544,87 @@ def measure(
     }
 
 
+# the parts a compiled step (``train.compile``) leaves eager: the loader, the batch augmentation,
+# the gradient norm, the optimizer, the checks, the EMA, the loop's own ops and "backward (other)"
+# (one ``detach`` per parameter in AccumulateGrad, which runs after the compiled backward)
+EAGER_PARTS = ("data", "augment", "grad norm", "optimizer", "checks", "ema", "loop", "backward (other)")
+
+
+def _calls(code: str) -> tuple[int, int]:
+    """``(generated kernels, extern calls)`` launched by one run of an inductor output module: the
+    ``cpp_fused_*`` calls (each a Triton kernel on CUDA) and the ``extern_kernels.*`` /
+    ``torch.ops.*`` calls (matrix products, convolutions, SDPA, random draws) in its ``call``."""
+    body = code[code.index("def call(") :]
+    body = body[: body.index("\n\n\n")] if "\n\n\n" in body else body
+    kernels = re.findall(r"^\s+(?:cpp|triton)_\w+\(", body, re.M) + re.findall(r"^\s+\w+\.run\(", body, re.M)
+    extern = re.findall(r"^\s+.*?(?:extern_kernels\.\w+|torch\.ops\.\w+\.\w+(?:\.\w+)?)\(", body, re.M)
+    return len(kernels), len(extern)
+
+
+def compiled_counts(model: nn.Module, batch: int, size: int, classes: int, cfg: dict, eager: dict, mode="default"):
+    """The compiled column: what one steady-state step with ``train.compile: mode`` launches.
+    The region (``nac.training.compiled.objective_losses``: forward, loss, regularizer at the
+    permutations matched in advance, and its backward) compiled by inductor on the CPU, 3 steps;
+    its kernels counted from the forward's and the backward's output code (``_calls``); plus
+    the eager ops of the parts the compiled step leaves eager (``EAGER_PARTS``, from the eager
+    count ``eager``) and of the matching in advance (``start_matching``/``finish_matching``,
+    counted here); graphs and graph breaks from dynamo's counters."""
+    import torch._dynamo as dynamo
+    import torch._inductor.config as icfg
+    import torch._inductor.graph as igraph
+    from torch._dynamo.utils import counters
+
+    from nac.training.loop import Objective
+
+    model = copy.deepcopy(model).train()
+    codes: list[str] = []
+    orig = igraph.GraphLowering.compile_to_module
+
+    def capture(self, *a, **k):
+        mod = orig(self, *a, **k)
+        codes.append(Path(mod.__file__).read_text())
+        return mod
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 256, (batch, 3, size, size), dtype=torch.uint8, generator=g)
+    y = torch.randint(0, classes, (batch,), generator=g)
+    graphs = []
+    with ExitStack() as stack:
+        stack.callback(setattr, igraph.GraphLowering, "compile_to_module", orig)
+        igraph.GraphLowering.compile_to_module = capture
+        stack.enter_context(icfg.patch(fx_graph_cache=False))
+        stack.callback(setattr, kernel, "CPU_SHORTCUTS", kernel.CPU_SHORTCUTS)
+        kernel.CPU_SHORTCUTS = False
+        dynamo.reset()
+        counters.clear()
+        losses = compiled.compile_losses(mode)
+        for _ in range(3):
+            t = _Tracker()
+            with _OpCounter(t):
+                perms = compiled.finish_matching(compiled.start_matching(model), x.device)
+            args = (Objective(model), {"inputs": x}, y, None, perms, cfg.get("label_smoothing", 0.1))
+            loss = losses(*args, cfg.get("reg_weight", 0.1), False)[-1]
+            loss.backward()
+            model.zero_grad(set_to_none=True)
+            graphs.append(counters["stats"]["unique_graphs"])
+        breaks = sum(counters["graph_break"].values())
+        dynamo.reset()
+    if len(codes) != 2:
+        raise RuntimeError(f"expected a forward and a backward graph, inductor compiled {len(codes)}")
+    (fk, fx), (bk, bx) = _calls(codes[0]), _calls(codes[1])
+    outside = {p: n for p, n in eager["ops"].items() if p in EAGER_PARTS}
+    matching = sum(t.ops.values())
+    return {
+        "mode": mode,
+        "region": {"forward kernels": fk, "forward extern": fx, "backward kernels": bk, "backward extern": bx},
+        "eager": {**outside, **({"matching (eager)": matching} if matching else {})},
+        "launches_total": fk + fx + bk + bx + sum(outside.values()) + matching,
+        "graphs": graphs[-1],
+        "recompiles": graphs[-1] - graphs[0],
+        "graph_breaks": breaks,
+    }
+
+
 def pairs(names) -> dict:
     params = compose(["profile=paper"])
     train = {k: v for k, v in params["image"]["train"].items() if k in TrainConfig.__dataclass_fields__}
@@ -581,6 +677,36 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def compiled_table(results: dict) -> str:
+    """The compiled column of every label that has one."""
+    lines = [
+        "| label | pair | model | eager ops/step | compiled launches/step | NAC/PIO (compiled) | compiled region: "
+        "forward kernels + extern, backward kernels + extern | eager outside the region | graphs | graph breaks | "
+        "recompiles |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for label, res in results.items():
+        if label == "machine":
+            continue
+        for pair, models in res.items():
+            pio = next((v for k, v in models.items() if k.startswith("perceiver")), None)
+            for name, r in models.items():
+                c = r.get("compiled")
+                if c is None:
+                    continue
+                pc = (pio or {}).get("compiled")
+                ratio = f"{c['launches_total'] / pc['launches_total']:.2f}" if pc and r is not pio else ""
+                g = c["region"]
+                lines.append(
+                    f"| {label} | {pair} | {name} | {r['ops_total']} | {c['launches_total']} | {ratio} | "
+                    f"{g['forward kernels']} + {g['forward extern']}, "
+                    f"{g['backward kernels']} + {g['backward extern']} | "
+                    + ", ".join(f"{p} {n}" for p, n in c["eager"].items())
+                    + f" | {c['graphs']} | {c['graph_breaks']} | {c['recompiles']} |"
+                )
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch", type=int, default=2)
@@ -610,6 +736,13 @@ def main() -> None:
         default="fused",
         help="SDPA with a bias counted as CUDA's fused kernel (1 op each way) or as the CPU's math path runs it",
     )
+    ap.add_argument(
+        "--compiled",
+        nargs="*",
+        default=[],
+        choices=["tiny", "imagenet", "mini"],
+        help="the pairs that also get the compiled column (train.compile: default, inductor on the CPU)",
+    )
     ap.add_argument("--out", default="bench/results/ops.json")
     a = ap.parse_args()
     torch.set_num_threads(1)
@@ -622,6 +755,9 @@ def main() -> None:
             augment = {"false": False, "true": True}.get(a.augment, a.augment)
             res[pair][name] = measure(model, a.batch, size, classes, train, a.adamw, a.modulation, augment, a.sdpa)
             print(pair, name, res[pair][name]["ops_total"], "ops", res[pair][name]["syncs_total"], "syncs", flush=True)
+            if pair in a.compiled:
+                res[pair][name]["compiled"] = compiled_counts(model, a.batch, size, classes, train, res[pair][name])
+                print(pair, name, "compiled", res[pair][name]["compiled"], flush=True)
     results[a.label] = {**results.get(a.label, {}), **res}
     results.setdefault("machine", {})[a.label] = {
         "torch": torch.__version__,
@@ -630,6 +766,7 @@ def main() -> None:
         "modulation": a.modulation,
         "augment": a.augment,
         "sdpa": a.sdpa,
+        "compiled": a.compiled,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -638,7 +775,16 @@ def main() -> None:
     out.with_suffix(".md").write_text(
         "# Aten ops and host syncs per steady-state training step (bench/bench_ops.py)\n\n"
         "CUDA's code paths taken on the CPU, fp32, paper-profile sizes (the `mini` pair: mini's image models); "
-        "one step = fit(3 steps) - fit(2 steps).\n\n" + md + "\n\n" + NOTES + NOTES_COUNTING
+        "one step = fit(3 steps) - fit(2 steps).\n\n"
+        + md
+        + "\n\n"
+        + NOTES
+        + NOTES_COUNTING
+        + (
+            "\n## Compiled step (train.compile: default)\n\n" + compiled_table(results) + "\n\n" + NOTES_COMPILED
+            if compiled_table(results)
+            else ""
+        )
     )
     print(md)
 
