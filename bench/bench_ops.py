@@ -96,9 +96,21 @@ matching on a worker thread while the forward runs (``NAC.match_async``: P copie
 memory without blocking on CUDA, the target read from a host copy made once, the permutation
 copied back non-blocking): no host sync left in the NAC's step. The matching's numpy and scipy
 work is off the step's thread and not counted (it still costs host time, in parallel).
-The NAC/PIO ops goal (<= 1.3) is not reached: what is left is mostly the propagators' and
-read-in's own ops, the kernel's per-layer sampling and log K_hat (forward and backward), and the
-optimizer's per-parameter ops.
+"after_batched_kernel": "after_loop_kernel" plus every propagator's kernel drawn by one draw
+``[L, B, U, V]`` and every ``log K_hat`` computed by one chain of ops on CUDA's path
+(``NAC._layer_samplers``: ``KernelSampler(layers=True)``, ``layer_kernel_biases``; the CPU keeps
+its sparse per-layer shortcut), and every layer's regularizer term by one chain
+(``layer_losses_from_permutations``; the permutations stacked on the host and copied once): the
+kernel part 744 -> 301 ops at the Tiny size (the batched draw's ``stack``/``unbind`` now counted
+there, "model (other)" 4 -> 0), the regularizer 152 -> 56. Counted as the labels before it (``--sdpa
+cpu``). "after_batched_kernel_fused_sdpa": the same code counted with ``--sdpa fused`` (the default
+since): SDPA with a bias, the NAC's attention, counted as the one fused kernel CUDA launches each
+way (memory-efficient attention, which takes a bias with a gradient) instead of the ~40 ops of the
+CPU's math path; Perceiver IO's SDPA (no bias) was one op each way already.
+The NAC/PIO ops goal (<= 1.3) is not reached eagerly: what is left is mostly the ModFCs' own ops
+(the modulation's product in every ModFC, forward and backward: propagators, read-in and read-out),
+the optimizer's and AccumulateGrad's per-parameter ops (the NAC has more parameter tensors) and the
+read-out's kernel.
 """
 # the counter since the loop's labels (bench/results/ops_loop.md); appended to NOTES in the .md
 NOTES_COUNTING = """
