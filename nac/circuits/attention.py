@@ -88,8 +88,9 @@ def layer_kernel_biases(K: torch.Tensor | None, delta: float = 1e-6, dense_sende
     """Every propagator's ``log K_hat`` from their kernels ``K`` ``[L, (B,) U, V]`` (one
     ``KernelSampler(layers=True)`` draw) by one chain of ops: ``[KernelBias] * L``, layer ``l``'s
     equal to what ``SKMDPA`` computes from ``K[l]`` (``log_normalized_kernel`` runs along the
-    last axis only, so each slice is computed as on its own). ``K = None`` (dense): ``[None] * L``
-    is not representable without ``L``, so the caller keeps ``None``."""
+    last axis only, so each slice is computed as on its own). ``dense_senders = n``: the input
+    latents' dense links (``K = 1``) put first, as ``SKMDPA`` does. A dense graph (no ``K``) has
+    no bias: the caller passes ``None`` to each layer instead."""
     if dense_senders:  # input latents first: linked to every receiver with K = 1 (as SKMDPA._bias)
         K = torch.cat([K.new_ones(*K.shape[:-1], dense_senders), K], dim=-1)
     bias = log_normalized_kernel(K, delta)
