@@ -49,6 +49,7 @@ import bisect
 import copy
 import datetime
 import json
+import re
 import sys
 from collections import Counter
 from contextlib import ExitStack, contextmanager
@@ -56,6 +57,7 @@ from pathlib import Path
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -94,9 +96,21 @@ matching on a worker thread while the forward runs (``NAC.match_async``: P copie
 memory without blocking on CUDA, the target read from a host copy made once, the permutation
 copied back non-blocking): no host sync left in the NAC's step. The matching's numpy and scipy
 work is off the step's thread and not counted (it still costs host time, in parallel).
-The NAC/PIO ops goal (<= 1.3) is not reached: what is left is mostly the propagators' and
-read-in's own ops, the kernel's per-layer sampling and log K_hat (forward and backward), and the
-optimizer's per-parameter ops.
+"after_batched_kernel": "after_loop_kernel" plus every propagator's kernel drawn by one draw
+``[L, B, U, V]`` and every ``log K_hat`` computed by one chain of ops on CUDA's path
+(``NAC._layer_samplers``: ``KernelSampler(layers=True)``, ``layer_kernel_biases``; the CPU keeps
+its sparse per-layer shortcut), and every layer's regularizer term by one chain
+(``layer_losses_from_permutations``; the permutations stacked on the host and copied once): the
+kernel part 744 -> 301 ops at the Tiny size (the batched draw's ``stack``/``unbind`` now counted
+there, "model (other)" 4 -> 0), the regularizer 152 -> 56. Counted as the labels before it (``--sdpa
+cpu``). "after_batched_kernel_fused_sdpa": the same code counted with ``--sdpa fused`` (the default
+since): SDPA with a bias, the NAC's attention, counted as the one fused kernel CUDA launches each
+way (memory-efficient attention, which takes a bias with a gradient) instead of the ~40 ops of the
+CPU's math path; Perceiver IO's SDPA (no bias) was one op each way already.
+The NAC/PIO ops goal (<= 1.3) is not reached eagerly: what is left is mostly the ModFCs' own ops
+(the modulation's product in every ModFC, forward and backward: propagators, read-in and read-out),
+the optimizer's and AccumulateGrad's per-parameter ops (the NAC has more parameter tensors) and the
+read-out's kernel.
 """
 # the counter since the loop's labels (bench/results/ops_loop.md); appended to NOTES in the .md
 NOTES_COUNTING = """
@@ -107,6 +121,20 @@ main); a copy between host and device is one ``_to_copy`` op, as on CUDA (+2 "lo
 the inputs and the labels). ``--augment``: the batch augmentation ("augment" part; the recipe's
 per-image transforms run in the data pipeline on the host). ``augment: true`` per step: 394 ops at
 batch 128 on main (a slice per image), 25 at any batch now (two gathers).
+"""
+
+NOTES_COMPILED = """What the compiled column counts (``--compiled``): the step with ``train.compile: default``
+(inductor), compiled on the CPU with the code paths CUDA takes, 3 steps from the same model.
+"compiled region": the kernels one run of the region launches, read from inductor's output code
+of the forward graph and of the backward graph: generated kernels (``cpp_fused_*`` on the CPU;
+Triton kernels on CUDA, whose fusion boundaries can differ, so this is an estimate of their
+number) plus extern calls (matrix products, convolutions, SDPA, the drop-path draws: the same
+library calls on CUDA). "eager outside the region": the eager count's ops of the parts the
+compiled step leaves eager (``EAGER_PARTS``: loader, gradient norm, optimizer, checks, EMA, the
+loop, "backward (other)" = AccumulateGrad's ``detach`` per parameter, host-only), and for the
+NAC the matching in advance (``NAC.matching_in_advance``: ``P`` without gradient, the
+permutations' copies). "graphs", "graph breaks", "recompiles": dynamo's counters over the 3
+steps (``unique_graphs``, ``graph_break``; recompiles = graphs after step 3 - after step 1).
 """
 
 PARTS = (
@@ -158,6 +186,7 @@ class _Tracker:
         self.syncs: Counter = Counter()
         self.sync_kinds: Counter = Counter()
         self.host: Counter = Counter()  # numpy calls on tensors: host-side work in the step
+        self.paused = 0  # > 0: ops are not counted (what a fused CUDA kernel does in one launch)
 
     def part(self) -> str:
         node = torch._C._current_autograd_node()
@@ -220,6 +249,8 @@ class _OpCounter(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self.t.paused:
+            return func(*args, **kwargs)
         self.t.ops[self.t.part()] += 1
         kind = _is_sync(func, args, kwargs)
         if kind and self.t.part() != "data":  # the data loader works on the host
@@ -341,6 +372,51 @@ def _host_patches(t: _Tracker, stack: ExitStack) -> None:
         stack.callback(setattr, torch, name, orig)
 
 
+def _fused_sdpa(t: _Tracker, stack: ExitStack) -> None:
+    """SDPA with a bias (``attn_mask``) counted as CUDA runs it: one fused kernel forward
+    (``_scaled_dot_product_efficient_attention``, which takes a bias with a gradient) and one
+    backward (its ``_backward``, the bias's gradient included). The CPU has no fused kernel for
+    such a bias and decomposes it into its math path (~40 ops forward and backward, what the
+    labels before ``after_batched_kernel`` counted for the NAC's attention); SDPA without a bias
+    is one op each way on both (flash attention). The values are the CPU's SDPA's."""
+    sdpa = F.scaled_dot_product_attention
+
+    class FusedSDPA(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, bias, scale):
+            t.ops[t.part()] += 1
+            t.paused += 1
+            try:
+                out = sdpa(q, k, v, attn_mask=bias, scale=scale)
+            finally:
+                t.paused -= 1
+            ctx.save_for_backward(q, k, v, bias)
+            ctx.scale = scale
+            return out
+
+        @staticmethod
+        def backward(ctx, grad):
+            t.ops[t.part()] += 1
+            t.paused += 1
+            try:
+                with torch.enable_grad():
+                    ins = [x.detach().requires_grad_(x.requires_grad) for x in ctx.saved_tensors]
+                    out = sdpa(*ins[:3], attn_mask=ins[3], scale=ctx.scale)
+                    need = [x for x in ins if x.requires_grad]
+                    got = iter(torch.autograd.grad(out, need, grad))
+                return (*(next(got) if x.requires_grad else None for x in ins), None)
+            finally:
+                t.paused -= 1
+
+    def counted(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, **kw):
+        if attn_mask is None or dropout_p or is_causal or kw or attn_mask.dtype == torch.bool:
+            return sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **kw)
+        return FusedSDPA.apply(q, k, v, attn_mask, scale)
+
+    F.scaled_dot_product_attention = counted
+    stack.callback(setattr, F, "scaled_dot_product_attention", sdpa)
+
+
 def _instrument(model: nn.Module, t: _Tracker, stack: ExitStack) -> None:
     def hooks(module, part):
         h1 = module.register_forward_pre_hook(lambda *_: t.push(part))
@@ -359,6 +435,8 @@ def _instrument(model: nn.Module, t: _Tracker, stack: ExitStack) -> None:
         (nac_model.NAC, "kernel_probabilities", "kernel"),
         (nac_model.KernelSampler, "__init__", "kernel"),
         (nac_model.KernelSampler, "__call__", "kernel"),
+        (nac_model, "layer_kernel_biases", "kernel"),
+        (nac_model.NAC, "_samplers", "kernel"),
         (attention, "log_normalized_kernel", "kernel"),
         (nac_model.NAC, "graph_regularizer", "regularizer"),
         (nac_model.NAC, "match_async", "regularizer"),
@@ -418,6 +496,7 @@ def count_fit(
     adamw: str = "foreach",
     modulation: str = "batched",
     augment: bool | str = False,
+    sdpa: str = "fused",
 ) -> _Tracker:
     model = copy.deepcopy(model)
     if modulation == "per_layer":  # NAC.code_modulations' reference form
@@ -442,6 +521,8 @@ def count_fit(
         loop.ADAMW_IMPL = adamw  # CUDA's default AdamW is the foreach one
         _mark_host_batches(stack)
         _instrument(model, t, stack)
+        if sdpa == "fused":
+            _fused_sdpa(t, stack)
         _host_patches(t, stack)
         stack.enter_context(_OpCounter(t))
         loop.fit(model, _Images(steps * batch, size, classes), None, train, progress=False)
@@ -457,9 +538,10 @@ def measure(
     adamw: str = "foreach",
     modulation: str = "batched",
     augment: bool | str = False,
+    sdpa: str = "fused",
 ) -> dict:
-    a = count_fit(model, 2, batch, size, classes, cfg, adamw, modulation, augment)
-    b = count_fit(model, 3, batch, size, classes, cfg, adamw, modulation, augment)
+    a = count_fit(model, 2, batch, size, classes, cfg, adamw, modulation, augment, sdpa)
+    b = count_fit(model, 3, batch, size, classes, cfg, adamw, modulation, augment, sdpa)
     ops = {p: b.ops[p] - a.ops[p] for p in PARTS if b.ops[p] - a.ops[p]}
     syncs = {p: b.syncs[p] - a.syncs[p] for p in PARTS if b.syncs[p] - a.syncs[p]}
     kinds = {k: b.sync_kinds[k] - a.sync_kinds[k] for k in sorted(b.sync_kinds) if b.sync_kinds[k] - a.sync_kinds[k]}
@@ -471,6 +553,87 @@ def measure(
         "syncs_total": sum(syncs.values()),
         "sync_kinds": kinds,
         "numpy_calls": host,
+    }
+
+
+# the parts a compiled step (``train.compile``) leaves eager: the loader, the batch augmentation,
+# the gradient norm, the optimizer, the checks, the EMA, the loop's own ops and "backward (other)"
+# (one ``detach`` per parameter in AccumulateGrad, which runs after the compiled backward)
+EAGER_PARTS = ("data", "augment", "grad norm", "optimizer", "checks", "ema", "loop", "backward (other)")
+
+
+def _calls(code: str) -> tuple[int, int]:
+    """``(generated kernels, extern calls)`` launched by one run of an inductor output module: the
+    ``cpp_fused_*`` calls (each a Triton kernel on CUDA) and the ``extern_kernels.*`` /
+    ``torch.ops.*`` calls (matrix products, convolutions, SDPA, random draws) in its ``call``."""
+    body = code[code.index("def call(") :]
+    body = body[: body.index("\n\n\n")] if "\n\n\n" in body else body
+    kernels = re.findall(r"^\s+(?:cpp|triton)_\w+\(", body, re.M) + re.findall(r"^\s+\w+\.run\(", body, re.M)
+    extern = re.findall(r"^\s+.*?(?:extern_kernels\.\w+|torch\.ops\.\w+\.\w+(?:\.\w+)?)\(", body, re.M)
+    return len(kernels), len(extern)
+
+
+def compiled_counts(model: nn.Module, batch: int, size: int, classes: int, cfg: dict, eager: dict, mode="default"):
+    """The compiled column: what one steady-state step with ``train.compile: mode`` launches.
+    The region (``nac.training.compiled.objective_losses``: forward, loss, regularizer at the
+    permutations matched in advance, and its backward) compiled by inductor on the CPU, 3 steps;
+    its kernels counted from the forward's and the backward's output code (``_calls``); plus
+    the eager ops of the parts the compiled step leaves eager (``EAGER_PARTS``, from the eager
+    count ``eager``) and of the matching in advance (``start_matching``/``finish_matching``,
+    counted here); graphs and graph breaks from dynamo's counters."""
+    import torch._dynamo as dynamo
+    import torch._inductor.config as icfg
+    import torch._inductor.graph as igraph
+    from torch._dynamo.utils import counters
+
+    from nac.training.loop import Objective
+
+    model = copy.deepcopy(model).train()
+    codes: list[str] = []
+    orig = igraph.GraphLowering.compile_to_module
+
+    def capture(self, *a, **k):
+        mod = orig(self, *a, **k)
+        codes.append(Path(mod.__file__).read_text())
+        return mod
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 256, (batch, 3, size, size), dtype=torch.uint8, generator=g)
+    y = torch.randint(0, classes, (batch,), generator=g)
+    graphs = []
+    with ExitStack() as stack:
+        stack.callback(setattr, igraph.GraphLowering, "compile_to_module", orig)
+        igraph.GraphLowering.compile_to_module = capture
+        stack.enter_context(icfg.patch(fx_graph_cache=False))
+        stack.callback(setattr, kernel, "CPU_SHORTCUTS", kernel.CPU_SHORTCUTS)
+        kernel.CPU_SHORTCUTS = False
+        dynamo.reset()
+        counters.clear()
+        losses = compiled.compile_losses(mode)
+        for _ in range(3):
+            t = _Tracker()
+            with _OpCounter(t):
+                perms = compiled.finish_matching(compiled.start_matching(model), x.device)
+            args = (Objective(model), {"inputs": x}, y, None, perms, cfg.get("label_smoothing", 0.1))
+            loss = losses(*args, cfg.get("reg_weight", 0.1), False)[-1]
+            loss.backward()
+            model.zero_grad(set_to_none=True)
+            graphs.append(counters["stats"]["unique_graphs"])
+        breaks = sum(counters["graph_break"].values())
+        dynamo.reset()
+    if len(codes) != 2:
+        raise RuntimeError(f"expected a forward and a backward graph, inductor compiled {len(codes)}")
+    (fk, fx), (bk, bx) = _calls(codes[0]), _calls(codes[1])
+    outside = {p: n for p, n in eager["ops"].items() if p in EAGER_PARTS}
+    matching = sum(t.ops.values())
+    return {
+        "mode": mode,
+        "region": {"forward kernels": fk, "forward extern": fx, "backward kernels": bk, "backward extern": bx},
+        "eager": {**outside, **({"matching (eager)": matching} if matching else {})},
+        "launches_total": fk + fx + bk + bx + sum(outside.values()) + matching,
+        "graphs": graphs[-1],
+        "recompiles": graphs[-1] - graphs[0],
+        "graph_breaks": breaks,
     }
 
 
@@ -526,6 +689,36 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def compiled_table(results: dict) -> str:
+    """The compiled column of every label that has one."""
+    lines = [
+        "| label | pair | model | eager ops/step | compiled launches/step | NAC/PIO (compiled) | compiled region: "
+        "forward kernels + extern, backward kernels + extern | eager outside the region | graphs | graph breaks | "
+        "recompiles |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for label, res in results.items():
+        if label == "machine":
+            continue
+        for pair, models in res.items():
+            pio = next((v for k, v in models.items() if k.startswith("perceiver")), None)
+            for name, r in models.items():
+                c = r.get("compiled")
+                if c is None:
+                    continue
+                pc = (pio or {}).get("compiled")
+                ratio = f"{c['launches_total'] / pc['launches_total']:.2f}" if pc and r is not pio else ""
+                g = c["region"]
+                lines.append(
+                    f"| {label} | {pair} | {name} | {r['ops_total']} | {c['launches_total']} | {ratio} | "
+                    f"{g['forward kernels']} + {g['forward extern']}, "
+                    f"{g['backward kernels']} + {g['backward extern']} | "
+                    + ", ".join(f"{p} {n}" for p, n in c["eager"].items())
+                    + f" | {c['graphs']} | {c['graph_breaks']} | {c['recompiles']} |"
+                )
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch", type=int, default=2)
@@ -549,6 +742,19 @@ def main() -> None:
         default="false",
         help="train.augment in the counted step (the data pipeline's transforms run on the host)",
     )
+    ap.add_argument(
+        "--sdpa",
+        choices=["fused", "cpu"],
+        default="fused",
+        help="SDPA with a bias counted as CUDA's fused kernel (1 op each way) or as the CPU's math path runs it",
+    )
+    ap.add_argument(
+        "--compiled",
+        nargs="*",
+        default=[],
+        choices=["tiny", "imagenet", "mini"],
+        help="the pairs that also get the compiled column (train.compile: default, inductor on the CPU)",
+    )
     ap.add_argument("--out", default="bench/results/ops.json")
     a = ap.parse_args()
     torch.set_num_threads(1)
@@ -559,8 +765,11 @@ def main() -> None:
         res[pair] = {}
         for name, model in models.items():
             augment = {"false": False, "true": True}.get(a.augment, a.augment)
-            res[pair][name] = measure(model, a.batch, size, classes, train, a.adamw, a.modulation, augment)
+            res[pair][name] = measure(model, a.batch, size, classes, train, a.adamw, a.modulation, augment, a.sdpa)
             print(pair, name, res[pair][name]["ops_total"], "ops", res[pair][name]["syncs_total"], "syncs", flush=True)
+            if pair in a.compiled:
+                res[pair][name]["compiled"] = compiled_counts(model, a.batch, size, classes, train, res[pair][name])
+                print(pair, name, "compiled", res[pair][name]["compiled"], flush=True)
     results[a.label] = {**results.get(a.label, {}), **res}
     results.setdefault("machine", {})[a.label] = {
         "torch": torch.__version__,
@@ -568,6 +777,8 @@ def main() -> None:
         "adamw": a.adamw,
         "modulation": a.modulation,
         "augment": a.augment,
+        "sdpa": a.sdpa,
+        "compiled": a.compiled,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -576,7 +787,16 @@ def main() -> None:
     out.with_suffix(".md").write_text(
         "# Aten ops and host syncs per steady-state training step (bench/bench_ops.py)\n\n"
         "CUDA's code paths taken on the CPU, fp32, paper-profile sizes (the `mini` pair: mini's image models); "
-        "one step = fit(3 steps) - fit(2 steps).\n\n" + md + "\n\n" + NOTES + NOTES_COUNTING
+        "one step = fit(3 steps) - fit(2 steps).\n\n"
+        + md
+        + "\n\n"
+        + NOTES
+        + NOTES_COUNTING
+        + (
+            "\n## Compiled step (train.compile: default)\n\n" + compiled_table(results) + "\n\n" + NOTES_COMPILED
+            if compiled_table(results)
+            else ""
+        )
     )
     print(md)
 

@@ -8,6 +8,7 @@ import torch
 import torch.nn as nn
 
 from nac.baselines import ModularNetwork, ModularNetworkConfig, NeuralInterpreter, NeuralInterpreterConfig
+from nac.circuits.attention import layer_kernel_biases
 from nac.circuits.generators import (
     CircuitDesign,
     ConditionalCircuitGenerator,
@@ -15,14 +16,20 @@ from nac.circuits.generators import (
     PerceiverLatents,
     UnconditionalCircuitGenerator,
 )
-from nac.circuits.kernel import KernelSampler, cosine_distance, link_probabilities
+from nac.circuits.kernel import KernelSampler, cosine_distance, cpu_shortcut, link_probabilities
 from nac.circuits.layers import Propagator, ReadOut, cat_modules
 from nac.circuits.modfc import batched_modulations, configure_modfc, modfcs, name_modfcs
 from nac.circuits.readin import ReadIn
 from nac.circuits.tokenizers import build_tokenizer
 from nac.config import ModelConfig
 from nac.graphs import prior_target
-from nac.regularizer import graph_structure_loss, loss_from_permutation, match_async
+from nac.regularizer import (
+    graph_structure_loss,
+    layer_losses_from_permutations,
+    loss_from_permutation,
+    match_async,
+    stacked_permutations,
+)
 from nac.signatures import prior_signatures
 
 
@@ -279,12 +286,15 @@ class NAC(nn.Module):
             Ps = self.kernel_probabilities(design)
         if c.generator == "conditional":
             return self.conditional_graph_regularizer(design, Ps)
-        if perms is not None:  # matched before the step (a compiled step): the same loss as matching here
-            return sum(loss_from_permutation(P, self.prior_target, perms[i], kind=c.regularizer) for i, P in Ps.items())
-        if pending is not None:  # the permutations from the worker thread: the same loss as matching here
-            return sum(
-                loss_from_permutation(P, self.prior_target, pending[i].result(), kind=c.regularizer)
-                for i, P in Ps.items()
+        if perms is not None or pending is not None:
+            # matched before the step (a compiled step) or on the worker thread: the same loss as
+            # matching here; every layer's at once (the per-layer sum: tests/test_batched_kernels.py)
+            P = next(iter(Ps.values()))
+            found = [perms[i] if perms is not None else pending[i].result() for i in Ps]
+            if len(Ps) == 1:
+                return loss_from_permutation(P, self.prior_target, found[0], kind=c.regularizer)
+            return layer_losses_from_permutations(
+                torch.stack(list(Ps.values())), self.prior_target, stacked_permutations(found, P.device), c.regularizer
             )
         return sum(
             graph_structure_loss(P, self.prior_target, kind=c.regularizer, matching=c.matching) for P in Ps.values()
@@ -450,11 +460,38 @@ class NAC(nn.Module):
         if design.signatures is None:
             return [None] * c.depth, None
         Ps = Ps if Ps is not None else self.kernel_probabilities(design)
+        sample_op = self._sampler(self._P(design.readout_signatures, design.signatures, layer="readout"), readout=True)
+        P0 = next(iter(Ps.values()))
+        if P0.dim() == 2 and not cpu_shortcut(P0):  # CUDA's path: every layer's kernel at once
+            return self._layer_samplers(Ps), sample_op
         samplers = [self._sampler(P) for P in Ps.values()]
         samplers = samplers if c.kernel_per_module else samplers * c.depth
-        return samplers, self._sampler(
-            self._P(design.readout_signatures, design.signatures, layer="readout"), readout=True
-        )
+        return samplers, sample_op
+
+    def _layer_samplers(self, Ps: dict) -> list:
+        """``_samplers``' propagator samplers for a shared design off the CPU's shortcuts: the
+        first layer's call draws every layer's kernel ``[L, B, U, V]`` by one
+        ``KernelSampler(layers=True)`` draw and computes every ``log K_hat`` by one chain of ops
+        (``layer_kernel_biases``); each layer's call returns its own ``KernelBias``. The same
+        formula per layer as its own sampler and bias; the uniforms of layers ``1..L-1`` are drawn
+        with layer 0's, before the drop-path draws between layers, so with drop-path the random
+        stream is consumed in another order: independent draws either way, the same distribution
+        (``tests/test_batched_kernels.py``; the per-layer form: ``tests/reference_kernel.py``)."""
+        c = self.config
+        P = torch.stack(list(Ps.values())) if c.kernel_per_module else next(iter(Ps.values())).expand(c.depth, -1, -1)
+        sampler = KernelSampler(P, c.tau, mode=self._kernel_mode(), layers=True)
+        drawn = []
+
+        def layer(i: int):
+            def sample(B: int):
+                if not drawn:
+                    K = sampler(B)
+                    drawn.extend([None] * c.depth if K is None else layer_kernel_biases(K, c.delta, c.input_latents))
+                return drawn[i]
+
+            return sample
+
+        return [layer(i) for i in range(c.depth)]
 
     def _execute_with_input_latents(self, tokens: torch.Tensor, mask, design: CircuitDesign, Ps=None) -> torch.Tensor:
         """``execute`` with ``input_latents = N > 0``: tokens ``[B, T, d_in]`` read into the input

@@ -388,6 +388,40 @@ def loss_from_permutation(P: torch.Tensor, G, perm: torch.Tensor, kind: str = "m
     return torch.mean(g * torch.log(g / p) + (1.0 - g) * torch.log((1.0 - g) / (1.0 - p)))
 
 
+def layer_losses_from_permutations(P: torch.Tensor, G, perms: torch.Tensor, kind: str = "mse") -> torch.Tensor:
+    """``sum_l loss_from_permutation(P[l], G, perms[l], kind)`` by one chain of ops: every
+    propagator's kernel regularised at once (``NAC.graph_regularizer``). P ``[L, n, n]``
+    (differentiable), G ``[n, n]``, perms ``[L, n]`` (``stacked_permutations``). The same
+    elementwise terms and per-layer means as the per-layer form; only the final sum's rounding
+    may differ (``tests/test_batched_kernels.py``). Returns a scalar."""
+    if kind not in LOSS_KINDS:
+        raise ValueError(f"unknown graph-structure loss kind {kind!r}; valid choices: {', '.join(LOSS_KINDS)}")
+    G = torch.as_tensor(G).to(device=P.device, dtype=P.dtype)
+    if P.dim() != 3 or P.shape[1:] != G.shape or G.shape[0] != G.shape[1] or perms.shape != P.shape[:2]:
+        raise ValueError(
+            f"P must be [L, n, n], G [n, n] and perms [L, n]; "
+            f"got {tuple(P.shape)}, {tuple(G.shape)}, {tuple(perms.shape)}"
+        )
+    perms = perms.to(P.device, non_blocking=True)
+    layer = torch.arange(P.shape[0], device=P.device)
+    P_perm = P[layer[:, None, None], perms[:, :, None], perms[:, None, :]]  # P[l][perm_l][:, perm_l]
+    if kind == "mse":
+        return ((P_perm - G) ** 2).mean(dim=(-2, -1)).sum()
+    p = P_perm.clamp(KL_EPS, 1.0 - KL_EPS)
+    g = G.clamp(KL_EPS, 1.0 - KL_EPS)
+    return (g * torch.log(g / p) + (1.0 - g) * torch.log((1.0 - g) / (1.0 - p))).mean(dim=(-2, -1)).sum()
+
+
+def stacked_permutations(perms: list, device) -> torch.Tensor:
+    """Permutations (``[n]`` each, on the host from ``match_async`` or on ``device``) as one
+    ``[L, n]`` LongTensor on ``device``: stacked where they are (on the host, pinned again when
+    ``device`` is CUDA) and copied once without blocking, not one copy per layer."""
+    perm = torch.stack(perms)
+    if perm.device.type == "cpu" and torch.device(device).type == "cuda":
+        perm = perm.pin_memory()
+    return perm.to(device, non_blocking=True)
+
+
 def graph_structure_loss(
     P: torch.Tensor, G, kind: str = "mse", matching: str = "hungarian", **match_kwargs
 ) -> torch.Tensor:

@@ -8,10 +8,12 @@ times as "NAC, plain forms".
 * the kernel drawn by ``sample_kernel`` itself at every layer (``RelaxedBernoulli``), not by
   ``KernelSampler``;
 * attention by ``F.scaled_dot_product_attention`` (CUDA's form) on every device, not
-  ``explicit_attention``.
+  ``explicit_attention``;
+* each propagator's kernel drawn and its ``log K_hat`` computed by its own layer
+  (``per_layer_samplers``), not every layer's at once (``NAC._layer_samplers``, CUDA's path).
 
-``use_reference_kernel(model)`` switches one model to all three (instance attributes, so another
-model in the same process keeps the fast forms).
+``use_reference_kernel(model)`` switches one model to all four (instance attributes, so another
+model in the same process keeps the fast forms); ``per_layer_kernels(model)`` to the last only.
 """
 
 from __future__ import annotations
@@ -67,9 +69,29 @@ def _sdpa(q, k, v, bias, K, key_mask):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
 
 
+def per_layer_samplers(self, design, Ps=None):
+    """``NAC._samplers`` as it was before every layer's kernel was drawn at once: one sampler
+    per propagator (one ``P``'s sampler ``depth`` times with a shared bandwidth), each drawing
+    ``[B, U, V]`` when its layer runs; the layer computes its own ``log K_hat``."""
+    c = self.config
+    if design.signatures is None:
+        return [None] * c.depth, None
+    Ps = Ps if Ps is not None else self.kernel_probabilities(design)
+    samplers = [self._sampler(P) for P in Ps.values()]
+    samplers = samplers if c.kernel_per_module else samplers * c.depth
+    return samplers, self._sampler(self._P(design.readout_signatures, design.signatures, layer="readout"), readout=True)
+
+
+def per_layer_kernels(model):
+    """Switch ``model`` (a NAC) to ``per_layer_samplers``, in place; returns it."""
+    model._samplers = types.MethodType(per_layer_samplers, model)
+    return model
+
+
 def use_reference_kernel(model):
     """Switch ``model`` (a NAC) to the plain forms above, in place; returns it."""
     model._sampler = types.MethodType(_plain_sampler, model)
+    per_layer_kernels(model)
     for m in model.modules():
         if isinstance(m, SKMDPA):
             m._bias = types.MethodType(_plain_bias, m)

@@ -74,6 +74,30 @@ def _sparse_log_normalized_kernel(K: SparseKernel, delta: float) -> torch.Tensor
     return bias.index_copy(-1, K.flat_index, torch.log(K_hat)).view(K.shape)
 
 
+class KernelBias:
+    """One layer's attention bias ``log K_hat`` computed already (``layer_kernel_biases``):
+    ``bias`` ``[B, 1, U, V]`` (a sample, broadcast over heads) or ``[U, V]`` (a shared kernel),
+    the input latents' dense links included. Goes where a kernel ``K`` would; ``SKMDPA`` adds it
+    as it is."""
+
+    def __init__(self, bias: torch.Tensor):
+        self.bias = bias
+
+
+def layer_kernel_biases(K: torch.Tensor | None, delta: float = 1e-6, dense_senders: int = 0) -> list:
+    """Every propagator's ``log K_hat`` from their kernels ``K`` ``[L, (B,) U, V]`` (one
+    ``KernelSampler(layers=True)`` draw) by one chain of ops: ``[KernelBias] * L``, layer ``l``'s
+    equal to what ``SKMDPA`` computes from ``K[l]`` (``log_normalized_kernel`` runs along the
+    last axis only, so each slice is computed as on its own). ``dense_senders = n``: the input
+    latents' dense links (``K = 1``) put first, as ``SKMDPA`` does. A dense graph (no ``K``) has
+    no bias: the caller passes ``None`` to each layer instead."""
+    if dense_senders:  # input latents first: linked to every receiver with K = 1 (as SKMDPA._bias)
+        K = torch.cat([K.new_ones(*K.shape[:-1], dense_senders), K], dim=-1)
+    bias = log_normalized_kernel(K, delta)
+    bias = bias.unsqueeze(-3) if bias.dim() == 4 else bias  # [L, B, 1, U, V]: broadcast over heads
+    return [KernelBias(b) for b in bias.unbind(0)]
+
+
 def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """``softmax(q k^T / sqrt(e) + bias) v``: what ``F.scaled_dot_product_attention`` computes.
 
@@ -132,7 +156,9 @@ class SKMDPA(nn.Module):
         self, K: torch.Tensor | None, key_mask: torch.Tensor | None, dtype: torch.dtype, dense_senders: int = 0
     ) -> torch.Tensor | None:
         bias = None
-        if K is not None:
+        if isinstance(K, KernelBias):  # log K_hat computed with every layer's (dense senders included)
+            bias = K.bias
+        elif K is not None:
             if dense_senders:  # input latents first: linked to every receiver with K = 1
                 K = K.dense() if isinstance(K, SparseKernel) else K
                 K = torch.cat([K.new_ones(*K.shape[:-1], dense_senders), K], dim=-1)

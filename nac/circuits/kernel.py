@@ -162,16 +162,25 @@ class KernelSampler:
     the CPU) returns the same sample as a ``SparseKernel``. Both draw the same ``u`` and give the
     same values on the linked entries (elementwise, the same formula), and 0 elsewhere.
     ``"sparse"`` on another device than the CPU is taken as ``"prepared"`` (finding the linked
-    entries syncs)."""
+    entries syncs).
 
-    def __init__(self, P: torch.Tensor, tau: float, mode: str = "sample", impl: str | None = None):
+    ``layers=True``: ``P`` ``[L, U, V]`` holds the shared ``P`` of every propagator (one per
+    layer), and a draw is every layer's sample at once, ``[L, B, U, V]``: one ``torch.rand`` of
+    that shape and one chain of elementwise ops instead of ``L`` (always ``"prepared"``). Layer
+    ``l``'s slice is the same formula of its own ``P`` and of ``L * B * U * V`` independent
+    uniforms, so its distribution is that of a per-layer draw (``NAC._samplers``;
+    ``tests/test_batched_kernels.py``)."""
+
+    def __init__(
+        self, P: torch.Tensor, tau: float, mode: str = "sample", impl: str | None = None, layers: bool = False
+    ):
         if impl is not None and impl not in SAMPLER_IMPLS:
             raise ValueError(f"unknown kernel sampler impl {impl!r}; valid choices: {', '.join(SAMPLER_IMPLS)}")
         if impl is None:
             impl = "sparse" if cpu_shortcut(P) else "prepared"
-        if impl == "sparse" and P.device.type != "cpu":  # nonzero / bool(...) below would sync with the device
+        if impl == "sparse" and (P.device.type != "cpu" or layers):  # nonzero / bool(...) would sync
             impl = "prepared"
-        self.P, self.tau, self.mode, self.impl = P, tau, mode, impl
+        self.P, self.tau, self.mode, self.impl, self.layers = P, tau, mode, impl, layers
         if mode == "sample":
             fi = torch.finfo(P.dtype)
             self.linked = P > 0
@@ -184,12 +193,16 @@ class KernelSampler:
                 self.empty_rows = bool((~self.linked).all(-1).any())
             p = (P[self.linked] if self.sparse else P).clamp(min=fi.eps, max=1 - fi.eps)
             self.logits = p.log() - (-p).log1p()
+            if layers:  # [L, 1, U, V]: broadcast over the batch axis of the draw
+                self.logits, self.linked = self.logits.unsqueeze(1), self.linked.unsqueeze(1)
 
     def __call__(self, batch_size: int | None = None) -> torch.Tensor | SparseKernel | None:
         P = self.P
-        if self.mode != "sample":
-            return sample_kernel(P, self.tau, batch_size=batch_size, mode=self.mode)
+        if self.mode != "sample":  # (``layers``: P, P > 0.5 or None for every layer, [L, U, V])
+            return sample_kernel(P, self.tau, batch_size=None if self.layers else batch_size, mode=self.mode)
         shape = (batch_size, *P.shape) if P.dim() == 2 and batch_size is not None else P.shape
+        if self.layers:  # every layer's sample by one draw, [L, B, U, V]
+            shape = (P.shape[0], batch_size, *P.shape[1:]) if batch_size is not None else P.shape
         fi = torch.finfo(P.dtype)
         u = torch.rand(shape, dtype=P.dtype, device=P.device)  # the whole draw, as sample_kernel's
         if self.sparse:  # the formula on linked entries only (u[..., linked], by index)
