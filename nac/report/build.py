@@ -23,7 +23,7 @@ from nac.pipeline.datasets import builder
 from nac.pipeline.io import staged, write_json
 from nac.pipeline.paths import image_checkpoint, parse_run
 from nac.pipeline.pool import usable_cores
-from nac.report import figures, mechanism, switches, tables
+from nac.report import costs, figures, mechanism, switches, tables
 from nac.report.claims.metrics import CONVERGENCE
 from nac.report.claims.rules import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED
 from nac.report.published import (
@@ -520,6 +520,7 @@ def _write_readme(out: Path, params: dict, summary: dict, md: dict[str, str], fi
         LRA=LRA_LEADERBOARD_TRANSFORMER,
         PAPER_THROUGHPUT=PAPER_THROUGHPUT,
         CONVERGENCE=CONVERGENCE,
+        cost=costs.cost_section(),
     )
     (out / "README.md").write_text(text)
 
