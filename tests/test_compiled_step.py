@@ -89,6 +89,7 @@ def test_compiling_on_the_cpu_takes_cudas_paths(name, monkeypatch):
     assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
 
 
+@pytest.mark.slow  # the diagnosis of the breaks (seconds); the one-graph tests above stay in the default run
 def test_the_matching_inside_the_forward_was_the_break():
     """The test above can fail: the eager form (matching on the worker thread inside the
     forward) breaks the graph, at the matching."""
@@ -131,7 +132,12 @@ def _grads(model):
 
 
 @pytest.mark.parametrize(
-    "name,shortcuts", [("kernel_per_module", False), ("input_latents", False), ("kernel_per_module", True)]
+    "name,shortcuts",
+    [
+        ("kernel_per_module", False),
+        pytest.param("input_latents", False, marks=pytest.mark.slow),  # a default-run sibling: the line above
+        pytest.param("kernel_per_module", True, marks=pytest.mark.slow),
+    ],
 )
 def test_compiled_losses_equal_eager(name, shortcuts, monkeypatch):
     """``aot_eager`` (the same aten ops, the same random stream): the same logits, loss and
@@ -206,7 +212,7 @@ def test_the_overlapped_step_equals_eager():
     _assert_same_step(out["overlapped"], out["eager"])
 
 
-@pytest.mark.parametrize("matching", ["before", "overlap"])
+@pytest.mark.parametrize("matching", ["before", pytest.param("overlap", marks=pytest.mark.slow)])
 def test_a_compiled_fit_trains_as_the_eager_one(matching):
     """Through the loop (matching in advance, the compiled forward and loss, eager optimizer
     step): after 3 steps the same weights and losses as the eager fit, to float rounding."""
