@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
-from run_converged import copy_checkout  # noqa: E402
+from run_converged import prepare_workdir  # noqa: E402
 
 from nac.provenance import git_commit  # noqa: E402
 from nac.stats import mean_ci, paired_ci  # noqa: E402
@@ -40,14 +40,8 @@ def _now() -> str:
 
 def run_track(track: str, work: Path) -> dict:
     """``dvc repro train_<track>`` under ``profile=converged`` in ``work``; its start and end."""
-    work.mkdir(parents=True, exist_ok=True)
-    copy_checkout(ROOT, work)
-    env = {**os.environ, "PYTHONPATH": str(work)}
-    run = lambda *cmd: subprocess.run(cmd, cwd=work, env=env, check=True)  # noqa: E731
-    if not (work / ".dvc" / "config.local").exists():
-        run("dvc", "config", "--local", "core.no_scm", "true")
-    run(sys.executable, "-m", "nac.compose", "profile=converged")
-    status = subprocess.run(["dvc", "status", f"train_{track}"], cwd=work, env=env, capture_output=True, text=True)
+    run = prepare_workdir(work, "converged", [])
+    status = subprocess.run(["dvc", "status", f"train_{track}"], cwd=work, capture_output=True, text=True)
     start = _now()
     run("dvc", "repro", f"train_{track}")
     return {"start": start, "end": _now(), "ran": "up to date" not in status.stdout}

@@ -120,6 +120,23 @@ def collect(out: Path, work: Path, profile: str, overrides: list[str], start: st
     return prov
 
 
+def prepare_workdir(work: Path, profile: str, overrides: list[str]):
+    """``work``: the checkout copied in (``copy_checkout``), a DVC project of its own
+    (``core.no_scm``), ``profile`` and ``overrides`` composed into its params.yaml. Returns
+    ``run(*cmd)``: a command run there with this copy's ``nac`` on PYTHONPATH, failing loudly."""
+    work.mkdir(parents=True, exist_ok=True)
+    copy_checkout(ROOT, work)
+    env = {**os.environ, "PYTHONPATH": str(work)}
+
+    def run(*cmd: str) -> subprocess.CompletedProcess:
+        return subprocess.run(cmd, cwd=work, env=env, check=True)
+
+    if not (work / ".dvc" / "config.local").exists():
+        run("dvc", "config", "--local", "core.no_scm", "true")
+    run(sys.executable, "-m", "nac.compose", f"profile={profile}", *overrides)
+    return run
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--profile", default="converged")
@@ -129,15 +146,10 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     work, out = Path(args.workdir).resolve(), Path(args.out).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    copy_checkout(ROOT, work)
     started = work / STARTED
     if not started.exists():
         started.write_text(_now())
-    env = {**os.environ, "PYTHONPATH": str(work)}
-    run = lambda *cmd: subprocess.run(cmd, cwd=work, env=env, check=True)  # noqa: E731
-    if not (work / ".dvc" / "config.local").exists():
-        run("dvc", "config", "--local", "core.no_scm", "true")
-    run(sys.executable, "-m", "nac.compose", f"profile={args.profile}", *args.overrides)
+    run = prepare_workdir(work, args.profile, args.overrides)
     run("dvc", "repro")
     prov = collect(out, work, args.profile, list(args.overrides), started.read_text().strip(), _now())
     started.unlink()
