@@ -417,6 +417,67 @@ def _fused_sdpa(t: _Tracker, stack: ExitStack) -> None:
     stack.callback(setattr, F, "scaled_dot_product_attention", sdpa)
 
 
+_SDPA = F.scaled_dot_product_attention
+
+
+@torch.library.custom_op("nac_bench::sdpa_bias", mutates_args=())
+def _sdpa_bias(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, scale: float) -> torch.Tensor:
+    """SDPA with a bias as one opaque op: what the compiled column counts as CUDA's one
+    ``_scaled_dot_product_efficient_attention`` (``_compiled_fused_sdpa``)."""
+    return _SDPA(q, k, v, attn_mask=bias, scale=scale).contiguous()
+
+
+@_sdpa_bias.register_fake
+def _(q, k, v, bias, scale):
+    return q.new_empty((*q.shape[:-1], v.shape[-1]))
+
+
+@torch.library.custom_op("nac_bench::sdpa_bias_backward", mutates_args=())
+def _sdpa_bias_backward(
+    grad: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, scale: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Its backward as one opaque op (CUDA's ``_scaled_dot_product_efficient_attention_backward``,
+    the bias's gradient included)."""
+    with torch.enable_grad():
+        ins = [x.detach().requires_grad_(True) for x in (q, k, v, bias)]
+        out = _SDPA(*ins[:3], attn_mask=ins[3], scale=scale)
+        return tuple(g.contiguous() for g in torch.autograd.grad(out, ins, grad))
+
+
+@_sdpa_bias_backward.register_fake
+def _(grad, q, k, v, bias, scale):
+    return tuple(x.new_empty(x.shape) for x in (q, k, v, bias))
+
+
+def _sdpa_bias_setup(ctx, inputs, output):
+    q, k, v, bias, scale = inputs
+    ctx.save_for_backward(q, k, v, bias)
+    ctx.scale = scale
+
+
+def _sdpa_bias_grad(ctx, grad):
+    return (*_sdpa_bias_backward(grad, *ctx.saved_tensors, ctx.scale), None)
+
+
+_sdpa_bias.register_autograd(_sdpa_bias_grad, setup_context=_sdpa_bias_setup)
+
+
+def _compiled_fused_sdpa(stack: ExitStack) -> None:
+    """``_fused_sdpa``'s convention for the compiled column: SDPA with a float bias traced as one
+    opaque op each way (an extern call in inductor's output code, as CUDA's fused kernel with a
+    bias is), instead of the CPU's decomposition (matrix products, softmax and their backward:
+    inductor on the CPU has no fused attention with a bias that has a gradient)."""
+
+    def counted(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, **kw):
+        if attn_mask is None or dropout_p or is_causal or kw or attn_mask.dtype == torch.bool:
+            return _SDPA(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **kw)
+        scale = scale if scale is not None else q.shape[-1] ** -0.5
+        return _sdpa_bias(q, k, v, attn_mask.expand(*q.shape[:-1], k.shape[-2]), scale)
+
+    F.scaled_dot_product_attention = counted
+    stack.callback(setattr, F, "scaled_dot_product_attention", _SDPA)
+
+
 def _instrument(model: nn.Module, t: _Tracker, stack: ExitStack) -> None:
     def hooks(module, part):
         h1 = module.register_forward_pre_hook(lambda *_: t.push(part))
@@ -560,6 +621,8 @@ def measure(
 # the gradient norm, the optimizer, the checks, the EMA, the loop's own ops and "backward (other)"
 # (one ``detach`` per parameter in AccumulateGrad, which runs after the compiled backward)
 EAGER_PARTS = ("data", "augment", "grad norm", "optimizer", "checks", "ema", "loop", "backward (other)")
+# what ``train.compile_scope: step`` leaves eager: the gradients, their norm and AdamW are in its graph
+EAGER_PARTS_STEP = ("data", "augment", "checks", "ema", "loop")
 
 
 def _calls(code: str) -> tuple[int, int]:
@@ -573,8 +636,22 @@ def _calls(code: str) -> tuple[int, int]:
     return len(kernels), len(extern)
 
 
-def compiled_counts(model: nn.Module, batch: int, size: int, classes: int, cfg: dict, eager: dict, mode="default"):
+def compiled_counts(
+    model: nn.Module,
+    batch: int,
+    size: int,
+    classes: int,
+    cfg: dict,
+    eager: dict,
+    mode="default",
+    scope="forward",
+    sdpa="fused",
+):
     """The compiled column: what one steady-state step with ``train.compile: mode`` launches.
+    ``scope="step"`` (``train.compile_scope: step``): the region is ``compiled.whole_step``
+    (forward, gradients, clipping, AdamW and the next step's ``P``: one graph, one output
+    module), the eager parts ``EAGER_PARTS_STEP`` plus the LRs' fills (``step_lrs``) and the
+    matching started from the ``P`` the step returned, counted with the matching.
     The region (``nac.training.compiled.objective_losses``: forward, loss, regularizer at the
     permutations matched in advance, and its backward) compiled by inductor on the CPU, 3 steps;
     its kernels counted from the forward's and the backward's output code (``_calls``); plus
@@ -586,7 +663,7 @@ def compiled_counts(model: nn.Module, batch: int, size: int, classes: int, cfg: 
     import torch._inductor.graph as igraph
     from torch._dynamo.utils import counters
 
-    from nac.training.loop import Objective
+    from nac.training.loop import Objective, decay_groups, make_adamw
 
     model = copy.deepcopy(model).train()
     codes: list[str] = []
@@ -607,29 +684,58 @@ def compiled_counts(model: nn.Module, batch: int, size: int, classes: int, cfg: 
         stack.enter_context(icfg.patch(fx_graph_cache=False))
         stack.callback(setattr, kernel, "CPU_SHORTCUTS", kernel.CPU_SHORTCUTS)
         kernel.CPU_SHORTCUTS = False
+        if sdpa == "fused":
+            _compiled_fused_sdpa(stack)
         dynamo.reset()
         counters.clear()
         losses = compiled.compile_losses(mode)
+        if scope == "step":
+            step = compiled.compile_step(mode)
+            decay, no_decay = decay_groups(model, cfg.get("decay_filter", "authors"))
+            wd, lr = cfg.get("weight_decay", 0.05), cfg.get("lr", 1e-3)
+            param_groups = [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}]
+            optimizer = make_adamw(param_groups, lr=lr)
+            groups, lrs = compiled.adamw_groups(optimizer), None
+        ahead = None  # scope step: the next matching, started from the P the last step returned
         for _ in range(3):
             t = _Tracker()
             with _OpCounter(t):
-                perms = compiled.finish_matching(compiled.start_matching(model), x.device)
+                perms = compiled.finish_matching(ahead or compiled.start_matching(model), x.device)
+                if scope == "step":
+                    lrs = compiled.step_lrs(optimizer, lrs, x.device)
             args = (Objective(model), {"inputs": x}, y, None, perms, cfg.get("label_smoothing", 0.1))
-            loss = losses(*args, cfg.get("reg_weight", 0.1), False)[-1]
-            loss.backward()
-            model.zero_grad(set_to_none=True)
+            if scope == "step":
+                clip = cfg.get("grad_clip", 1.0)
+                next_P = step(args[0], groups, lrs, *args[1:], cfg.get("reg_weight", 0.1), False, clip)[-1]
+                with _OpCounter(t):
+                    ahead = compiled.start_matching(model, next_P) if next_P is not None else None
+            else:
+                loss = losses(*args, cfg.get("reg_weight", 0.1), False)[-1]
+                loss.backward()
+                model.zero_grad(set_to_none=True)
             graphs.append(counters["stats"]["unique_graphs"])
         breaks = sum(counters["graph_break"].values())
         dynamo.reset()
-    if len(codes) != 2:
-        raise RuntimeError(f"expected a forward and a backward graph, inductor compiled {len(codes)}")
-    (fk, fx), (bk, bx) = _calls(codes[0]), _calls(codes[1])
-    outside = {p: n for p, n in eager["ops"].items() if p in EAGER_PARTS}
     matching = sum(t.ops.values())
+    if scope == "step":
+        if len(codes) != 1:
+            raise RuntimeError(f"expected one graph for the whole step, inductor compiled {len(codes)}")
+        (fk, fx), (bk, bx) = _calls(codes[0]), (0, 0)
+        region = {"step kernels": fk, "step extern": fx}
+        outside = {p: n for p, n in eager["ops"].items() if p in EAGER_PARTS_STEP}
+        extra = {"matching and LRs (eager)": matching} if matching else {}
+    else:
+        if len(codes) != 2:
+            raise RuntimeError(f"expected a forward and a backward graph, inductor compiled {len(codes)}")
+        (fk, fx), (bk, bx) = _calls(codes[0]), _calls(codes[1])
+        region = {"forward kernels": fk, "forward extern": fx, "backward kernels": bk, "backward extern": bx}
+        outside = {p: n for p, n in eager["ops"].items() if p in EAGER_PARTS}
+        extra = {"matching (eager)": matching} if matching else {}
     return {
         "mode": mode,
-        "region": {"forward kernels": fk, "forward extern": fx, "backward kernels": bk, "backward extern": bx},
-        "eager": {**outside, **({"matching (eager)": matching} if matching else {})},
+        "scope": scope,
+        "region": region,
+        "eager": {**outside, **extra},
         "launches_total": fk + fx + bk + bx + sum(outside.values()) + matching,
         "graphs": graphs[-1],
         "recompiles": graphs[-1] - graphs[0],
@@ -692,10 +798,10 @@ def table(results: dict) -> str:
 def compiled_table(results: dict) -> str:
     """The compiled column of every label that has one."""
     lines = [
-        "| label | pair | model | eager ops/step | compiled launches/step | NAC/PIO (compiled) | compiled region: "
-        "forward kernels + extern, backward kernels + extern | eager outside the region | graphs | graph breaks | "
-        "recompiles |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| label | pair | model | scope | eager ops/step | compiled launches/step | NAC/PIO (compiled) | compiled "
+        "region: forward kernels + extern, backward kernels + extern (scope step: the one graph's) | eager outside "
+        "the region | graphs | graph breaks | recompiles |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for label, res in results.items():
         if label == "machine":
@@ -709,10 +815,15 @@ def compiled_table(results: dict) -> str:
                 pc = (pio or {}).get("compiled")
                 ratio = f"{c['launches_total'] / pc['launches_total']:.2f}" if pc and r is not pio else ""
                 g = c["region"]
+                region = (
+                    f"{g['step kernels']} + {g['step extern']}"
+                    if "step kernels" in g
+                    else f"{g['forward kernels']} + {g['forward extern']}, "
+                    f"{g['backward kernels']} + {g['backward extern']}"
+                )
                 lines.append(
-                    f"| {label} | {pair} | {name} | {r['ops_total']} | {c['launches_total']} | {ratio} | "
-                    f"{g['forward kernels']} + {g['forward extern']}, "
-                    f"{g['backward kernels']} + {g['backward extern']} | "
+                    f"| {label} | {pair} | {name} | {c.get('scope', 'forward')} | {r['ops_total']} | "
+                    f"{c['launches_total']} | {ratio} | {region} | "
                     + ", ".join(f"{p} {n}" for p, n in c["eager"].items())
                     + f" | {c['graphs']} | {c['graph_breaks']} | {c['recompiles']} |"
                 )
@@ -755,6 +866,12 @@ def main() -> None:
         choices=["tiny", "imagenet", "mini"],
         help="the pairs that also get the compiled column (train.compile: default, inductor on the CPU)",
     )
+    ap.add_argument(
+        "--compile-scope",
+        choices=["forward", "step"],
+        default="forward",
+        help="the compiled column's train.compile_scope (step: the whole step, AdamW included, one graph)",
+    )
     ap.add_argument("--out", default="bench/results/ops.json")
     a = ap.parse_args()
     torch.set_num_threads(1)
@@ -768,7 +885,9 @@ def main() -> None:
             res[pair][name] = measure(model, a.batch, size, classes, train, a.adamw, a.modulation, augment, a.sdpa)
             print(pair, name, res[pair][name]["ops_total"], "ops", res[pair][name]["syncs_total"], "syncs", flush=True)
             if pair in a.compiled:
-                res[pair][name]["compiled"] = compiled_counts(model, a.batch, size, classes, train, res[pair][name])
+                res[pair][name]["compiled"] = compiled_counts(
+                    model, a.batch, size, classes, train, res[pair][name], scope=a.compile_scope, sdpa=a.sdpa
+                )
                 print(pair, name, "compiled", res[pair][name]["compiled"], flush=True)
     results[a.label] = {**results.get(a.label, {}), **res}
     results.setdefault("machine", {})[a.label] = {
@@ -779,6 +898,7 @@ def main() -> None:
         "augment": a.augment,
         "sdpa": a.sdpa,
         "compiled": a.compiled,
+        "compile_scope": a.compile_scope,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     out.parent.mkdir(parents=True, exist_ok=True)

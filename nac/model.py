@@ -28,6 +28,7 @@ from nac.regularizer import (
     layer_losses_from_permutations,
     loss_from_permutation,
     match_async,
+    match_stacked_async,
     stacked_permutations,
 )
 from nac.signatures import prior_signatures
@@ -344,15 +345,13 @@ class NAC(nn.Module):
         Ps = self.kernel_probabilities(design)
         return self(inputs, mask=mask, design=design, Ps=Ps), Ps
 
-    def matching_in_advance(self) -> dict | None:
-        """The regularizer's matchings of the ``P`` the next training forward computes, started
-        now on the worker thread (``match_async``), ``{layer: Future}``; ``None`` where a step
-        matches nothing. ``P`` depends only on the parameters (the signatures and bandwidths,
-        no noise and no random draw), so it is computed here without gradient from the same
-        tensors by the same ops: the same values, so the same permutations as the forward's own
-        matching. What a compiled step (``train.compile``) passes as ``perms``, keeping the
-        host's numpy/scipy work out of the graph. A conditional design's ``P`` depends on the
-        input: refused (``ValueError``)."""
+    def probabilities_in_advance(self) -> torch.Tensor | None:
+        """Every propagator's ``P`` the next training forward computes, stacked ``[L, U_p, U_p]``
+        (``[1, U_p, U_p]`` for a shared kernel; ``kernel_probabilities``' batched form), without
+        gradient; ``None`` where a step matches nothing. ``P`` depends only on the parameters
+        (the signatures and bandwidths, no noise and no random draw), so it is computed from the
+        same tensors by the same ops: the same values, so the same permutations as the forward's
+        own matching. A conditional design's ``P`` depends on the input: refused (``ValueError``)."""
         if self.prior_target is None:
             return None
         if self.config.generator == "conditional":
@@ -360,10 +359,24 @@ class NAC(nn.Module):
                 "train.compile: a conditional circuit generator with generator_regularizer matches each "
                 "sample's P inside the forward, which cannot be compiled as one graph; set train.compile: false"
             )
+        sig = self.generator.signatures
         with torch.no_grad():
-            signatures_only = CircuitDesign(self.generator.signatures, None, None, None, None, None)
-            Ps = self.kernel_probabilities(signatures_only)
-        return self.match_async(Ps)
+            if self.config.kernel_per_module:
+                return self._P(sig, layer=list(range(self.config.depth)), distance=cosine_distance(sig))
+            return self._P(sig, layer=None, distance=cosine_distance(sig))[None]
+
+    def matching_in_advance(self, Ps: torch.Tensor | None = None) -> tuple | None:
+        """The regularizer's matchings of the ``P`` the next training forward computes
+        (``probabilities_in_advance``, or ``Ps``: those computed already, by the last compiled
+        step), started now on the worker thread: ``(layers, Future)``, the Future's result every
+        layer's permutation stacked (``match_stacked_async``: one copy each way); ``None`` where a
+        step matches nothing. What a compiled step (``train.compile``) passes as ``perms``,
+        keeping the host's numpy/scipy work out of the graph."""
+        Ps = Ps if Ps is not None else self.probabilities_in_advance()
+        if Ps is None:
+            return None
+        layers = list(range(self.config.depth)) if self.config.kernel_per_module else [None]
+        return layers, match_stacked_async(Ps, self._host_target(), self.config.matching)
 
     def _kernel_mode(self, readout: bool = False) -> str:
         """How the kernel is drawn: a Concrete sample in training with ``stochastic_kernel`` (the

@@ -335,11 +335,29 @@ def match_async(
     numpy and scipy work then runs on ``executor`` (default: one shared worker thread) while the
     caller goes on, e.g. with the forward pass. Finish with ``loss_from_permutation(P, G,
     future.result(), kind)``: the same permutation and loss as ``graph_structure_loss`` (float64
-    on the host either way; ``tests/test_regularizer.py``).
+    on the host either way; ``tests/test_regularizer.py``). ``match_stacked_async``: several
+    ``P`` with one copy each way.
     """
+    return _submit_matching(P, G, matching, executor, match_kwargs)
+
+
+def match_stacked_async(
+    Ps: torch.Tensor, G, matching: str = "hungarian", executor: Executor | None = None, **match_kwargs
+) -> Future:
+    """``match_async`` of each of ``Ps``' ``L`` matrices (``[L, n, n]``) with one copy each way:
+    ``Ps`` copied to the host at once, matched one after the other on the worker thread, a
+    Future of the permutations stacked (LongTensor ``[L, n]``, pinned when ``Ps`` is on CUDA:
+    one non-blocking copy to the device). Row ``l`` is ``match_async(Ps[l], G, ...)``'s (tested)."""
+    if Ps.dim() != 3:
+        raise ValueError(f"match_stacked_async takes P stacked [L, n, n], got shape {tuple(Ps.shape)}")
+    return _submit_matching(Ps, G, matching, executor, match_kwargs)
+
+
+def _submit_matching(P: torch.Tensor, G, matching: str, executor: Executor | None, match_kwargs: dict) -> Future:
+    """``match_async``'s work for ``P`` ``[n, n]`` or stacked ``[L, n, n]`` (then ``[L, n]``)."""
     global _EXECUTOR
     _check_matching(matching, match_kwargs)
-    _check_pair(P, G if isinstance(G, torch.Tensor) else torch.from_numpy(np.asarray(G)))
+    _check_pair(P[0] if P.dim() == 3 else P, G if isinstance(G, torch.Tensor) else torch.from_numpy(np.asarray(G)))
     Gn = G.detach().to("cpu", torch.float64).numpy() if isinstance(G, torch.Tensor) else np.asarray(G, np.float64)
     P = P.detach()
     event = None
@@ -358,7 +376,11 @@ def match_async(
     def work() -> torch.Tensor:
         if event is not None:
             event.synchronize()  # this thread waits for the copy; the caller's stream goes on
-        perm = torch.from_numpy(_match_host(host.to(torch.float64).numpy(), Gn, matching, match_kwargs))
+        Pn = host.to(torch.float64).numpy()
+        if Pn.ndim == 3:
+            perm = torch.from_numpy(np.stack([_match_host(Pl, Gn, matching, match_kwargs) for Pl in Pn]))
+        else:
+            perm = torch.from_numpy(_match_host(Pn, Gn, matching, match_kwargs))
         return perm.pin_memory() if event is not None else perm
 
     return executor.submit(work)

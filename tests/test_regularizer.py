@@ -18,6 +18,7 @@ from nac.regularizer import (
     loss_from_permutation,
     match_async,
     match_permutation,
+    match_stacked_async,
 )
 
 
@@ -210,6 +211,24 @@ def test_async_matching_gives_the_synchronous_loss_and_gradient(matching, kind):
     loss.backward()
     sync.backward()
     assert torch.equal(sig.grad, sig2.grad)
+
+
+@pytest.mark.parametrize("matching", MATCHINGS)
+def test_stacked_matching_gives_each_layers_own_permutation(matching):
+    """``match_stacked_async`` (every propagator's P copied at once, one Future): row ``l`` is
+    ``match_async(Ps[l])``'s permutation; P is copied before it returns; a P not stacked is refused."""
+    n = 24
+    G = prior_target("scale_free", n)
+    gen = torch.Generator().manual_seed(3)
+    Ps = torch.stack([link_probabilities(torch.randn(n, 8, generator=gen), truncation=0.9) for _ in range(4)])
+    want = torch.stack([match_async(P, G, matching).result() for P in Ps])
+    future = match_stacked_async(Ps, G, matching)
+    Ps.zero_()
+    got = future.result()
+    assert got.shape == (4, n) and got.dtype == torch.long and torch.equal(got, want)
+    assert len({tuple(r.tolist()) for r in got}) > 1  # the layers' permutations differ: rows not mixed up
+    with pytest.raises(ValueError, match=r"stacked \[L, n, n\]"):
+        match_stacked_async(Ps[0], G, matching)
 
 
 def test_async_matching_copies_P_before_returning():

@@ -21,13 +21,24 @@ on a GPU the device idles for it (tens of ms at 256 modules).
 ``COMPILE_MODES``: ``false`` (eager, the default), ``"default"`` (inductor),
 ``"reduce-overhead"`` (inductor with CUDA graphs), ``"aot_eager"`` (traced and differentiated
 by AOT autograd but run op by op: no code generation; what the CPU tests compile with). The
-optimizer step, clipping, the finiteness checks and the EMA stay eager (foreach ops).
+optimizer step and clipping stay eager (foreach ops) unless ``train.compile_scope: step``.
+
+``train.compile_scope``: ``forward`` (the region above; backward, clipping and AdamW eager) or
+``step`` (``whole_step``: the region, its gradients by ``torch.autograd.grad`` traced in the same
+graph (dynamo's ``trace_autograd_ops``), the clipping and AdamW's update as one graph with no
+break: the whole training step). AdamW's update there is torch's own functional form
+(``torch.optim.adam.adam``: foreach, capturable, decoupled weight decay) on the optimizer's own
+state tensors, the LR a device tensor filled from the scheduler each step (no recompilation as
+it changes): the eager ``optimizer.step``'s values to float rounding (tested), because
+``Optimizer.step`` itself breaks the graph (torch marks it so, for its no-grad epilogue). The
+finiteness checks and the EMA stay eager (a few foreach ops).
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch.optim.adam import adam as functional_adam
 
 from nac.model import NAC
 from nac.training.augment import soft_cross_entropy
@@ -39,15 +50,31 @@ COMPILE_MODES = (False, "default", "reduce-overhead", "aot_eager")
 # host waits for the matching while the device runs it, and the regularizer's few ops
 # (``loss_from_permutation``, per layer) run eagerly after it. The same loss and gradients.
 COMPILE_MATCHINGS = ("before", "overlap")
+COMPILE_SCOPES = ("forward", "step")  # train.compile_scope: see the module's docstring
 
 
-def check_compile(value, matching: str = "before") -> None:
-    """Refuse a ``train.compile`` value not in ``COMPILE_MODES`` or a ``train.compile_matching``
-    not in ``COMPILE_MATCHINGS``."""
+def check_compile(value, matching: str = "before", scope: str = "forward", adamw: str = "default") -> None:
+    """Refuse a ``train.compile`` value not in ``COMPILE_MODES``, a ``train.compile_matching`` not
+    in ``COMPILE_MATCHINGS``, a ``train.compile_scope`` not in ``COMPILE_SCOPES``, and a whole
+    compiled step with what it cannot hold (no compilation, the overlapped matching, another AdamW)."""
     if value is not False and value not in COMPILE_MODES[1:]:
         raise ValueError(f"train.compile={value!r}; valid choices: false, default, reduce-overhead, aot_eager")
     if matching not in COMPILE_MATCHINGS:
         raise ValueError(f"train.compile_matching={matching!r}; valid choices: {', '.join(COMPILE_MATCHINGS)}")
+    if scope not in COMPILE_SCOPES:
+        raise ValueError(f"train.compile_scope={scope!r}; valid choices: {', '.join(COMPILE_SCOPES)}")
+    if scope == "step":
+        if value is False:
+            raise ValueError("train.compile_scope=step compiles the step: set train.compile (default, say)")
+        if matching != "before":
+            raise ValueError(
+                "train.compile_scope=step holds the regularizer in the graph: set train.compile_matching=before"
+            )
+        if adamw != "default":
+            raise ValueError(
+                f"train.compile_scope=step compiles torch's foreach AdamW into the graph; train.adamw={adamw!r} "
+                "is an eager form: set train.adamw=default"
+            )
 
 
 def objective_losses(wrapped, kw: dict, labels, targets, perms, label_smoothing: float, reg_weight: float, amp: bool):
@@ -101,14 +128,131 @@ def compile_losses(mode, fn=objective_losses):
     return torch.compile(fn, mode=mode, dynamic=False)
 
 
-def start_matching(model) -> dict | None:
-    """``model.matching_in_advance()`` for a NAC (``{layer: Future}``), else None."""
-    return model.matching_in_advance() if isinstance(model, NAC) else None
+def start_matching(model, Ps: torch.Tensor | None = None) -> tuple | None:
+    """``model.matching_in_advance(Ps)`` for a NAC (``(layers, Future)``), else None."""
+    return model.matching_in_advance(Ps) if isinstance(model, NAC) else None
 
 
-def finish_matching(pending: dict | None, device) -> dict | None:
-    """The permutations of ``start_matching`` on ``device`` (waits for the worker thread; the
-    copies from pinned memory do not block), ``{layer: LongTensor [U_p]}``; None for None."""
+def finish_matching(pending: tuple | None, device) -> dict | None:
+    """The permutations of ``start_matching`` on ``device``, ``{layer: LongTensor [U_p]}`` (waits
+    for the worker thread; one copy of the stacked permutations from pinned memory, which does
+    not block; each layer's a view of it); None for None."""
     if pending is None:
         return None
-    return {i: future.result().to(device, non_blocking=True) for i, future in pending.items()}
+    layers, future = pending
+    perms = future.result().to(device, non_blocking=True)
+    return dict(zip(layers, perms.unbind(0)))
+
+
+def adamw_groups(optimizer: torch.optim.AdamW) -> list[dict]:
+    """What ``whole_step`` updates, per param group of ``optimizer``: its parameters, their AdamW
+    state (created as ``optimizer.step`` creates it at its first call, in capturable's layout:
+    ``step`` a float32 scalar on the parameter's device, zero moments; a resumed state kept, its
+    step counts moved to the parameters' device) and the group's constants. Plain lists, so the
+    compiled step guards on none of the optimizer's mutable fields (its ``lr``: ``step_lrs``)."""
+    groups = []
+    for group in optimizer.param_groups:
+        if group.get("amsgrad") or group.get("maximize"):
+            raise ValueError("train.compile_scope=step implements AdamW without amsgrad or maximize")
+        for p in group["params"]:
+            st = optimizer.state[p]
+            if not st:
+                st["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
+                st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            elif st["step"].device != p.device:
+                st["step"] = st["step"].to(p.device, torch.float32)
+        states = [optimizer.state[p] for p in group["params"]]
+        groups.append(
+            {
+                "params": list(group["params"]),
+                "exp_avgs": [s["exp_avg"] for s in states],
+                "exp_avg_sqs": [s["exp_avg_sq"] for s in states],
+                "steps": [s["step"] for s in states],
+                "betas": tuple(group["betas"]),
+                "weight_decay": group["weight_decay"],
+                "eps": group["eps"],
+            }
+        )
+    return groups
+
+
+def step_lrs(optimizer: torch.optim.AdamW, lrs: torch.Tensor | None, device) -> torch.Tensor:
+    """Each group's LR (the scheduler's, a float) in one device tensor ``[groups]``, filled in place
+    (no host sync; ``lrs``: the last step's tensor, None at the first)."""
+    values = [float(g["lr"]) for g in optimizer.param_groups]
+    if lrs is None:
+        return torch.tensor(values, dtype=torch.float32, device=device)
+    for i, v in enumerate(values):
+        lrs[i].fill_(v)
+    return lrs
+
+
+def adamw_update(groups: list[dict], grads: list, lrs: torch.Tensor) -> None:
+    """``optimizer.step()`` with ``grads`` (one per parameter of ``groups``, ``adamw_groups``, in
+    order; None: the parameter got no gradient and is skipped, as eager skips a ``.grad`` of
+    None): torch's functional AdamW (foreach, capturable) on the optimizer's own state tensors."""
+    i = 0
+    for gi, group in enumerate(groups):
+        n = len(group["params"])
+        keep = [k for k in range(n) if grads[i + k] is not None]
+        if keep:
+            functional_adam(
+                [group["params"][k] for k in keep],
+                [grads[i + k] for k in keep],
+                [group["exp_avgs"][k] for k in keep],
+                [group["exp_avg_sqs"][k] for k in keep],
+                [],
+                [group["steps"][k] for k in keep],
+                foreach=True,
+                capturable=True,
+                decoupled_weight_decay=True,
+                amsgrad=False,
+                beta1=group["betas"][0],
+                beta2=group["betas"][1],
+                lr=lrs[gi],
+                weight_decay=group["weight_decay"],
+                eps=group["eps"],
+                maximize=False,
+            )
+        i += n
+
+
+def whole_step(wrapped, groups, lrs, kw: dict, labels, targets, perms, label_smoothing, reg_weight, amp, grad_clip):
+    """One training step (``train.compile_scope: step``): ``objective_losses``, the gradients of
+    every optimized parameter (``groups``: ``adamw_groups``), their norm (clipped to
+    ``grad_clip`` as ``clip_grad_norm_`` clips) and AdamW's update (``adamw_update``, LRs
+    ``lrs``), then the next step's ``P`` from the updated parameters (``probabilities_in_advance``,
+    for a NAC that matches; else None), so that the host starts the next matching as soon as the
+    step returns instead of computing ``P`` eagerly before the next step. Returns ``(logits, ce,
+    reg, loss, grad_norm, next_P)``, detached. The eager step's values to float rounding
+    (``aot_eager``, tested)."""
+    logits, ce, reg, loss = objective_losses(wrapped, kw, labels, targets, perms, label_smoothing, reg_weight, amp)
+    params = [p for group in groups for p in group["params"]]
+    grads = list(torch.autograd.grad(loss, params, allow_unused=True))
+    with torch.no_grad():
+        present = [g for g in grads if g is not None]
+        grad_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(present)))
+        if grad_clip:
+            scaled = iter(torch._foreach_mul(present, torch.clamp(grad_clip / (grad_norm + 1e-6), max=1.0)))
+            grads = [None if g is None else next(scaled) for g in grads]
+        adamw_update(groups, grads, lrs)
+        model = getattr(wrapped, "model", wrapped)
+        next_P = model.probabilities_in_advance() if isinstance(model, NAC) else None
+    return logits.detach(), ce.detach(), reg.detach(), loss.detach(), grad_norm, next_P
+
+
+def compile_step(mode):
+    """``whole_step`` compiled in ``mode`` (not False), its gradients traced into the graph."""
+    check_compile(mode, scope="step")
+    fn = (
+        torch.compile(whole_step, backend="aot_eager", dynamic=False)
+        if mode == "aot_eager"
+        else torch.compile(whole_step, mode=mode, dynamic=False)
+    )
+
+    def run(*args):
+        with torch._dynamo.config.patch(trace_autograd_ops=True):
+            return fn(*args)
+
+    return run

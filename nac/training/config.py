@@ -48,6 +48,9 @@ class TrainConfig(ConfigDict):
     # where a compiled step waits for the regularizer's matching (nac.training.compiled): before |
     # overlap (while the device runs the forward; the regularizer's few ops then run eagerly)
     compile_matching: str = "before"
+    # what train.compile compiles (nac/training/compiled.py): forward (forward and loss; backward,
+    # clipping and AdamW eager) | step (the whole step, AdamW included, one graph)
+    compile_scope: str = "forward"
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -69,12 +72,12 @@ class TrainConfig(ConfigDict):
             raise ValueError(f"train.adamw={self.adamw!r}; valid choices: default, foreach, fused")
         from nac.training.compiled import check_compile
 
-        check_compile(self.compile, self.compile_matching)
+        check_compile(self.compile, self.compile_matching, self.compile_scope, self.adamw)
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"train.device={self.device!r}; valid choices: auto, cpu, cuda")
 
     def to_dict(self) -> dict:
-        """All fields, less ``adamw``, ``compile`` and ``compile_matching`` at their defaults:
+        """All fields, less ``adamw`` and the ``compile`` fields at their defaults:
         checkpoints written before the fields existed keep matching (and resuming)."""
         d = super().to_dict()
         if d.get("adamw") == "default":
@@ -83,6 +86,8 @@ class TrainConfig(ConfigDict):
             del d["compile"]
         if d.get("compile_matching") == "before":
             del d["compile_matching"]
+        if d.get("compile_scope") == "forward":
+            del d["compile_scope"]
         return d
 
     @property

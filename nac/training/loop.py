@@ -49,12 +49,15 @@ from nac.progress import bar_kwargs
 from nac.training.augment import AugmentedDataset, BatchMixer, RepeatedAugSampler, recipe_of
 from nac.training.checks import StepChecks
 from nac.training.compiled import (
+    adamw_groups,
     compile_losses,
+    compile_step,
     finish_matching,
     objective_losses,
     objective_parts,
     overlapped_losses,
     start_matching,
+    step_lrs,
 )
 from nac.training.config import DECAY_FILTERS, TrainConfig
 from nac.training.distributed import World, all_reduce_, barrier
@@ -255,6 +258,10 @@ class _Run:
     scheduler: LambdaLR | None = None  # the LR schedule (warmup_cosine), stepped before each optimizer step
     losses: Callable = objective_losses  # the step's forward and loss, compiled with train.compile
     parts: Callable | None = None  # its form without the regularizer (train.compile_matching: overlap)
+    step: Callable | None = None  # the whole step compiled (train.compile_scope: step), AdamW included
+    lrs: torch.Tensor | None = None  # the whole step's LRs on the device, one per group (compiled.step_lrs)
+    adamw: list | None = None  # the whole step's parameters and AdamW state (compiled.adamw_groups)
+    ahead: tuple | None = None  # the next step's matching, started as the last whole step returned
 
 
 def fit(
@@ -375,6 +382,12 @@ def _build(
     mode = getattr(cfg, "compile", False)
     if mode is not False and hasattr(model, "training_loss"):
         raise ValueError(f"train.compile={mode!r} compiles the NAC objective; this model defines its own: set false")
+    whole = mode is not False and getattr(cfg, "compile_scope", "forward") == "step"
+    if whole and world.distributed:
+        raise ValueError(
+            "train.compile_scope=step takes the gradients inside the graph, where DDP cannot reduce them: "
+            "set train.compile_scope=forward to train on several processes"
+        )
 
     if cfg.batch_size % world.world_size:
         raise ValueError(
@@ -438,8 +451,9 @@ def _build(
         state=RunState(Path(checkpoint) if checkpoint else None, desc),
         fingerprint=fingerprint,
         on_epoch_end=on_epoch_end,
-        losses=compile_losses(mode),
+        losses=compile_losses(mode if not whole else False),
         parts=compile_losses(mode, objective_parts) if mode and cfg.compile_matching == "overlap" else None,
+        step=compile_step(mode) if whole else None,
     )
 
 
@@ -461,14 +475,15 @@ def _train_epochs(run: _Run, start_epoch: int) -> None:
             step = epoch * run.steps_per_epoch + i
             if step:  # the scheduler's count becomes this step's (it starts at 0; a resumed one at the last step)
                 run.scheduler.step()
-            logits, labels, ce, reg, loss = _losses(run, batch, epoch, step, checks)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if cfg.grad_clip:
-                grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            else:  # the same norm, nothing rescaled
-                grad_norm = nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
-            optimizer.step()
+            logits, labels, ce, reg, loss, grad_norm = _losses(run, batch, epoch, step, checks)
+            if grad_norm is None:  # not the whole step compiled: backward, clipping and AdamW here
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if cfg.grad_clip:
+                    grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                else:  # the same norm, nothing rescaled
+                    grad_norm = nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+                optimizer.step()
             checks.record(i, loss, grad_norm)
             if ema is not None:
                 ema_update(ema, groups, cfg.ema, copy=ema_copy)
@@ -494,14 +509,18 @@ def _train_epochs(run: _Run, start_epoch: int) -> None:
 
 
 def _losses(run: _Run, batch: dict, epoch: int, step: int, checks: StepChecks) -> tuple[torch.Tensor, ...]:
-    """One step's forward: ``(logits [B, classes], labels [B], ce, reg, loss)`` (scalars; ``ce``
-    is what ``train_loss`` logs, ``loss`` what is minimised). An error in the forward is reported
-    as the non-finite step before it when there is one (``checks.guard``)."""
+    """One step's forward: ``(logits [B, classes], labels [B], ce, reg, loss, grad_norm)``
+    (scalars; ``ce`` is what ``train_loss`` logs, ``loss`` what is minimised); ``grad_norm`` is
+    None but for the whole compiled step (``run.step``), which has also taken the optimizer step.
+    An error in the forward is reported as the non-finite step before it when there is one
+    (``checks.guard``)."""
     cfg, device = run.cfg, run.world.device
-    compiled = run.losses is not objective_losses
+    compiled = run.losses is not objective_losses or run.step is not None
     # a compiled step takes the matching's permutations as inputs: started first, so the worker
     # thread matches while the host prepares the batch (nac.training.compiled)
-    pending = start_matching(run.model) if compiled and not run.own_objective else None
+    pending = None
+    if compiled and not run.own_objective:
+        pending, run.ahead = run.ahead or start_matching(run.model), None
     kw = model_kwargs(batch, device)
     if cfg.augment is True:
         kw["inputs"] = augment_images(kw["inputs"])
@@ -517,10 +536,21 @@ def _losses(run: _Run, batch: dict, epoch: int, step: int, checks: StepChecks) -
             )
             ce = loss = loss.float()
             reg = torch.zeros((), device=device)
-        return logits, labels, ce, reg, loss
+        return logits, labels, ce, reg, loss, None
     with checks.guard(run.state):
         if compiled and cfg.compile == "reduce-overhead":  # a new step: the CUDA graphs' outputs may be reused
             torch.compiler.cudagraph_mark_step_begin()
+        if run.step is not None:
+            if run.adamw is None:  # the first step (of this process): AdamW's state, fresh or resumed
+                run.adamw = adamw_groups(run.optimizer)
+            run.lrs = step_lrs(run.optimizer, run.lrs, device)
+            perms = finish_matching(pending, device)
+            logits, ce, reg, loss, grad_norm, next_P = run.step(
+                run.wrapped, run.adamw, run.lrs, kw, labels, targets, perms, *_loss_args(run), cfg.grad_clip
+            )
+            if next_P is not None:  # the next step's matching runs while the host goes on
+                run.ahead = start_matching(run.model, next_P)
+            return logits, labels, ce, reg, loss, grad_norm
         if pending is not None and run.parts is not None:  # the matching awaited while the device runs the forward
             logits, ce, reg, loss = overlapped_losses(
                 run.parts, run.model, run.wrapped, kw, labels, targets, pending, *_loss_args(run)
@@ -529,7 +559,7 @@ def _losses(run: _Run, batch: dict, epoch: int, step: int, checks: StepChecks) -
             logits, ce, reg, loss = run.losses(
                 run.wrapped, kw, labels, targets, finish_matching(pending, device), *_loss_args(run)
             )
-    return logits, labels, ce, reg, loss
+    return logits, labels, ce, reg, loss, None
 
 
 def _loss_args(run: _Run) -> tuple:
