@@ -110,7 +110,8 @@ CPU's math path; Perceiver IO's SDPA (no bias) was one op each way already.
 The NAC/PIO ops goal (<= 1.3) is not reached eagerly: what is left is mostly the ModFCs' own ops
 (the modulation's product in every ModFC, forward and backward: propagators, read-in and read-out),
 the optimizer's and AccumulateGrad's per-parameter ops (the NAC has more parameter tensors) and the
-read-out's kernel.
+read-out's kernel. Compiled as one whole step (``train.compile_scope: step``, label
+``after_whole_step``, "Compiled step" below) it is: 1.15 at the Tiny size and 1.19 at the ImageNet size.
 """
 # the counter since the loop's labels (bench/results/ops_loop.md); appended to NOTES in the .md
 NOTES_COUNTING = """
@@ -135,6 +136,19 @@ loop, "backward (other)" = AccumulateGrad's ``detach`` per parameter, host-only)
 NAC the matching in advance (``NAC.matching_in_advance``: ``P`` without gradient, the
 permutations' copies). "graphs", "graph breaks", "recompiles": dynamo's counters over the 3
 steps (``unique_graphs``, ``graph_break``; recompiles = graphs after step 3 - after step 1).
+
+Scope "step" (``--compile-scope step``, ``train.compile_scope: step``): the region is the whole
+step (``nac.training.compiled.whole_step``: forward, loss, gradients by a traced
+``torch.autograd.grad``, clipping, torch's functional AdamW on the optimizer's state and the next
+step's ``P``), one graph and one output module; eager outside it: loader, checks, EMA, the loop
+(``EAGER_PARTS_STEP``), the LRs' fills (2 groups) and the matching started from the ``P`` the last
+step returned (one copy of every layer's ``P``, one of the permutations back). Labels from
+``after_whole_step`` on count SDPA with a float bias in the region as CUDA's fused kernel, one
+extern call each way (``_compiled_fused_sdpa``, the eager column's ``--sdpa fused``
+convention): inductor on the CPU decomposes it (matrix products and softmax, forward and
+backward: +~60 launches at the ImageNet size, what ``whole_step_cpu_sdpa`` and the
+``after_batched_kernel_fused_sdpa`` compiled rows count); Perceiver IO's SDPA has no bias and is
+one call either way.
 """
 
 PARTS = (
@@ -438,10 +452,10 @@ def _sdpa_bias_backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Its backward as one opaque op (CUDA's ``_scaled_dot_product_efficient_attention_backward``,
     the bias's gradient included)."""
-    with torch.enable_grad():
-        ins = [x.detach().requires_grad_(True) for x in (q, k, v, bias)]
-        out = _SDPA(*ins[:3], attn_mask=ins[3], scale=scale)
-        return tuple(g.contiguous() for g in torch.autograd.grad(out, ins, grad))
+    p = torch.softmax(q @ k.transpose(-2, -1) * scale + bias, dim=-1)  # (autograd is off inside an op)
+    dp = grad @ v.transpose(-2, -1)
+    ds = p * (dp - (dp * p).sum(-1, keepdim=True))
+    return (ds @ k) * scale, (ds.transpose(-2, -1) @ q) * scale, p.transpose(-2, -1) @ grad, ds
 
 
 @_sdpa_bias_backward.register_fake
@@ -903,12 +917,17 @@ def main() -> None:
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))
-    md = table(results)
-    out.with_suffix(".md").write_text(
+    out.with_suffix(".md").write_text(render(results))
+    print(table(results))
+
+
+def render(results: dict) -> str:
+    """``ops.md``: the eager table, its notes, and the compiled table where a label has one."""
+    return (
         "# Aten ops and host syncs per steady-state training step (bench/bench_ops.py)\n\n"
         "CUDA's code paths taken on the CPU, fp32, paper-profile sizes (the `mini` pair: mini's image models); "
         "one step = fit(3 steps) - fit(2 steps).\n\n"
-        + md
+        + table(results)
         + "\n\n"
         + NOTES
         + NOTES_COUNTING
@@ -918,7 +937,6 @@ def main() -> None:
             else ""
         )
     )
-    print(md)
 
 
 if __name__ == "__main__":

@@ -185,6 +185,34 @@ def test_bench_counts_no_sync_in_the_loops_steady_state_step(tiny_config, adamw)
     assert loop.ADAMW_IMPL is None  # the bench put the default back
 
 
+def test_bench_compiled_sdpa_stand_in_gives_sdpas_values_and_gradients():
+    """bench_ops' compiled column counts SDPA with a bias as CUDA's one fused op each way: its
+    stand-in (an opaque custom op and a hand-written backward) gives SDPA's output and the
+    gradients of q, k, v and the (broadcast) bias; SDPA without a bias is left as it is."""
+    from contextlib import ExitStack
+
+    import torch.nn.functional as F
+
+    bench = _bench_ops()
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 3, 5, 8, generator=g, requires_grad=True)
+    k, v = (torch.randn(2, 3, 6, 8, generator=g, requires_grad=True) for _ in range(2))
+    bias = torch.randn(2, 1, 5, 6, generator=g, requires_grad=True)
+    grad = torch.randn(2, 3, 5, 8, generator=g)
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    want_grads = torch.autograd.grad(want, (q, k, v, bias), grad)
+    with ExitStack() as stack:
+        bench._compiled_fused_sdpa(stack)
+        assert F.scaled_dot_product_attention is not bench._SDPA
+        got = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        assert "nac_bench_sdpa_bias" in got.grad_fn.name()  # the one opaque op, not SDPA's own
+        got_grads = torch.autograd.grad(got, (q, k, v, bias), grad)
+    assert F.scaled_dot_product_attention is bench._SDPA
+    torch.testing.assert_close(got, want)
+    for a, b in zip(got_grads, want_grads):
+        torch.testing.assert_close(a, b)
+
+
 @pytest.mark.slow  # ~4 s; proves the default-run bench test above can fail (CI runs it with the slow tests)
 def test_bench_counter_sees_a_blocking_copy_of_host_draws(tiny_config, monkeypatch):
     """The counter can fail: the per-image form's flips, drawn on the host and copied blocking,
