@@ -273,3 +273,25 @@ def test_every_profile_has_the_params_of_the_data_stages(profile):
     assert all(p.removeprefix("data.") in data for p in STAGES["generate"]["params"])
     assert data["downloads"] == [ds for ds in data["datasets"] if ds not in embedded()]
     assert bool(data["downloads"]) == (profile == "paper")
+
+
+def test_dvc_lock_holds_only_the_stages_of_dvc_yaml(tmp_path):
+    """``tools/prune_lock.py``: the committed dvc.lock has no entry of a stage dvc.yaml no longer
+    defines (DVC keeps them, and parses all of dvc.lock each time a stage finishes), and the
+    check can fail: a stale entry added to a copy is named, and pruning drops only it."""
+    import shutil
+
+    import prune_lock
+
+    assert prune_lock.stale_entries(ROOT) == []
+    for name in ("dvc.yaml", "dvc.lock", "params.yaml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    (tmp_path / ".dvc").mkdir()
+    (tmp_path / ".dvc" / "config").write_text("[core]\n    no_scm = true\n")
+    lock = yaml.safe_load((tmp_path / "dvc.lock").read_text())
+    kept = set(lock["stages"])
+    lock["stages"]["train@gone-0"] = {"cmd": "python stages/train.py gone"}
+    (tmp_path / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
+    assert prune_lock.stale_entries(tmp_path) == ["train@gone-0"]
+    assert prune_lock.prune(tmp_path) == ["train@gone-0"]
+    assert set(yaml.safe_load((tmp_path / "dvc.lock").read_text())["stages"]) == kept
