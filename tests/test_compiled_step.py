@@ -222,9 +222,11 @@ def test_the_overlapped_step_equals_eager():
 @pytest.mark.parametrize(
     "matching,scope",
     [
-        pytest.param("before", "forward", marks=pytest.mark.slow),  # default-run sibling: the step scope below
+        pytest.param("before", "forward", marks=pytest.mark.slow),
         pytest.param("overlap", "forward", marks=pytest.mark.slow),
-        ("before", "step"),
+        # seconds each; the default run keeps the step-level equality tests (test_compiled_losses_equal_eager,
+        # test_the_whole_step_equals_eager), CI's slow run these fits through the loop
+        pytest.param("before", "step", marks=pytest.mark.slow),
     ],
 )
 def test_a_compiled_fit_trains_as_the_eager_one(matching, scope):
