@@ -152,12 +152,14 @@ class ModelConfig(ConfigDict):
     layer_scale: float | None = None
     alpha_init: float = 0.1
     tau: float = 0.5  # Concrete temperature (eq. 2)
+    # The defaults are the default template's (conf/template/inet_baral.yaml): the authors' regularized
+    # family INET-110E-NC-*-BARAL-X for the kernel, TINY-INET-NC-X for the rest (docs/reference.md).
     bandwidth: float = 1.0  # eps of eq. 2 (its initial value when learnable)
-    learn_bandwidth: bool = True  # authors: a learnable scalar, no weight decay
-    truncation: float | None = 0.9  # authors' Tiny-ImageNet templates: P = 0 where 1 - cos > 0.9
+    learn_bandwidth: bool = False  # BARAL: fixed (TINY-INET-NC-X: a learnable scalar per kernel)
+    truncation: float | None = None  # BARAL: none (TINY-INET-NC-X: P = 0 where 1 - cos > 0.9)
     straight_through: bool = True  # authors' flag; gradient through cut pairs only with "masked"
     truncation_mode: str = "direct"  # authors' default: cut links get exactly zero gradient
-    kernel_per_module: bool = True  # authors: a kernel and bandwidth per propagator and read-out
+    kernel_per_module: bool = False  # BARAL: one fixed kernel, regularised once (TINY: one per module)
     stochastic_kernel: bool = True  # paper eqs. 2-3 (TINY-INET-NC-X: off)
     sample_readout: bool = True  # the read-out's kernel sampled too (m2mKD: not)
     truncate_readout: bool = False  # authors: the read-out kernel is untruncated

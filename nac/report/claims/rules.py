@@ -25,10 +25,10 @@ RULE = f"""\
   (shots, episode) pairs; the low-shot differences are averaged within each episode first); over CV
   folds for the NLVR kNN accuracy (its half-width combined with the shuffled-label one as the root of
   the sum of squares). n = the smallest sample entering the CI.
-- *Difference* ("A beats B", d = mean(A) − mean(B)): **supported** if the CI lower bound > 0;
-  else **not supported** if the CI upper bound < 0, or if the whole CI lies below the smallest effect
-  of interest δ (an effect as large as δ is excluded; δ = {DELTA:g} percentage point unless the claim
-  says otherwise); else **inconclusive**. n < 2 (no CI): inconclusive.
+- *Difference* ("A beats B", d = mean(A) − mean(B)): **not supported** if the CI upper bound < 0, or
+  if the whole CI lies below the smallest effect of interest δ (an effect as large as δ is excluded,
+  even when the CI also excludes 0; δ = {DELTA:g} percentage point unless the claim says otherwise);
+  else **supported** if the CI lower bound > 0; else **inconclusive**. n < 2 (no CI): inconclusive.
 - *Equivalence* ("no effect", "similar"): **supported** if the CI of d lies within ±δ; else **not
   supported** if the CI excludes 0; else **inconclusive**. n < 2: inconclusive.
 - *Non-inferiority* ("A matches B" where being better also counts, e.g. a baseline matching Perceiver IO):
@@ -52,12 +52,12 @@ def _iv(iv: Interval) -> str:
 def difference_verdict(iv: Interval, delta: float = DELTA) -> tuple[str, str]:
     if not iv.has_ci:
         return INCONCLUSIVE, f"n < 2: no CI (d = {iv.estimate:+.2f} from n = {iv.n})"
-    if iv.lo > 0:
-        return SUPPORTED, f"CI lower bound {iv.lo:+.2f} > 0"
     if iv.hi < 0:
         return NOT_SUPPORTED, f"CI upper bound {iv.hi:+.2f} < 0"
-    if iv.hi < delta:
+    if iv.hi < delta:  # checked before the lower bound: an effect inside (−δ, δ) is too small, even if > 0
         return NOT_SUPPORTED, f"whole CI {_iv(iv)} below δ = {delta:g}: an effect as large as δ is excluded"
+    if iv.lo > 0:
+        return SUPPORTED, f"CI lower bound {iv.lo:+.2f} > 0"
     return INCONCLUSIVE, f"CI {_iv(iv)} contains 0 and reaches δ = {delta:g}"
 
 
