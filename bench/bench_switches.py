@@ -6,8 +6,8 @@ seeds, same initialisation of every other parameter, same data order).
     python bench/bench_switches.py [--switches truncation_mode signature_fit matching] [--seeds 0 1 2]
                                    [--out bench/results/switches.json]
 
-Each switch run trains `nac-<prior.name>` with the committed `params.yaml` except for one model
-key (`SWITCHES`), in a scratch folder (its checkpoint is not the pipeline's), evaluates it as the
+Each switch run trains `nac-<prior.name>` with the committed `params.yaml` except for one switch's model
+keys (`SWITCHES`), in a scratch folder (its checkpoint is not the pipeline's), evaluates it as the
 `train` stage does (IID validation, OOD, the kernel ablation) and records its mechanism numbers at
 initialisation and at the end. The file records the params it ran under, so the report uses it only
 while they are the committed ones. Several invocations may run side by side (one per core,
@@ -57,15 +57,15 @@ def main() -> None:
         "cpus": os.cpu_count(),
     }
     for name in args.switches:
-        key, value = SWITCHES[name]["key"], SWITCHES[name]["value"]
+        changes, value = SWITCHES[name]["set"], SWITCHES[name]["value"]
         for seed in args.seeds if args.seeds is not None else params["seeds"]:
             p = copy.deepcopy(params)
-            p["image"]["model"][key] = value
+            p["image"]["model"].update(changes)
             p["data"]["root"] = str(data_root)
             res, ev, wall = train_in_scratch(p, run, seed)
             entry = {
                 "run": run,
-                "key": key,
+                "set": changes,
                 "value": value,
                 "eval": {k: v for k, v in ev.items() if k not in ("run", "seed")},
                 "mechanism": res.get("mechanism"),

@@ -185,6 +185,10 @@ class ModelConfig(ConfigDict):
     graph_seed: int = 0  # the sampled graph of a preset initialisation
     signature_fit_steps: int = 1000  # authors' preset fit: Adam steps at lr 1e-3
     signature_fit: str = "authors"  # authors' plain mean hinge (nac v1: margin 0.1, balanced)
+    # the cosine distance at which the preset fit separates linked from unlinked pairs: the authors' preset
+    # default 0.8 (their Barabasi-Albert presets, every regularized template); null: the kernel's
+    # truncation (their watts-strogatz / planted presets pass it), else bandwidth * ln 2 (P > 0.5)
+    signature_fit_threshold: float | None = 0.8
     generator_query_init: float = 1.0  # conditional: std of the generator's queries (authors' randn)
     generator_regularizer: bool = False  # conditional: regularize every sample's P (paper §4.4: none)
 
@@ -257,6 +261,11 @@ class ModelConfig(ConfigDict):
             raise ValueError(
                 f"model.truncation is a cosine distance and must lie in (0, 2) (or null: no truncation), "
                 f"got {self.truncation}"
+            )
+        if self.signature_fit_threshold is not None and not 0 < self.signature_fit_threshold < 2:
+            raise ValueError(
+                f"model.signature_fit_threshold is a cosine distance and must lie in (0, 2) (or null: the kernel's "
+                f"truncation), got {self.signature_fit_threshold}"
             )
         if not 0 <= self.drop_path < 1:
             raise ValueError(f"model.drop_path must be in [0, 1), got {self.drop_path}")

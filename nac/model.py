@@ -181,7 +181,7 @@ class NAC(nn.Module):
             c.d_sig,
             seed=c.graph_seed,
             prior_params=params,
-            truncation=c.truncation,
+            truncation=c.truncation if c.signature_fit_threshold is None else c.signature_fit_threshold,
             bandwidth=c.bandwidth,
             steps=c.signature_fit_steps,
             fit=c.signature_fit,

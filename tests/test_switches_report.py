@@ -27,7 +27,12 @@ PARAMS = {
 def _run(iid, ood, dense, sparsity, own, other):
     return (
         {"iid_acc1": iid, "ood_acc1": ood, "iid_acc1_dense": dense},
-        {"sparsity": sparsity, "distance": {"scale_free": own, "erdos_renyi": other, "ring_of_cliques": other + 1}},
+        {
+            "sparsity": sparsity,
+            "mean_p": 1 - sparsity,
+            "distance": {"scale_free": own, "erdos_renyi": other, "ring_of_cliques": other + 1},
+            "structure": {"scale_free": 0.5 - own, "erdos_renyi": 0.1, "ring_of_cliques": 0.1},
+        },
     )
 
 
@@ -49,7 +54,9 @@ def test_effects_are_paired_differences_switch_minus_default():
     bench = _bench(switched)
     assert S.bench_status(bench, PARAMS) is None
     long = S.effects(bench, defaults, "scale_free", [0, 1, 2])
-    row = long[(long.switch == "truncation_mode=masked") & (long.effect == "IID Acc@1")].iloc[0]
+    row = long[(long.switch == f"truncation={S.SWITCHES['truncation']['value']}") & (long.effect == "IID Acc@1")].iloc[
+        0
+    ]
     a, b = [52, 54, 56], [50, 51, 52]
     ci = stats.ttest_rel(a, b).confidence_interval()
     assert row.difference == pytest.approx(np.mean(a) - np.mean(b))
@@ -60,7 +67,7 @@ def test_effects_are_paired_differences_switch_minus_default():
     assert margin.switched == pytest.approx(np.mean([0.05 - 0.02 - 0.001 * s for s in (0, 1, 2)]))
     table = S.switch_table(long)
     assert len(table) == len(S.registry())
-    assert "IID Acc@1: +" in table[table.switch == "`truncation_mode`"].iloc[0, -1]
+    assert "IID Acc@1: +" in table[table.switch == "`truncation / learn_bandwidth / kernel_per_module`"].iloc[0, -1]
     assert table[table.switch == "`stochastic_kernel`"].iloc[0, -1] == "—"
 
 

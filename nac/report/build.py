@@ -211,6 +211,11 @@ def _image(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dic
         md[f"distance_{phase}"] = tables.write_table(
             mechanism.distance_table(trains, ladder, phase), out / "tables", f"mechanism_distance_{phase}"
         )
+    degenerate = mechanism.degenerate_table(
+        trains, ladder, int(params["image"]["model"]["n_processor"]), params["prior"]["name"]
+    )
+    if degenerate is not None:
+        md["degenerate"] = tables.write_table(degenerate, out / "tables", "mechanism_degenerate")
     tables.write_table(t1_numeric, out / "tables", "table1_numeric")
     styles = tables.style_table(evals, ladder)
     if styles is not None:

@@ -40,6 +40,12 @@ def mechanism_table(trains: list[dict[str, Any]], evals: list[dict[str, Any]], l
         for phase in ("init", "final"):
             s = stat(phase, "mean_p")
             row[f"mean P (%), {phase}"] = fmt(s["mean"], s["ci95"], s["n"])
+        if all("below_threshold" in t["mechanism"]["final"] for t in ts):
+            s = stat("final", "below_threshold")
+            row["links with P < 0.5 (%), final"] = fmt(s["mean"], s["ci95"], s["n"])
+        if all(own in (t["mechanism"]["final"].get("structure") or {}) for t in ts):
+            s = summarize([t["mechanism"]["final"]["structure"][own] for t in ts])
+            row["structure (own prior), final"] = f"{s['mean']:.3f}"
         s = summarize([t["mechanism"]["final"]["bandwidth"] for t in ts])
         row["bandwidth, final"] = f"{s['mean']:.3f}"
         s = summarize([100 * t["mechanism"]["final"].get("links_changed", np.nan) for t in ts])
@@ -78,4 +84,40 @@ def distance_table(trains: list[dict[str, Any]], ladder: list[str], phase: str) 
         for p in PRIORS:
             row[f"to {PRIOR_LABELS.get(p, p)}"] = f"{mean[(r, p)]:.4f}" + ("*" if best.get(p) == r else "")
         rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def degenerate_table(trains: list[dict[str, Any]], ladder: list[str], n: int, prior: str) -> pd.DataFrame | None:
+    """The headline NAC's learned graph beside the trivial graphs that could pass a mechanism claim
+    without a learned structure (``nac.mechanism.degenerate_numbers``, at the ladder's size): the
+    random-signature graph (the ``-randinit`` control at initialisation), the empty and the complete
+    graph, and the uniform graph at the NAC's own density; each with the measures the claims use
+    (density, share below the 0.5 cut, distance, structure and degree distance to ``prior``'s target)."""
+    from nac.mechanism import degenerate_numbers
+
+    by = _by_run(trains, ladder)
+    head = f"nac-{prior}"
+    learned = [t["mechanism"]["final"] for t in by.get(head, []) if "mechanism" in t]
+    if not learned or not all("structure" in m for m in learned):
+        return None
+    graphs: list[tuple[str, list[dict[str, Any]]]] = [(f"{RUN_LABELS.get(head, head)} (learned)", learned)]
+    rand = [t["mechanism"]["init"] for t in by.get(f"{head}-randinit", []) if "mechanism" in t]
+    if rand and all("structure" in m for m in rand):
+        graphs.append(("random signatures (the -randinit control at initialisation)", rand))
+    for kind in ("empty", "complete", "uniform"):
+        label = f"{kind} graph" + (" at the NAC's density" if kind == "uniform" else "")
+        graphs.append((label, [degenerate_numbers(n, m["mean_p"])[kind] for m in learned]))
+    rows = []
+    for label, ms in graphs:
+        mean = lambda f: float(np.mean([f(m) for m in ms]))  # noqa: E731
+        rows.append(
+            {
+                "graph": label,
+                "mean P (%)": f"{100 * mean(lambda m: m['mean_p']):.1f}",
+                "links with P < 0.5 (%)": f"{100 * mean(lambda m: m.get('below_threshold', np.nan)):.1f}",
+                f"distance to {PRIOR_LABELS.get(prior, prior)}": f"{mean(lambda m: m['distance'][prior]):.4f}",
+                "structure": f"{mean(lambda m: m['structure'][prior]):.3f}",
+                "degree distance": f"{mean(lambda m: m.get('degree_distance', {}).get(prior, np.nan)):.3f}",
+            }
+        )
     return pd.DataFrame(rows)

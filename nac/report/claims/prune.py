@@ -89,8 +89,10 @@ def prune_fraction(c: Context) -> dict:
 def paper_size_speedup(c: Context, fraction: float):
     """The whole-model speed-up measured at the paper's size (``bench/bench_throughput.py``) at
     ``fraction``: ``(Interval over timed repeats, row)``; Missing if not measured there."""
-    rel = f"../{PAPER_THROUGHPUT}"
-    data = c.m.json(rel).get("figure5b_paper_size") or {}
+    try:
+        data = c.m.json(f"../{PAPER_THROUGHPUT}").get("figure5b_paper_size") or {}
+    except Missing:
+        raise Missing(f"{PAPER_THROUGHPUT}, the paper-size timings (python bench/bench_throughput.py)") from None
     rows = {float(r["dropped_fraction"]): r for r in data.get("rows", [])}
     if 0.0 not in rows or fraction not in rows:
         raise Missing(f"dropped fraction {fraction:g} in {PAPER_THROUGHPUT} (python bench/bench_throughput.py)")
