@@ -3,12 +3,13 @@ against a direct implementation of the authors' formula written here, and the te
 them (conf/template/)."""
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from tiny_models import make_tiny_config
+from tiny_models import TINY_KERNEL, make_tiny_config
 
 from nac.circuits.kernel import link_probabilities
 from nac.circuits.layers import ReadOut
@@ -75,7 +76,7 @@ def test_linked_entries_have_the_formula_and_its_gradient_in_both_modes(mode):
 
 def test_nac_passes_its_truncation_mode_to_the_kernel():
     for mode, zero in (("direct", True), ("masked", False)):
-        model = build_model(make_tiny_config(truncation_mode=mode, signature_fit_steps=20))
+        model = build_model(make_tiny_config(truncation_mode=mode, signature_fit_steps=20, **TINY_KERNEL))
         P = model.link_probabilities(layer=0)
         cut = P.detach() == 0
         assert cut.any()
@@ -86,7 +87,7 @@ def test_nac_passes_its_truncation_mode_to_the_kernel():
 
 # ------------------------------------------------------------- item 4: one kernel per attention module
 def test_a_bandwidth_per_propagator_and_the_readout_and_the_regularizer_sums_over_propagators():
-    cfg = make_tiny_config(depth=3, signature_fit_steps=20, stochastic_kernel=False)
+    cfg = make_tiny_config(depth=3, signature_fit_steps=20, stochastic_kernel=False, **TINY_KERNEL)
     model = build_model(cfg)
     names = sorted(n for n, _ in model.named_parameters() if n.endswith("bandwidth"))
     assert names == sorted([f"propagators.{i}.bandwidth" for i in range(3)] + ["read_out.bandwidth"])
@@ -121,20 +122,21 @@ def test_a_bandwidth_per_propagator_and_the_readout_and_the_regularizer_sums_ove
 
 
 def test_shared_bandwidth_form_keeps_one_parameter_named_bandwidth():
-    model = build_model(make_tiny_config(kernel_per_module=False, signature_fit_steps=20))
+    shared = {**TINY_KERNEL, "kernel_per_module": False}  # one learnable bandwidth
+    model = build_model(make_tiny_config(signature_fit_steps=20, **shared))
     names = [n for n, _ in model.named_parameters() if n.endswith("bandwidth")]
     assert names == ["bandwidth"]
     assert model.kernel_bandwidth(0) is model.kernel_bandwidth("readout") is model.bandwidth
     state = model.state_dict()
-    again = build_model(make_tiny_config(kernel_per_module=False), fit_signatures=False)
+    again = build_model(make_tiny_config(**shared), fit_signatures=False)
     again.load_state_dict(state)  # the old checkpoint layout loads
 
 
 def test_per_module_state_dict_round_trips_and_bandwidth_reads_the_graph_mean():
-    model = build_model(make_tiny_config(signature_fit_steps=20))
+    model = build_model(make_tiny_config(signature_fit_steps=20, **TINY_KERNEL))
     with torch.no_grad():
         model.propagators[0].bandwidth.fill_(0.5)
-    again = build_model(make_tiny_config(), fit_signatures=False)
+    again = build_model(make_tiny_config(**TINY_KERNEL), fit_signatures=False)
     again.load_state_dict(model.state_dict())
     assert again.propagators[0].bandwidth.item() == 0.5
     assert model.graph_bandwidth() == pytest.approx((0.5 + 1.0) / 2)
@@ -169,7 +171,7 @@ def test_readout_without_residual_and_norm_is_pooling_on_raw_states():
 
 def test_readout_kernel_is_truncated_only_with_truncate_readout():
     for truncate in (False, True):
-        model = build_model(make_tiny_config(truncate_readout=truncate, signature_fit_steps=20))
+        model = build_model(make_tiny_config(truncate_readout=truncate, signature_fit_steps=20, **TINY_KERNEL))
         d = model.generator.readout_signatures, model.generator.signatures
         P = model._P(*d, layer="readout")
         assert bool((P == 0).any()) == truncate
@@ -224,7 +226,7 @@ def test_stochastic_kernel_off_trains_with_P_itself():
 
 @pytest.mark.parametrize("decay_filter", ["authors", "ours", "all"])
 def test_weight_decay_groups_by_filter(decay_filter):
-    model = build_model(make_tiny_config(signature_fit_steps=20))
+    model = build_model(make_tiny_config(signature_fit_steps=20, **TINY_KERNEL))  # 0-d learnable bandwidths
     decay, no_decay = decay_groups(model, decay_filter)
     ids = {id(p) for p in decay}
     named = dict(model.named_parameters())
@@ -288,6 +290,9 @@ def test_bad_switch_values_name_the_field_and_the_choices(field, value):
 
 def test_defaults_are_the_authors_where_the_paper_is_silent():
     c = ModelConfig()
+    # the kernel of the authors' regularized family (INET-110E-NC-*-BARAL-X): untruncated, fixed bandwidth,
+    # one kernel, the preset fit at their default distance 0.8
+    assert (c.truncation, c.learn_bandwidth, c.signature_fit_threshold) == (None, False, 0.8)
     assert (
         c.truncation_mode,
         c.kernel_per_module,
@@ -306,7 +311,7 @@ def test_defaults_are_the_authors_where_the_paper_is_silent():
         c.target_diagonal,
     ) == (
         "direct",
-        True,
+        False,
         True,
         False,
         False,
@@ -326,11 +331,33 @@ def test_defaults_are_the_authors_where_the_paper_is_silent():
     assert TrainConfig().decay_filter == "authors"
 
 
+def test_model_config_defaults_are_the_default_templates():
+    """ModelConfig() (what build_model and a user's own code get) and conf/config.yaml's default template
+    set the same value for every field the template sets: they cannot drift apart."""
+    from omegaconf import OmegaConf
+
+    root = Path(__file__).resolve().parents[1]
+    default = next(
+        d["template"]
+        for d in OmegaConf.to_container(OmegaConf.load(root / "conf/config.yaml"))["defaults"]
+        if isinstance(d, dict) and "template" in d
+    )
+    assert default == "inet_baral"
+    template = OmegaConf.to_container(OmegaConf.load(root / f"conf/template/{default}.yaml"))
+    c = ModelConfig()
+    for key, value in template["image"]["model"].items():
+        assert getattr(c, key) == value, (key, getattr(c, key), value)
+    tiny = OmegaConf.to_container(OmegaConf.load(root / "conf/template/tiny_inet_nc_x.yaml"))
+    assert {k: tiny["image"]["model"][k] for k in TINY_KERNEL} == TINY_KERNEL  # the tests' truncated form
+    assert tiny["image"]["train"]["reg_weight"] == 0.0 and template["image"]["train"]["reg_weight"] == 0.1
+
+
 # ------------------------------------------------------------- the templates
 @pytest.mark.parametrize(
     "template,expect",
     [
-        ("tiny_inet_nc_x", dict(truncation_mode="direct", kernel_per_module=True, matching="hungarian")),
+        ("inet_baral", dict(truncation=None, learn_bandwidth=False, kernel_per_module=False, matching="hungarian")),
+        ("tiny_inet_nc_x", dict(truncation=0.9, learn_bandwidth=True, kernel_per_module=True, matching="hungarian")),
         (
             "nac_v1",
             dict(
@@ -361,7 +388,7 @@ def test_each_template_composes_validates_and_reaches_every_track(tmp_path, temp
     assert {k: getattr(cfg, k) for k in expect} == expect
     for track in ("points", "listops", "text", "nlvr"):
         assert {k: params[track]["model"][k] for k in expect} == expect
-    decay = {"tiny_inet_nc_x": "authors", "nac_v1": "ours", "m2mkd": "all"}[template]
+    decay = {"inet_baral": "authors", "tiny_inet_nc_x": "authors", "nac_v1": "ours", "m2mkd": "all"}[template]
     assert all(params[s]["train"]["decay_filter"] == decay for s in ("image", "points", "listops", "text", "nlvr"))
     assert replace(cfg).to_dict() == cfg.to_dict()
 

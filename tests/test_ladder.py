@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from tiny_models import TINY_KERNEL
 
 from nac import VARIANTS, build_model
 from nac.graphs import PRIORS
@@ -64,7 +65,7 @@ def test_frozen_graph_kernel_reproduces_a_barabasi_albert_graph(tiny_config):
 
     from nac.graphs import sample_prior_graph
 
-    cfg = tiny_config(variant="frozen_graph", n_processor=16, signature_fit_steps=1000)
+    cfg = tiny_config(variant="frozen_graph", n_processor=16, signature_fit_steps=1000, **TINY_KERNEL)
     model = build_model(cfg)
     A = torch.as_tensor(nx.to_numpy_array(sample_prior_graph("scale_free", 16, seed=0, m=2), nodelist=range(16)))
     P = model.link_probabilities().detach()
@@ -84,10 +85,12 @@ def test_nac_signatures_start_fitted_to_a_graph_from_their_own_prior(prior, tiny
     cfg = tiny_config(prior=prior, n_processor=16, signature_fit_steps=1000, graph_seed=3)
     model = build_model(cfg)
     A = nx.to_numpy_array(sample_prior_graph(prior, 16, seed=3), nodelist=range(16))
-    assert graph_agreement(model.generator.signatures, A, cfg.truncation) >= 0.95
+    t = cfg.signature_fit_threshold  # the default: untruncated kernel, the authors' preset fit at 0.8
+    assert cfg.truncation is None and t == 0.8
+    assert graph_agreement(model.generator.signatures, A, t) >= 0.95
     torch.manual_seed(0)
     rand = build_model(tiny_config(prior=prior, signature_init="random", graph_seed=3))
-    assert graph_agreement(rand.generator.signatures, A, cfg.truncation) < 0.95 or prior == "scale_free"
+    assert graph_agreement(rand.generator.signatures, A, t) < 0.95 or prior == "scale_free"
     assert not torch.equal(rand.generator.signatures, model.generator.signatures)
     # the regularizer-off control keeps the prior's initialisation but has no target
     off = build_model(tiny_config(prior=prior, regularizer="none", graph_seed=3, signature_fit_steps=1000))
@@ -96,7 +99,7 @@ def test_nac_signatures_start_fitted_to_a_graph_from_their_own_prior(prior, tiny
 
 def test_bandwidth_is_a_learnable_scalar_without_weight_decay_and_gets_a_gradient(tiny_config):
     # one shared bandwidth (nac v1); the per-module kernels: tests/test_authors_switches.py
-    model = build_model(tiny_config(bandwidth=0.7, kernel_per_module=False))
+    model = build_model(tiny_config(bandwidth=0.7, kernel_per_module=False, learn_bandwidth=True))
     assert isinstance(model.bandwidth, torch.nn.Parameter) and model.bandwidth.dim() == 0
     assert model.bandwidth.item() == pytest.approx(0.7)
     model.train()

@@ -26,6 +26,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from reference_forms import plain_ni
+from tiny_models import TINY_KERNEL
 
 from nac import build_model
 from nac.baselines.neural_interpreter import ModLin, NeuralInterpreter, NeuralInterpreterConfig
@@ -207,8 +208,12 @@ def test_nac_fast_paths_give_the_plain_step(train, kernels, monkeypatch):
         attention, "_sparse_log_normalized_kernel", lambda *a: sparse_biases.append(real(*a)) or sparse_biases[-1]
     )
     torch.manual_seed(0)
-    # the default (a kernel per module, direct truncation) and nac v1's (one bandwidth, masked)
-    form = {} if kernels == "per_module" else dict(kernel_per_module=False, truncation_mode="masked")
+    # the authors' truncated Tiny kernel (a kernel per module, direct truncation) and nac v1's (one bandwidth, masked)
+    form = (
+        dict(TINY_KERNEL)
+        if kernels == "per_module"
+        else {**TINY_KERNEL, "kernel_per_module": False, "truncation_mode": "masked"}
+    )
     cfg = make_tiny_config(variant="nac", n_processor=24, depth=3, signature_fit_steps=50, **form)
     model = build_model(cfg)
     assert cfg.truncation == 0.9 and cfg.straight_through and cfg.learn_bandwidth
@@ -238,7 +243,7 @@ def test_nac_fast_paths_give_the_plain_step(train, kernels, monkeypatch):
     assert (
         gf.keys() == gp.keys()
         and "generator.signatures" in gf
-        and len(bandwidths) == (cfg.depth + 1 if form == {} else 1)
+        and len(bandwidths) == (cfg.depth + 1 if kernels == "per_module" else 1)
     )
     # Some gradients are zero but for rounding (e.g. biases a softmax ignores): compare every
     # tensor against the largest gradient of the model.

@@ -3,6 +3,12 @@ A module of its own (not conftest) so test files import it by a name no other fo
 
 from nac.config import ModelConfig
 
+# The kernel of the authors' truncated Tiny-ImageNet template (conf/template/tiny_inet_nc_x.yaml): truncated
+# at 0.9, a learnable bandwidth per attention module, the preset fit at the truncation. The default
+# (ModelConfig(), conf/template/inet_baral.yaml) is untruncated with one fixed kernel; tests about cut
+# links, per-module bandwidths or their gradients build this form.
+TINY_KERNEL = dict(truncation=0.9, learn_bandwidth=True, kernel_per_module=True, signature_fit_threshold=None)
+
 
 def make_tiny_config(**overrides) -> ModelConfig:
     base = dict(
