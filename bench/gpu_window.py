@@ -203,23 +203,45 @@ def _dynamo_counts() -> dict:
     return {"graphs": counters["stats"]["unique_graphs"], "breaks": sum(counters["graph_break"].values())}
 
 
-def count_syncs(step, n: int, device) -> dict:
-    """Host syncs in ``n`` steps as torch's sync debug mode sees them (each synchronizing CUDA
-    call warns once), per step, with the Python lines that made them."""
+def _sync_warnings(fn) -> list:
+    """The warnings torch's sync debug mode raises while ``fn()`` runs (one per synchronizing CUDA
+    call)."""
     import torch
 
-    if device.type != "cuda":
-        return {"syncs_per_step": None, "note": "torch's sync debug mode sees CUDA syncs only"}
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
         try:
-            for _ in range(n):
-                step()
+            fn()
         finally:
             torch.cuda.set_sync_debug_mode("default")
+    return [w for w in seen if "synchroniz" in str(w.message)]
+
+
+def _known_sync() -> None:
+    import torch
+
+    torch.ones(1, device="cuda").item()  # one blocking copy to the host
+
+
+def count_syncs(step, n: int, device, probe=_known_sync) -> dict:
+    """Host syncs in ``n`` steps as torch's sync debug mode sees them, per step, with the Python
+    lines that made them. ``probe``, a known single sync, must be seen first: if the mode's
+    warnings do not reach Python, no count is given (rather than a false 0)."""
+    import torch
+
+    if device.type != "cuda":
+        return {"syncs_per_step": None, "note": "torch's sync debug mode sees CUDA syncs only"}
+    seen_probe = len(_sync_warnings(probe))
+    if seen_probe != 1:
+        return {"syncs_per_step": None, "note": f"the sync debug mode saw {seen_probe} syncs in one known sync"}
+
+    def steps():
+        for _ in range(n):
+            step()
+
+    syncs = _sync_warnings(steps)
     torch.cuda.synchronize()
-    syncs = [w for w in seen if "synchroniz" in str(w.message)]
     where = Counter(f"{Path(w.filename).name}:{w.lineno}" for w in syncs)
     return {"syncs_per_step": len(syncs) / n, "steps": n, "where": dict(where.most_common(10))}
 

@@ -159,6 +159,30 @@ def test_a_part_past_its_time_is_stopped(tmp_path):
     assert status["stopped"] and status["rc"] != 0
 
 
+def test_sync_counting_needs_its_probe_seen(monkeypatch):
+    """The counting on the CPU: the debug mode's switch and synchronize stand in, the 'syncs' are
+    the warnings torch's mode raises (its message), two per step here."""
+    import warnings
+
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda mode: None)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+
+    def sync():
+        warnings.warn("called a synchronizing CUDA operation")
+
+    def step():
+        sync(), sync()
+        warnings.warn("something else")
+
+    cuda = torch.device("cuda")
+    res = gw.count_syncs(step, 3, cuda, probe=sync)
+    assert res["syncs_per_step"] == 2 and sum(res["where"].values()) == 6
+    unseen = gw.count_syncs(step, 3, cuda, probe=lambda: None)
+    assert unseen["syncs_per_step"] is None and "saw 0 syncs in one known sync" in unseen["note"]
+    assert gw.count_syncs(step, 3, torch.device("cpu"))["syncs_per_step"] is None
+
+
+@pytest.mark.slow  # 2 s on a quiet 2-core machine, 10+ s under load: two models built and stepped
 def test_the_step_part_measures_both_models_first_and_fits_its_blocks_to_what_is_left():
     """With its deadline passed after the compilations, the part still reports each model's first
     steps (what a window must not lose) and times no block."""
@@ -185,8 +209,8 @@ def test_the_step_part_times_interleaved_blocks():
 
 @pytest.mark.slow
 def test_cpu_dry_run_of_the_whole_window(tmp_path):
-    """Every part, tiny, in processes of their own, as the GPU machine runs them (about 45 s on 2
-    cores). The compiled parts stand in with aot_eager: each model's whole step is one graph."""
+    """Every part, tiny, in processes of their own, as the GPU machine runs them (40 to 100 s on 2
+    shared cores). The compiled parts stand in with aot_eager: each model's whole step is one graph."""
     out = tmp_path / "w"
     p = subprocess.run(
         [sys.executable, "bench/gpu_window.py", "--cpu-dry-run", "--out", str(out)],
