@@ -107,19 +107,22 @@ def make_step(
     return step
 
 
-def _timed_blocks(fns: dict, blocks: int, steps: int) -> dict:
+def _timed_blocks(fns: dict, blocks: int, steps: int, sync=torch.cuda.synchronize) -> dict:
+    """``{key: [seconds per call, per block]}``: 3 warm-up calls of each of ``fns``, then
+    ``blocks`` blocks of ``steps`` calls of each, interleaved; ``sync`` (the device's
+    synchronize; a no-op on the CPU) around every block."""
     for fn in fns.values():  # warm-up (cuDNN / cuBLAS heuristics, allocator)
         for _ in range(3):
             fn()
-    torch.cuda.synchronize()
+    sync()
     t = {k: [] for k in fns}
     for _ in range(blocks):
         for k, fn in fns.items():
-            torch.cuda.synchronize()
+            sync()
             t0 = time.perf_counter()
             for _ in range(steps):
                 fn()
-            torch.cuda.synchronize()
+            sync()
             t[k].append((time.perf_counter() - t0) / steps)
     return t
 
@@ -211,18 +214,22 @@ def part_throughput(params: dict, blocks: int, batches: list[int], fractions=(0.
     return {f"batch_{b}": _throughput(params, blocks, b, fractions) for b in batches}
 
 
-def _throughput(params: dict, blocks: int, batch: int, fractions) -> dict:
+def _throughput(params: dict, blocks: int, batch: int, fractions, device: str = "cuda", steps: int = 10) -> dict:
+    """Images/s of the paper-size NAC's whole model and executor with each of ``fractions`` of
+    its modules dropped, bf16 autocast on CUDA (fp32 on the CPU), ``blocks`` interleaved blocks of
+    ``steps`` forwards; speed-ups over the first fraction, per block."""
     from nac.pruning import random_connectivity
 
-    model = paper_model(params, "nac-scale_free").cuda().eval()
+    model = paper_model(params, "nac-scale_free").to(device).eval()
     U = model.config.n_processor
     size = params["image"]["model"]["tokenizer"]["image_size"]
-    x, _ = _inputs(batch, size, "cuda")
+    x, _ = _inputs(batch, size, device)
     ranking = random_connectivity(U, seed=0)
-    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+    cuda = torch.device(device).type == "cuda"
+    with torch.no_grad(), torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=cuda):
         per = pruned_forwards(model, x, fractions, ranking)
         fns = {(f, kind): fn for f, d in per.items() for kind, fn in d.items()}
-        t = _timed_blocks(fns, blocks, steps=10)
+        t = _timed_blocks(fns, blocks, steps, sync=torch.cuda.synchronize if cuda else lambda: None)
     rows = []
     for frac in fractions:
         row = {"dropped_fraction": frac, "kept_modules": U - int(round(frac * U))}
@@ -230,7 +237,7 @@ def _throughput(params: dict, blocks: int, batch: int, fractions) -> dict:
             row[f"{kind}_images_per_s"] = _ci([batch / s for s in t[(frac, kind)]])
             row[f"{kind}_speedup"] = _ci([a / b for a, b in zip(t[(fractions[0], kind)], t[(frac, kind)])])
         rows.append(row)
-    return {"batch": batch, "amp": "bf16", "n_processor": U, "blocks": blocks, "rows": rows}
+    return {"batch": batch, "amp": "bf16" if cuda else "fp32", "n_processor": U, "blocks": blocks, "rows": rows}
 
 
 def part_profile(params: dict, out_dir: Path) -> dict:

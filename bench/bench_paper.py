@@ -35,9 +35,6 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-from reference_forms import direct_readin  # noqa: E402  (the plain forms live with the tests)
 
 from nac import ModelConfig, build_model, regularizer  # noqa: E402
 from nac.circuits.readin import ReadIn  # noqa: E402
@@ -200,6 +197,9 @@ def bench_mini_step(blocks: int, steps_per_block: int = 5, num_classes: int = 10
 
 
 def bench_readin(repeats: int) -> dict:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from reference_forms import direct_readin  # the plain forms live with the tests (imported here only)
+
     s = SIZES
     torch.manual_seed(0)
     d = s["width"]

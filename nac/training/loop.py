@@ -23,8 +23,9 @@ traceback). Resuming and saving are in ``nac.training.resume``, the finiteness c
 ``nac.training.checks``, these errors in ``nac.training.errors``.
 
 The path to ``optimizer.step``: ``fit`` builds a ``_Run`` (``_build``: model, optimizer, EMA,
-sampler, loader), takes the lock, resumes, then ``_train_epochs`` runs each step (``_losses``
-is its forward) and ends each epoch (``_end_epoch``: metrics, evaluation, checkpoint, dvclive).
+sampler, loader), takes the lock, resumes, then ``_train_epochs`` runs each step (``train_step``:
+``_losses``, its forward, then backward and AdamW) and ends each epoch (``_end_epoch``: metrics,
+evaluation, checkpoint, dvclive).
 """
 
 from __future__ import annotations
@@ -460,7 +461,7 @@ def _build(
 def _train_epochs(run: _Run, start_epoch: int) -> None:
     """Epochs ``start_epoch + 1 .. cfg.epochs``: per step the LR, the loss, backward, clipping,
     the optimizer step, the device-side checks and the EMA; per epoch the metrics, the checkpoint."""
-    model, optimizer, ema, cfg, world, state = run.model, run.optimizer, run.ema, run.cfg, run.world, run.state
+    model, ema, cfg, world, state = run.model, run.ema, run.cfg, run.world, run.state
     checks = StepChecks(model, world.device)
     groups = ema_groups(ema, model) if ema is not None else None
     ema_copy = ema is not None and int(ema.n_averaged) == 0  # read once: the first update copies
@@ -475,15 +476,7 @@ def _train_epochs(run: _Run, start_epoch: int) -> None:
             step = epoch * run.steps_per_epoch + i
             if step:  # the scheduler's count becomes this step's (it starts at 0; a resumed one at the last step)
                 run.scheduler.step()
-            logits, labels, ce, reg, loss, grad_norm = _losses(run, batch, epoch, step, checks)
-            if grad_norm is None:  # not the whole step compiled: backward, clipping and AdamW here
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if cfg.grad_clip:
-                    grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-                else:  # the same norm, nothing rescaled
-                    grad_norm = nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
-                optimizer.step()
+            logits, labels, ce, reg, loss, grad_norm = train_step(run, batch, epoch, step, checks)
             checks.record(i, loss, grad_norm)
             if ema is not None:
                 ema_update(ema, groups, cfg.ema, copy=ema_copy)
@@ -506,6 +499,24 @@ def _train_epochs(run: _Run, start_epoch: int) -> None:
                 run.bar.set_postfix(loss=f"{loss_sum / count:.3f}", acc=f"{100 * correct / count:.1f}", epoch=epoch + 1)
         checks.raise_if_bad(state, world)  # before anything is evaluated or saved
         _end_epoch(run, epoch, sums)
+
+
+def train_step(run: _Run, batch: dict, epoch: int, step: int, checks: StepChecks) -> tuple[torch.Tensor, ...]:
+    """One training step of ``fit`` less its schedule, checks' record and EMA: the forward and
+    loss (``_losses``), then, unless the whole step is compiled (``train.compile_scope: step``),
+    backward, clipping and the optimizer step. Returns ``_losses``'s ``(logits, labels, ce, reg,
+    loss, grad_norm)`` with ``grad_norm`` set. bench/gpu_window.py times it."""
+    logits, labels, ce, reg, loss, grad_norm = _losses(run, batch, epoch, step, checks)
+    if grad_norm is None:  # not the whole step compiled: backward, clipping and AdamW here
+        model, optimizer, cfg = run.model, run.optimizer, run.cfg
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.grad_clip:
+            grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        else:  # the same norm, nothing rescaled
+            grad_norm = nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+        optimizer.step()
+    return logits, labels, ce, reg, loss, grad_norm
 
 
 def _losses(run: _Run, batch: dict, epoch: int, step: int, checks: StepChecks) -> tuple[torch.Tensor, ...]:
