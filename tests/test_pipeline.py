@@ -62,7 +62,7 @@ REPORT_TABLES = [
     "prune_connectivity_vs_random",
     "switches",
 ]
-VERDICTS = ("supported", "not supported", "inconclusive")
+VERDICTS = ("supported", "not supported", "undecided", "not measured")
 
 
 def _env(repo: Path) -> dict:
