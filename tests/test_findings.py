@@ -221,3 +221,32 @@ def test_dvc_exp_show_fits_80_columns():
     assert command in doc, "docs/pipeline.md documents another comparison command"
     width = 2 + sum(max(len(c), len("workspace")) + 3 for c in ["Experiment", *top])
     assert width <= 80, width
+
+
+def test_figure3_draws_an_empty_learned_graph_without_a_colour_bar(drawn, tmp_path):
+    import numpy as np
+
+    n = 8
+    full = np.full((n, n), 0.5, dtype=np.float32)
+    figures.figure3({"scale_free": np.zeros((n, n), np.float32), "erdos_renyi": full}, n, tmp_path, caption=CAPTION)
+    (_, fig) = drawn[0]
+    _check_rules("figure3", fig)
+    panels = {ax.get_title().split(":")[0]: ax for ax in fig.axes if ax.get_title()}
+    empty = panels["learned by NAC (Scale-free)"]
+    assert [t.get_text() for t in empty.texts] == ["no link kept"]
+    bars = [ax for ax in fig.axes if ax.get_ylabel() == "degree"]
+    graphs = [ax for ax in fig.axes if "prior sample" in ax.get_title() or "learned by" in ax.get_title()]
+    assert len(bars) == len([ax for ax in graphs if not ax.texts]) >= 2  # a colour bar only where links are drawn
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert sum("no checkpoint here" in t for t in texts) == 2  # the two priors without a learned graph say so
+
+
+@pytest.mark.skipif(not (ROOT / "bench/results/convergence.json").is_file(), reason="no convergence runs")
+def test_the_convergence_figure_says_whose_runs_it_draws(drawn, tmp_path):
+    conv = json.loads((ROOT / "bench/results/convergence.json").read_text())
+    figures.figure_convergence(conv, {}, RUN_LABELS, tmp_path, current=False, caption=CAPTION)
+    (_, fig) = drawn[0]
+    _check_rules("convergence", fig)
+    labels = [ln.get_label() for ax in fig.axes for ln in ax.get_lines() if not ln.get_label().startswith("_")]
+    assert labels and all(lab.startswith("earlier model") for lab in labels)
+    assert "earlier model (template=nac_v1)" in fig._suptitle.get_text()

@@ -499,14 +499,19 @@ def figure_convergence(
     current: bool = True,
     caption: str = "",
 ) -> list[Path]:
-    """How far the profile's image-track training is from a plateau: validation Acc@1 per epoch of
-    the longer runs of ``bench/bench_convergence.py`` (the cosine schedule stretched to their
-    length; solid: mean over the seeds run at that length) beside the pipeline's own runs (dashed,
-    mean over seeds, ending at the profile's epoch count, marked by the vertical line)."""
+    """How far the profile's image-track training is from a plateau, one panel per model: validation
+    Acc@1 per epoch of the longer runs of ``bench/bench_convergence.py`` (the cosine schedule
+    stretched to their length; mean over the seeds run at that length), one colour per length,
+    beside the pipeline's own runs (black, dashed, ending at the profile's epoch count, marked by the
+    vertical line). ``current``: whether the longer runs were trained with this pipeline's settings
+    (else their labels and the title say they are an earlier model's)."""
     mini_epochs = results["mini_epochs"]
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    for run, by_len in results["runs"].items():
-        color = series_style(run)["color"]
+    runs = list(results["runs"])
+    fig, axes = plt.subplots(1, len(runs), figsize=(5.2 * len(runs), 4), sharey=True, squeeze=False)
+    colours = sns.color_palette("colorblind", 10)
+    which = "longer run" if current else "earlier model"
+    for ax, run in zip(axes[0], runs):
+        by_len = results["runs"][run]
         for j, (epochs, by_seed) in enumerate(sorted(by_len.items(), key=lambda kv: int(kv[0]))):
             y = np.mean([r["val_acc1"] for r in by_seed.values()], axis=0)
             n = len(by_seed)
@@ -515,10 +520,8 @@ def figure_convergence(
                 y,
                 marker="os^D"[j % 4],
                 ms=2.5,
-                color=color,
-                alpha=1.0 - 0.25 * (j % 3),
-                label=f"{labels.get(run, run)}{'' if current else ', earlier model'}: {epochs} epochs "
-                f"({n} seed{'s' if n > 1 else ''})",
+                color=colours[j % 10],
+                label=f"{which}: {epochs} epochs ({n} seed{'s' if n > 1 else ''})",
             )
         own = [h for h in histories.get(run, []) if h]
         if own:
@@ -529,13 +532,16 @@ def figure_convergence(
                 ls="--",
                 marker="s",
                 ms=3,
-                color=color,
-                label=f"{labels.get(run, run)}: this pipeline ({len(y)} epochs, {len(own)} seeds)",
+                color="black",
+                label=f"this pipeline: {len(y)} epochs ({len(own)} seeds)",
             )
-    ax.axvline(mini_epochs, color="grey", lw=0.8, ls=":")
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("validation Acc@1 (%)")
-    legend_outside(ax)
-    earlier = "" if current else "\nlonger runs: an earlier model (template=nac_v1), not this pipeline's"
-    ax.set_title(f"How far {results['profile']} is from a plateau (image track){earlier}\n{caption}", fontsize=9)
+        ax.axvline(mini_epochs, color="grey", lw=0.8, ls=":")
+        ax.set(xlabel="epoch", title=labels.get(run, run))
+        ax.title.set_fontsize(9)
+        ax.legend(fontsize=7, loc="lower right")
+    axes[0, 0].set_ylabel("validation Acc@1 (%)")
+    earlier = "" if current else "\nthe longer runs: an earlier model (template=nac_v1), not this pipeline's"
+    fig.suptitle(
+        f"How far {results['profile']} is from a plateau (image track){earlier}\n{caption}", fontsize=9, y=1.08
+    )
     return save(fig, out_dir, "convergence")
