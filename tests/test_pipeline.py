@@ -146,7 +146,7 @@ def test_smoke_pipeline_writes_every_table_figure_and_metric(smoke_repo):
         f"random-{i}" for i in range(params["prune"]["random_orders"])
     }
     readme = (smoke_repo / "reports/README.md").read_text()
-    assert "profile **smoke**" in readme and not re.search(r"\bnan\b", readme.lower())
+    assert "Profile **smoke**" in readme and not re.search(r"\bnan\b", readme.lower())
     for section in ["Findings", "Table 1", "Figure 3", "Figure 4", "Figure 5", "Table 2", "Table 3", "Figure 6"]:
         assert f"## {section}" in readme, section
     for section in ["Provenance", "The authors' model, switch by switch", "Discrepancies"]:  # the engineering, apart

@@ -518,9 +518,10 @@ def _anchor(title: str) -> str:
     return re.sub(r"[^\w\- ]", "", title.lower()).strip().replace(" ", "-")
 
 
-def _short(text: str, limit: int = 150) -> str:
-    """The first sentence of ``text``, cut at a word before ``limit`` characters (with "…")."""
-    first = re.split(r"(?<=[.;:])\s", text.strip(), maxsplit=1)[0]
+def _short(text: str, limit: int = 160) -> str:
+    """The first sentence of ``text`` (a full stop after a word, before a capital), cut at a word
+    before ``limit`` characters (with "…"): two lines of a list item at most."""
+    first = re.split(r"(?<=[a-z0-9)][.])\s+(?=[A-Z])", text.strip(), maxsplit=1)[0]
     return first if len(first) <= limit else first[: first.rfind(" ", 0, limit)].rstrip(",;:") + " …"
 
 
