@@ -166,12 +166,20 @@ def test_the_figures_keep_the_rules(drawn, tmp_path):
         histories[track] = {r: [x["history"] for x in res if x["run"] == r] for r in params[track]["runs"]}
         chance[track] = 50.0
     figures.learning_curves_tracks(histories, chance, {}, TRACK_RUN_LABELS, tmp_path, caption=CAPTION)
+    fs = params["fewshot"]
+    rows = {t: pd.DataFrame(f["rows"]) for t, f in metrics_io.fewshot_targets(ROOT / "metrics", fs["targets"]).items()}
+    labels = {"perceiver_io": "Perceiver IO", "nac": "NAC"}
+    figures.figure4(rows, sorted(fs["protocol"]["shots"]), fs["protocol"]["ways"], labels, tmp_path, caption=CAPTION)
+    embedding = metrics_io.nlvr_embedding(ROOT / "metrics/nlvr/embedding.csv")
+    figures.figure6(embedding, metrics_io.nlvr_examples(ROOT / "metrics/nlvr/examples.json"), tmp_path, caption=CAPTION)
     assert [n for n, _ in drawn] == [
         "figure5a_prune_accuracy",
         "figure5b_prune_throughput",
         "figure15_prune_relative",
         "learning_curves_image",
         "learning_curves_tracks",
+        "figure4_fewshot",
+        "figure6_nlvr_circuits",
     ]
     for name, fig in drawn:
         _check_rules(name, fig)

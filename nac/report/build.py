@@ -426,7 +426,8 @@ def _nlvr(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dict
     md["nlvr_analysis"] = tables.write_table(measures, out / "tables", "nlvr_analysis", ".2f")
     embedding = metrics_io.nlvr_embedding(metrics / "nlvr" / "embedding.csv")
     examples = metrics_io.nlvr_examples(metrics / "nlvr" / "examples.json")
-    figs["figure6"] = figures.figure6(embedding, examples, out / "figures", caption=md["caption"])
+    seed = int((params["nlvr"].get("analysis") or {}).get("seed", params["seeds"][0]))  # the analysed model's
+    figs["figure6"] = figures.figure6(embedding, examples, out / "figures", caption=caption(md["caption_prov"], [seed]))
     return summary
 
 

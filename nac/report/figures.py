@@ -269,24 +269,40 @@ FIGURE4_BASELINE_STYLES = {
 def figure4(
     stats: dict[str, pd.DataFrame], shots: list[int], ways: int, labels: dict[str, str], out_dir, caption: str = ""
 ) -> list[Path]:
-    """Few-shot adaptation, one panel per target: query Acc@1 against shots per class (log2 axis),
-    NAC and Perceiver IO with 95% CI bands over episodes, and the baselines (dash-dot / dotted,
-    square / triangle markers; labels from ``RUN_LABELS`` unless ``labels`` names them) where the
-    rows have them. ``stats``: target -> the episode rows (``shots, episode, run, acc1``)."""
-    fig, axes = plt.subplots(1, len(stats), figsize=(5 * len(stats), 4), squeeze=False)
+    """Few-shot adaptation, one column per target: top, query Acc@1 against shots per class (log2
+    axis), NAC and Perceiver IO with 95% CI bands over episodes, and the baselines (dash-dot /
+    dotted, square / triangle markers; labels from ``RUN_LABELS`` unless ``labels`` names them)
+    where the rows have them; bottom, the difference the claim judges, NAC − Perceiver IO paired by
+    episode (95% CI), with 0 and the paper's low-shot regime (1-4 shots) marked. ``stats``: target ->
+    the episode rows (``shots, episode, run, acc1``)."""
+    fig, axes = plt.subplots(
+        2, len(stats), figsize=(5 * len(stats), 6.6), squeeze=False, gridspec_kw={"height_ratios": [1.4, 1]}
+    )
     labels = {**RUN_LABELS, **labels}
-    for ax, (target, df) in zip(axes[0], stats.items()):
+    for k, (target, df) in enumerate(stats.items()):
+        ax, ax_d = axes[0, k], axes[1, k]
         baselines = [b for b in FIGURE4_BASELINE_STYLES if b in set(df["run"])]
         _ci_lines(ax, df, "shots", "acc1", ["perceiver_io", "nac", *baselines], labels, FIGURE4_BASELINE_STYLES)
         ax.axhline(100.0 / ways, ls="--", lw=0.8, color="grey", label=f"chance ({ways}-way)")
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(shots, [str(s) for s in shots])
-        ax.minorticks_off()
-        ax.set_xlabel("labelled examples per class (shots)")
         ax.set_ylabel("query Acc@1 (%)")
         ax.set_title(f"{target}: {ways}-way episodes", fontsize=10)
+        pair = df[df["run"].isin(["nac", "perceiver_io"])].pivot_table(
+            index=["shots", "episode"], columns="run", values="acc1"
+        )
+        if {"nac", "perceiver_io"} <= set(pair.columns):
+            diff = (pair["nac"] - pair["perceiver_io"]).rename("d").reset_index().assign(run="nac")
+            _ci_lines(ax_d, diff, "shots", "d", ["nac"], {"nac": f"{labels['nac']} − {labels['perceiver_io']}"})
+        ax_d.axhline(0.0, color="black", lw=0.8)
+        ax_d.axvspan(0.8, 4.5, color="grey", alpha=0.12, lw=0, label="low-shot regime (claim: 1-4 shots)")
+        ax_d.set_ylabel("NAC − Perceiver IO (points)")
+        for a in (ax, ax_d):
+            a.set_xscale("log", base=2)
+            a.set_xticks(shots, [str(s) for s in shots])
+            a.minorticks_off()
+        ax_d.set_xlabel("labelled examples per class (shots)")
     legend_outside(axes[0, -1], fontsize=8)
-    fig.suptitle(f"Figure 4: few-shot adaptation (mean, 95% CI over episodes)\n{caption}", y=1.06)
+    legend_outside(axes[1, -1], fontsize=8)
+    fig.suptitle(f"Figure 4: few-shot adaptation (mean, 95% CI over episodes)\n{caption}", y=1.03)
     return save(fig, out_dir, "figure4_fewshot")
 
 
