@@ -1,5 +1,5 @@
 """nac.report.claims: the CI math (against scipy), every branch of the verdict rule, the claims on
-synthetic metrics (supported / not supported / inconclusive, n < 2, missing and malformed files),
+synthetic metrics (supported / not supported / undecided, n < 2, missing and malformed files),
 one pass over the repository's real metrics, and the registry (order, unique names, and every
 registered claim well-formed, able to be supported and to fail, and "not measured" without metrics)."""
 
@@ -16,7 +16,7 @@ import yaml
 from scipy import stats
 
 from nac.report import claims as C
-from nac.report.claims import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, Interval
+from nac.report.claims import NOT_MEASURED, NOT_SUPPORTED, SUPPORTED, UNDECIDED, Interval
 from nac.report.switches import bench_params
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,8 +63,8 @@ def test_no_ci_below_two_values_and_degenerate_spread():
         (Interval(-2.0, -3.5, -0.5, 3), NOT_SUPPORTED, "upper bound"),
         (Interval(0.2, -0.3, 0.8, 3), NOT_SUPPORTED, "below δ"),
         (Interval(0.5, 0.2, 0.8, 3), NOT_SUPPORTED, "below δ"),  # inside (−δ, δ): too small, though > 0
-        (Interval(1.0, -1.0, 3.0, 3), INCONCLUSIVE, "contains 0"),
-        (Interval(3.0, None, None, 1), INCONCLUSIVE, "n < 2"),
+        (Interval(1.0, -1.0, 3.0, 3), UNDECIDED, "contains 0"),
+        (Interval(3.0, None, None, 1), UNDECIDED, "n < 2"),
     ],
 )
 def test_difference_verdict(iv, verdict, says):
@@ -73,7 +73,7 @@ def test_difference_verdict(iv, verdict, says):
 
 
 def test_difference_verdict_custom_delta():
-    assert C.difference_verdict(Interval(0.2, -0.3, 0.8, 3), delta=0.5)[0] == INCONCLUSIVE
+    assert C.difference_verdict(Interval(0.2, -0.3, 0.8, 3), delta=0.5)[0] == UNDECIDED
 
 
 @pytest.mark.parametrize(
@@ -83,8 +83,8 @@ def test_difference_verdict_custom_delta():
         (Interval(0.5, 0.2, 0.8, 3), SUPPORTED),  # within ±δ wins over "excludes 0"
         (Interval(2.0, 1.5, 2.5, 3), NOT_SUPPORTED),
         (Interval(-2.0, -2.5, -1.5, 3), NOT_SUPPORTED),
-        (Interval(0.5, -0.5, 1.5, 3), INCONCLUSIVE),
-        (Interval(0.0, None, None, 1), INCONCLUSIVE),
+        (Interval(0.5, -0.5, 1.5, 3), UNDECIDED),
+        (Interval(0.0, None, None, 1), UNDECIDED),
     ],
 )
 def test_equivalence_verdict(iv, verdict):
@@ -96,7 +96,7 @@ def test_equivalence_verdict(iv, verdict):
     [
         (Interval(0.9, 0.8, 1.0, 3), False, SUPPORTED, "lower bound"),
         (Interval(0.7, 0.6, 0.79, 3), False, NOT_SUPPORTED, "upper bound"),
-        (Interval(0.8, 0.7, 0.9, 3), False, INCONCLUSIVE, "contains"),
+        (Interval(0.8, 0.7, 0.9, 3), False, UNDECIDED, "contains"),
         (Interval(0.8, None, None, 1), False, SUPPORTED, "single measurement"),
         (Interval(0.79, None, None, 1), False, NOT_SUPPORTED, "single measurement"),
         (Interval(0.8, 0.8, 0.8, 3), True, NOT_SUPPORTED, "upper bound"),  # above chance: at chance is not above
@@ -110,10 +110,10 @@ def test_threshold_verdict(iv, strict, verdict, says):
 
 
 def test_combine():
-    s, n, i = ("a", SUPPORTED, "ok"), ("b", NOT_SUPPORTED, "bad"), ("c", INCONCLUSIVE, "maybe")
+    s, n, i = ("a", SUPPORTED, "ok"), ("b", NOT_SUPPORTED, "bad"), ("c", UNDECIDED, "maybe")
     assert C.combine([s, s])[0] == SUPPORTED
     assert C.combine([s, i, n]) == (NOT_SUPPORTED, "not supported: b (bad)")
-    assert C.combine([s, i]) == (INCONCLUSIVE, "inconclusive: c (maybe)")
+    assert C.combine([s, i]) == (UNDECIDED, "undecided: c (maybe)")
 
 
 def test_max_fraction_within_stops_at_first_failure():
@@ -467,7 +467,7 @@ def test_all_supported_on_good_metrics(tmp_path):
     assert tuple(rows) == C.claim_ids(params)
     for cid, r in rows.items():
         assert set(r) == set(C.FIELDS)
-        expected = INCONCLUSIVE if cid in NOT_MEASURED_ON_GOOD else SUPPORTED
+        expected = NOT_MEASURED if cid in NOT_MEASURED_ON_GOOD else SUPPORTED
         assert r["verdict"] == expected, (cid, r["reason"], r["ours"])
     for cid in NOT_MEASURED_ON_GOOD:
         assert rows[cid]["reason"].startswith("not measured"), cid
@@ -544,7 +544,7 @@ def test_gain_claims_near_the_plateau_read_the_longest_length_with_every_seed(tm
     other["profile"] = "paper"
     rows = by_id(C.evaluate_claims(other, tmp_path / "m48" / "metrics"))
     assert (
-        "holds profile 'test'" in rows["iid_gain_long"]["reason"] and rows["iid_gain_long"]["verdict"] == INCONCLUSIVE
+        "holds profile 'test'" in rows["iid_gain_long"]["reason"] and rows["iid_gain_long"]["verdict"] == NOT_MEASURED
     )
 
 
@@ -573,7 +573,7 @@ def test_type_structure_compares_with_the_untrained_control(tmp_path):
         spec["analysis"]["untrained"] = {"knn_accuracy": 79.0, "knn_accuracy_ci95": 5.0, "silhouette": 0.19}
 
     row = _verdicts(tmp_path / "a", close)["nlvr_type_structure"]
-    assert row["verdict"] == INCONCLUSIVE and row["estimate"] == pytest.approx(1.0)
+    assert row["verdict"] == UNDECIDED and row["estimate"] == pytest.approx(1.0)
     assert row["hi"] == pytest.approx(1.0 + math.hypot(5.0, 5.0)) and row["n"] == 5
 
     def worse(spec):
@@ -589,7 +589,7 @@ def test_type_structure_compares_with_the_untrained_control(tmp_path):
     assert row["verdict"] == NOT_SUPPORTED and "silhouette" in row["reason"] and row["lo"] > 0
 
     row = _verdicts(tmp_path / "d", lambda spec: spec["analysis"].pop("untrained"))["nlvr_type_structure"]
-    assert row["verdict"] == INCONCLUSIVE and row["reason"].startswith("not measured") and "untrained" in row["reason"]
+    assert row["verdict"] == NOT_MEASURED and row["reason"].startswith("not measured") and "untrained" in row["reason"]
 
 
 @pytest.mark.parametrize(
@@ -623,8 +623,8 @@ def test_nlvr_diversity(tmp_path, complete, distinct, spread_u, verdict, says):
         ({"clique_modularity_gap": -0.1}, NOT_SUPPORTED, "CI upper bound -0.09 < 0"),  # less modular than the control
         # above 0 but wholly inside (0, δ): the committed mini run's 0.0147 ± 0.0022 against δ = 0.02
         ({"clique_modularity_gap": 0.0147, "clique_modularity_gap_ci95": 0.0022}, NOT_SUPPORTED, "below δ = 0.02"),
-        ({"clique_two_gap_ci95": 70.0}, INCONCLUSIVE, "contains 0"),
-        ({"clique_n": 1}, INCONCLUSIVE, "n < 2"),
+        ({"clique_two_gap_ci95": 70.0}, UNDECIDED, "contains 0"),
+        ({"clique_n": 1}, UNDECIDED, "n < 2"),
     ],
 )
 def test_nlvr_two_cliques(tmp_path, change, verdict, says):
@@ -668,7 +668,7 @@ def test_graph_follows_prior_needs_every_nac(tmp_path):
         del spec["mechanism"]["nac-erdos_renyi"]
 
     row = _verdicts(tmp_path, no_mechanism)["graph_follows_prior"]
-    assert row["verdict"] == INCONCLUSIVE and row["reason"].startswith("not measured")
+    assert row["verdict"] == NOT_MEASURED and row["reason"].startswith("not measured")
     assert "nac-erdos_renyi-0.json" in row["reason"]
 
 
@@ -736,7 +736,7 @@ def test_regularizer_sparse_needs_the_control(tmp_path):
     params["image"]["ladder"].remove(NOREG)
     row = _verdicts(tmp_path, lambda spec: None, params=params)["regularizer_sparse"]
     assert (
-        row["verdict"] == INCONCLUSIVE and row["reason"] == f"not measured: the control {NOREG} (not in image.ladder)"
+        row["verdict"] == NOT_MEASURED and row["reason"] == f"not measured: the control {NOREG} (not in image.ladder)"
     )
 
 
@@ -753,7 +753,7 @@ def test_prior_beyond_init_not_supported(tmp_path):
     params = make_params()
     params["image"]["ladder"].remove(RANDINIT)
     row = _verdicts(tmp_path / "b", lambda spec: None, params=params)["prior_beyond_init"]
-    assert row["verdict"] == INCONCLUSIVE and RANDINIT in row["reason"] and row["reason"].startswith("not measured")
+    assert row["verdict"] == NOT_MEASURED and RANDINIT in row["reason"] and row["reason"].startswith("not measured")
 
 
 def test_kernel_matters(tmp_path):
@@ -776,7 +776,7 @@ def test_kernel_matters(tmp_path):
 
     row = _verdicts(tmp_path / "c", absent)["kernel_matters"]
     assert (
-        row["verdict"] == INCONCLUSIVE
+        row["verdict"] == NOT_MEASURED
         and row["reason"].startswith("not measured")
         and "iid_acc1_dense" in row["reason"]
     )
@@ -785,7 +785,7 @@ def test_kernel_matters(tmp_path):
         del spec["dense"]["nac-ring_of_cliques"]
 
     row = _verdicts(tmp_path / "d", absent_for_one)["kernel_matters"]
-    assert row["verdict"] == INCONCLUSIVE and "nac-ring_of_cliques-<seed>.json" in row["reason"]
+    assert row["verdict"] == NOT_MEASURED and "nac-ring_of_cliques-<seed>.json" in row["reason"]
 
 
 def test_prune_vs_random(tmp_path):
@@ -806,13 +806,13 @@ def test_prune_vs_random(tmp_path):
     params = make_params()
     params["prune"]["random_orders"] = 0
     row = _verdicts(tmp_path / "c", lambda spec: None, params=params)["prune_vs_random"]
-    assert row["verdict"] == INCONCLUSIVE and "random_orders: 0" in row["reason"]
+    assert row["verdict"] == NOT_MEASURED and "random_orders: 0" in row["reason"]
 
     def no_random_rows(spec):
         spec["prune_random"] = {}
 
     row = _verdicts(tmp_path / "d", no_random_rows)["prune_vs_random"]
-    assert row["verdict"] == INCONCLUSIVE and "(random-0 order)" in row["reason"]
+    assert row["verdict"] == NOT_MEASURED and "(random-0 order)" in row["reason"]
 
 
 def test_prune_speedup_is_judged_at_the_paper_size(tmp_path):
@@ -828,7 +828,7 @@ def test_prune_speedup_is_judged_at_the_paper_size(tmp_path):
         spec["paper_speed"] = None
 
     row = _verdicts(tmp_path / "b", no_paper)["prune_speedup"]
-    assert row["verdict"] == INCONCLUSIVE and "bench_throughput" in row["reason"], row["reason"]
+    assert row["verdict"] == NOT_MEASURED and "bench_throughput" in row["reason"], row["reason"]
 
     def one_repeat(spec):  # a single timed repeat: a single measurement against 8x
         spec["speed"] = [[100.0], [200.0], [400.0], [790.0]]
@@ -841,7 +841,7 @@ def test_prune_speedup_is_judged_at_the_paper_size(tmp_path):
         spec["speed"][3] = [700.0, 1000.0, 1300.0]
 
     row = _verdicts(tmp_path / "d", noisy)["prune_speedup"]
-    assert row["verdict"] == INCONCLUSIVE and row["estimate"] == pytest.approx(10.0) and row["lo"] < 8.0 < row["hi"]
+    assert row["verdict"] == UNDECIDED and row["estimate"] == pytest.approx(10.0) and row["lo"] < 8.0 < row["hi"]
 
 
 def test_not_supported_branches(tmp_path):
@@ -880,7 +880,7 @@ def test_not_supported_branches(tmp_path):
     assert rows["ood_gain"]["hi"] == pytest.approx(ci.high)
 
 
-def test_inconclusive_branches(tmp_path):
+def test_undecided_branches(tmp_path):
     def wide(spec):
         spec["ood"][HEAD] = [14.0, 22.0, 30.0]
         spec["iid"]["modfc"] = [47.0, 50.0, 53.0]
@@ -900,7 +900,7 @@ def test_inconclusive_branches(tmp_path):
         "prior_beyond_init",
         "kernel_matters",
     ):
-        assert rows[cid]["verdict"] == INCONCLUSIVE, (cid, rows[cid]["reason"])
+        assert rows[cid]["verdict"] == UNDECIDED, (cid, rows[cid]["reason"])
         assert not rows[cid]["reason"].startswith("not measured"), cid
     assert "listops/nac" in rows["above_chance"]["reason"]
     assert "nac-planted_partition" in rows["kernel_matters"]["reason"]
@@ -918,14 +918,14 @@ def test_single_seed_gives_no_ci(tmp_path):
         "prune_vs_random",
         "points_gap",
     ):
-        assert rows[cid]["verdict"] == INCONCLUSIVE and rows[cid]["reason"].startswith("n < 2"), cid
+        assert rows[cid]["verdict"] == UNDECIDED and rows[cid]["reason"].startswith("n < 2"), cid
         assert rows[cid]["lo"] is None and rows[cid]["hi"] is None and rows[cid]["n"] == 1
     combined = ("priors_similar", "graph_follows_prior", "regularizer_sparse", "kernel_matters", "prior_beyond_init")
     for cid in combined:  # combined parts
-        assert rows[cid]["verdict"] == INCONCLUSIVE and "n < 2" in rows[cid]["reason"], (cid, rows[cid]["reason"])
+        assert rows[cid]["verdict"] == UNDECIDED and "n < 2" in rows[cid]["reason"], (cid, rows[cid]["reason"])
         assert rows[cid]["lo"] is None and rows[cid]["hi"] is None
     pf = rows["prune_fraction"]  # the threshold part compares the single value; the random-order control needs a CI
-    assert pf["verdict"] == INCONCLUSIVE and "n < 2" in pf["reason"] and pf["lo"] == pf["hi"] == 0.875
+    assert pf["verdict"] == UNDECIDED and "n < 2" in pf["reason"] and pf["lo"] == pf["hi"] == 0.875
     ps = rows["prune_speedup"]  # timed repeats, not seeds
     assert ps["verdict"] == SUPPORTED and ps["n"] == 3 and ps["lo"] < ps["estimate"] < ps["hi"]
     assert rows["above_chance"]["verdict"] == SUPPORTED
@@ -938,7 +938,7 @@ def test_missing_metrics_are_not_measured(tmp_path):
     rows = C.evaluate_claims(params, tmp_path / "nothing")
     assert tuple(r["id"] for r in rows) == C.claim_ids(params)
     for r in rows:
-        assert r["verdict"] == INCONCLUSIVE and r["reason"].startswith("not measured: ")
+        assert r["verdict"] == NOT_MEASURED and r["reason"].startswith("not measured: ")
         assert r["estimate"] is None and r["n"] == 0
     assert "fewshot/shapes_novel.json" in by_id(rows)["fewshot_shapes_novel"]["reason"]
     # partly there: one seed file gone, the few-shot target without low-shot rows, one track model missing,
@@ -951,11 +951,9 @@ def test_missing_metrics_are_not_measured(tmp_path):
     assert "perceiver_io-<seed>.json (seeds 2)" in rows["ood_gain"]["reason"]
     assert rows["learned_graph"]["verdict"] == SUPPORTED
     assert rows["text_gap"]["reason"].startswith("not measured")
-    assert (
-        rows["above_chance"]["verdict"] == INCONCLUSIVE and "text/nac (not measured)" in rows["above_chance"]["reason"]
-    )
+    assert rows["above_chance"]["verdict"] == UNDECIDED and "text/nac (not measured)" in rows["above_chance"]["reason"]
     rs = rows["regularizer_sparse"]
-    assert rs["verdict"] == INCONCLUSIVE and rs["reason"].startswith("not measured")
+    assert rs["verdict"] == NOT_MEASURED and rs["reason"].startswith("not measured")
     assert f"{NOREG}-1.json" in rs["reason"]
     assert rows["graph_follows_prior"]["verdict"] == SUPPORTED and rows["prior_beyond_init"]["verdict"] == SUPPORTED
 
@@ -968,7 +966,7 @@ def test_unconfigured_runs_are_not_read(tmp_path):
     assert "modfc (not configured" in rows["modfc_alone"]["reason"]
     assert rows["priors_similar"]["reason"] == "not measured: fewer than 2 priors in image.ladder"
     assert rows["graph_follows_prior"]["reason"] == "not measured: fewer than 2 NAC priors in image.ladder"
-    assert NOREG in rows["regularizer_sparse"]["reason"] and rows["regularizer_sparse"]["verdict"] == INCONCLUSIVE
+    assert NOREG in rows["regularizer_sparse"]["reason"] and rows["regularizer_sparse"]["verdict"] == NOT_MEASURED
     km = rows["kernel_matters"]  # only the configured NAC is judged
     assert km["verdict"] == SUPPORTED and "(1 models)" in km["ours"]
 
@@ -1044,25 +1042,20 @@ def test_write_claims(tmp_path):
     assert md == tmp_path / "reports/claims.md"
     text = md.read_text()
     assert "Profile **test**" in text and "at this profile's scale" in text and C.RULE in text
-    assert text.index("Verdict rule") < text.index("| id")
-    header = next(line for line in text.splitlines() if line.startswith("| id"))
-    assert [c.strip() for c in header.strip("|").split("|")] == [
-        "id",
-        "verdict",
-        "claim",
-        "our measurement (95% CI)",
-        "paper",
-        "source",
-        "reason",
-    ]  # the verdict beside the claim
-    for cid in C.claim_ids(params):
-        assert f"| {cid} " in text
+    assert text.index("Verdict rule") < text.index("## Claims")
+    rows = by_id(C.evaluate_claims(params, tmp_path / "metrics"))
+    for cid in C.claim_ids(params):  # one section per claim: its id, the verdict beside the claim, each field
+        section = text[text.index(f"### {cid}\n") :].split("\n### ")[0]
+        assert f"**{rows[cid]['verdict']}**: {rows[cid]['claim']}" in section
+        for field in ("*Paper*", "*Measure*", "*Ours*", "*Why*"):
+            assert f"- {field}: " in section, (cid, field)
+    assert max(len(line) for line in text[text.index("## Claims") :].splitlines()) < 900  # no 800-character table rows
     csv = pd.read_csv(tmp_path / "reports/tables/claims.csv")
     assert list(csv.columns) == list(C.FIELDS) and tuple(csv["id"]) == C.claim_ids(params)
-    assert set(csv["verdict"]) <= {SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE}
+    assert set(csv["verdict"]) <= {SUPPORTED, NOT_SUPPORTED, UNDECIDED, NOT_MEASURED}
     n = len(C.claim_ids(params))
     k = len(NOT_MEASURED_ON_GOOD)
-    assert f"Summary: {n - k} supported, 0 not supported, {k} inconclusive of {n} claims." in text
+    assert f"Summary: {n - k} supported, 0 not supported, 0 undecided, {k} not measured of {n} claims." in text
 
 
 def test_claim_ids():
@@ -1094,7 +1087,7 @@ def test_real_metrics_get_a_verdict(tmp_path):
     md = C.write_claims(params, ROOT / "metrics", tmp_path)
     rows = C.evaluate_claims(params, ROOT / "metrics")
     assert tuple(r["id"] for r in rows) == C.claim_ids(params)
-    assert all(r["verdict"] in (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE) and r["reason"] for r in rows)
+    assert all(r["verdict"] in (SUPPORTED, NOT_SUPPORTED, UNDECIDED, NOT_MEASURED) and r["reason"] for r in rows)
     assert md.is_file() and (tmp_path / "tables/claims.csv").is_file()
 
 
@@ -1113,7 +1106,7 @@ def test_real_metrics_get_a_verdict(tmp_path):
 )
 def test_baseline_claims_can_fail(tmp_path, mutate, cid, says):
     row = _verdicts(tmp_path, mutate)[cid]
-    assert row["verdict"] in (NOT_SUPPORTED, INCONCLUSIVE) and says in row["reason"], row
+    assert row["verdict"] in (NOT_SUPPORTED, UNDECIDED) and says in row["reason"], row
 
 
 def test_baseline_claims_not_measured_without_the_baselines(tmp_path):
@@ -1121,7 +1114,7 @@ def test_baseline_claims_not_measured_without_the_baselines(tmp_path):
     params["image"]["ladder"] = [r for r in params["image"]["ladder"] if r not in (NI, MN)]
     rows = _verdicts(tmp_path, lambda spec: None, params=params)
     for cid in ("ni_matches_pio", "mn_specialise", "mn_no_collapse", "ni_fewshot"):
-        assert rows[cid]["verdict"] == INCONCLUSIVE and rows[cid]["reason"].startswith("not measured"), cid
+        assert rows[cid]["verdict"] == NOT_MEASURED and rows[cid]["reason"].startswith("not measured"), cid
 
 
 def test_ni_matching_counts_being_better_as_matching(tmp_path):
@@ -1134,8 +1127,8 @@ def test_ni_matching_counts_being_better_as_matching(tmp_path):
     [
         (Interval(0.5, -0.5, 1.5, 3), SUPPORTED),
         (Interval(-3.0, -4.0, -2.0, 3), NOT_SUPPORTED),
-        (Interval(-1.0, -2.0, 0.0, 3), INCONCLUSIVE),
-        (Interval(1.0, None, None, 1), INCONCLUSIVE),
+        (Interval(-1.0, -2.0, 0.0, 3), UNDECIDED),
+        (Interval(1.0, None, None, 1), UNDECIDED),
     ],
 )
 def test_noninferiority_verdict(iv, verdict):
@@ -1198,7 +1191,7 @@ REGISTERED_IDS = C.claim_ids(full_params())
 
 
 # One mutation of full_spec per claim under which the claim is measured but not supported (or
-# inconclusive). Every registered claim needs an entry (test_every_claim_has_a_failing_fixture), so a
+# undecided). Every registered claim needs an entry (test_every_claim_has_a_failing_fixture), so a
 # new claim cannot be added without a fixture that shows it can fail.
 FAILS = {
     "ood_gain": lambda s: s["ood"].update({HEAD: [18.0, 18.3, 18.4]}),
@@ -1282,7 +1275,7 @@ def test_registry_has_no_duplicate_names():
 
 def _report_ids(md: str) -> list[str]:
     lines = md[md.index("## Claims") :].splitlines()
-    return [line.strip("|").split("|")[0].strip() for line in lines if line.startswith("| ")][1:]
+    return [line[4:].strip() for line in lines if line.startswith("### ")]
 
 
 def test_every_claim_in_the_report_is_registered(tmp_path):
@@ -1318,7 +1311,7 @@ def test_every_claim_gives_a_well_formed_result(full_rows, cid):
 def test_every_claim_can_be_supported(full_rows, cid):
     r = full_rows[cid]
     if cid in NEVER_MEASURED:
-        assert r["verdict"] == INCONCLUSIVE and r["reason"].startswith("not measured: ")
+        assert r["verdict"] == NOT_MEASURED and r["reason"].startswith("not measured: ")
     else:
         assert r["verdict"] == SUPPORTED, (r["reason"], r["ours"])
 
@@ -1332,13 +1325,13 @@ def test_every_claim_can_fail(tmp_path, cid):
     spec = full_spec()
     FAILS[cid](spec)
     r = by_id(C.evaluate_claims(full_params(), write_metrics(tmp_path / "metrics", spec)))[cid]
-    assert r["verdict"] in (NOT_SUPPORTED, INCONCLUSIVE) and not r["reason"].startswith("not measured"), r["reason"]
+    assert r["verdict"] in (NOT_SUPPORTED, UNDECIDED) and not r["reason"].startswith("not measured"), r["reason"]
 
 
 @pytest.mark.parametrize("cid", REGISTERED_IDS)
 def test_every_claim_without_its_metrics_is_not_measured(tmp_path, cid):
     r = by_id(C.evaluate_claims(full_params(), tmp_path / "nothing"))[cid]
-    assert r["verdict"] == INCONCLUSIVE and r["reason"].startswith("not measured: ") and len(r["reason"]) > 15
+    assert r["verdict"] == NOT_MEASURED and r["reason"].startswith("not measured: ") and len(r["reason"]) > 15
     assert (r["ours"], r["estimate"], r["lo"], r["hi"], r["n"]) == ("—", None, None, None, 0)
 
 
@@ -1352,7 +1345,7 @@ def test_ni_fewshot_is_paired_per_episode_with_perceiver_io(tmp_path):
     params = full_params()
     params["fewshot"]["runs"] = ["perceiver_io", "nac"]
     row = by_id(C.evaluate_claims(params, write_metrics(tmp_path / "m2", spec)))["ni_fewshot"]
-    assert row["verdict"] == INCONCLUSIVE and "fewshot.runs lacks" in row["reason"]
+    assert row["verdict"] == NOT_MEASURED and "fewshot.runs lacks" in row["reason"]
 
 
 def test_longer_runs_under_other_settings_are_not_measured(tmp_path):
@@ -1390,7 +1383,7 @@ def test_graph_follows_prior_fails_on_a_degenerate_graph(tmp_path, kind, mean_p)
         spec["mechanism"][HEAD] = degenerate_mech(kind, mean_p)
 
     row = _verdicts(tmp_path, trivial)["graph_follows_prior"]
-    assert row["verdict"] in (NOT_SUPPORTED, INCONCLUSIVE), row["reason"]
+    assert row["verdict"] in (NOT_SUPPORTED, UNDECIDED), row["reason"]
     assert "shape vs" in row["reason"] or "scale_free" in row["reason"], row["reason"]
 
 
@@ -1409,7 +1402,7 @@ def test_regularizer_sparse_fails_on_an_emptied_graph(tmp_path, kind, mean_p):
     row = _verdicts(tmp_path, lambda spec: spec["mechanism"].update({HEAD: degenerate_mech(kind, mean_p)}))[
         "regularizer_sparse"
     ]
-    assert row["verdict"] in (NOT_SUPPORTED, INCONCLUSIVE), row["reason"]
+    assert row["verdict"] in (NOT_SUPPORTED, UNDECIDED), row["reason"]
     assert "shape" in row["reason"], row["reason"]
 
 
@@ -1425,7 +1418,7 @@ def test_prior_beyond_init_fails_when_the_control_empties(tmp_path):
 
 def test_kernel_matters_is_undecided_on_an_empty_graph(tmp_path):
     row = _verdicts(tmp_path, EMPTY_HEAD["empty"])["kernel_matters"]
-    assert row["verdict"] == INCONCLUSIVE and "an empty graph" in row["reason"], row["reason"]
+    assert row["verdict"] == UNDECIDED and "an empty graph" in row["reason"], row["reason"]
 
 
 def test_nlvr_diversity_fails_on_the_untrained_generator(tmp_path):
@@ -1444,7 +1437,7 @@ def test_mn_no_collapse_fails_on_uniform_routing(tmp_path):
             u.update(exp_entropy=[5.0, 5.0], mi=list(u["mi_shuffled"]))
 
     row = _verdicts(tmp_path, uniform)["mn_no_collapse"]
-    assert row["verdict"] in (NOT_SUPPORTED, INCONCLUSIVE) and "uniform routing" in row["reason"], row["reason"]
+    assert row["verdict"] in (NOT_SUPPORTED, UNDECIDED) and "uniform routing" in row["reason"], row["reason"]
 
 
 def test_prune_fraction_fails_when_random_orders_drop_as_many(tmp_path):
@@ -1452,7 +1445,7 @@ def test_prune_fraction_fails_when_random_orders_drop_as_many(tmp_path):
         spec["prune_random"][HEAD] = [[list(spec["prune"][HEAD][s]) for _ in range(RANDOM_ORDERS)] for s in range(3)]
 
     row = _verdicts(tmp_path, nothing_to_rank)["prune_fraction"]
-    assert row["verdict"] in (NOT_SUPPORTED, INCONCLUSIVE), row["reason"]
+    assert row["verdict"] in (NOT_SUPPORTED, UNDECIDED), row["reason"]
     assert "connectivity ranking beats random orders" in row["reason"], row["reason"]
 
 

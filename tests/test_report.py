@@ -3,6 +3,7 @@ tracks' learning curves, on small synthetic metrics: every cell filled, the conf
 equal scipy's, and the whole build (image part stubbed) writes every file the README links."""
 
 import json
+import re
 import sys
 import types
 from pathlib import Path
@@ -15,6 +16,7 @@ from scipy import stats
 
 from nac import provenance
 from nac.report import build, figures, tables
+from nac.report.claims import claims_metrics as real_claims_metrics
 from nac.report.claims import headline as real_headline
 from nac.report.published import TABLE2, TABLE3, TRACK_LABELS
 from nac.stats import summarize
@@ -360,7 +362,7 @@ def _stub_image_and_claims(monkeypatch, calls: list) -> None:
         },
         {
             "id": "iid_gain",
-            "verdict": "inconclusive",
+            "verdict": "undecided",
             "reason": "CI spans 0",
             "estimate": 0.1,
             "lo": -1.0,
@@ -369,7 +371,7 @@ def _stub_image_and_claims(monkeypatch, calls: list) -> None:
         },
         {
             "id": "nlvr_vs_zeroshot",
-            "verdict": "inconclusive",
+            "verdict": "not measured",
             "reason": "not measured: no CLIP",
             "estimate": None,
             "lo": None,
@@ -380,6 +382,8 @@ def _stub_image_and_claims(monkeypatch, calls: list) -> None:
     claims = types.ModuleType("nac.report.claims")
     claims.evaluate_claims = lambda params, metrics: rows
     claims.headline = real_headline
+    claims.claims_metrics = real_claims_metrics
+    claims.registered = lambda: []  # the fake rows' ids are findings.yaml's own keys
     claims.write_claims = lambda params, metrics, out, rows: calls.append((metrics, out)) or out / "claims.md"
     monkeypatch.setitem(sys.modules, "nac.report.claims", claims)
     monkeypatch.setattr(build, "_image", fake_image)
@@ -417,12 +421,12 @@ def test_build_report_writes_every_table_figure_and_section(tmp_path, monkeypatc
         "## Table 1",
         "## Figure 3",
         "## Figure 4",
-        "## Figures 5a",
+        "## Figure 5",
         "## Table 2",
         "## Table 3",
-        "## NLVR",
-        "## Learning curves",
-        "## Discrepancies",
+        "## Figure 6",
+        "## Figure 15",
+        "### Learning curves",
     ]
     assert [readme.index(h) for h in order] == sorted(readme.index(h) for h in order)
     for link in (
@@ -437,16 +441,32 @@ def test_build_report_writes_every_table_figure_and_section(tmp_path, monkeypatc
         "not computed: no CLIP weights offline / embedded profile",
     ):
         assert link in readme, link
-    assert "nan" not in readme.lower()
+    assert not re.search(r"\bnan\b", readme.lower())  # a missing number never prints as nan
     # no bench/bench_throughput.py results in this directory: the paper-size Figure 5b says it is skipped
-    assert "Figure 5b (mini, trained)" in readme and "Figure 5b at the paper's size: skipped" in readme
+    assert "Figure 5b (smoke, trained)" in readme and "Figure 5b at the paper's size: skipped" in readme
     headline = json.loads((metrics / "summary.json").read_text())  # the DVC metric: verdict counts, headline claims
-    assert headline["claims"] == {"supported": 1, "not_supported": 0, "inconclusive": 2}
+    counts = {k: headline[k] for k in ("supported", "not_supported", "undecided", "not_measured")}
+    assert counts == {"supported": 1, "not_supported": 0, "undecided": 1, "not_measured": 1}
     assert headline["points_gap"] == {"estimate": 1.5, "lo": 0.5, "hi": 2.5, "n": 3}
-    # the findings come first: what holds, what does not, what is undecided, what was not measured
+    every = json.loads((metrics / "claims.json").read_text())  # `dvc metrics show`: every claim
+    assert set(every) == {"points_gap", "iid_gain", "nlvr_vs_zeroshot"}
+    assert every["iid_gain"] == {"estimate": 0.1, "lo": -1.0, "hi": 1.2, "n": 3, "verdict": "undecided"}
+    # the findings come first, one row per claim: words, paper, ours with CI and n, verdict, control
     findings = readme[readme.index("## Findings") : readme.index("## Table 1")]
-    assert "**Supported** (1): `points_gap`" in findings and "**Undecided** (1" in findings
-    assert "**Not measured** here (1): `nlvr_vs_zeroshot`" in findings
+    assert "1 supported, 0 not supported, 1 undecided, 1 not measured (3 claims)" in findings
+    cells = {  # claim id -> the row's cells
+        re.search(r"claims\.md#(\w+)", line).group(1): [c.strip() for c in line.strip("|").split("|")]
+        for line in findings.splitlines()
+        if "claims.md#" in line
+    }
+    assert list(cells) == ["points_gap", "iid_gain", "nlvr_vs_zeroshot"]  # report order, every claim
+    assert cells["points_gap"][1:4] == ["+5.6 pts", "+1.5 [+0.5, +2.5] pts, n = 3", "**supported**"]
+    assert cells["iid_gain"][3] == "**undecided**" and cells["nlvr_vs_zeroshot"][2:4] == ["—", "**not measured**"]
+    assert cells["points_gap"][4] == "Perceiver IO, same seeds"  # the control it was judged against
+    assert "inconclusive" not in readme
+    reference = (reports / "reference.md").read_text()  # the engineering, apart
+    assert "## Discrepancies" in reference and "## Discrepancies" not in readme
+    assert "(discrepancies.md#" in reference and "## " in (reports / "discrepancies.md").read_text()
     fs = summary["fewshot"]["targets"]
     expected = np.mean([fs[t][str(k)]["nac_minus_perceiver_io"]["mean"] for t in TARGETS for k in (1, 2, 4)])
     assert summary["fewshot"]["nac_minus_perceiver_io_shots_1_4"] == pytest.approx(expected)
@@ -642,7 +662,7 @@ def test_the_readme_template_refuses_a_missing_value():
     rendering an empty table into reports/README.md."""
     import jinja2
 
-    with pytest.raises(jinja2.UndefinedError, match="findings"):
+    with pytest.raises(jinja2.UndefinedError, match="counts"):
         build.TEMPLATES.get_template("README.md.j2").render(
-            p={"profile": "x", "commit": "c", "date": "d", "machine": "m", "torch": "t"}, md={}
+            p={"profile": "x", "commit": "c", "date": "d", "machine": "m", "torch": "t"}, md={}, params={"seeds": [0]}
         )

@@ -209,7 +209,9 @@ def test_a_failure_late_in_the_build_leaves_the_previous_report(tmp_path, monkey
 
     claims = types.ModuleType("nac.report.claims")
     claims.evaluate_claims = lambda params, metrics: []
-    claims.headline = lambda rows: {"claims": {}}
+    claims.headline = lambda rows: {"supported": 0}
+    claims.claims_metrics = lambda rows: {}
+    claims.registered = lambda: []
     claims.write_claims = lambda params, metrics, out, rows: (out / "claims.md").write_text("claims\n")
     monkeypatch.setitem(sys.modules, "nac.report.claims", claims)
     monkeypatch.setattr(build, "_image", fake_image)

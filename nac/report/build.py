@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import platform
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from nac.pipeline.paths import image_checkpoint, parse_run
 from nac.pipeline.pool import usable_cores
 from nac.report import costs, figures, mechanism, switches, tables
 from nac.report.claims.metrics import CONVERGENCE
-from nac.report.claims.rules import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED
+from nac.report.findings import counts_line, findings_table, read_rows
 from nac.report.published import (
     FEWSHOT_CLAIM,
     LRA_LEADERBOARD_TRANSFORMER,
@@ -102,6 +103,12 @@ def _convergence_table(conv: dict, histories: dict[str, list[list[dict]]]) -> pd
     return pd.DataFrame(rows).astype(object).fillna("—")
 
 
+def caption(prov: dict, seeds: list[int]) -> str:
+    """A figure's caption line: ``profile mini, seeds 0, 1, 2, model version b9a127c``."""
+    seed_text = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {', '.join(str(s) for s in seeds)}"
+    return f"profile {prov['profile']}, {seed_text}, model version {prov['commit']}"
+
+
 def _provenance(params: dict) -> dict[str, str]:
     try:
         commit = subprocess.run(
@@ -145,8 +152,10 @@ def build_report(
     ``converged``: the converged result set, built into ``out/converged/`` and linked from the index
     when it exists (one line saying how to make it when not); ``None`` for a result set's own report."""
     from nac.report.claims import (
+        claims_metrics,
         evaluate_claims,
         headline,
+        registered,
         write_claims,
     )  # at call time: tests stand in a fake registry
 
@@ -161,19 +170,26 @@ def build_report(
     # only when every table, figure and claim is done; on any error the previous report is untouched
     with staged(out, *(() if kept else (metrics,)), clean=("tables", "figures", "plots")) as stages:
         stage, stage_metrics = stages[0], (stages[0] / "tables" if kept else stages[1])
-        summary = {"provenance": provenance or _provenance(params), **_image(params, stage, metrics, md, figs)}
+        prov = provenance or _provenance(params)
+        md["caption_prov"] = prov  # type: ignore[assignment]
+        md["caption"] = caption(prov, params["seeds"])  # every figure names profile, seeds and model version
+        summary = {"provenance": prov, **_image(params, stage, metrics, md, figs)}
         md["converged"] = converged_md
         _switches(params, metrics, stage, md)
         summary["table2"] = _comparison(params, stage, metrics, md, ["points"], TABLE2, "table2")
         summary["table3"] = _comparison(params, stage, metrics, md, ["listops", "text"], TABLE3, "table3")
         summary["nlvr"] = _nlvr(params, stage, metrics, md, figs)
         summary["fewshot"] = _fewshot(params, stage, metrics, md, figs)
-        _track_curves(params, stage, metrics, figs)
+        _track_curves(params, stage, metrics, md, figs)
         rows = evaluate_claims(params, metrics)
-        md["findings"] = _findings(rows)
+        # the converged column: the converged report's claims (out/converged/, built above or by its own run)
+        conv_rows = read_rows(out / "converged" / "tables" / "claims.csv") if converged is not None else None
+        md["findings"] = findings_table(rows, [c.name for c in registered()], params["profile"], conv_rows)
+        md["counts"] = counts_line(rows)
         _write_readme(stage, params, summary, md, figs)
         write_json(stage / "tables" / "summary.json", summary)
         write_json(stage_metrics / ("headline.json" if kept else "summary.json"), headline(rows))
+        write_json(stage_metrics / ("claims_metrics.json" if kept else "claims.json"), claims_metrics(rows))
         write_claims(params, metrics=metrics, out=stage, rows=rows)
     return summary
 
@@ -223,18 +239,26 @@ def _image(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dic
 
     learned = _learned_graphs(ladder, seeds[0], metrics)
     if learned is not None:
-        figs["figure3"] = figures.figure3(learned, params["image"]["model"]["n_processor"], out / "figures")
+        figs["figure3"] = figures.figure3(
+            learned,
+            params["image"]["model"]["n_processor"],
+            out / "figures",
+            caption=caption(md["caption_prov"], seeds[:1]),
+        )
     prune = pd.DataFrame(metrics_io.prune_rows(metrics / "image" / "prune.json", params["prune"]["runs"], seeds))
     prune_runs = [r for r in params["prune"]["runs"] if r in set(prune["run"])]
     # Figure 5a: the NAC of the chosen `prior` group against Perceiver IO (paper: scale-free)
     main_runs = [r for r in (f"nac-{params['prior']['name']}", "perceiver_io") if r in prune_runs] or prune_runs
-    figs["figure5a"] = figures.figure5a(prune, out / "figures", main_runs)
-    figs["figure5b"] = figures.figure5b(prune, out / "figures", prune_runs, str(prune["device"].iloc[0]))
+    cap = md["caption"]
+    figs["figure5a"] = figures.figure5a(prune, out / "figures", prune_runs, main_runs[0], caption=cap)
+    figs["figure5b"] = figures.figure5b(
+        prune, out / "figures", prune_runs, str(prune["device"].iloc[0]), caption=caption(md["caption_prov"], seeds[:1])
+    )
     if PAPER_THROUGHPUT.exists():
         figs["figure5b_paper_size"] = figures.figure_5b_paper_size(
             json.loads(PAPER_THROUGHPUT.read_text()), out / "figures"
         )
-    figs["figure15"] = figures.figure15(prune, out / "figures", prune_runs)
+    figs["figure15"] = figures.figure15(prune, out / "figures", prune_runs, caption=cap)
     md["prune_random"] = tables.write_table(
         tables.prune_control_table(prune, prune_runs), out / "tables", "prune_connectivity_vs_random"
     )
@@ -245,11 +269,12 @@ def _image(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dic
         (first.get("neural_interpreter") or {}).get("routing"),
         class_names,
         out / "figures",
+        caption=caption(md["caption_prov"], seeds[:1]),
     )
     if baseline_fig:
         figs["baselines"] = baseline_fig
     histories = {run: [t["history"] for t in trains if t["run"] == run] for run in ladder}
-    figs["learning_curves"] = figures.learning_curves(histories, out / "figures")
+    figs["learning_curves"] = figures.learning_curves(histories, out / "figures", caption=cap)
     # `dvc plots show`: Table 1's curves together, and accuracy as modules are dropped, one line per model
     curve = pd.DataFrame([{"run": t["run"], **h} for t in trains for h in t["history"]])
     _plot_csv(
@@ -263,12 +288,23 @@ def _image(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dic
         out / "plots",
         "prune",
     )
+    full = conn[conn["dropped"] == 0].set_index(["run", "seed"])["acc1"]
+    rel = conn.assign(
+        rel=[100.0 * a / max(full[(r, s)], 1e-9) for r, s, a in zip(conn["run"], conn["seed"], conn["acc1"])]
+    )
+    _plot_csv(  # Figure 15: per seed relative to its own undropped model, then the mean over seeds
+        rel.pivot_table(index="dropped_fraction", columns="run", values="rel")[prune_runs].reset_index(),
+        out / "plots",
+        "prune_relative",
+    )
     conv = json.loads(CONVERGENCE.read_text()) if CONVERGENCE.exists() else None
     if conv is not None and conv.get("profile") == params["profile"]:  # another profile's runs say nothing of this one
-        figs["convergence"] = figures.figure_convergence(conv, histories, RUN_LABELS, out / "figures")
-        md["convergence"] = tables.write_table(_convergence_table(conv, histories), out / "tables", "convergence")
         # the runs answer for this model only if they were trained under the committed settings
         md["convergence_current"] = "yes" if conv.get("params") == switches.bench_params(params) else ""
+        figs["convergence"] = figures.figure_convergence(
+            conv, histories, RUN_LABELS, out / "figures", current=bool(md["convergence_current"]), caption=cap
+        )
+        md["convergence"] = tables.write_table(_convergence_table(conv, histories), out / "tables", "convergence")
     return {
         "table1": {
             f"{r.run}/{r.metric}": {"mean": r.mean, "ci95": r.ci95, "paper": r.paper} for r in t1_numeric.itertuples()
@@ -291,7 +327,9 @@ def _learned_graphs(ladder: list[str], seed: int, metrics: Path) -> dict[str, np
     learned = {}
     for run in ladder:
         variant, prior, control = parse_run(run)
-        if variant == "nac" and control is None:
+        # a checkpoint absent here (a report rebuilt from the committed metrics alone) leaves its panel
+        # saying so; under `dvc repro` models/image is a dependency, so every one is there
+        if variant == "nac" and control is None and Path(image_checkpoint(run, seed)).is_file():
             learned[prior] = load_model(image_checkpoint(run, seed)).link_probabilities().detach().numpy()
     return learned
 
@@ -393,7 +431,8 @@ def _nlvr(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dict
     md["nlvr_analysis"] = tables.write_table(measures, out / "tables", "nlvr_analysis", ".2f")
     embedding = metrics_io.nlvr_embedding(metrics / "nlvr" / "embedding.csv")
     examples = metrics_io.nlvr_examples(metrics / "nlvr" / "examples.json")
-    figs["figure6"] = figures.figure6(embedding, examples, out / "figures")
+    seed = int((params["nlvr"].get("analysis") or {}).get("seed", params["seeds"][0]))  # the analysed model's
+    figs["figure6"] = figures.figure6(embedding, examples, out / "figures", caption=caption(md["caption_prov"], [seed]))
     return summary
 
 
@@ -411,7 +450,9 @@ def _fewshot(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: d
         _plot_csv(df.pivot(index="shots", columns="run", values="mean").reset_index(), out / "plots" / "fewshot", t)
     labels = {"perceiver_io": TRACK_RUN_LABELS["perceiver_io"], "nac": f"NAC ({_prior_label(params)})"}
     protocol = fs["protocol"]
-    figs["figure4"] = figures.figure4(rows, sorted(protocol["shots"]), protocol["ways"], labels, out / "figures")
+    figs["figure4"] = figures.figure4(
+        rows, sorted(protocol["shots"]), protocol["ways"], labels, out / "figures", caption=md["caption"]
+    )
     low = numeric[(numeric["run"] == "nac_minus_perceiver_io") & (numeric["shots"] <= 4)]["mean"]
     return {
         "protocol": protocol,
@@ -427,7 +468,7 @@ def _fewshot(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: d
     }
 
 
-def _track_curves(params: dict, out: Path, metrics: Path, figs: dict[str, list[Path]]) -> None:
+def _track_curves(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dict[str, list[Path]]) -> None:
     """Learning curves of the points, listops, text and nlvr tracks (figure and `dvc plots` files)."""
     histories, chance = {}, {}
     for track in TRACKS:
@@ -442,7 +483,7 @@ def _track_curves(params: dict, out: Path, metrics: Path, figs: dict[str, list[P
         )
     titles = {t: f"{TRACK_LABELS[t]} ({params[t]['dataset']})" for t in TRACKS}
     figs["learning_curves_tracks"] = figures.learning_curves_tracks(
-        histories, chance, titles, TRACK_RUN_LABELS, out / "figures"
+        histories, chance, titles, TRACK_RUN_LABELS, out / "figures", caption=md["caption"]
     )
 
 
@@ -477,26 +518,17 @@ def _prune_summary(prune: pd.DataFrame, runs: list[str]) -> dict[str, Any]:
     return res
 
 
-def _findings(rows: list[dict]) -> str:
-    """A few lines: which claims hold, which do not, which are undecided (ids link to claims.md)."""
+def _anchor(title: str) -> str:
+    """The anchor a Markdown renderer (GitHub's) gives a heading: lower case, punctuation dropped,
+    spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", title.lower()).strip().replace(" ", "-")
 
-    def ids(verdict: str, measured: bool = True) -> list[str]:
-        return [
-            f"`{r['id']}`"
-            for r in rows
-            if r["verdict"] == verdict and (not r["reason"].startswith("not measured")) == measured
-        ]
 
-    lines = [
-        f"- **Supported** ({len(ids(SUPPORTED))}): {', '.join(ids(SUPPORTED)) or 'none'}.",
-        f"- **Not supported** ({len(ids(NOT_SUPPORTED))}): {', '.join(ids(NOT_SUPPORTED)) or 'none'}.",
-        f"- **Undecided** ({len(ids(INCONCLUSIVE))}, the CI spans the threshold): "
-        f"{', '.join(ids(INCONCLUSIVE)) or 'none'}.",
-    ]
-    unmeasured = ids(INCONCLUSIVE, measured=False)
-    if unmeasured:
-        lines.append(f"- **Not measured** here ({len(unmeasured)}): {', '.join(unmeasured)}.")
-    return "\n".join(lines)
+def _short(text: str, limit: int = 160) -> str:
+    """The first sentence of ``text`` (a full stop after a word, before a capital), cut at a word
+    before ``limit`` characters (with "…"): two lines of a list item at most."""
+    first = re.split(r"(?<=[a-z0-9)][.])\s+(?=[A-Z])", text.strip(), maxsplit=1)[0]
+    return first if len(first) <= limit else first[: first.rfind(" ", 0, limit)].rstrip(",;:") + " …"
 
 
 def _write_readme(out: Path, params: dict, summary: dict, md: dict[str, str], figs: dict[str, list[Path]]) -> None:
@@ -520,14 +552,18 @@ def _write_readme(out: Path, params: dict, summary: dict, md: dict[str, str], fi
         fs=summary["fewshot"],
         low=summary["fewshot"]["nac_minus_perceiver_io_shots_1_4"],
         prune_summary=pd.DataFrame(prune).to_markdown(index=False),
-        discrepancies=discrepancies(),
         FEWSHOT_CLAIM=FEWSHOT_CLAIM,
         LRA=LRA_LEADERBOARD_TRANSFORMER,
         PAPER_THROUGHPUT=PAPER_THROUGHPUT,
         CONVERGENCE=CONVERGENCE,
-        cost=costs.cost_section(),
     )
     (out / "README.md").write_text(text)
+    entries = [{"topic": t, "text": x, "short": _short(x), "anchor": _anchor(t)} for t, x in discrepancies()]
+    for name in ("reference.md", "discrepancies.md"):
+        page = TEMPLATES.get_template(f"{name}.j2").render(
+            p=summary["provenance"], params=params, md=md, discrepancies=entries, cost=costs.cost_section()
+        )
+        (out / name).write_text(page)
 
 
 __all__ = ["build_report"]

@@ -47,12 +47,20 @@ def setup() -> None:
 
 def series_style(run: str) -> dict:
     """``ax.plot`` keywords (colour, marker, line style) of a run, the same in every figure. A control
-    of a NAC (``nac-<prior>-noreg``/``-randinit``) and a random-order control (``<run>|random``) keep
-    their run's colour with their own line style."""
+    of a NAC (``nac-<prior>-noreg``/``-randinit``) has its own colour and line style; a random-order
+    control (``<run>|random``) keeps its run's colour, dashed."""
     base, _, suffix = run.partition("|")
-    for tag, ls in (("-noreg", (0, (5, 2))), ("-randinit", (0, (1, 1.5)))):
+    # the controls have their own line style and a colour of their own, never their run's (they share a
+    # panel with it); the colours are those of runs that are never drawn beside the image ladder's
+    for tag, ls, color in (("-noreg", (0, (5, 2)), 1), ("-randinit", (0, (1, 1.5)), 9)):
         if base.endswith(tag):
-            return {**series_style(base[: -len(tag)]), "ls": ls, "marker": "x" if tag == "-noreg" else "+"}
+            marker = "x" if tag == "-noreg" else "+"
+            return {
+                **series_style(base[: -len(tag)]),
+                "ls": ls,
+                "marker": marker,
+                "color": sns.color_palette(PALETTE, 10)[color],
+            }
     if base not in _ORDER and base not in _extra:
         _extra.append(base)
     i = _ORDER.index(base) if base in _ORDER else len(_ORDER) + _extra.index(base)

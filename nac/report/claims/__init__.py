@@ -19,7 +19,7 @@ Public API:
   ``difference_verdict``, ``equivalence_verdict``, ``threshold_verdict``, ``combine``.
 
 Only the runs, seeds and targets named in ``params`` are read. A missing metrics file gives the
-claim the verdict "inconclusive" with the reason "not measured: <what is missing>"; a malformed one
+claim the verdict "not measured" with the reason "not measured: <what is missing>"; a malformed one
 (bad JSON, a missing key, a non-numeric value, unpaired few-shot episodes) raises ``ValueError``.
 """
 
@@ -39,10 +39,11 @@ from nac.report.claims.prune import PRUNE_COMPARE_AT, PRUNE_CONTROL_AT, PRUNE_MA
 from nac.report.claims.registry import FIELDS, Claim, claim, claim_ids, evaluate_claims, registered
 from nac.report.claims.rules import (
     DELTA,
-    INCONCLUSIVE,
+    NOT_MEASURED,
     NOT_SUPPORTED,
     RULE,
     SUPPORTED,
+    UNDECIDED,
     VERDICTS,
     combine,
     difference_verdict,
@@ -62,27 +63,26 @@ def write_claims(
     out: Path | str = Path("reports"),
     rows: list[dict] | None = None,
 ) -> Path:
-    """Write ``out/claims.md`` (profile, rule, one table row per claim, the verdict beside the claim)
+    """Write ``out/claims.md`` (profile, rule, one section per claim headed by its id: the verdict, the
+    claim, the paper's number, the measure, ours and why)
     and ``out/tables/claims.csv``; ``rows``: ``evaluate_claims``'s, when the caller has them."""
     out = Path(out)
     rows = evaluate_claims(params, metrics) if rows is None else rows
     (out / "tables").mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows, columns=list(FIELDS)).to_csv(out / "tables" / "claims.csv", index=False)
-    esc = lambda s: str(s).replace("|", "\\|").replace("\n", " ")  # noqa: E731
-    table = pd.DataFrame(
-        [
-            {
-                "id": r["id"],
-                "verdict": f"**{r['verdict']}**",
-                "claim": esc(r["claim"]),
-                "our measurement (95% CI)": esc(r["ours"]),
-                "paper": esc(r["paper"]),
-                "source": r["source"],
-                "reason": esc(r["reason"]),
-            }
-            for r in rows
+    sections = []
+    for r in rows:  # one short section per claim (anchor: its id), each field on its own line
+        sections += [
+            f"### {r['id']}",
+            "",
+            f"**{r['verdict']}**: {r['claim']} ({r['source']}).",
+            "",
+            f"- *Paper*: {r['paper']}",
+            f"- *Measure*: {r['measure']}",
+            f"- *Ours*: {r['ours']}",
+            f"- *Why*: {r['reason']}",
+            "",
         ]
-    )
     counts = pd.Series([r["verdict"] for r in rows]).value_counts()
     profile = params.get("profile", "?")
     scale = (
@@ -97,14 +97,12 @@ def write_claims(
         f"Profile **{profile}**, seeds {list(params['seeds'])}, headline NAC `nac-{params['prior']['name']}`. "
         f"Verdicts are at this profile's scale: {scale}.",
         "",
-        f"Summary: {', '.join(f'{counts.get(v, 0)} {v}' for v in (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE))} "
-        f"of {len(rows)} claims.",
+        f"Summary: {', '.join(f'{counts.get(v, 0)} {v}' for v in VERDICTS)} of {len(rows)} claims.",
         "",
         RULE,
         "## Claims",
         "",
-        table.to_markdown(index=False),
-        "",
+        *sections,
     ]
     md = out / "claims.md"
     md.write_text("\n".join(lines))
@@ -123,28 +121,45 @@ HEADLINE_CLAIMS = (
 )
 
 
+def _number(v, integer: bool = False):
+    return (
+        None if v is None or v != v else (int(v) if integer else float(f"{v:.4g}"))
+    )  # 4 significant digits: read, not recomputed
+
+
+def verdict_counts(rows: list[dict]) -> dict[str, int]:
+    """How many claims have each verdict (``VERDICTS``, spaces as underscores: DVC column names)."""
+    got = pd.Series([r["verdict"] for r in rows]).value_counts()
+    return {v.replace(" ", "_"): int(got.get(v, 0)) for v in VERDICTS}
+
+
 def headline(rows: list[dict]) -> dict:
-    """The DVC metric: how many claims are supported / not supported / inconclusive, and for the
-    ``HEADLINE_CLAIMS`` their estimate with its 95% CI and n (None where not measured)."""
-    counts = pd.Series([r["verdict"] for r in rows]).value_counts()
-    out: dict = {
-        "claims": {v.replace(" ", "_"): int(counts.get(v, 0)) for v in (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE)}
-    }
+    """``metrics/summary.json``, the file `dvc exp show` compares: the verdict counts and, for the
+    ``HEADLINE_CLAIMS``, their estimate with its 95% CI and n (None where not measured)."""
+    out: dict = verdict_counts(rows)  # top level: short DVC column names (`dvc exp show` at 80 columns)
     by_id = {r["id"]: r for r in rows}
     for cid in HEADLINE_CLAIMS:
         if cid in by_id:
             r = by_id[cid]
-            out[cid] = {
-                k: (None if r[k] is None or r[k] != r[k] else (int(r[k]) if k == "n" else float(r[k])))
-                for k in ("estimate", "lo", "hi", "n")
-            }
+            out[cid] = {k: _number(r[k], k == "n") for k in ("estimate", "lo", "hi", "n")}
     return out
+
+
+def claims_metrics(rows: list[dict]) -> dict:
+    """``metrics/claims.json``, the file `dvc metrics show` lists in full: every claim's estimate,
+    95% CI (lo, hi), n and verdict, by claim id in report order (numbers None where not measured)."""
+    return {
+        r["id"]: {**{k: _number(r[k], k == "n") for k in ("estimate", "lo", "hi", "n")}, "verdict": r["verdict"]}
+        for r in rows
+    }
 
 
 __all__ = [
     "CLAIM_IDS",
     "FIELDS",
     "HEADLINE_CLAIMS",
+    "claims_metrics",
+    "verdict_counts",
     "RULE",
     "Interval",
     "claim_ids",
@@ -164,7 +179,8 @@ __all__ = [
     "knn_gap",
     "SUPPORTED",
     "NOT_SUPPORTED",
-    "INCONCLUSIVE",
+    "UNDECIDED",
+    "NOT_MEASURED",
     "VERDICTS",
     "DELTA",
     "Claim",

@@ -8,7 +8,7 @@ import numpy as np
 from nac.mechanism import DEGENERATE, degenerate_numbers
 from nac.report.claims.metrics import Missing, number
 from nac.report.claims.registry import Context, claim
-from nac.report.claims.rules import D1, INCONCLUSIVE, SUPPORTED, _ci_text, _result, combine, difference_verdict
+from nac.report.claims.rules import D1, SUPPORTED, UNDECIDED, _ci_text, _result, combine, difference_verdict
 from nac.stats import paired_ci
 
 EMPTY_AT = 0.99  # share of links with P = 0 from which a learned graph counts as empty
@@ -202,7 +202,7 @@ def kernel_matters(c: Context) -> dict:
         if run != "frozen_graph":  # a learned graph must exist: an empty one makes the kernel matter trivially
             cut = float(np.mean(mech(c, run, "sparsity")))
             if cut >= EMPTY_AT:
-                parts.append((f"{run}'s graph", INCONCLUSIVE, f"{100 * cut:.1f}% of links cut (P = 0): an empty graph"))
+                parts.append((f"{run}'s graph", UNDECIDED, f"{100 * cut:.1f}% of links cut (P = 0): an empty graph"))
     name, low = min(ivs, key=lambda t: t[1].estimate)
     ours = f"smallest cost of removing the kernel: {name} {_ci_text(low)} points ({len(ivs)} models)"
     return _result(low, combine(parts, "models"), ours)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from nac.graphs import PRIORS
 from nac.report.claims.metrics import Metrics, Missing
-from nac.report.claims.rules import INCONCLUSIVE
+from nac.report.claims.rules import NOT_MEASURED
 from nac.report.published import TABLE1
 
 FIELDS = ("id", "source", "claim", "paper", "measure", "ours", "estimate", "lo", "hi", "n", "verdict", "reason")
@@ -91,7 +91,7 @@ class Claim:
                 "lo": None,
                 "hi": None,
                 "n": 0,
-                "verdict": INCONCLUSIVE,
+                "verdict": NOT_MEASURED,
                 "reason": f"not measured: {e}",
             }
         return {

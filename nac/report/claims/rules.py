@@ -10,8 +10,8 @@ import numpy as np
 
 from nac.stats import Interval, paired_ci, welch_ci
 
-SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE = "supported", "not supported", "inconclusive"
-VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE)
+SUPPORTED, NOT_SUPPORTED, UNDECIDED, NOT_MEASURED = "supported", "not supported", "undecided", "not measured"
+VERDICTS = (SUPPORTED, NOT_SUPPORTED, UNDECIDED, NOT_MEASURED)  # the one vocabulary of claims, metrics and report
 DELTA = 1.0  # default smallest effect of interest, percentage points
 
 RULE = f"""\
@@ -28,19 +28,20 @@ RULE = f"""\
 - *Difference* ("A beats B", d = mean(A) − mean(B)): **not supported** if the CI upper bound < 0, or
   if the whole CI lies below the smallest effect of interest δ (an effect as large as δ is excluded,
   even when the CI also excludes 0; δ = {DELTA:g} percentage point unless the claim says otherwise);
-  else **supported** if the CI lower bound > 0; else **inconclusive**. n < 2 (no CI): inconclusive.
+  else **supported** if the CI lower bound > 0; else **undecided**. n < 2 (no CI): undecided.
 - *Equivalence* ("no effect", "similar"): **supported** if the CI of d lies within ±δ; else **not
-  supported** if the CI excludes 0; else **inconclusive**. n < 2: inconclusive.
+  supported** if the CI excludes 0; else **undecided**. n < 2: undecided.
 - *Non-inferiority* ("A matches B" where being better also counts, e.g. a baseline matching Perceiver IO):
-  **supported** if the CI lower bound > −δ; **not supported** if the upper bound < −δ; else **inconclusive**.
+  **supported** if the CI lower bound > −δ; **not supported** if the upper bound < −δ; else **undecided**.
 - *Threshold* ("at least x"): **supported** if the CI lower bound ≥ x; **not supported** if the upper
-  bound < x; else **inconclusive**. A single measurement (n = 1) compares its value: supported if
+  bound < x; else **undecided**. A single measurement (n = 1) compares its value: supported if
   ≥ x, else not supported. *Above chance* is the strict variant (x = chance): supported if the lower
   bound > chance, not supported if the upper bound ≤ chance (n = 1: the value > chance).
 - *Several comparisons in one claim* (all pairs of priors, every model above chance, beats each
   control): each gets a verdict by the rules above; the claim is supported if all are, not supported
-  if any is, else inconclusive.
-- *Missing metrics*: inconclusive, reason "not measured: <what is missing>".
+  if any is, else undecided.
+- *Missing metrics*: **not measured**, reason "not measured: <what is missing>"; inside a claim of
+  several comparisons a missing part counts as undecided.
 """
 
 
@@ -51,36 +52,36 @@ def _iv(iv: Interval) -> str:
 
 def difference_verdict(iv: Interval, delta: float = DELTA) -> tuple[str, str]:
     if not iv.has_ci:
-        return INCONCLUSIVE, f"n < 2: no CI (d = {iv.estimate:+.2f} from n = {iv.n})"
+        return UNDECIDED, f"n < 2: no CI (d = {iv.estimate:+.2f} from n = {iv.n})"
     if iv.hi < 0:
         return NOT_SUPPORTED, f"CI upper bound {iv.hi:+.2f} < 0"
     if iv.hi < delta:  # checked before the lower bound: an effect inside (−δ, δ) is too small, even if > 0
         return NOT_SUPPORTED, f"whole CI {_iv(iv)} below δ = {delta:g}: an effect as large as δ is excluded"
     if iv.lo > 0:
         return SUPPORTED, f"CI lower bound {iv.lo:+.2f} > 0"
-    return INCONCLUSIVE, f"CI {_iv(iv)} contains 0 and reaches δ = {delta:g}"
+    return UNDECIDED, f"CI {_iv(iv)} contains 0 and reaches δ = {delta:g}"
 
 
 def equivalence_verdict(iv: Interval, delta: float = DELTA) -> tuple[str, str]:
     if not iv.has_ci:
-        return INCONCLUSIVE, f"n < 2: no CI (d = {iv.estimate:+.2f} from n = {iv.n})"
+        return UNDECIDED, f"n < 2: no CI (d = {iv.estimate:+.2f} from n = {iv.n})"
     if -delta <= iv.lo and iv.hi <= delta:
         return SUPPORTED, f"CI {_iv(iv)} within ±{delta:g}"
     if iv.lo > 0 or iv.hi < 0:
         return NOT_SUPPORTED, f"CI {_iv(iv)} excludes 0"
-    return INCONCLUSIVE, f"CI {_iv(iv)} contains 0 but reaches beyond ±{delta:g}"
+    return UNDECIDED, f"CI {_iv(iv)} contains 0 but reaches beyond ±{delta:g}"
 
 
 def noninferiority_verdict(iv: Interval, delta: float = DELTA) -> tuple[str, str]:
     """ "A matches B" read as *not worse by more than δ* (a model that is better also matches):
     supported if the CI lower bound > −δ, not supported if the upper bound < −δ."""
     if not iv.has_ci:
-        return INCONCLUSIVE, f"n < 2: no CI (d = {iv.estimate:+.2f} from n = {iv.n})"
+        return UNDECIDED, f"n < 2: no CI (d = {iv.estimate:+.2f} from n = {iv.n})"
     if iv.lo > -delta:
         return SUPPORTED, f"CI lower bound {iv.lo:+.2f} > −{delta:g}"
     if iv.hi < -delta:
         return NOT_SUPPORTED, f"CI upper bound {iv.hi:+.2f} < −{delta:g}"
-    return INCONCLUSIVE, f"CI {_iv(iv)} contains −{delta:g}"
+    return UNDECIDED, f"CI {_iv(iv)} contains −{delta:g}"
 
 
 def threshold_verdict(
@@ -97,16 +98,16 @@ def threshold_verdict(
         return SUPPORTED, f"CI lower bound {fmt(iv.lo)} {ge} {fmt(x)}"
     if (iv.hi <= x) if strict else (iv.hi < x):
         return NOT_SUPPORTED, f"CI upper bound {fmt(iv.hi)} {lt} {fmt(x)}"
-    return INCONCLUSIVE, f"CI [{fmt(iv.lo)}, {fmt(iv.hi)}] contains {fmt(x)}"
+    return UNDECIDED, f"CI [{fmt(iv.lo)}, {fmt(iv.hi)}] contains {fmt(x)}"
 
 
 def combine(parts: Sequence[tuple[str, str, str]], what: str = "comparisons") -> tuple[str, str]:
     """Verdict of a claim made of several (name, verdict, reason) parts: supported if all are,
-    not supported if any is, else inconclusive; the reason names the parts that decide."""
+    not supported if any is, else undecided; the reason names the parts that decide."""
     verdicts = [v for _, v, _ in parts]
     if all(v == SUPPORTED for v in verdicts):
         return SUPPORTED, f"all {len(parts)} {what} supported"
-    key = NOT_SUPPORTED if NOT_SUPPORTED in verdicts else INCONCLUSIVE
+    key = NOT_SUPPORTED if NOT_SUPPORTED in verdicts else UNDECIDED
     picked = [(n, r) for n, v, r in parts if v == key]
     if len(picked) > 1 and len({r for _, r in picked}) == 1:
         share = f"all {len(parts)}" if len(picked) == len(parts) else f"{len(picked)} of {len(parts)}"

@@ -7,7 +7,7 @@ import numpy as np
 
 from nac.report.claims.metrics import NAC, NLVR_CONTROLS, PIO, Missing
 from nac.report.claims.registry import Context, claim
-from nac.report.claims.rules import D1, INCONCLUSIVE, PAIRED, _ci_text, _diff, _result, combine, threshold_verdict
+from nac.report.claims.rules import D1, PAIRED, UNDECIDED, _ci_text, _diff, _result, combine, threshold_verdict
 from nac.stats import Interval, mean_ci
 
 
@@ -65,7 +65,7 @@ def above_chance(c: Context) -> dict:
                 acc = c.m.track(track, [run], "test_acc1")[run]
                 chance = float(np.mean(c.m.track(track, [run], "test_chance")[run]))
             except Missing:
-                parts.append((f"{track}/{run}", INCONCLUSIVE, "not measured"))
+                parts.append((f"{track}/{run}", UNDECIDED, "not measured"))
                 continue
             iv = mean_ci(acc)
             parts.append((f"{track}/{run}", *threshold_verdict(iv, chance, strict=True)))
