@@ -62,9 +62,7 @@ def predictions(root: Path, params: dict, device_kind: str) -> dict[str, float]:
     for p, st, rec, _ in P.status(root, params["profile"], params, ROOT):
         if rec is not None and rec.get("device_kind") == device_kind and "wall_s" in rec:
             walls.setdefault((p.track, p.run), []).append(float(rec["wall_s"]))
-    return {
-        p.id: statistics.median(walls[(p.track, p.run)]) for p in P.plan(params) if (p.track, p.run) in walls
-    }
+    return {p.id: statistics.median(walls[(p.track, p.run)]) for p in P.plan(params) if (p.track, p.run) in walls}
 
 
 def list_pieces(rows, params: dict, device_kind: str, root: Path) -> str:

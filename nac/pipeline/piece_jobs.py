@@ -54,8 +54,10 @@ def device_of(params: dict) -> tuple[str, str]:
 def checkpoint_of(piece: P.Piece) -> Path:
     from nac.pipeline.paths import image_checkpoint, track_checkpoint
 
-    return image_checkpoint(piece.run, piece.seed) if piece.track == "image" else track_checkpoint(
-        piece.track, piece.run, piece.seed
+    return (
+        image_checkpoint(piece.run, piece.seed)
+        if piece.track == "image"
+        else track_checkpoint(piece.track, piece.run, piece.seed)
     )
 
 

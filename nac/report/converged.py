@@ -156,14 +156,15 @@ def _pieces_md(params: dict, rows: list, claims: list[dict]) -> str:
         "# Converged pieces",
         "",
         f"Profile **{params['profile']}**: one piece per model and seed of a track "
-        "(docs/convergence.md, \"Running it in pieces\"); written by `" + COMMAND + "`.",
+        '(docs/convergence.md, "Running it in pieces"); written by `' + COMMAND + "`.",
         "",
     ]
     counts = {s: sum(1 for r in rows if r[1] == s) for s in P.STATUSES}
     lines.append(f"{len(rows)} pieces: " + ", ".join(f"{n} {s}" for s, n in counts.items()) + ".")
     mixed = [(c["id"], c["devices"]) for c in claims if c["devices"]]
     lines += ["", "## Pairs compared by seed on different kinds of device", ""]
-    lines += [f"- {cid}: {'; '.join(d)}" for cid, d in mixed] or ["None: each claim's pieces of a seed ran on one kind."]
+    none = "None: each claim's pieces of a seed ran on one kind."
+    lines += [f"- {cid}: {'; '.join(d)}" for cid, d in mixed] or [none]
     lines += ["", "## Pieces", "", "| piece | status | device | minutes | commit | note |", "|---|---|---|---|---|---|"]
     for p, st, rec, why in rows:
         rec = rec or {}
