@@ -1,6 +1,6 @@
 """The `converged` profile (conf/profile/converged.yaml) and its run in pieces: the plan and its order,
 the budget, written pieces kept, stale pieces found, interrupted pieces leaving nothing half-written
-(nac.pipeline.pieces, nac.pipeline.piece_jobs, tools/run_converged.py) and the report from a
+(nac.converged.pieces, nac.converged.jobs, tools/run_converged.py) and the report from a
 partial set of pieces (nac.report.converged)."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from nac.compose import validate_all
-from nac.pipeline import piece_jobs
-from nac.pipeline import pieces as P
+from nac.converged import jobs as piece_jobs
+from nac.converged import pieces as P
 from nac.pipeline.params import compose
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -252,7 +252,7 @@ def test_a_changed_param_or_nac_module_makes_exactly_its_pieces_stale(tmp_path):
     more = json.loads(json.dumps(params))
     more["image"]["ladder"].append("nac-scale_free-noreg")
     assert stale(more) == {}
-    for rel in ("nac/report/build.py", "nac/report/claims/image.py", "nac/pipeline/pieces.py"):
+    for rel in ("nac/report/build.py", "nac/report/claims/image.py", "nac/converged/pieces.py"):
         f = code / rel
         f.write_text(f.read_text() + "\n# changed\n")
         assert stale() == {}, rel

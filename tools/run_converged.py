@@ -4,7 +4,7 @@
                                   [--profile converged] [--keep-checkpoints]
     python tools/run_converged.py --list [--only PATTERN ...]
 
-A piece is one model and seed of one track with everything measured on it (``nac.pipeline.pieces``;
+A piece is one model and seed of one track with everything measured on it (``nac.converged.pieces``;
 docs/convergence.md, "Running it in pieces"). The command runs the pieces still missing in a fixed
 priority order (the headline pair ``nac-<prior>`` / ``perceiver_io`` and the NAC's controls seed by
 seed, then the rest of the image ladder, then points, ListOps, text, NLVR), each written atomically
@@ -37,8 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nac.pipeline import piece_jobs  # noqa: E402
-from nac.pipeline import pieces as P  # noqa: E402
+from nac.converged import jobs as piece_jobs  # noqa: E402
+from nac.converged import pieces as P  # noqa: E402
 from nac.provenance import git_commit  # noqa: E402
 
 

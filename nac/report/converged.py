@@ -1,4 +1,4 @@
-"""The converged profile's report from its committed pieces (``nac.pipeline.pieces``;
+"""The converged profile's report from its committed pieces (``nac.converged.pieces``;
 ``tools/run_converged.py`` writes them): ``reports/converged/``.
 
 - ``pieces.md``: every piece (done, stale, missing), where it ran, and for each claim the pieces it
@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from nac.pipeline import pieces as P
+from nac.converged import pieces as P
 from nac.report.claims.metrics import Metrics
 
 PROFILE = "converged"
@@ -178,15 +178,13 @@ def _pieces_md(params: dict, rows: list, claims: list[dict]) -> str:
 def section(results: str | Path, out: str | Path, root: str | Path, profile: str = PROFILE) -> str | None:
     """Build ``out/converged/`` from ``results/pieces/<profile>/``; returns the index's line, or
     None when no piece of the profile is written (the caller then says how to make them)."""
-    from nac.compose import validate_all
-    from nac.pipeline.params import compose
+    from nac.pipeline.params import compose  # (validated by tools/run_converged.py, which wrote the pieces)
 
     results, out, root = Path(results), Path(out), Path(root)
     pieces_root = results / "pieces"
     if not (pieces_root / profile).is_dir():
         return None
     params = compose([f"profile={profile}"], conf_dir=root / "conf")
-    validate_all(params)
     rows = P.status(pieces_root, profile, params, root)
     if not any(rec is not None for _, _, rec, _ in rows):
         return None

@@ -1,4 +1,4 @@
-"""What one piece computes (``nac.pipeline.pieces``): the tracks' own job functions, for one model
+"""What one piece computes (``nac.converged.pieces``): the tracks' own job functions, for one model
 and seed, run in a work folder (its ``data/`` and ``models/``), the small results written as one
 piece folder with its provenance.
 
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nac.pipeline import pieces as P
+from nac.converged import pieces as P
 from nac.pipeline.io import write_json
 
 SKIPPED = "skipped"

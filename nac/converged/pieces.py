@@ -12,7 +12,7 @@ This module is the bookkeeping: the pieces of a profile in priority order (``pla
 fingerprints (``fingerprint``: the code the piece's job runs, ``nac.imports.reached`` from its
 track's job modules, and the params it reads), their status against a checkout (``status``) and
 the metrics tree they make together (``assemble``). What one piece computes is
-``nac.pipeline.piece_jobs``; this module is not part of any piece's fingerprint, so changing the
+``nac.converged.jobs``; this module is not part of any piece's fingerprint, so changing the
 order or the listing makes no piece stale.
 """
 
@@ -39,7 +39,7 @@ JOB_MODULES = {
     "track": ("nac.tracks.common",),
     "nlvr_analysis": ("nac.tracks.common", "nac.tracks.nlvr"),
 }
-JOB_FILE = "nac/pipeline/piece_jobs.py"  # the piece's own job (its bytes, not its imports: those are per kind)
+JOB_FILE = "nac/converged/jobs.py"  # the piece's own job (its bytes, not its imports: those are per kind)
 STATUSES = ("done", "stale", "missing")
 
 
