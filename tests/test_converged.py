@@ -416,3 +416,47 @@ def test_run_converged_smoke_end_to_end_and_an_interrupted_piece_resumes(tmp_pat
         os.chdir(ROOT)
     assert f"{len(rows)} of {len(rows)} done (0 stale)" in line
     assert (tmp_path / "reports" / "converged" / "tables").is_dir()  # the whole report once complete
+
+
+def test_fewshot_on_the_episodes_of_one_seed_gives_the_full_runs_rows(tiny_config):
+    """A piece adapts its own model on the episodes its seed serves (episode e: model e % seeds);
+    together the pieces' rows are the few-shot stage's, row for row."""
+    import torch
+
+    from nac.model import build_model
+    from nac.tracks.fewshot import FewShotConfig, run_fewshot
+
+    class Target:
+        def __init__(self):
+            g = torch.Generator().manual_seed(0)
+            item = lambda i: {
+                "input": torch.randint(0, 256, (3, 32, 32), dtype=torch.uint8, generator=g),
+                "label": i % 4,
+            }  # noqa: E731
+            self.splits = {s: [item(i) for i in range(24)] for s in ("train", "test")}
+
+        def load(self, split):
+            return self.splits[split]
+
+    models = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        models.append(build_model(tiny_config(num_classes=10)).eval())
+    cfg = FewShotConfig(ways=3, shots=[1, 2], episodes=3, queries_per_class=3, steps=2)
+    target = {"t": Target()}
+    full = run_fewshot({"nac": models}, target, cfg, progress=False, seed=5)
+    parts = []
+    for i, m in enumerate(models):
+        eps = [e for e in range(cfg.episodes) if e % len(models) == i]
+        parts += run_fewshot({"nac": [m] * len(models)}, target, cfg, progress=False, seed=5, episodes=eps)
+    key = lambda r: (r["episode"], r["shots"])  # noqa: E731
+    assert len(full) == 6 and sorted(parts, key=key) == sorted(full, key=key)
+
+
+def test_committed_pieces_are_whole():
+    """Every committed piece folder holds its record; no temporary folder of a write is committed."""
+    root = ROOT / P.PIECES
+    assert not [p for p in root.rglob(".*")], "a temporary folder of an interrupted write is committed"
+    for d in root.glob("*/*/*"):
+        rec = json.loads((d / P.RECORD).read_text())
+        assert rec["id"] == f"{d.parent.name}/{d.name}" and set(rec["files"]) <= {f.name for f in d.iterdir()}

@@ -178,7 +178,12 @@ def run(args: argparse.Namespace, params: dict) -> list[dict]:
     if skipped:
         print(f"not started ({len(skipped)}): {skipped[0]['id']}: {skipped[0][piece_jobs.SKIPPED]}")
     after = P.status(root, profile, params, ROOT)
-    print(f"{sum(1 for r in after if r[1] == 'done')} of {len(after)} pieces of {profile} done")
+    before = {p.id for p, st, _, _ in rows if st == "done"}
+    new = [p.id for p, st, _, _ in after if st == "done" and p.id not in before]
+    print(
+        f"this command wrote {len(new)} piece(s); {sum(1 for r in after if r[1] == 'done')} of {len(after)} "
+        f"pieces of {profile} done"
+    )
     return results
 
 
