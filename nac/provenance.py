@@ -26,7 +26,7 @@ from nac.imports import reached
 
 PROVENANCE = "provenance.json"
 RESULTS = Path("results/converged")  # the converged profile's result set (docs/convergence.md)
-COMMAND = "python tools/run_converged.py"
+COMMAND = "python tools/run_converged.py --budget MINUTES"
 
 
 def _sha256(data: bytes) -> str:

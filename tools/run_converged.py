@@ -1,159 +1,229 @@
-"""Run the `converged` profile and keep its results, apart from mini's, in results/converged/.
+"""Advance the `converged` profile piece by piece, within a time budget, keeping each finished piece.
 
-    python tools/run_converged.py [--profile converged] [--workdir build/converged] [--out results/converged]
-                                  [override ...]
+    python tools/run_converged.py --budget MINUTES [--workers N] [--only PATTERN ...] [--rerun-stale]
+                                  [--profile converged] [--keep-checkpoints]
+    python tools/run_converged.py --list [--only PATTERN ...]
 
-1. Copies the checkout's tracked files (``git ls-files``: the code as it is now, committed or not;
-   provenance.json says which) into ``--workdir``, a DVC project of its own (``core.no_scm``), so
-   the repository's params.yaml, models/, metrics/ and dvc.lock are never touched.
-2. Composes ``profile=<profile>`` (and any Hydra overrides) into the copy's params.yaml and runs
-   ``dvc repro`` there. The environment passes through: ``NAC_WORKERS``, ``NAC_JOBS_PER_GPU``,
-   ``NAC_DEVICES``, ``NAC_EXECUTOR`` spread the jobs (docs/scale-out.md).
-3. Copies the small results into ``--out``: ``metrics/`` (without dvclive's per-run logs),
-   ``dvc.lock``, ``params.yaml`` and ``provenance.json`` (profile, overrides, commit, params hash,
-   code fingerprint, machine, device, start and end time; ``nac.provenance``).
+A piece is one model and seed of one track with everything measured on it (``nac.converged.pieces``;
+docs/convergence.md, "Running it in pieces"). The command runs the pieces still missing in a fixed
+priority order (the headline pair ``nac-<prior>`` / ``perceiver_io`` and the NAC's controls seed by
+seed, then the rest of the image ladder, then points, ListOps, text, NLVR), each written atomically
+to ``results/converged/pieces/<profile>/<track>/<run>-<seed>/`` (metrics JSON and its
+``piece.json``: commit, fingerprint of its code and params, device, wall time, start and end).
 
-Resumable: the work folder is kept, so after an interruption the same command resumes (the
-training stages resume from their checkpoints; finished stages are not rerun by DVC). The start
-time kept is the first attempt's. ``tests/test_converged.py`` checks the committed results'
-provenance against the committed code and params.
+Budget: a piece whose predicted time (the median wall time of written pieces of the same track and
+run on the same kind of device) does not fit what is left is not started, nor is any piece after
+it; a piece with no prediction yet starts, and at the end of the budget whatever still runs is
+stopped (its per-epoch checkpoint intact in the work folder, so the same command resumes it).
+
+Written pieces are never recomputed. ``--list`` says which are done, missing, or stale (their
+code, i.e. the ``nac`` modules their track's job functions import, or their params changed); stale
+pieces are rerun only with ``--rerun-stale``. Workers: ``--workers N`` (``NAC_WORKERS``), and on a
+GPU ``NAC_JOBS_PER_GPU`` / ``NAC_DEVICES``; ``NAC_EXECUTOR=slurm`` submits each piece through
+submitit (docs/scale-out.md). Checkpoints and data live in ``--workdir`` (git-ignored) and a
+piece's checkpoint is deleted once the piece is written (``--keep-checkpoints`` keeps it).
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import os
-import platform
-import shutil
-import subprocess
+import signal
+import statistics
 import sys
+import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nac.provenance import PROVENANCE, code_fingerprint, git_commit, params_hash  # noqa: E402
-
-OUTPUTS = ("metrics", "reports", "results")  # committed outputs not copied into the work folder
-STARTED = ".converged-started"  # in the work folder: the first attempt's start time
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+from nac.converged import jobs as piece_jobs  # noqa: E402
+from nac.converged import pieces as P  # noqa: E402
+from nac.provenance import git_commit  # noqa: E402
 
 
-def copy_checkout(src: Path, dst: Path) -> None:
-    """The tracked files of ``src`` (their working-tree state) into ``dst``, except the committed
-    outputs (``OUTPUTS``, ``dvc.lock``: mini's); what the run made in ``dst`` (data/, models/,
-    metrics/, dvc.lock, .dvc/cache) is kept, so a rerun resumes."""
-    files = (
-        subprocess.run(["git", "ls-files", "-z"], cwd=src, capture_output=True, check=True).stdout.decode().split("\0")
+class BudgetOver(KeyboardInterrupt):
+    """The budget ended while pieces were running."""
+
+
+def load(profile: str, conf: Path = ROOT / "conf") -> dict:
+    from nac.compose import validate_all
+    from nac.pipeline.params import compose
+
+    params = compose([f"profile={profile}"], conf_dir=conf)
+    validate_all(params)
+    return params
+
+
+def predictions(root: Path, params: dict, device_kind: str) -> dict[str, float]:
+    """{piece id: seconds}: the median wall time of the written pieces of the same track and run on
+    the same kind of device (any seed; stale ones too: their cost is still a measurement)."""
+    walls: dict[tuple[str, str], list[float]] = {}
+    for p, st, rec, _ in P.status(root, params["profile"], params, ROOT):
+        if rec is not None and rec.get("device_kind") == device_kind and "wall_s" in rec:
+            walls.setdefault((p.track, p.run), []).append(float(rec["wall_s"]))
+    return {p.id: statistics.median(walls[(p.track, p.run)]) for p in P.plan(params) if (p.track, p.run) in walls}
+
+
+def list_pieces(rows, params: dict, device_kind: str, root: Path) -> str:
+    pred = predictions(root, params, device_kind)
+    lines = [f"{'piece':40s} {'status':8s} {'device':28s} {'minutes':>8s}  note"]
+    for p, st, rec, why in rows:
+        dev = (rec or {}).get("device_kind", "")
+        mins = f"{rec['wall_s'] / 60:.1f}" if rec and "wall_s" in rec else ""
+        note = f"its {why} changed (--rerun-stale reruns it)" if st == "stale" else ""
+        if st == "missing" and p.id in pred:
+            note = f"predicted {pred[p.id] / 60:.1f} min on {device_kind}"
+        lines.append(f"{p.id:40s} {st:8s} {dev:28s} {mins:>8s}  {note}".rstrip())
+    counts = {s: sum(1 for r in rows if r[1] == s) for s in P.STATUSES}
+    todo = [p for p, st, _, _ in rows if st != "done"]
+    known = [pred[p.id] for p in todo if p.id in pred]
+    lines.append(
+        f"{len(rows)} pieces of profile {params['profile']}: "
+        + ", ".join(f"{n} {s}" for s, n in counts.items())
+        + (
+            f"; the {len(known)} of the {len(todo)} left with a prediction: {sum(known) / 60:.0f} min on {device_kind}"
+            if todo
+            else ""
+        )
     )
-    for rel in filter(None, files):
-        if rel == "dvc.lock" or rel.split("/")[0] in OUTPUTS and rel != "results/converged/README.md":
-            continue  # mini's committed outputs: the run makes its own (results/: only its layout note)
-        s, d = src / rel, dst / rel
-        if s.is_file():
-            d.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(s, d)
+    return "\n".join(lines)
 
 
-def device() -> str:
-    import torch
+def prepare_data(params: dict, todo: list[P.Piece]) -> None:
+    """The datasets the pieces read, generated (embedded) or prepared into the work folder's data/."""
+    from nac.pipeline.datasets import builder
 
-    if torch.cuda.is_available():
-        return f"{torch.cuda.device_count()} x {torch.cuda.get_device_name()}"
-    return f"CPU ({platform.machine()}, {os.cpu_count()} cores)"
-
-
-def learned_graphs(work: Path, params: dict) -> dict[str, list]:
-    """Figure 3's link probabilities of each prior's NAC, first seed (the checkpoints stay in the
-    work folder; these few numbers travel with the results)."""
-    from nac.checkpoint_io import load_model
-    from nac.pipeline.paths import image_checkpoint, parse_run
-
-    out = {}
-    for run in params["image"]["ladder"]:
-        variant, prior, control = parse_run(run)
-        ckpt = work / image_checkpoint(run, params["seeds"][0])
-        if variant == "nac" and control is None and ckpt.exists():
-            p = load_model(ckpt).link_probabilities().detach()
-            out[prior] = [[round(float(x), 6) for x in row] for row in p]
-    return out
+    names = set()
+    for p in todo:
+        names |= set(P.params_part(params, p)["data"])
+    for name in sorted(names):
+        b = builder(params, name)
+        b.download()
+        b.prepare()
 
 
-def collect(out: Path, work: Path, profile: str, overrides: list[str], start: str, end: str) -> dict:
-    """Copy the run's small results from ``work`` into ``out`` and write its provenance.json."""
-    import yaml
+def run(args: argparse.Namespace, params: dict) -> list[dict]:
+    """Run the pieces to do (see the module docstring); returns the records and skip notes."""
+    from nac.pipeline.pool import run_jobs
 
-    shutil.rmtree(out / "metrics", ignore_errors=True)  # the previous run's (README.md, the layout, stays)
-    for name in (PROVENANCE, "graphs.json"):
-        (out / name).unlink(missing_ok=True)
-    (out / "metrics").mkdir(parents=True)
-    for p in (work / "metrics").rglob("*"):
-        rel = p.relative_to(work / "metrics")
-        if p.is_file() and "live" not in rel.parts:  # dvclive's logs: the histories are in the metrics
-            (out / "metrics" / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(p, out / "metrics" / rel)
-    for name in ("dvc.lock", "params.yaml"):
-        shutil.copy2(work / name, out / name)
-    params = yaml.safe_load((work / "params.yaml").read_text())
-    graphs = learned_graphs(work, params)
-    if graphs:
-        (out / "graphs.json").write_text(json.dumps(graphs) + "\n")
-    prov = {
-        "profile": profile,
-        "overrides": overrides,
-        **git_commit(ROOT),
-        "params_sha256": params_hash(params),
-        "code": code_fingerprint(work),
-        "machine": f"{platform.node() or 'unknown host'} ({platform.platform()})",
-        "device": device(),
-        "workers": {k: v for k, v in os.environ.items() if k.startswith("NAC_")},
-        "start": start,
-        "end": end,
-        "command": " ".join(["python tools/run_converged.py", *sys.argv[1:]]),
-    }
-    (out / PROVENANCE).write_text(json.dumps(prov, indent=2) + "\n")
-    return prov
-
-
-def prepare_workdir(work: Path, profile: str, overrides: list[str]):
-    """``work``: the checkout copied in (``copy_checkout``), a DVC project of its own
-    (``core.no_scm``), ``profile`` and ``overrides`` composed into its params.yaml. Returns
-    ``run(*cmd)``: a command run there with this copy's ``nac`` on PYTHONPATH, failing loudly."""
+    root, profile = Path(args.pieces).resolve(), params["profile"]
+    rows = P.status(root, profile, params, ROOT, P.select(P.plan(params), args.only))
+    todo = [p for p, st, _, _ in rows if st == "missing" or (st == "stale" and args.rerun_stale)]
+    stale = sum(1 for r in rows if r[1] == "stale")
+    if stale and not args.rerun_stale:
+        print(f"{stale} stale piece(s) kept as they are (--list names them, --rerun-stale reruns them)")
+    if not todo:
+        print(f"nothing to run: every selected piece of {profile} is written")
+        return []
+    start = piece_jobs.now()
+    deadline = start + 60.0 * args.budget
+    work = Path(args.workdir).resolve() / profile
     work.mkdir(parents=True, exist_ok=True)
-    copy_checkout(ROOT, work)
-    env = {**os.environ, "PYTHONPATH": str(work)}
+    if args.workers:
+        os.environ["NAC_WORKERS"] = str(args.workers)
+    device_kind, _ = piece_jobs.device_of(params)
+    stop = work / f".stop-{uuid.uuid4().hex[:8]}"
+    ctx = {
+        "workdir": str(work),
+        "pieces": str(root),
+        "code_root": str(ROOT),
+        "deadline": deadline,
+        "predicted": predictions(root, params, device_kind),
+        "stop": str(stop),
+        "keep_checkpoint": args.keep_checkpoints,
+        "commit": git_commit(ROOT),
+        "command": " ".join(["python tools/run_converged.py", *(args.argv or [])]),
+    }
+    cwd = os.getcwd()
+    os.chdir(work)
+    over = [False]
 
-    def run(*cmd: str) -> subprocess.CompletedProcess:
-        return subprocess.run(cmd, cwd=work, env=env, check=True)
+    def end_of_budget(signum, frame):
+        over[0] = True
+        raise BudgetOver("budget over")
 
-    if not (work / ".dvc" / "config.local").exists():
-        run("dvc", "config", "--local", "core.no_scm", "true")
-    run(sys.executable, "-m", "nac.compose", f"profile={profile}", *overrides)
-    return run
+    previous = signal.signal(signal.SIGALRM, end_of_budget)
+    results: list[dict] = []
+    try:
+        prepare_data(params, todo)
+        left = deadline - piece_jobs.now()
+        if left <= 0:
+            raise BudgetOver("budget over")
+        signal.setitimer(signal.ITIMER_REAL, left)
+        print(f"{len(todo)} piece(s) to run on {device_kind}, budget {args.budget:g} min; first {todo[0].id}")
+        results = run_jobs(
+            piece_jobs.run_piece,
+            [(params, p.id, ctx) for p in todo],
+            device=params.get("device", "auto"),
+            desc="pieces",
+            label=lambda job: job[1],
+        )
+    except (KeyboardInterrupt, SystemExit):
+        if not over[0]:
+            raise
+        print(
+            f"budget of {args.budget:g} min over: the pieces still running were stopped; their checkpoints "
+            f"(per epoch) stay in {work}, and the same command resumes them. Nothing half-written is kept."
+        )
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        stop.unlink(missing_ok=True)
+        os.chdir(cwd)
+    done = [r for r in results if r and piece_jobs.SKIPPED not in r]
+    skipped = [r for r in results if r and piece_jobs.SKIPPED in r]
+    for r in done:
+        print(f"wrote {r['id']} ({r['wall_s'] / 60:.1f} min on {r['device_kind']})")
+    if skipped:
+        print(f"not started ({len(skipped)}): {skipped[0]['id']}: {skipped[0][piece_jobs.SKIPPED]}")
+    after = P.status(root, profile, params, ROOT)
+    before = {p.id for p, st, _, _ in rows if st == "done"}
+    new = [p.id for p, st, _, _ in after if st == "done" and p.id not in before]
+    print(
+        f"this command wrote {len(new)} piece(s); {sum(1 for r in after if r[1] == 'done')} of {len(after)} "
+        f"pieces of {profile} done"
+    )
+    return results
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--profile", default="converged")
-    ap.add_argument("--workdir", default=str(ROOT / "build" / "converged"))
-    ap.add_argument("--out", default=str(ROOT / "results" / "converged"))
-    ap.add_argument("overrides", nargs="*", help="Hydra overrides on top of the profile (image.train.epochs=2)")
+    ap.add_argument("--budget", type=float, help="minutes of wall time this command may use")
+    ap.add_argument("--workers", type=int, help="pieces side by side (NAC_WORKERS; default as the pool's)")
+    ap.add_argument("--list", action="store_true", help="list the pieces and their status, run nothing")
+    ap.add_argument("--only", nargs="+", metavar="PATTERN", help="piece ids to consider (shell patterns)")
+    ap.add_argument("--rerun-stale", action="store_true", help="rerun the pieces whose code or params changed")
+    ap.add_argument("--keep-checkpoints", action="store_true", help="keep each piece's checkpoint in --workdir")
+    ap.add_argument("--workdir", default=str(ROOT / "build" / "converged"), help="data/ and models/ (git-ignored)")
+    ap.add_argument("--pieces", default=str(ROOT / P.PIECES), help="where pieces are written")
     args = ap.parse_args(argv)
-    work, out = Path(args.workdir).resolve(), Path(args.out).resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    started = work / STARTED
-    if not started.exists():
-        started.write_text(_now())
-    run = prepare_workdir(work, args.profile, args.overrides)
-    run("dvc", "repro")
-    prov = collect(out, work, args.profile, list(args.overrides), started.read_text().strip(), _now())
-    started.unlink()
-    print(f"wrote {out} ({prov['profile']}, {prov['start']} to {prov['end']}, {prov['device']})")
+    args.argv = sys.argv[1:] if argv is None else argv
+    if args.workers is not None and args.workers < 1:
+        ap.error(f"--workers must be >= 1, got {args.workers}")
+    try:
+        params = load(args.profile)
+    except Exception as e:  # Hydra: an unknown profile
+        ap.error(f"--profile {args.profile}: {e}")
+    root = Path(args.pieces).resolve()
+    for d in P.clean_partial(root, args.profile):
+        print(f"removed {d} (an interrupted write)")
+    if args.list:
+        try:
+            sel = P.select(P.plan(params), args.only)
+        except ValueError as e:
+            ap.error(str(e))
+        rows = P.status(root, args.profile, params, ROOT, sel)
+        print(list_pieces(rows, params, piece_jobs.device_of(params)[0], root))
+        return
+    if args.budget is None or args.budget <= 0:
+        ap.error("--budget MINUTES (> 0) is required to run pieces; --list lists them")
+    try:
+        P.select(P.plan(params), args.only)
+    except ValueError as e:
+        ap.error(str(e))
+    run(args, params)
 
 
 if __name__ == "__main__":

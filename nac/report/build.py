@@ -339,7 +339,11 @@ def _converged(results: str | Path, out: Path) -> str:
     params (the same builders), and the index's lines about it; when it is absent, one line saying
     so and how to make one."""
     from nac import provenance as prov_io
+    from nac.report.converged import section
 
+    line = section(results, out, Path(__file__).resolve().parents[2])  # the pieces (tools/run_converged.py)
+    if line is not None:
+        return line
     got = prov_io.read(results)
     if got is None:
         return (

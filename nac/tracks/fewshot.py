@@ -34,6 +34,7 @@ probabilities ``P`` are computed once per adaptation step for the forward and th
 from __future__ import annotations
 
 import copy
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -268,16 +269,19 @@ def run_fewshot(
     device: torch.device | str = "cpu",
     progress: bool = True,
     seed: int = 0,
+    episodes: Collection[int] | None = None,
 ) -> list[dict[str, Any]]:
     """All episodes: ``pretrained`` maps a run name to its pre-trained models (one per seed;
     episode ``e`` uses model ``e % len``), ``targets`` maps a target name to its dataset builder.
+    ``episodes``: only these episode indices (a converged piece's: those its seed's model serves;
+    each episode's rows are the same as in the full run, being seeded by target and index only).
     Returns one row per (target, run, shots, episode)."""
     from tqdm.auto import tqdm
 
     from nac.progress import bar_kwargs
 
     rows = []
-    jobs = [(t, e) for t in targets for e in range(cfg.episodes)]
+    jobs = [(t, e) for t in targets for e in range(cfg.episodes) if episodes is None or e in episodes]
     bar = tqdm(
         total=len(jobs) * len(pretrained) * len(cfg.shots),
         desc="few-shot",

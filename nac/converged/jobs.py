@@ -1,0 +1,195 @@
+"""What one piece computes (``nac.converged.pieces``): the tracks' own job functions, for one model
+and seed, run in a work folder (its ``data/`` and ``models/``), the small results written as one
+piece folder with its provenance.
+
+- an image-ladder run: ``nac.tracks.image.train_image_run`` (history, mechanism numbers) and
+  ``evaluate_image_run`` (IID / OOD, the kernel ablation, the baselines' analysis); where it is in
+  ``prune.runs``, ``prune_sweep`` for this run and seed (throughput on the first seed only); where a
+  few-shot run adapts it, ``nac.tracks.fewshot.run_fewshot`` on the episodes this seed serves, every
+  target; a prior NAC's learned link probabilities (Figure 3);
+- a run of another track: ``nac.tracks.common.train_track_run``; the NLVR run and seed of
+  ``nlvr.analysis`` also ``nac.tracks.nlvr.run_analysis``.
+
+The checkpoint stays in the work folder (``models/``), so an interrupted piece resumes from it;
+``keep_checkpoint=False`` deletes it once the piece is written.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+from nac.converged import pieces as P
+from nac.pipeline.io import write_json
+
+SKIPPED = "skipped"
+
+
+def now() -> float:
+    """The clock the budget is checked against (tests stand in another)."""
+    return time.time()
+
+
+def _utc(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def device_of(params: dict) -> tuple[str, str]:
+    """``(kind, description)``: the GPU's name or ``CPU``, and the device in words."""
+    import torch
+
+    from nac.training.distributed import resolve_device
+
+    dev = resolve_device(params.get("device", "auto"))
+    if dev.type == "cuda":
+        name = torch.cuda.get_device_name(dev)
+        return name, f"{name} ({dev})"
+    return "CPU", f"CPU ({platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def checkpoint_of(piece: P.Piece) -> Path:
+    from nac.pipeline.paths import image_checkpoint, track_checkpoint
+
+    return (
+        image_checkpoint(piece.run, piece.seed)
+        if piece.track == "image"
+        else track_checkpoint(piece.track, piece.run, piece.seed)
+    )
+
+
+def _image(params: dict, piece: P.Piece, out: Path, progress: bool) -> None:
+    from nac.checkpoint_io import load_model
+    from nac.pipeline.paths import image_checkpoint, parse_run
+    from nac.tracks.image import evaluate_image_run, prune_sweep, train_image_run
+
+    run, seed = piece.run, piece.seed
+    write_json(out / "train.json", train_image_run(params, run, seed, live_dir=None, progress=progress))
+    write_json(out / "eval.json", evaluate_image_run(params, run, seed))
+    if P.prunes(params, piece):
+        one = dict(params, seeds=[seed], prune=dict(params["prune"], runs=[run]))
+        rows = prune_sweep(one, progress=progress)
+        if seed != int(params["seeds"][0]):  # the pipeline times the first seed only
+            for r in rows:
+                r.pop("images_per_s", None)
+        write_json(out / "prune.json", rows)
+    variant, prior, control = parse_run(run)
+    if variant == "nac" and control is None:  # Figure 3: the learned graph
+        p = load_model(image_checkpoint(run, seed)).link_probabilities().detach()
+        write_json(out / "graph.json", [[round(float(x), 6) for x in row] for row in p])
+    fs_runs, episodes = P.fewshot_runs(params, piece), []
+    if fs_runs:
+        episodes = P.fewshot_episodes(params, piece)
+    if fs_runs and episodes:
+        from nac.data.registry import get_builder
+        from nac.tracks.fewshot import FewShotConfig, run_fewshot
+        from nac.training.distributed import resolve_device
+
+        fs = params["fewshot"]
+        if fs["source"] != "image":
+            raise ValueError(
+                f"fewshot.source={fs['source']!r}: pieces adapt the image track's models (source: image); "
+                "the pretrain stage's models have no pieces yet, run that profile with dvc repro"
+            )
+        cfg = FewShotConfig.from_dict(dict(fs.get("protocol") or {}))
+        device = resolve_device(params.get("device", "auto"))
+        model = load_model(image_checkpoint(run, seed), map_location=device).to(device).eval()
+        data = params["data"]
+        res: dict[str, Any] = {}
+        for target in fs["targets"]:
+            b = get_builder(target, data.get("root", "data"), data.get(target) or {})
+            rows = run_fewshot(
+                {r: [model] * len(params["seeds"]) for r in fs_runs},  # episode e reads models[e % len(seeds)]
+                {target: b},
+                cfg,
+                device=device,
+                progress=progress,
+                seed=int(fs.get("seed", 0)),
+                episodes=episodes,
+            )
+            for r in rows:
+                r["model"] = run
+            res[target] = {"target": target, "source": fs["source"], "protocol": cfg.to_dict(), "rows": rows}
+        write_json(out / "fewshot.json", res)
+
+
+def _track(params: dict, piece: P.Piece, out: Path, progress: bool) -> None:
+    from nac.tracks.common import train_track_run
+
+    write_json(out / "metrics.json", train_track_run(params, piece.track, piece.run, piece.seed, progress=progress))
+    if P.analyses(params, piece):
+        from nac.tracks.nlvr import run_analysis
+
+        run_analysis(params, out_dir=str(out), progress=progress)
+
+
+def compute(params: dict, piece: P.Piece, out: Path, progress: bool = True) -> None:
+    """The piece's metrics files into ``out`` (run in the work folder)."""
+    (_image if piece.track == "image" else _track)(params, piece, out, progress)
+
+
+def run_piece(
+    params: dict,
+    piece_id: str,
+    ctx: dict[str, Any],
+    progress: bool = True,
+) -> dict[str, Any]:
+    """One job of ``tools/run_converged.py`` (a ``nac.pipeline.pool.run_jobs`` job): in
+    ``ctx["workdir"]``, unless the budget is over, compute the piece and write it atomically to
+    ``ctx["pieces"]/<profile>/...`` with its record. Returns the record, or ``{"id", "skipped"}``.
+
+    ``ctx``: ``workdir``, ``pieces``, ``code_root`` (the checkout whose code runs: fingerprinted),
+    ``deadline`` (epoch seconds), ``predicted`` ({piece id: seconds} where a prediction exists),
+    ``stop`` (a file: once a piece does not fit, no later piece starts), ``keep_checkpoint``,
+    ``commit``, ``command``."""
+    piece = next(p for p in P.plan(params) if p.id == piece_id)
+    stop = Path(ctx["stop"])
+    os.chdir(ctx["workdir"])
+    predicted = ctx["predicted"].get(piece_id)
+    start = now()
+    if stop.exists():
+        return {"id": piece_id, SKIPPED: "an earlier piece did not fit the budget"}
+    if predicted is not None and start + predicted > ctx["deadline"]:
+        stop.write_text(piece_id)
+        left = max(0.0, ctx["deadline"] - start)
+        return {
+            "id": piece_id,
+            SKIPPED: f"predicted {predicted / 60:.1f} min, {left / 60:.1f} min of the budget left",
+        }
+    kind, device = device_of(params)
+    resumed = checkpoint_of(piece).exists()
+    profile = params["profile"]
+
+    def write(tmp: Path) -> None:
+        compute(params, piece, tmp, progress)
+        end = now()
+        record = {
+            "id": piece_id,
+            "profile": profile,
+            "track": piece.track,
+            "run": piece.run,
+            "seed": piece.seed,
+            **ctx["commit"],
+            "fingerprint": P.fingerprint(ctx["code_root"], params, piece),
+            "device_kind": kind,
+            "device": device,
+            "machine": f"{platform.node() or 'unknown host'} ({platform.platform()})",
+            "workers": {k: v for k, v in os.environ.items() if k.startswith("NAC_")},
+            "resumed_from_checkpoint": resumed,
+            "start": _utc(start),
+            "end": _utc(end),
+            "wall_s": round(end - start, 1),
+            "files": sorted(f.name for f in tmp.iterdir()),
+            "command": ctx["command"],
+        }
+        write_json(tmp / P.RECORD, record)
+
+    dest = P.write_piece(piece.path(ctx["pieces"], profile), write)
+    if not ctx.get("keep_checkpoint"):
+        ckpt = checkpoint_of(piece)
+        for f in (ckpt, ckpt.with_name(ckpt.name + ".lock")):
+            f.unlink(missing_ok=True)
+    return P.read(ctx["pieces"], profile, piece) or {"id": piece_id, "written": str(dest)}
