@@ -1372,7 +1372,7 @@ def test_longer_runs_under_other_settings_are_not_measured(tmp_path):
 
 # ---------------------------------------------------------------------------- degenerate states (issue 31)
 # Each mechanism claim, fed the metrics of a trivial state that could pass it without a learned
-# mechanism, must say "not supported" or "inconclusive", never "supported". The graphs' numbers are
+# mechanism, must say "not supported" or "undecided", never "supported". The graphs' numbers are
 # the pipeline's own (nac.mechanism.degenerate_numbers at the ladder's size).
 EMPTY_HEAD = {"empty": lambda spec: spec["mechanism"].update({HEAD: degenerate_mech("empty")})}
 

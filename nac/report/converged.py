@@ -123,9 +123,9 @@ def _esc(s: Any) -> str:
 
 
 def _claims_md(params: dict, rows: list[dict], n_done: int, n_all: int) -> str:
-    from nac.report.claims.rules import INCONCLUSIVE, NOT_SUPPORTED, RULE, SUPPORTED
+    from nac.report.claims.rules import NOT_MEASURED, NOT_SUPPORTED, RULE, SUPPORTED, UNDECIDED
 
-    verdicts = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, NOT_JUDGED)
+    verdicts = (SUPPORTED, NOT_SUPPORTED, UNDECIDED, NOT_MEASURED, NOT_JUDGED)
     counts = {v: sum(1 for r in rows if r["verdict"] == v) for v in verdicts}
     lines = [
         "# The paper's claims at the plateau (converged profile, from its pieces)",
@@ -221,6 +221,15 @@ def section(results: str | Path, out: str | Path, root: str | Path, profile: str
                 f"{n_missing} pieces are missing or stale, so the whole report (tables, figures) waits for "
                 f"them; [claims.md](claims.md) judges every claim whose pieces are all done, "
                 f"[pieces.md](pieces.md) lists the pieces. `{COMMAND}` runs the next ones.\n"
+            )
+            # the judged claims for the findings screen's converged column (the whole report writes its own)
+            import pandas as pd
+
+            from nac.report.claims import FIELDS
+
+            (stage / "tables").mkdir()
+            pd.DataFrame([{k: c.get(k) for k in FIELDS} for c in claims], columns=list(FIELDS)).to_csv(
+                stage / "tables" / "claims.csv", index=False
             )
         (stage / "claims.md").write_text(_claims_md(params, claims, len(done), len(rows)))
         (stage / "pieces.md").write_text(_pieces_md(params, rows, claims))
