@@ -129,35 +129,56 @@ def test_the_executor_gates_input_latent_links_by_the_kernel_of_the_concatenated
         assert (P_out > 0).all()  # the authors' read-out kernel is untruncated
 
 
+def _run(model, x, latent_noise=None, readout_noise=None):
+    """The model's own forward (evaluation: K = P), with ``latent_noise`` added to the read-in's
+    output (every module sees it) or ``readout_noise`` to the read-out's senders only; returns
+    (the processors' states after the first propagator, logits)."""
+    seen, hooks = {}, []
+    if latent_noise is not None:
+        hooks.append(model.read_in.register_forward_hook(lambda m, a, out: out + latent_noise))
+    if readout_noise is not None:
+        hooks.append(model.read_out.register_forward_pre_hook(lambda m, a: (a[0], a[1] + readout_noise, *a[2:])))
+    hooks.append(model.propagators[0].register_forward_hook(lambda m, a, out: seen.update(states=out)))
+    try:
+        with torch.no_grad():
+            logits = model(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    return seen["states"], logits
+
+
 def test_a_cut_input_latent_link_contributes_nothing():
-    """Truncated kernel, one propagator, evaluation (K = P): perturbing input latent j changes
-    exactly the processors linked to it (P_ij > 0); a receiver whose link to j is cut gets
-    bit-identical output. The same for the read-out with ``truncate_readout``."""
-    model = _model(depth=1, truncate_readout=True, **TRUNCATED).eval()
+    """Truncated kernel, evaluation (K = P), the model's own forward: perturbing input latent j
+    changes exactly the processors linked to it (P_ij > 0) in the first propagator; a receiver
+    whose link to j is cut gets bit-identical output. The same for the read-out with
+    ``truncate_readout``: a latent whose read-out links are all cut cannot change the logits."""
+    model = _model(truncate_readout=True, **TRUNCATED).eval()
     x = _images()
     with torch.no_grad():
         P = _authors_P(model, model.generator.signatures, 0)[:, :N]
-        cols = [j for j in range(N) if (P[:, j] == 0).any() and (P[:, j] > 0).any()]
-        assert cols, "no input latent with both cut and kept links: pick another seed"
-        j = cols[0]
-        _, latents, base = _manual(model, x)
-        noise = torch.zeros_like(latents)
-        noise[:, j] = 3 * torch.randn(latents.shape[-1])
-        _, _, moved = _manual(model, x, perturb_layer=0, noise=noise)
-        cut, kept = P[:, j] == 0, P[:, j] > 0
-        assert torch.equal(moved[:, cut], base[:, cut])
-        assert ((moved[:, kept] - base[:, kept]).abs().amax(dim=(0, 2)) > 1e-4).all()
-    # the read-out: all links to an input latent cut -> it cannot change the logits
+    cols = [j for j in range(N) if (P[:, j] == 0).any() and (P[:, j] > 0).any()]
+    assert cols, "no input latent with both cut and kept links: pick another seed"
+    j = cols[0]
+    noise = torch.zeros(3, N, 32)
+    noise[:, j] = 3 * torch.randn(32)
+    base, logits = _run(model, x)
+    moved, _ = _run(model, x, latent_noise=noise)
+    cut, kept = P[:, j] == 0, P[:, j] > 0
+    assert torch.equal(moved[:, cut], base[:, cut])
+    assert ((moved[:, kept] - base[:, kept]).abs().amax(dim=(0, 2)) > 1e-4).all()
+    # the read-out: every link to input latent j cut -> its state cannot change the logits
     with torch.no_grad():
         R = model.generator.readout_signatures  # [3, 8]: a v with v . r_k = -1 for every k, so 1 - cos > 1
         model.input_latents.signatures[j] = -torch.linalg.pinv(R) @ torch.ones(R.shape[0])
-        P_out = _authors_P(model, model.generator.readout_signatures, "readout")
-        assert (P_out[:, j] == 0).all()
-        noise = torch.zeros_like(latents)
-        noise[:, j] = 3 * torch.randn(latents.shape[-1])
-        logits, _, _ = _manual(model, x)
-        perturbed, _, _ = _manual(model, x, perturb_layer="readout", noise=noise)
+        assert (_authors_P(model, R, "readout")[:, j] == 0).all()
+    senders = torch.zeros(3, N + 16, 32)
+    senders[:, j] = 3 * torch.randn(32)
+    _, logits = _run(model, x)
+    _, perturbed = _run(model, x, readout_noise=senders)
     assert torch.equal(logits, perturbed)
+    senders[:, j], senders[:, N] = 0, 3 * torch.randn(32)  # a linked sender (processor 0) does change them
+    assert (_run(model, x, readout_noise=senders)[1] - logits).abs().max() > 1e-5
 
 
 def test_the_processors_receive_from_the_input_latents_at_every_layer():
