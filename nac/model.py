@@ -41,17 +41,21 @@ class NAC(nn.Module):
     ids ``[B, T]``, ...); mask ``[B, T]`` bool marks real tokens; cond / cond_mask: what the
     conditional circuit generator reads.
 
-    ``input_latents = N > 0`` (the authors' ``TINY-INET-NC-X`` and m2mKD layout): the read-in
-    reads the input into ``N`` separate input latents (``self.input_latents``, an
-    ``InputLatents``: their own codes and initial states, no kernel) instead of into the
-    processors, whose states start as their initial states; every propagator's processors attend
-    to the input latents and to each other, and the read-out to the input latents and the
-    processors. Our reading where the authors' layout is not recorded (docs/reference.md,
-    "Switches"): the input latents' states are fixed after the read-in (they only send); the
-    kernel covers processor-to-processor (and read-out-to-processor) links only, links from input
-    latents are dense (``K = 1``, so attention bias ``log 1 = 0`` before eq. 3's row
-    normalisation); input latents have no signatures, take no part in the graph, the regularizer
-    or module dropping.
+    ``input_latents = N > 0`` (the authors' ``TINY-INET-NC-X`` and m2mKD layout, their
+    ``LatentGraph`` in ``model/nc/block.py`` with its defaults): the read-in reads the input into
+    ``N`` separate input latents (``self.input_latents``, an ``InputLatents``: their own codes,
+    initial states and signatures; no kernel in the read-in) instead of into the processors,
+    whose states start as their initial states; every propagator's processors attend to
+    ``[input latents; processors]`` and the read-out to the same set; the input latents' states
+    are not updated after the read-in (they only send). As in the authors' code, each of these
+    attentions has one kernel over the concatenated signatures: the links from the input latents
+    are gated by ``P = exp(-d / eps)`` of their signatures with the same bandwidth, truncation
+    (the read-out's only with ``truncate_readout``), Concrete sampling and eq. 3 normalisation
+    (over the whole row) as the processors' links (``_executor_probabilities``). The input
+    latents' signatures are random and learnable (the authors' ``input_latent_kwargs: null``;
+    fixed for the frozen-graph rung), not fitted to a prior; the graph, the regularizer (the
+    authors' ``regularize_input_latents: false``), the mechanism numbers and module dropping
+    cover the processors only. Without a kernel (``modfc``, Perceiver IO) every link is dense.
     """
 
     def __init__(self, config: ModelConfig, fit_signatures: bool = True):
@@ -86,6 +90,7 @@ class NAC(nn.Module):
                 code_noise=c.code_noise,
                 state_noise=c.state_noise,
             )
+        has_kernel = c.uses_kernel or c.generator == "conditional"
         if c.input_latents:  # created only then: the default model's parameters and RNG draws are unchanged
             self.input_latents = InputLatents(
                 c.input_latents,
@@ -95,8 +100,9 @@ class NAC(nn.Module):
                 initial_state=c.initial_state,
                 code_noise=c.code_noise,
                 state_noise=c.state_noise,
+                d_sig=c.d_sig if has_kernel else None,
+                learn_signatures=c.variant != "frozen_graph",
             )
-        has_kernel = c.uses_kernel or c.generator == "conditional"
         # One kernel bandwidth per attention module (authors), owned by the module; else one shared.
         own_bw = dict(
             bandwidth=c.bandwidth if has_kernel and c.kernel_per_module else None, learn_bandwidth=c.learn_bandwidth
@@ -472,8 +478,8 @@ class NAC(nn.Module):
         c = self.config
         if design.signatures is None:
             return [None] * c.depth, None
-        Ps = Ps if Ps is not None else self.kernel_probabilities(design)
-        sample_op = self._sampler(self._P(design.readout_signatures, design.signatures, layer="readout"), readout=True)
+        Ps, P_out = self._executor_probabilities(design, Ps)
+        sample_op = self._sampler(P_out, readout=True)
         P0 = next(iter(Ps.values()))
         if P0.dim() == 2 and not cpu_shortcut(P0):  # CUDA's path: every layer's kernel at once
             return self._layer_samplers(Ps), sample_op
@@ -499,16 +505,41 @@ class NAC(nn.Module):
             def sample(B: int):
                 if not drawn:
                     K = sampler(B)
-                    drawn.extend([None] * c.depth if K is None else layer_kernel_biases(K, c.delta, c.input_latents))
+                    drawn.extend([None] * c.depth if K is None else layer_kernel_biases(K, c.delta))
                 return drawn[i]
 
             return sample
 
         return [layer(i) for i in range(c.depth)]
 
+    def _executor_probabilities(self, design: CircuitDesign, Ps: dict | None = None) -> tuple[dict, torch.Tensor]:
+        """The ``P`` the executor samples its kernels from: ``({layer: P}, P_readout)``. Without
+        input latents, the propagators' ``kernel_probabilities`` (``Ps`` if given) and the
+        read-out's ``[(B,) U_o, U_p]``. With input latents that have signatures, the authors'
+        kernel over the senders' concatenated signatures ``[input latents; processors]``: each
+        layer's ``P`` is ``[(B,) U_p, N + U_p]``, its first ``N`` columns the links from the input
+        latents by that layer's kernel (bandwidth, truncation; eq. 2 is elementwise, so this
+        equals the kernel of the concatenation), the rest ``Ps``' (what the regularizer reads); the
+        read-out's is ``[(B,) U_o, N + U_p]``."""
+        Ps = Ps if Ps is not None else self.kernel_probabilities(design)
+        latents = getattr(self, "input_latents", None)
+        s_in = None if latents is None else latents.signatures
+        if s_in is None:
+            return Ps, self._P(design.readout_signatures, design.signatures, layer="readout")
+        s_p = design.signatures
+        d_in = cosine_distance(s_p, s_in)  # [(B,) U_p, N], the same for every layer's kernel
+        if self.config.kernel_per_module:
+            layers = list(range(self.config.depth))
+            P_in = dict(zip(layers, self._P(s_p, s_in, layer=layers, distance=d_in).unbind(0)))
+        else:
+            P_in = {None: self._P(s_p, s_in, layer=None, distance=d_in)}
+        Ps = {i: torch.cat([P_in[i], P], dim=-1) for i, P in Ps.items()}
+        return Ps, self._P(design.readout_signatures, cat_modules(s_in, s_p), layer="readout")
+
     def _execute_with_input_latents(self, tokens: torch.Tensor, mask, design: CircuitDesign, Ps=None) -> torch.Tensor:
         """``execute`` with ``input_latents = N > 0``: tokens ``[B, T, d_in]`` read into the input
-        latents ``[B, N, d]``, which every propagator and the read-out receive from (dense links)."""
+        latents ``[B, N, d]``, which every propagator and the read-out receive from, through their
+        kernels (``_executor_probabilities``; dense without signatures)."""
         B = tokens.shape[0]
         latent_codes, latent_states = self.input_latents()
         codes = self.code_modulations(design, latent_codes)
@@ -532,7 +563,6 @@ class NAC(nn.Module):
             codes["readout"],
             codes["senders"],
             K_out,
-            dense_senders=latents.shape[1],
         )
 
 

@@ -50,12 +50,10 @@ def _plain_sampler(self, P, readout: bool = False):
     return None if P is None else PlainSampler(P, self.config.tau, self._kernel_mode(readout))
 
 
-def _plain_bias(self, K, key_mask, dtype, dense_senders: int = 0):
+def _plain_bias(self, K, key_mask, dtype):
     bias = None
     if K is not None:
         K = K.dense() if isinstance(K, SparseKernel) else K
-        if dense_senders:
-            K = torch.cat([K.new_ones(*K.shape[:-1], dense_senders), K], dim=-1)
         bias = plain_log_normalized_kernel(K, self.delta)
         bias = bias.unsqueeze(-3) if bias.dim() == 3 else bias
     if key_mask is not None:
@@ -76,10 +74,10 @@ def per_layer_samplers(self, design, Ps=None):
     c = self.config
     if design.signatures is None:
         return [None] * c.depth, None
-    Ps = Ps if Ps is not None else self.kernel_probabilities(design)
+    Ps, P_out = self._executor_probabilities(design, Ps)  # (with input latents: [latents; processors])
     samplers = [self._sampler(P) for P in Ps.values()]
     samplers = samplers if c.kernel_per_module else samplers * c.depth
-    return samplers, self._sampler(self._P(design.readout_signatures, design.signatures, layer="readout"), readout=True)
+    return samplers, self._sampler(P_out, readout=True)
 
 
 def per_layer_kernels(model):

@@ -1,11 +1,14 @@
-"""Issue 25 item 6: ``ModelConfig.input_latents = N > 0``, the authors' Tiny-ImageNet / m2mKD layout.
-The input is read into N separate input latents (their own codes and initial states) that send to
-the processors at every propagator and to the read-out; the processors start from their own
-initial states. Our reading (docs/reference.md, "Switches"): the latents are fixed after the
-read-in, their links are dense (K = 1), the kernel covers the processors' links only."""
+"""Issue 25 item 6, issue 31 item 4: ``ModelConfig.input_latents = N > 0``, the authors'
+Tiny-ImageNet / m2mKD layout (their ``LatentGraph``, ``model/nc/block.py``, with its defaults).
+The input is read into N separate input latents (their own codes, initial states and signatures)
+that send to the processors at every propagator and to the read-out; the processors start from
+their own initial states; the latents are not updated after the read-in. Each propagator's and
+the read-out's kernel runs over the senders' concatenated signatures ``[input latents;
+processors]``: the links from the input latents are gated like the processors' (same bandwidth,
+truncation, sampling, eq. 3 normalisation over the whole row); the regularizer, the graph and
+module dropping cover the processors only."""
 
 import copy
-import math
 
 import pytest
 import torch
@@ -16,13 +19,13 @@ from reference_kernel import use_reference_kernel
 from tiny_models import TINY_KERNEL, make_tiny_config
 
 from nac.checkpoint_io import load_model, save_checkpoint
-from nac.circuits.attention import SKMDPA
-from nac.circuits.layers import cat_modules
+from nac.circuits.kernel import link_probabilities
 from nac.model import build_model
 from nac.pruning import attention_received, drop_modules
 from nac.training.loop import decay_groups
 
 N = 6
+TRUNCATED = dict(truncation=0.9, learn_bandwidth=True)  # the tiny_inet_nc_x kernel: P = 0 where 1 - cos > 0.9
 
 
 def _images(seed=0, n=3):
@@ -34,28 +37,41 @@ def _model(**kw):
     return build_model(make_tiny_config(input_latents=N, **kw))
 
 
-def _manual(model, x, perturb_layer=None, noise=None):
+def _authors_P(model, recv, layer):
+    """The authors' kernel of one attention module, written out: eq. 2 on the receivers'
+    signatures against the concatenation ``[input latents; processors]`` (``block.py``), with that
+    module's bandwidth and the config's truncation (the read-out's only with ``truncate_readout``)."""
+    c = model.config
+    send = torch.cat([model.input_latents.signatures, model.generator.signatures], 0)
+    readout = layer == "readout"
+    return link_probabilities(
+        recv,
+        send,
+        bandwidth=model.kernel_bandwidth(layer).clamp_min(1e-3),
+        truncation=None if readout and not c.truncate_readout else c.truncation,
+        mode=c.truncation_mode,
+    )
+
+
+def _manual(model, x, perturb_layer=None, noise=None, latent_noise=None):
     """The layout written out (evaluation, P as the kernel): read-in into the latents, every
-    propagator with the latents as dense senders, the read-out over [latents; processors].
-    ``perturb_layer``: feed latents + ``noise`` to that propagator only (``"readout"``: the read-out)."""
+    propagator attending to [latents; processors] through the authors' kernel of the concatenated
+    signatures, the read-out over the same set. ``perturb_layer``: feed latents + ``noise`` to that
+    propagator only (``"readout"``: the read-out); ``latent_noise``: to every one."""
     design = model.design()
     codes_in, states_in = model.input_latents()
     latents = model.read_in(model.tokenizer(x), states_in, codes_in)
+    latents = latents if latent_noise is None else latents + latent_noise
     states = design.states.expand(x.shape[0], *design.states.shape)
     for i, layer in enumerate(model.propagators):
         lat = latents + noise if perturb_layer == i else latents
-        states = layer(states, design.codes, model._P(design.signatures, layer=i), latents=lat, latent_codes=codes_in)
+        K = _authors_P(model, design.signatures, i)
+        states = layer(states, design.codes, K, latents=lat, latent_codes=codes_in)
     lat = latents + noise if perturb_layer == "readout" else latents
-    K = model._P(design.readout_signatures, design.signatures, layer="readout")
+    K = _authors_P(model, design.readout_signatures, "readout")
+    send_codes = torch.cat([codes_in, design.codes], 0)
     return (
-        model.read_out(
-            design.readout_states,
-            torch.cat([lat, states], 1),
-            design.readout_codes,
-            cat_modules(codes_in, design.codes),
-            K,
-            dense_senders=N,
-        ),
+        model.read_out(design.readout_states, torch.cat([lat, states], 1), design.readout_codes, send_codes, K),
         latents,
         states,
     )
@@ -64,6 +80,8 @@ def _manual(model, x, perturb_layer=None, noise=None):
 def test_shapes_and_the_read_in_reads_into_the_input_latents_only():
     model = _model().eval()
     assert model.input_latents.codes.shape == (N, 32) and model.input_latents.state_mlp is not None
+    assert isinstance(model.input_latents.signatures, torch.nn.Parameter)
+    assert model.input_latents.signatures.shape == (N, 8)
     seen = {}
     model.read_in.register_forward_hook(lambda m, args, out: seen.update(read_in=(args, out)))
     model.propagators[0].register_forward_pre_hook(lambda m, args, kw: seen.update(layer0=(args, kw)), with_kwargs=True)
@@ -79,8 +97,88 @@ def test_shapes_and_the_read_in_reads_into_the_input_latents_only():
     design = model.design()
     assert torch.equal(args[0], design.states.expand(3, 16, 32))  # processors start from their own states
     assert torch.equal(kw["latents"], out) and kw["latent_codes"].code is model.input_latents.codes
+    assert args[2].shape == (16, N + 16)  # the kernel covers [latents; processors]
     manual, _, _ = _manual(model, x)
     torch.testing.assert_close(logits, manual, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [dict(), dict(TRUNCATED, truncate_readout=True), dict(kernel_per_module=False), dict(TRUNCATED, depth=3)],
+)
+def test_the_executor_gates_input_latent_links_by_the_kernel_of_the_concatenated_signatures(kw):
+    """Every propagator's P and the read-out's, as the executor samples them, equal the authors'
+    kernel of ``[input latents; processors]``; their processor block is the graph the regularizer
+    reads (``kernel_probabilities``)."""
+    model = _model(**kw)
+    with torch.no_grad():  # distinct bandwidths per module, so a swapped kernel shows
+        for i, m in enumerate([*model.propagators, model.read_out]):
+            if "bandwidth" in m._parameters or "bandwidth" in m._buffers:
+                m.bandwidth.fill_(0.7 + 0.1 * i)
+    design = model.design()
+    Ps, P_out = model._executor_probabilities(design)
+    graph = model.kernel_probabilities(design)
+    for layer, P in Ps.items():
+        assert P.shape == (16, N + 16)
+        torch.testing.assert_close(P, _authors_P(model, design.signatures, 0 if layer is None else layer))
+        assert torch.equal(P[:, N:], graph[layer])
+    torch.testing.assert_close(P_out, _authors_P(model, design.readout_signatures, "readout"))
+    if kw.get("truncation"):
+        assert (P[:, :N] == 0).any() and (P[:, :N] > 0).any()  # some input-latent links cut, some kept
+    if not kw.get("truncate_readout"):
+        assert (P_out > 0).all()  # the authors' read-out kernel is untruncated
+
+
+def _run(model, x, latent_noise=None, readout_noise=None):
+    """The model's own forward (evaluation: K = P), with ``latent_noise`` added to the read-in's
+    output (every module sees it) or ``readout_noise`` to the read-out's senders only; returns
+    (the processors' states after the first propagator, logits)."""
+    seen, hooks = {}, []
+    if latent_noise is not None:
+        hooks.append(model.read_in.register_forward_hook(lambda m, a, out: out + latent_noise))
+    if readout_noise is not None:
+        hooks.append(model.read_out.register_forward_pre_hook(lambda m, a: (a[0], a[1] + readout_noise, *a[2:])))
+    hooks.append(model.propagators[0].register_forward_hook(lambda m, a, out: seen.update(states=out)))
+    try:
+        with torch.no_grad():
+            logits = model(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    return seen["states"], logits
+
+
+def test_a_cut_input_latent_link_contributes_nothing():
+    """Truncated kernel, evaluation (K = P), the model's own forward: perturbing input latent j
+    changes exactly the processors linked to it (P_ij > 0) in the first propagator; a receiver
+    whose link to j is cut gets bit-identical output. The same for the read-out with
+    ``truncate_readout``: a latent whose read-out links are all cut cannot change the logits."""
+    model = _model(truncate_readout=True, **TRUNCATED).eval()
+    x = _images()
+    with torch.no_grad():
+        P = _authors_P(model, model.generator.signatures, 0)[:, :N]
+    cols = [j for j in range(N) if (P[:, j] == 0).any() and (P[:, j] > 0).any()]
+    assert cols, "no input latent with both cut and kept links: pick another seed"
+    j = cols[0]
+    noise = torch.zeros(3, N, 32)
+    noise[:, j] = 3 * torch.randn(32)
+    base, logits = _run(model, x)
+    moved, _ = _run(model, x, latent_noise=noise)
+    cut, kept = P[:, j] == 0, P[:, j] > 0
+    assert torch.equal(moved[:, cut], base[:, cut])
+    assert ((moved[:, kept] - base[:, kept]).abs().amax(dim=(0, 2)) > 1e-4).all()
+    # the read-out: every link to input latent j cut -> its state cannot change the logits
+    with torch.no_grad():
+        R = model.generator.readout_signatures  # [3, 8]: a v with v . r_k = -1 for every k, so 1 - cos > 1
+        model.input_latents.signatures[j] = -torch.linalg.pinv(R) @ torch.ones(R.shape[0])
+        assert (_authors_P(model, R, "readout")[:, j] == 0).all()
+    senders = torch.zeros(3, N + 16, 32)
+    senders[:, j] = 3 * torch.randn(32)
+    _, logits = _run(model, x)
+    _, perturbed = _run(model, x, readout_noise=senders)
+    assert torch.equal(logits, perturbed)
+    senders[:, j], senders[:, N] = 0, 3 * torch.randn(32)  # a linked sender (processor 0) does change them
+    assert (_run(model, x, readout_noise=senders)[1] - logits).abs().max() > 1e-5
 
 
 def test_the_processors_receive_from_the_input_latents_at_every_layer():
@@ -106,26 +204,26 @@ def test_the_read_out_sees_the_input_latents():
     assert (perturbed - logits).abs().max() > 1e-4
 
 
-def test_dense_senders_follow_eq_3_with_K_1_on_the_input_latents():
-    """SKMDPA's attention weights against the direct formula: K extended by ones for the n input
-    latents, eq. 3's normalisation over the whole row, log added to the scores."""
-    torch.manual_seed(3)
-    attn = SKMDPA(16, 8, heads=2)
-    U, n = 5, 3
-    recv, send = torch.randn(2, U, 16), torch.randn(2, n + U, 16)
-    code_recv, code_send = torch.randn(U, 8), torch.randn(n + U, 8)
-    K = torch.rand(U, U) * (torch.rand(U, U) > 0.4)
-    w = attn.weights(recv, send, code_recv, code_send, K, dense_senders=n)
-    q, k, _ = attn._qkv(recv, send, code_recv, code_send)
-    K_ext = torch.cat([torch.ones(U, n), K], -1)
-    K_hat = K_ext / (1e-6 + K_ext.sum(-1, keepdim=True))
-    direct = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(8) + torch.log(K_hat.clamp_min(1e-30)), dim=-1)
-    torch.testing.assert_close(w, direct, rtol=0, atol=1e-6)
-    assert (w[..., :n] > 0).all()  # every receiver hears every input latent
-    y = attn(recv, send, code_recv, code_send, K, dense_senders=n)
-    v = attn._split(attn.v(send, code_send))
-    manual = attn.out((direct @ v).transpose(1, 2).flatten(2), code_recv)
-    torch.testing.assert_close(y, manual, rtol=0, atol=1e-5)
+@pytest.mark.parametrize("kw", [dict(), TRUNCATED])
+def test_the_input_latents_signatures_learn_but_take_no_part_in_the_regularizer(kw):
+    """The task loss reaches the input latents' signatures; the graph regularizer, the model's
+    graph and the mechanism numbers do not depend on them (the authors' ``regularize_input_latents:
+    false``)."""
+    model = _model(**kw).train()
+    x = _images()
+    F.cross_entropy(model(x), torch.tensor([0, 1, 2])).backward()
+    g = model.input_latents.signatures.grad
+    assert g is not None and g.abs().sum() > 0
+    model.zero_grad(set_to_none=True)
+    reg = model.graph_regularizer()
+    assert reg.requires_grad and reg > 0
+    reg.backward()
+    assert model.input_latents.signatures.grad is None
+    P = model.link_probabilities().detach().clone()
+    with torch.no_grad():
+        model.input_latents.signatures.copy_(torch.randn(N, 8))
+    assert torch.equal(model.link_probabilities().detach(), P) and P.shape == (16, 16)
+    assert torch.equal(model.graph_regularizer().detach(), reg.detach())
 
 
 @pytest.mark.parametrize(
@@ -150,6 +248,13 @@ def test_gradients_reach_every_parameter(kw):
     if kw.get("variant") == "perceiver_io":  # a learned latent array, no codes
         codes, states = model.input_latents()
         assert codes is None and states is model.input_latents.latents and states.shape == (N, 32)
+    sig = model.input_latents.signatures
+    if kw.get("variant") in ("perceiver_io", "modfc"):  # no kernel: every link dense, no signatures
+        assert sig is None
+    elif kw.get("variant") == "frozen_graph":  # the whole graph fixed: a buffer, in the state dict
+        assert "input_latents.signatures" in dict(model.named_buffers()) and not sig.requires_grad
+    else:
+        assert sig.grad.abs().sum() > 0
 
 
 def _old_execute(model, tokens):
@@ -160,6 +265,7 @@ def _old_execute(model, tokens):
     # P as the executor computes it (every layer's at once, issue 21; equal to each layer's own to
     # float rounding in the backward: tests/test_shared_link_probabilities.py)
     samplers = [model._sampler(P) for P in model.kernel_probabilities(design).values()]
+    samplers = samplers if model.config.kernel_per_module else samplers * model.config.depth  # one shared P
     sample_op = model._sampler(model._P(design.readout_signatures, design.signatures, layer="readout"), readout=True)
     for layer, sample in zip(model.propagators, samplers):
         states = layer(states, design.codes, sample(B))
@@ -167,10 +273,12 @@ def _old_execute(model, tokens):
 
 
 @pytest.mark.slow  # ~4 s; the batched path against the plain one stays in test_modfc_batched's default run
-def test_the_default_path_is_unchanged():
+@pytest.mark.parametrize("kw", [dict(), dict(TRUNCATED, kernel_per_module=True)])
+def test_the_default_path_is_unchanged(kw):
     """input_latents = 0: no input-latent module, and the model's output and every gradient equal
-    the old execute's (training mode, stochastic kernel, same seed) exactly."""
-    model = build_model(make_tiny_config(signature_fit_steps=20)).train()
+    the old execute's (training mode, stochastic kernel, same seed) exactly; for the default
+    kernel (untruncated, one shared fixed bandwidth) and the truncated one with a kernel per module."""
+    model = build_model(make_tiny_config(signature_fit_steps=20, **kw)).train()
     assert not hasattr(model, "input_latents") or not isinstance(model.input_latents, torch.nn.Module)
     assert not any(k.startswith("input_latents") for k in model.state_dict())
     per_layer_modulation(model)  # the old execute's modulation (batched: tests/test_modfc_batched.py)
@@ -206,10 +314,25 @@ def test_a_model_with_input_latents_trains_a_step_and_round_trips_through_a_chec
     assert torch.equal(model(x), loaded(x))
 
 
+def test_a_checkpoint_with_dense_input_latent_links_is_refused(tmp_path):
+    """A checkpoint saved before issue 31 (input latents without signatures, dense links) cannot
+    be evaluated as the kernel-gated model: loading it fails with a message naming the fix."""
+    model = _model().eval()
+    path = save_checkpoint(tmp_path / "m.pt", model)
+    ckpt = torch.load(path, weights_only=False)
+    del ckpt["model"]["input_latents.signatures"]  # the old form's state dict
+    torch.save(ckpt, path)
+    with pytest.raises(ValueError, match="dense .*retrain"):
+        load_model(path)
+
+
 def test_module_dropping_keeps_the_input_latents():
     model = _model().eval()
     smaller = drop_modules(model, 4)
     assert smaller.config.n_processor == 12 and smaller.input_latents.codes.shape == (N, 32)
+    assert torch.equal(smaller.input_latents.signatures, model.input_latents.signatures)
+    Ps, P_out = smaller._executor_probabilities(smaller.design())
+    assert all(P.shape == (12, N + 12) for P in Ps.values()) and P_out.shape == (3, N + 12)
     assert smaller(_images()).shape == (3, 5)
     dense = _model(variant="modfc").eval()
     assert attention_received(dense, _images()).shape == (16,)  # processors only, the latents not ranked
@@ -250,10 +373,13 @@ def test_the_m2mkd_template_builds_64_input_latents_in_the_image_track(tmp_path)
 @pytest.mark.parametrize("train", [True, False])
 def test_fast_paths_give_the_plain_step_with_input_latents(train):
     """The sparse sampler, masked bias and explicit attention against the plain forms
-    (``tests/test_speed_equivalence.py``'s check) with dense input-latent senders: same logits and
-    gradients, the same random stream."""
-    model = _model(n_processor=24, depth=3, signature_fit_steps=50, **TINY_KERNEL).train(train)  # cut links
+    (``tests/test_speed_equivalence.py``'s check) with kernel-gated input-latent senders: same
+    logits and gradients, the same random stream. The truncated kernel (``tiny_inet_nc_x``), so that
+    cut links, of processors and of input latents, exercise the sparse and masked paths."""
+    model = _model(n_processor=24, depth=3, signature_fit_steps=50, **TINY_KERNEL).train(train)
     assert (model.link_probabilities().detach() == 0).float().mean() > 0.1  # cut links: the masked path matters
+    P_in = next(iter(model._executor_probabilities(model.design())[0].values()))[:, :N].detach()
+    assert (P_in == 0).any() and (P_in > 0).any()  # and cut input-latent links
     x, y = _images(), torch.tensor([0, 1, 2])
     results = {}
     for plain in (False, True):

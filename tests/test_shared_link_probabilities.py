@@ -76,8 +76,10 @@ def test_P_once_gives_the_step_that_computes_it_twice(name, monkeypatch):
             torch.testing.assert_close(
                 shared[2][n], g, rtol=1e-5, atol=max(1e-5 * float(g.abs().max()), floor), msg=lambda m, n=n: f"{n}: {m}"
             )
-    # the propagators' P (one batched call for all layers) + the read-out's; the plain step twice the first
-    assert shared[4] == 2 and ref[4] == 3
+    # the propagators' P (one batched call for all layers) + the read-out's; the plain step twice the first;
+    # with input latents one more batched call: the propagators' links from the latents (issue 31)
+    extra = int(bool(model.config.input_latents))
+    assert shared[4] == 2 + extra and ref[4] == 3 + extra
 
 
 @pytest.mark.parametrize("name", ["default", "kernel_per_module", "shared_kernel", "conditional_regularised"])

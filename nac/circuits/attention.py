@@ -76,23 +76,21 @@ def _sparse_log_normalized_kernel(K: SparseKernel, delta: float) -> torch.Tensor
 
 class KernelBias:
     """One layer's attention bias ``log K_hat`` computed already (``layer_kernel_biases``):
-    ``bias`` ``[B, 1, U, V]`` (a sample, broadcast over heads) or ``[U, V]`` (a shared kernel),
-    the input latents' dense links included. Goes where a kernel ``K`` would; ``SKMDPA`` adds it
+    ``bias`` ``[B, 1, U, V]`` (a sample, broadcast over heads) or ``[U, V]`` (a shared kernel).
+    Goes where a kernel ``K`` would; ``SKMDPA`` adds it
     as it is."""
 
     def __init__(self, bias: torch.Tensor):
         self.bias = bias
 
 
-def layer_kernel_biases(K: torch.Tensor | None, delta: float = 1e-6, dense_senders: int = 0) -> list:
+def layer_kernel_biases(K: torch.Tensor | None, delta: float = 1e-6) -> list:
     """Every propagator's ``log K_hat`` from their kernels ``K`` ``[L, (B,) U, V]`` (one
     ``KernelSampler(layers=True)`` draw) by one chain of ops: ``[KernelBias] * L``, layer ``l``'s
     equal to what ``SKMDPA`` computes from ``K[l]`` (``log_normalized_kernel`` runs along the
-    last axis only, so each slice is computed as on its own). ``dense_senders = n``: the input
-    latents' dense links (``K = 1``) put first, as ``SKMDPA`` does. A dense graph (no ``K``) has
-    no bias: the caller passes ``None`` to each layer instead."""
-    if dense_senders:  # input latents first: linked to every receiver with K = 1 (as SKMDPA._bias)
-        K = torch.cat([K.new_ones(*K.shape[:-1], dense_senders), K], dim=-1)
+    last axis only, so each slice is computed as on its own). With input latents ``K`` covers
+    every sender, ``[input latents; processors]``. A dense graph (no ``K``) has no bias: the
+    caller passes ``None`` to each layer instead."""
     bias = log_normalized_kernel(K, delta)
     bias = bias.unsqueeze(-3) if bias.dim() == 4 else bias  # [L, B, 1, U, V]: broadcast over heads
     return [KernelBias(b) for b in bias.unbind(0)]
@@ -118,10 +116,9 @@ class SKMDPA(nn.Module):
 
     ``code_recv``: ``[(B,) U, d_code]``, ``code_send``: ``[(B,) V, d_code]`` (either may be a
     ``Modulations`` of its code for the ModFCs reading it, ``code_readers``);
-    ``K``: ``[(B,) U, V]`` kernel or ``None`` (dense); ``key_mask``: ``[B, V]`` bool, True = keep.
-    ``dense_senders = n > 0``: the senders are ``n`` input latents then the ``V - n`` modules ``K``
-    covers (``K`` is ``[(B,) U, V - n]``); the input latents' links are dense, ``K = 1`` there,
-    and eq. 3's normalisation runs over the whole row. Returns ``[B, U, d]``.
+    ``K``: ``[(B,) U, V]`` kernel over every sender (input latents included, the authors' kernel
+    over the concatenated signatures) or ``None`` (dense); ``key_mask``: ``[B, V]`` bool, True =
+    keep. Returns ``[B, U, d]``.
     """
 
     def __init__(
@@ -152,16 +149,11 @@ class SKMDPA(nn.Module):
             self._split(self.v(x_send, code_send)),
         )
 
-    def _bias(
-        self, K: torch.Tensor | None, key_mask: torch.Tensor | None, dtype: torch.dtype, dense_senders: int = 0
-    ) -> torch.Tensor | None:
+    def _bias(self, K: torch.Tensor | None, key_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
         bias = None
-        if isinstance(K, KernelBias):  # log K_hat computed with every layer's (dense senders included)
+        if isinstance(K, KernelBias):  # log K_hat computed with every layer's
             bias = K.bias
         elif K is not None:
-            if dense_senders:  # input latents first: linked to every receiver with K = 1
-                K = K.dense() if isinstance(K, SparseKernel) else K
-                K = torch.cat([K.new_ones(*K.shape[:-1], dense_senders), K], dim=-1)
             bias = log_normalized_kernel(K, self.delta)
             bias = bias.unsqueeze(-3) if bias.dim() == 3 else bias  # broadcast over heads
         if key_mask is not None:
@@ -170,11 +162,9 @@ class SKMDPA(nn.Module):
             bias = pad if bias is None else bias + pad
         return None if bias is None else bias.to(dtype)
 
-    def forward(
-        self, x_recv, x_send, code_recv, code_send, K=None, key_mask=None, dense_senders: int = 0
-    ) -> torch.Tensor:
+    def forward(self, x_recv, x_send, code_recv, code_send, K=None, key_mask=None) -> torch.Tensor:
         q, k, v = self._qkv(x_recv, x_send, code_recv, code_send)
-        y = self._attend(q, k, v, self._bias(K, key_mask, q.dtype, dense_senders), K, key_mask)
+        y = self._attend(q, k, v, self._bias(K, key_mask, q.dtype), K, key_mask)
         return self.out(y.transpose(1, 2).flatten(2), code_recv)
 
     def _attend(self, q, k, v, bias, K, key_mask) -> torch.Tensor:
@@ -186,12 +176,10 @@ class SKMDPA(nn.Module):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
 
     @torch.no_grad()
-    def weights(
-        self, x_recv, x_send, code_recv, code_send, K=None, key_mask=None, dense_senders: int = 0
-    ) -> torch.Tensor:
+    def weights(self, x_recv, x_send, code_recv, code_send, K=None, key_mask=None) -> torch.Tensor:
         """The attention weights ``W_{i<-j}``, ``[B, H, U, V]``, computed explicitly (for
         analysis and for ranking Perceiver IO latents by the attention they receive)."""
         q, k, _ = self._qkv(x_recv, x_send, code_recv, code_send)
         scores = q @ k.transpose(-1, -2) / math.sqrt(self.d_head)
-        bias = self._bias(K, key_mask, scores.dtype, dense_senders)
+        bias = self._bias(K, key_mask, scores.dtype)
         return torch.softmax(scores if bias is None else scores + bias, dim=-1)

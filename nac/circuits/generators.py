@@ -131,9 +131,19 @@ class InputLatents(nn.Module):
     = N > 0``): ``N`` modules that read the input in place of the processors. Each has its own
     learnable code ``[N, d_code]`` and an initial state ``[N, d]`` made like the processors'
     (``initial_state``: an MLP of the code, or the code itself; ``code_noise`` / ``state_noise``
-    in training, one draw per forward pass); no signatures (our reading: the kernel covers
-    processor-to-processor links only, links from input latents are dense). Unmodulated
-    (Perceiver IO): a learned latent array ``[N, d]`` and no codes.
+    in training, one draw per forward pass). Unmodulated (Perceiver IO): a learned latent array
+    ``[N, d]`` and no codes.
+
+    ``d_sig`` (a model with a kernel): a signature per input latent, ``signatures [N, d_sig]``,
+    with which the propagators' and the read-out's kernels gate the links from the input latents
+    as the authors' ``LatentGraph`` does (the senders' signatures are ``[input latents;
+    processors]``, ``model/nc/block.py``). Initialised as the authors' ``graph_preset: null``
+    (``input_latent_kwargs: null`` in ``TINY-INET-NC-X``): ``torch.randn`` directions, not fitted to
+    any graph, stored at unit norm like the processors' and the read-out's random signatures here
+    (the kernel reads only directions; see ``UnconditionalCircuitGenerator``). Learnable (a
+    ``Parameter``) unless ``learn_signatures=False`` (the frozen-graph rung: a buffer, the whole
+    graph fixed). Drawn after every other parameter of this module, so its other parameters are
+    what they were before input latents had signatures.
 
     ``forward() -> (codes [N, d_code] or None, states [N, d])``."""
 
@@ -146,6 +156,8 @@ class InputLatents(nn.Module):
         initial_state: str = "mlp",
         code_noise: float = 0.0,
         state_noise: float = 0.0,
+        d_sig: int | None = None,
+        learn_signatures: bool = True,
     ):
         super().__init__()
         if initial_state not in ("mlp", "code"):
@@ -161,6 +173,21 @@ class InputLatents(nn.Module):
                 _unit_scale_(self.state_mlp, self.codes)
         else:  # unit scale, like PerceiverLatents
             self.latents = nn.Parameter(torch.randn(n, d))
+        if d_sig is None:  # no kernel (modfc, Perceiver IO): dense links
+            self.signatures = None
+        elif learn_signatures:
+            self.signatures = nn.Parameter(F.normalize(torch.randn(n, d_sig), dim=-1))
+        else:
+            self.register_buffer("signatures", F.normalize(torch.randn(n, d_sig), dim=-1))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        if self.signatures is not None and prefix + "signatures" not in state_dict:
+            raise ValueError(
+                "this checkpoint's input latents have no signatures: it was saved when their links were "
+                "dense (before issue 31); the authors gate them with the kernel, as nac does now, so retrain "
+                "the model (e.g. dvc repro the train stage) instead of loading it"
+            )
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _noisy(self, x: torch.Tensor, std: float) -> torch.Tensor:
         return x + std * torch.randn_like(x) if self.training and std > 0 else x

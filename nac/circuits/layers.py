@@ -62,8 +62,9 @@ class Propagator(nn.Module):
     (``register_bandwidth``), or None.
 
     ``latents`` ``[B, N, d]`` with ``latent_codes`` ``[N, d_code]`` (or ``None``): the input latents
-    (``ModelConfig.input_latents``), senders only: the processors attend to them and to each
-    other, the latents' links dense (``K = 1``, ``SKMDPA``'s ``dense_senders``), the same
+    (``ModelConfig.input_latents``), senders only (the authors' ``LatentGraph``): the processors
+    attend to ``[latents; processors]``, ``K`` is then ``[(B,) U, N + U]`` (the kernel of the
+    concatenated signatures: the latents' links are gated like the processors'), the same
     pre-LayerNorm on every sender; the latents themselves are not updated. ``send_codes``: the
     senders' codes ``[latent_codes; codes]`` when the caller has them already (once per forward)."""
 
@@ -104,7 +105,7 @@ class Propagator(nn.Module):
         else:
             send = torch.cat([self.norm_attn(latents), h], dim=1)
             send_codes = cat_modules(latent_codes, codes) if send_codes is None else send_codes
-            a = self.attn(h, send, codes, send_codes, K, dense_senders=latents.shape[1])
+            a = self.attn(h, send, codes, send_codes, K)
             states = states + self.drop_path(self.scale_attn(a))
         return states + self.drop_path(self.scale_ffn(self.ffn(self.norm_ffn(states), codes)))
 
@@ -120,9 +121,8 @@ class ReadOut(nn.Module):
     (``norm=False``). ``nac`` v1: ``residual=True, norm=True, layer_scale=None``.
 
     readout_states ``[(B,) U_o, d]``, processor_states ``[B, U_p, d]``, codes as SKMDPA,
-    K ``[(B,) U_o, U_p]`` or ``None``. Returns logits ``[B, num_classes]``. ``dense_senders = n``:
-    the first ``n`` senders are input latents that ``K`` does not cover (``SKMDPA``; ``K`` is then
-    ``[(B,) U_o, U_p - n]``).
+    K ``[(B,) U_o, U_p]`` or ``None``. Returns logits ``[B, num_classes]``. With input latents the
+    senders are ``[latents; processors]`` and ``K`` covers them all, ``[(B,) U_o, N + U_p]``.
     """
 
     def __init__(
@@ -156,9 +156,7 @@ class ReadOut(nn.Module):
 
     code_readers = Propagator.code_readers  # receivers: the read-out's codes; senders: the processors'
 
-    def forward(
-        self, readout_states, processor_states, readout_codes, processor_codes, K=None, dense_senders: int = 0
-    ) -> torch.Tensor:
+    def forward(self, readout_states, processor_states, readout_codes, processor_codes, K=None) -> torch.Tensor:
         B = processor_states.shape[0]
         y = readout_states.expand(B, *readout_states.shape[-2:])
         a = self.scale_attn(
@@ -168,7 +166,6 @@ class ReadOut(nn.Module):
                 readout_codes,
                 processor_codes,
                 K,
-                dense_senders=dense_senders,
             )
         )
         y = y + a if self.residual else a
