@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from tiny_models import make_tiny_config
+from tiny_models import TINY_KERNEL, make_tiny_config
 
 from nac.circuits.kernel import link_probabilities
 from nac.circuits.layers import ReadOut
@@ -75,7 +75,7 @@ def test_linked_entries_have_the_formula_and_its_gradient_in_both_modes(mode):
 
 def test_nac_passes_its_truncation_mode_to_the_kernel():
     for mode, zero in (("direct", True), ("masked", False)):
-        model = build_model(make_tiny_config(truncation_mode=mode, signature_fit_steps=20))
+        model = build_model(make_tiny_config(truncation_mode=mode, signature_fit_steps=20, **TINY_KERNEL))
         P = model.link_probabilities(layer=0)
         cut = P.detach() == 0
         assert cut.any()
@@ -86,7 +86,7 @@ def test_nac_passes_its_truncation_mode_to_the_kernel():
 
 # ------------------------------------------------------------- item 4: one kernel per attention module
 def test_a_bandwidth_per_propagator_and_the_readout_and_the_regularizer_sums_over_propagators():
-    cfg = make_tiny_config(depth=3, signature_fit_steps=20, stochastic_kernel=False)
+    cfg = make_tiny_config(depth=3, signature_fit_steps=20, stochastic_kernel=False, **TINY_KERNEL)
     model = build_model(cfg)
     names = sorted(n for n, _ in model.named_parameters() if n.endswith("bandwidth"))
     assert names == sorted([f"propagators.{i}.bandwidth" for i in range(3)] + ["read_out.bandwidth"])
@@ -121,20 +121,21 @@ def test_a_bandwidth_per_propagator_and_the_readout_and_the_regularizer_sums_ove
 
 
 def test_shared_bandwidth_form_keeps_one_parameter_named_bandwidth():
-    model = build_model(make_tiny_config(kernel_per_module=False, signature_fit_steps=20))
+    shared = {**TINY_KERNEL, "kernel_per_module": False}  # nac v1: one learnable bandwidth
+    model = build_model(make_tiny_config(signature_fit_steps=20, **shared))
     names = [n for n, _ in model.named_parameters() if n.endswith("bandwidth")]
     assert names == ["bandwidth"]
     assert model.kernel_bandwidth(0) is model.kernel_bandwidth("readout") is model.bandwidth
     state = model.state_dict()
-    again = build_model(make_tiny_config(kernel_per_module=False), fit_signatures=False)
+    again = build_model(make_tiny_config(**shared), fit_signatures=False)
     again.load_state_dict(state)  # the old checkpoint layout loads
 
 
 def test_per_module_state_dict_round_trips_and_bandwidth_reads_the_graph_mean():
-    model = build_model(make_tiny_config(signature_fit_steps=20))
+    model = build_model(make_tiny_config(signature_fit_steps=20, **TINY_KERNEL))
     with torch.no_grad():
         model.propagators[0].bandwidth.fill_(0.5)
-    again = build_model(make_tiny_config(), fit_signatures=False)
+    again = build_model(make_tiny_config(**TINY_KERNEL), fit_signatures=False)
     again.load_state_dict(model.state_dict())
     assert again.propagators[0].bandwidth.item() == 0.5
     assert model.graph_bandwidth() == pytest.approx((0.5 + 1.0) / 2)
@@ -169,7 +170,7 @@ def test_readout_without_residual_and_norm_is_pooling_on_raw_states():
 
 def test_readout_kernel_is_truncated_only_with_truncate_readout():
     for truncate in (False, True):
-        model = build_model(make_tiny_config(truncate_readout=truncate, signature_fit_steps=20))
+        model = build_model(make_tiny_config(truncate_readout=truncate, signature_fit_steps=20, **TINY_KERNEL))
         d = model.generator.readout_signatures, model.generator.signatures
         P = model._P(*d, layer="readout")
         assert bool((P == 0).any()) == truncate
@@ -224,7 +225,7 @@ def test_stochastic_kernel_off_trains_with_P_itself():
 
 @pytest.mark.parametrize("decay_filter", ["authors", "ours", "all"])
 def test_weight_decay_groups_by_filter(decay_filter):
-    model = build_model(make_tiny_config(signature_fit_steps=20))
+    model = build_model(make_tiny_config(signature_fit_steps=20, **TINY_KERNEL))  # learnable bandwidths
     decay, no_decay = decay_groups(model, decay_filter)
     ids = {id(p) for p in decay}
     named = dict(model.named_parameters())
@@ -286,9 +287,21 @@ def test_bad_switch_values_name_the_field_and_the_choices(field, value):
         ModelConfig(**{field: value})
 
 
+def _template(name):
+    from pathlib import Path
+
+    return yaml.safe_load((Path(__file__).parents[1] / "conf" / "template" / f"{name}.yaml").read_text())
+
+
 def test_defaults_are_the_authors_where_the_paper_is_silent():
+    """The defaults are the default template's, inet_baral: the authors' regularized family
+    INET-110E-NC-*-BARAL-X for the kernel (no truncation, a fixed bandwidth, one kernel, regularizer
+    weight 0.1), TINY-INET-NC-X elsewhere (docs/reference.md, "Configurations")."""
     c = ModelConfig()
     assert (
+        c.truncation,
+        c.learn_bandwidth,
+        c.bandwidth,
         c.truncation_mode,
         c.kernel_per_module,
         c.stochastic_kernel,
@@ -302,11 +315,15 @@ def test_defaults_are_the_authors_where_the_paper_is_silent():
         c.input_latents,
         c.initial_state,
         c.signature_fit,
+        c.signature_fit_threshold,
         c.matching,
         c.target_diagonal,
     ) == (
+        None,
+        False,
+        1.0,
         "direct",
-        True,
+        False,
         True,
         False,
         False,
@@ -318,22 +335,64 @@ def test_defaults_are_the_authors_where_the_paper_is_silent():
         0,
         "mlp",
         "authors",
+        0.8,
         "hungarian",
         "formula",
     )
     from nac.training.config import TrainConfig
 
-    assert TrainConfig().decay_filter == "authors"
+    assert TrainConfig().decay_filter == "authors" and TrainConfig().reg_weight == 0.1
+
+
+def test_the_defaults_are_the_default_templates_and_tiny_kernel_the_truncated_ones(tmp_path):
+    """``ModelConfig()`` and ``TrainConfig()`` equal conf/template/inet_baral.yaml on every key it
+    sets (so the defaults and the default template cannot drift), inet_baral is what composes by
+    default, and the truncated template tiny_inet_nc_x differs from it exactly in the kernel the tests
+    pass as ``TINY_KERNEL`` and in having no regularizer."""
+    from nac.compose import write_params
+    from nac.training.config import TrainConfig
+
+    baral, tiny = _template("inet_baral")["image"], _template("tiny_inet_nc_x")["image"]
+    c, t = ModelConfig(), TrainConfig()
+    assert {k: getattr(c, k) for k in baral["model"]} == baral["model"]
+    assert {k: getattr(t, k) for k in baral["train"]} == baral["train"]
+    assert (baral["model"]["truncation"], baral["model"]["learn_bandwidth"], baral["model"]["kernel_per_module"]) == (
+        None,
+        False,
+        False,
+    )
+    assert baral["train"]["reg_weight"] == 0.1 and tiny["train"]["reg_weight"] == 0.0
+    assert baral["model"].keys() == tiny["model"].keys()
+    assert {k: v for k, v in tiny["model"].items() if v != baral["model"][k]} == TINY_KERNEL
+    params = yaml.safe_load(write_params(tmp_path / "params.yaml", []).read_text())
+    assert params["template"] == "inet_baral"
+    assert {k: params["image"]["model"][k] for k in baral["model"]} == baral["model"]
 
 
 # ------------------------------------------------------------- the templates
 @pytest.mark.parametrize(
     "template,expect",
     [
-        ("tiny_inet_nc_x", dict(truncation_mode="direct", kernel_per_module=True, matching="hungarian")),
+        (
+            "inet_baral",
+            dict(truncation=None, learn_bandwidth=False, kernel_per_module=False, signature_fit_threshold=0.8),
+        ),
+        (
+            "tiny_inet_nc_x",
+            dict(
+                truncation=0.9,
+                learn_bandwidth=True,
+                truncation_mode="direct",
+                kernel_per_module=True,
+                matching="hungarian",
+                signature_fit_threshold=None,
+            ),
+        ),
         (
             "nac_v1",
             dict(
+                truncation=0.9,
+                learn_bandwidth=True,
                 truncation_mode="masked",
                 kernel_per_module=False,
                 matching="search",
@@ -347,7 +406,18 @@ def test_defaults_are_the_authors_where_the_paper_is_silent():
                 drop_path_schedule="linear",
             ),
         ),
-        ("m2mkd", dict(sample_readout=False, code_noise=0.05, initial_state="code", input_latents=64)),
+        (
+            "m2mkd",
+            dict(
+                truncation=0.9,
+                learn_bandwidth=True,
+                kernel_per_module=True,
+                sample_readout=False,
+                code_noise=0.05,
+                initial_state="code",
+                input_latents=64,
+            ),
+        ),
     ],
 )
 def test_each_template_composes_validates_and_reaches_every_track(tmp_path, template, expect):
@@ -361,8 +431,11 @@ def test_each_template_composes_validates_and_reaches_every_track(tmp_path, temp
     assert {k: getattr(cfg, k) for k in expect} == expect
     for track in ("points", "listops", "text", "nlvr"):
         assert {k: params[track]["model"][k] for k in expect} == expect
-    decay = {"tiny_inet_nc_x": "authors", "nac_v1": "ours", "m2mkd": "all"}[template]
+    decay = {"inet_baral": "authors", "tiny_inet_nc_x": "authors", "nac_v1": "ours", "m2mkd": "all"}[template]
     assert all(params[s]["train"]["decay_filter"] == decay for s in ("image", "points", "listops", "text", "nlvr"))
+    reg = 0.0 if template == "tiny_inet_nc_x" else 0.1  # TINY-INET-NC-X has no graph_sparsity criterion
+    assert all(params[s]["train"]["reg_weight"] == reg for s in ("image", "points", "listops", "text", "nlvr"))
+    assert params["fewshot"]["protocol"]["reg_weight"] == reg
     assert replace(cfg).to_dict() == cfg.to_dict()
 
 
