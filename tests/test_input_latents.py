@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import yaml
 from reference_forms import per_layer_modulation
 from reference_kernel import use_reference_kernel
-from tiny_models import make_tiny_config
+from tiny_models import TINY_KERNEL, make_tiny_config
 
 from nac.checkpoint_io import load_model, save_checkpoint
 from nac.circuits.attention import SKMDPA
@@ -135,7 +135,8 @@ def test_dense_senders_follow_eq_3_with_K_1_on_the_input_latents():
         dict(variant="perceiver_io"),
         dict(variant="modfc"),
         dict(variant="frozen_graph"),
-        dict(kernel_per_module=False),
+        TINY_KERNEL,  # a learnable bandwidth per module
+        {**TINY_KERNEL, "kernel_per_module": False},  # one learnable bandwidth (nac v1)
         dict(initial_state="code", code_noise=0.05, state_noise=0.1),
     ],
 )
@@ -252,7 +253,7 @@ def test_fast_paths_give_the_plain_step_with_input_latents(train):
     """The sparse sampler, masked bias and explicit attention against the plain forms
     (``tests/test_speed_equivalence.py``'s check) with dense input-latent senders: same logits and
     gradients, the same random stream."""
-    model = _model(n_processor=24, depth=3, signature_fit_steps=50).train(train)
+    model = _model(n_processor=24, depth=3, signature_fit_steps=50, **TINY_KERNEL).train(train)
     assert (model.link_probabilities().detach() == 0).float().mean() > 0.1  # cut links: the masked path matters
     x, y = _images(), torch.tensor([0, 1, 2])
     results = {}
