@@ -3,7 +3,6 @@ against a direct implementation of the authors' formula written here, and the te
 them (conf/template/)."""
 
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
@@ -122,7 +121,7 @@ def test_a_bandwidth_per_propagator_and_the_readout_and_the_regularizer_sums_ove
 
 
 def test_shared_bandwidth_form_keeps_one_parameter_named_bandwidth():
-    shared = {**TINY_KERNEL, "kernel_per_module": False}  # one learnable bandwidth
+    shared = {**TINY_KERNEL, "kernel_per_module": False}  # nac v1: one learnable bandwidth
     model = build_model(make_tiny_config(signature_fit_steps=20, **shared))
     names = [n for n, _ in model.named_parameters() if n.endswith("bandwidth")]
     assert names == ["bandwidth"]
@@ -226,7 +225,7 @@ def test_stochastic_kernel_off_trains_with_P_itself():
 
 @pytest.mark.parametrize("decay_filter", ["authors", "ours", "all"])
 def test_weight_decay_groups_by_filter(decay_filter):
-    model = build_model(make_tiny_config(signature_fit_steps=20, **TINY_KERNEL))  # 0-d learnable bandwidths
+    model = build_model(make_tiny_config(signature_fit_steps=20, **TINY_KERNEL))  # learnable bandwidths
     decay, no_decay = decay_groups(model, decay_filter)
     ids = {id(p) for p in decay}
     named = dict(model.named_parameters())
@@ -288,12 +287,21 @@ def test_bad_switch_values_name_the_field_and_the_choices(field, value):
         ModelConfig(**{field: value})
 
 
+def _template(name):
+    from pathlib import Path
+
+    return yaml.safe_load((Path(__file__).parents[1] / "conf" / "template" / f"{name}.yaml").read_text())
+
+
 def test_defaults_are_the_authors_where_the_paper_is_silent():
+    """The defaults are the default template's, inet_baral: the authors' regularized family
+    INET-110E-NC-*-BARAL-X for the kernel (no truncation, a fixed bandwidth, one kernel, regularizer
+    weight 0.1), TINY-INET-NC-X elsewhere (docs/reference.md, "Configurations")."""
     c = ModelConfig()
-    # the kernel of the authors' regularized family (INET-110E-NC-*-BARAL-X): untruncated, fixed bandwidth,
-    # one kernel, the preset fit at their default distance 0.8
-    assert (c.truncation, c.learn_bandwidth, c.signature_fit_threshold) == (None, False, 0.8)
     assert (
+        c.truncation,
+        c.learn_bandwidth,
+        c.bandwidth,
         c.truncation_mode,
         c.kernel_per_module,
         c.stochastic_kernel,
@@ -307,9 +315,13 @@ def test_defaults_are_the_authors_where_the_paper_is_silent():
         c.input_latents,
         c.initial_state,
         c.signature_fit,
+        c.signature_fit_threshold,
         c.matching,
         c.target_diagonal,
     ) == (
+        None,
+        False,
+        1.0,
         "direct",
         False,
         True,
@@ -323,44 +335,64 @@ def test_defaults_are_the_authors_where_the_paper_is_silent():
         0,
         "mlp",
         "authors",
+        0.8,
         "hungarian",
         "formula",
     )
     from nac.training.config import TrainConfig
 
-    assert TrainConfig().decay_filter == "authors"
+    assert TrainConfig().decay_filter == "authors" and TrainConfig().reg_weight == 0.1
 
 
-def test_model_config_defaults_are_the_default_templates():
-    """ModelConfig() (what build_model and a user's own code get) and conf/config.yaml's default template
-    set the same value for every field the template sets: they cannot drift apart."""
-    from omegaconf import OmegaConf
+def test_the_defaults_are_the_default_templates_and_tiny_kernel_the_truncated_ones(tmp_path):
+    """``ModelConfig()`` and ``TrainConfig()`` equal conf/template/inet_baral.yaml on every key it
+    sets (so the defaults and the default template cannot drift), inet_baral is what composes by
+    default, and the truncated template tiny_inet_nc_x differs from it exactly in the kernel the tests
+    pass as ``TINY_KERNEL`` and in having no regularizer."""
+    from nac.compose import write_params
+    from nac.training.config import TrainConfig
 
-    root = Path(__file__).resolve().parents[1]
-    default = next(
-        d["template"]
-        for d in OmegaConf.to_container(OmegaConf.load(root / "conf/config.yaml"))["defaults"]
-        if isinstance(d, dict) and "template" in d
+    baral, tiny = _template("inet_baral")["image"], _template("tiny_inet_nc_x")["image"]
+    c, t = ModelConfig(), TrainConfig()
+    assert {k: getattr(c, k) for k in baral["model"]} == baral["model"]
+    assert {k: getattr(t, k) for k in baral["train"]} == baral["train"]
+    assert (baral["model"]["truncation"], baral["model"]["learn_bandwidth"], baral["model"]["kernel_per_module"]) == (
+        None,
+        False,
+        False,
     )
-    assert default == "inet_baral"
-    template = OmegaConf.to_container(OmegaConf.load(root / f"conf/template/{default}.yaml"))
-    c = ModelConfig()
-    for key, value in template["image"]["model"].items():
-        assert getattr(c, key) == value, (key, getattr(c, key), value)
-    tiny = OmegaConf.to_container(OmegaConf.load(root / "conf/template/tiny_inet_nc_x.yaml"))
-    assert {k: tiny["image"]["model"][k] for k in TINY_KERNEL} == TINY_KERNEL  # the tests' truncated form
-    assert tiny["image"]["train"]["reg_weight"] == 0.0 and template["image"]["train"]["reg_weight"] == 0.1
+    assert baral["train"]["reg_weight"] == 0.1 and tiny["train"]["reg_weight"] == 0.0
+    assert baral["model"].keys() == tiny["model"].keys()
+    assert {k: v for k, v in tiny["model"].items() if v != baral["model"][k]} == TINY_KERNEL
+    params = yaml.safe_load(write_params(tmp_path / "params.yaml", []).read_text())
+    assert params["template"] == "inet_baral"
+    assert {k: params["image"]["model"][k] for k in baral["model"]} == baral["model"]
 
 
 # ------------------------------------------------------------- the templates
 @pytest.mark.parametrize(
     "template,expect",
     [
-        ("inet_baral", dict(truncation=None, learn_bandwidth=False, kernel_per_module=False, matching="hungarian")),
-        ("tiny_inet_nc_x", dict(truncation=0.9, learn_bandwidth=True, kernel_per_module=True, matching="hungarian")),
+        (
+            "inet_baral",
+            dict(truncation=None, learn_bandwidth=False, kernel_per_module=False, signature_fit_threshold=0.8),
+        ),
+        (
+            "tiny_inet_nc_x",
+            dict(
+                truncation=0.9,
+                learn_bandwidth=True,
+                truncation_mode="direct",
+                kernel_per_module=True,
+                matching="hungarian",
+                signature_fit_threshold=None,
+            ),
+        ),
         (
             "nac_v1",
             dict(
+                truncation=0.9,
+                learn_bandwidth=True,
                 truncation_mode="masked",
                 kernel_per_module=False,
                 matching="search",
@@ -374,7 +406,18 @@ def test_model_config_defaults_are_the_default_templates():
                 drop_path_schedule="linear",
             ),
         ),
-        ("m2mkd", dict(sample_readout=False, code_noise=0.05, initial_state="code", input_latents=64)),
+        (
+            "m2mkd",
+            dict(
+                truncation=0.9,
+                learn_bandwidth=True,
+                kernel_per_module=True,
+                sample_readout=False,
+                code_noise=0.05,
+                initial_state="code",
+                input_latents=64,
+            ),
+        ),
     ],
 )
 def test_each_template_composes_validates_and_reaches_every_track(tmp_path, template, expect):
@@ -390,6 +433,9 @@ def test_each_template_composes_validates_and_reaches_every_track(tmp_path, temp
         assert {k: params[track]["model"][k] for k in expect} == expect
     decay = {"inet_baral": "authors", "tiny_inet_nc_x": "authors", "nac_v1": "ours", "m2mkd": "all"}[template]
     assert all(params[s]["train"]["decay_filter"] == decay for s in ("image", "points", "listops", "text", "nlvr"))
+    reg = 0.0 if template == "tiny_inet_nc_x" else 0.1  # TINY-INET-NC-X has no graph_sparsity criterion
+    assert all(params[s]["train"]["reg_weight"] == reg for s in ("image", "points", "listops", "text", "nlvr"))
+    assert params["fewshot"]["protocol"]["reg_weight"] == reg
     assert replace(cfg).to_dict() == cfg.to_dict()
 
 

@@ -25,7 +25,7 @@ import types
 import pytest
 import torch
 import torch.nn.functional as F
-from tiny_models import make_tiny_config
+from tiny_models import TINY_KERNEL, make_tiny_config
 
 from nac import build_model
 from nac.circuits import kernel
@@ -67,8 +67,9 @@ def test_one_draw_is_the_per_layer_draws_on_the_cpu():
 
 
 CONFIGS = {
-    "kernel_per_module": dict(),
-    "shared_kernel": dict(kernel_per_module=False, truncation_mode="masked"),
+    "default": dict(),  # inet_baral: one fixed, untruncated kernel
+    "kernel_per_module": dict(TINY_KERNEL),  # tiny_inet_nc_x: truncated, a learnable bandwidth per module
+    "shared_kernel": dict(TINY_KERNEL, kernel_per_module=False, truncation_mode="masked"),  # nac v1
     "input_latents": dict(input_latents=3),
 }
 
@@ -149,7 +150,7 @@ def test_with_drop_path_only_the_order_of_independent_draws_differs(monkeypatch)
     first layer's drop-path mask, gives the batched form's step: the batched form reorders
     independent draws and changes nothing else."""
     monkeypatch.setattr(kernel, "CPU_SHORTCUTS", False)
-    model = _model(drop_path=0.3)
+    model = _model(drop_path=0.3, **TINY_KERNEL)  # a kernel per layer
     x = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
     y = torch.randint(0, 5, (4,))
     reordered = copy.deepcopy(model)

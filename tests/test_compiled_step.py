@@ -25,8 +25,9 @@ from nac.training.config import TrainConfig
 from nac.training.loop import Objective, fit
 
 CONFIGS = {
-    "kernel_per_module": dict(variant="nac"),
-    "shared_kernel": dict(variant="nac", kernel_per_module=False, truncation_mode="masked"),
+    "default": dict(variant="nac"),  # inet_baral: one fixed, untruncated kernel
+    "kernel_per_module": dict(variant="nac", **TINY_KERNEL),  # tiny_inet_nc_x: truncated, a bandwidth per module
+    "shared_kernel": dict(variant="nac", **{**TINY_KERNEL, "kernel_per_module": False}, truncation_mode="masked"),
     "input_latents": dict(variant="nac", input_latents=3),
     "perceiver_io": dict(variant="perceiver_io"),
 }
@@ -114,8 +115,9 @@ def _links(model) -> int:
 
 def test_no_recompile_when_the_number_of_links_changes():
     """One compilation serves steps whose ``P`` has a different number of nonzero links (the
-    sparse CPU sampler's shapes followed it; CUDA's fixed-shape sampler does not)."""
-    model = _model(variant="nac", **TINY_KERNEL)  # truncated: links come and go
+    sparse CPU sampler's shapes followed it; CUDA's fixed-shape sampler does not). The truncated
+    kernel: only there does a link turn off (``P = 0``)."""
+    model = _model(**CONFIGS["kernel_per_module"])
     counter = dynamo.testing.CompileCounter()
     step = torch.compile(compiled.objective_losses, backend=counter, dynamic=False)
     seen = []
@@ -139,7 +141,8 @@ def _grads(model):
     "name,shortcuts",
     [
         ("kernel_per_module", False),
-        pytest.param("input_latents", False, marks=pytest.mark.slow),  # a default-run sibling: the line above
+        pytest.param("default", False, marks=pytest.mark.slow),  # a default-run sibling: the line above
+        pytest.param("input_latents", False, marks=pytest.mark.slow),
         pytest.param("kernel_per_module", True, marks=pytest.mark.slow),
     ],
 )
@@ -324,8 +327,9 @@ def test_the_whole_step_equals_eager(clip):
     compiled once (no recompilation), the generator left in the same state. (The compiled step's
     weights are set back to the eager step's after each comparison, in place: over several steps
     a weight whose gradient is zero but for rounding, a convolution's bias before BatchNorm,
-    takes Adam's normalised steps of about the LR in directions set by that rounding.)"""
-    eager_model = _model(variant="nac", **TINY_KERNEL)  # truncated: links come and go
+    takes Adam's normalised steps of about the LR in directions set by that rounding.) The truncated
+    kernel with a bandwidth per module: the number of links changes, and every bandwidth is trained."""
+    eager_model = _model(**CONFIGS["kernel_per_module"])
     step_model = copy.deepcopy(eager_model)
     eager_opt, step_opt = _optimizer(eager_model), _optimizer(step_model)
     run = compiled.compile_step("aot_eager")

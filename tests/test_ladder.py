@@ -1,11 +1,14 @@
 """The Table 1 ladder and every graph prior as one parametrized family (timm style)."""
 
+import math
+
 import pytest
 import torch
 from tiny_models import TINY_KERNEL
 
 from nac import VARIANTS, build_model
 from nac.graphs import PRIORS
+from nac.signatures import link_threshold
 
 CASES = [(v, "scale_free") for v in VARIANTS if v != "nac"] + [("nac", p) for p in PRIORS]
 
@@ -60,53 +63,73 @@ def test_ladder_rungs_differ_as_described(tiny_config):
     assert modfc.graph_regularizer().item() == 0.0 and nac.graph_regularizer().detach().item() > 0.0
 
 
-def test_frozen_graph_kernel_reproduces_a_barabasi_albert_graph(tiny_config):
+def _fit_threshold(cfg) -> float:
+    """The cosine distance the preset fit separates linked from unlinked pairs at (``NAC._preset_signatures``):
+    ``signature_fit_threshold``, or where it is null the kernel's truncation (else ``bandwidth * ln 2``)."""
+    t = cfg.truncation if cfg.signature_fit_threshold is None else cfg.signature_fit_threshold
+    return link_threshold(t, cfg.bandwidth)
+
+
+KERNELS = {"default": {}, "truncated": TINY_KERNEL}
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_frozen_graph_kernel_reproduces_a_barabasi_albert_graph(kernel, tiny_config):
     import networkx as nx
 
     from nac.graphs import sample_prior_graph
 
-    cfg = tiny_config(variant="frozen_graph", n_processor=16, signature_fit_steps=1000, **TINY_KERNEL)
+    cfg = tiny_config(variant="frozen_graph", n_processor=16, signature_fit_steps=1000, **KERNELS[kernel])
     model = build_model(cfg)
     A = torch.as_tensor(nx.to_numpy_array(sample_prior_graph("scale_free", 16, seed=0, m=2), nodelist=range(16)))
     P = model.link_probabilities().detach()
     off = ~torch.eye(16, dtype=torch.bool)
-    agree = ((P > 0) == (A > 0))[off].float().mean().item()  # truncated: a non-edge is P = 0 exactly
+    # an edge is a pair closer than the fit's threshold t: P >= exp(-t / bandwidth) (untruncated: P > 0 everywhere)
+    linked = P >= math.exp(-_fit_threshold(cfg) / cfg.bandwidth)
+    agree = (linked == (A > 0))[off].float().mean().item()
     assert agree > 0.95, f"frozen-graph kernel agrees with the BA adjacency on only {agree:.2%} of pairs"
-    assert (P[off & (A == 0)] == 0).float().mean() > 0.95
+    if cfg.truncation is not None:  # truncated at the fit's threshold: a non-edge is P = 0 exactly
+        assert _fit_threshold(cfg) == cfg.truncation
+        assert (P[off & (A == 0)] == 0).float().mean() > 0.95
+    else:
+        assert (P > 0).all()
 
 
-@pytest.mark.parametrize("prior", PRIORS)
-def test_nac_signatures_start_fitted_to_a_graph_from_their_own_prior(prior, tiny_config):
+@pytest.mark.parametrize(
+    "prior,kernel", [(p, "default") for p in PRIORS] + [("ring_of_cliques", "truncated")]
+)  # the default fits at signature_fit_threshold 0.8, the truncated form at its truncation 0.9
+def test_nac_signatures_start_fitted_to_a_graph_from_their_own_prior(prior, kernel, tiny_config):
     import networkx as nx
 
     from nac.graphs import sample_prior_graph
     from nac.signatures import graph_agreement
 
-    cfg = tiny_config(prior=prior, n_processor=16, signature_fit_steps=1000, graph_seed=3)
+    kw = KERNELS[kernel]
+    cfg = tiny_config(prior=prior, n_processor=16, signature_fit_steps=1000, graph_seed=3, **kw)
     model = build_model(cfg)
     A = nx.to_numpy_array(sample_prior_graph(prior, 16, seed=3), nodelist=range(16))
-    t = cfg.signature_fit_threshold  # the default: untruncated kernel, the authors' preset fit at 0.8
-    assert cfg.truncation is None and t == 0.8
+    t = _fit_threshold(cfg)
+    assert t == (0.8 if kernel == "default" else 0.9)
     assert graph_agreement(model.generator.signatures, A, t) >= 0.95
     torch.manual_seed(0)
-    rand = build_model(tiny_config(prior=prior, signature_init="random", graph_seed=3))
+    rand = build_model(tiny_config(prior=prior, signature_init="random", graph_seed=3, **kw))
     assert graph_agreement(rand.generator.signatures, A, t) < 0.95 or prior == "scale_free"
     assert not torch.equal(rand.generator.signatures, model.generator.signatures)
     # the regularizer-off control keeps the prior's initialisation but has no target
-    off = build_model(tiny_config(prior=prior, regularizer="none", graph_seed=3, signature_fit_steps=1000))
+    off = build_model(tiny_config(prior=prior, regularizer="none", graph_seed=3, signature_fit_steps=1000, **kw))
     assert torch.equal(off.generator.signatures, model.generator.signatures) and off.prior_target is None
 
 
 def test_bandwidth_is_a_learnable_scalar_without_weight_decay_and_gets_a_gradient(tiny_config):
-    # one shared bandwidth (nac v1); the per-module kernels: tests/test_authors_switches.py
-    model = build_model(tiny_config(bandwidth=0.7, kernel_per_module=False, learn_bandwidth=True))
+    # one shared learnable bandwidth (nac v1); the per-module kernels: tests/test_authors_switches.py
+    model = build_model(tiny_config(bandwidth=0.7, **{**TINY_KERNEL, "kernel_per_module": False}))
     assert isinstance(model.bandwidth, torch.nn.Parameter) and model.bandwidth.dim() == 0
     assert model.bandwidth.item() == pytest.approx(0.7)
     model.train()
     x = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
     (model(x).logsumexp(-1).sum() + model.graph_regularizer()).backward()
     assert model.bandwidth.grad is not None and model.bandwidth.grad.abs() > 0
-    fixed = build_model(tiny_config(learn_bandwidth=False, kernel_per_module=False))
+    fixed = build_model(tiny_config(learn_bandwidth=False, kernel_per_module=False))  # the default (inet_baral)
     assert "bandwidth" not in dict(fixed.named_parameters()) and "bandwidth" in dict(fixed.named_buffers())
 
 

@@ -20,7 +20,7 @@ import pytest
 import reference_forms
 import torch
 from reference_forms import per_layer_modulation
-from tiny_models import COND_TOKENIZER, make_tiny_config, tiny_batch
+from tiny_models import COND_TOKENIZER, TINY_KERNEL, make_tiny_config, tiny_batch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from nac import build_model
@@ -29,7 +29,7 @@ from nac.pruning import attention_received, drop_modules
 
 CONFIGS = {
     "mini_nac": dict(),
-    "shared_kernel": dict(kernel_per_module=False, truncation_mode="masked"),
+    "shared_kernel": dict(TINY_KERNEL, kernel_per_module=False, truncation_mode="masked"),  # nac v1
     "conditional": dict(generator="conditional", cond_tokenizer=COND_TOKENIZER),
     "input_latents": dict(input_latents=4),
     "conditional_input_latents": dict(input_latents=3, generator="conditional", cond_tokenizer=COND_TOKENIZER),

@@ -26,11 +26,13 @@ from nac.model import NAC
 from nac.training.loop import Objective
 
 CONFIGS = {
-    "default": dict(),  # the default template's kernel: untruncated, one fixed kernel
-    "kernel_per_module": dict(TINY_KERNEL),
-    "shared_kernel": {**TINY_KERNEL, "kernel_per_module": False, "truncation_mode": "masked"},
+    "default": dict(),  # inet_baral: one fixed, untruncated kernel
+    "kernel_per_module": dict(TINY_KERNEL),  # tiny_inet_nc_x: truncated, a learnable bandwidth per module
+    "shared_kernel": dict(TINY_KERNEL, kernel_per_module=False, truncation_mode="masked"),  # nac v1
     "input_latents": dict(input_latents=3),
-    "conditional_regularised": dict(generator="conditional", cond_tokenizer=COND_TOKENIZER, generator_regularizer=True),
+    "conditional_regularised": dict(
+        TINY_KERNEL, generator="conditional", cond_tokenizer=COND_TOKENIZER, generator_regularizer=True
+    ),
 }
 
 
@@ -96,8 +98,9 @@ def test_kernel_probabilities_are_each_layers_own_P(name):
     w = torch.randn(batched[next(iter(batched))].shape, generator=torch.Generator().manual_seed(0))
     grads = []
     for Ps in (batched, own):
-        # the signatures, and the bandwidths where learnable (the default's is a fixed buffer)
-        params = [design.signatures, *(b for b in (model.kernel_bandwidth(i) for i in Ps) if b.requires_grad)]
+        bandwidths = [model.kernel_bandwidth(i) for i in Ps]
+        assert all(b.requires_grad == model.config.learn_bandwidth for b in bandwidths)  # fixed: a buffer
+        params = [design.signatures, *(b for b in bandwidths if b.requires_grad)]
         loss = sum((P * w * (k + 1)).sum() for k, P in enumerate(Ps.values()))
         grads.append(torch.autograd.grad(loss, params, retain_graph=True))
     for i in own:
@@ -110,7 +113,7 @@ def test_kernel_probabilities_are_each_layers_own_P(name):
 def test_the_matching_on_a_thread_gives_the_sequential_step_bit_for_bit(matching, monkeypatch):
     """The same ``P``: matched on the worker thread (while the forward runs) or in the caller's
     thread after it, the same permutations, so the same regularizer and gradients exactly."""
-    model = _model(matching=matching, **TINY_KERNEL)  # a matching per layer's kernel
+    model = _model(matching=matching, **TINY_KERNEL)  # a kernel per propagator: one matching each
     x, y, _ = tiny_batch(model, seed=5)
     threads = []
     real = regularizer._hungarian  # every matching's Hungarian steps
@@ -131,7 +134,7 @@ def test_the_matching_on_a_thread_gives_the_sequential_step_bit_for_bit(matching
 def test_the_target_is_read_from_its_host_copy(monkeypatch):
     """The matching gets the target as one host array, made once (not copied from the device at
     every step), and a new target (a pruned model's, a device move) replaces it."""
-    model = _model(**TINY_KERNEL)  # a matching per layer's kernel
+    model = _model(**TINY_KERNEL)  # a kernel per propagator: one matching each, all against the one copy
     x, _, _ = tiny_batch(model, seed=5)
     seen = []
     real = regularizer.match_async

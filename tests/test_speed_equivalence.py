@@ -195,11 +195,12 @@ def test_kernel_sampler_eval_modes_are_sample_kernel(mode):
 
 # ------------------------------------------------------------------ the whole model
 @pytest.mark.parametrize("train", [True, False])
-@pytest.mark.parametrize("kernels", ["per_module", "shared_masked"])
+@pytest.mark.parametrize("kernels", ["default", "per_module", "shared_masked"])
 def test_nac_fast_paths_give_the_plain_step(train, kernels, monkeypatch):
-    """A NAC as the bench trains it (truncation 0.9, straight-through, learnable bandwidth,
-    signatures fitted to the prior, regularizer): same logits, loss and parameter gradients,
-    and the same random-number stream, with every optimisation on or off."""
+    """A NAC with each kernel (the default's: untruncated, one fixed bandwidth; the truncated ones:
+    truncation 0.9, straight-through, learnable bandwidth), signatures fitted to the prior and the
+    regularizer: same logits, loss and parameter gradients, and the same random-number stream,
+    with every optimisation on or off."""
     from nac.circuits import attention
 
     sparse_biases = []
@@ -208,20 +209,24 @@ def test_nac_fast_paths_give_the_plain_step(train, kernels, monkeypatch):
         attention, "_sparse_log_normalized_kernel", lambda *a: sparse_biases.append(real(*a)) or sparse_biases[-1]
     )
     torch.manual_seed(0)
-    # the authors' truncated Tiny kernel (a kernel per module, direct truncation) and nac v1's (one bandwidth, masked)
-    form = (
-        dict(TINY_KERNEL)
-        if kernels == "per_module"
-        else {**TINY_KERNEL, "kernel_per_module": False, "truncation_mode": "masked"}
-    )
+    # the default (inet_baral), tiny_inet_nc_x's (a kernel per module, direct truncation) and nac v1's
+    # (one learnable bandwidth, masked truncation)
+    form = {
+        "default": {},
+        "per_module": TINY_KERNEL,
+        "shared_masked": dict(TINY_KERNEL, kernel_per_module=False, truncation_mode="masked"),
+    }[kernels]
     cfg = make_tiny_config(variant="nac", n_processor=24, depth=3, signature_fit_steps=50, **form)
     model = build_model(cfg)
-    assert cfg.truncation == 0.9 and cfg.straight_through and cfg.learn_bandwidth
     model.train(train)
     x = torch.randint(0, 256, (3, 3, 32, 32), dtype=torch.uint8)
     y = torch.randint(0, 5, (3,))
     P = model.link_probabilities().detach()
-    assert (P == 0).float().mean() > 0.1  # the kernel cuts links: the masked path matters
+    if kernels == "default":
+        assert cfg.truncation is None and not cfg.learn_bandwidth and (P > 0).all()
+    else:
+        assert cfg.truncation == 0.9 and cfg.straight_through and cfg.learn_bandwidth
+        assert (P == 0).float().mean() > 0.1  # the kernel cuts links: the masked path matters
     results = {}
     for plain in (False, True):
         model = use_reference_kernel(copy.deepcopy(model)) if plain else model
@@ -243,7 +248,7 @@ def test_nac_fast_paths_give_the_plain_step(train, kernels, monkeypatch):
     assert (
         gf.keys() == gp.keys()
         and "generator.signatures" in gf
-        and len(bandwidths) == (cfg.depth + 1 if kernels == "per_module" else 1)
+        and len(bandwidths) == {"default": 0, "per_module": cfg.depth + 1, "shared_masked": 1}[kernels]
     )
     # Some gradients are zero but for rounding (e.g. biases a softmax ignores): compare every
     # tensor against the largest gradient of the model.

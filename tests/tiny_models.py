@@ -3,10 +3,12 @@ A module of its own (not conftest) so test files import it by a name no other fo
 
 from nac.config import ModelConfig
 
-# The kernel of the authors' truncated Tiny-ImageNet template (conf/template/tiny_inet_nc_x.yaml): truncated
-# at 0.9, a learnable bandwidth per attention module, the preset fit at the truncation. The default
-# (ModelConfig(), conf/template/inet_baral.yaml) is untruncated with one fixed kernel; tests about cut
-# links, per-module bandwidths or their gradients build this form.
+# The authors' truncated Tiny-ImageNet kernel (conf/template/tiny_inet_nc_x.yaml; the defaults before
+# issue 31): P = 0 beyond cosine distance 0.9, a learnable bandwidth per attention module, the
+# signatures fitted at the truncation. The defaults (``ModelConfig()``, conf/template/inet_baral.yaml)
+# are untruncated with one fixed kernel; a test about cut links or per-module bandwidths passes this
+# explicitly: ``make_tiny_config(**TINY_KERNEL)``. Equal to the template's fields that differ from the
+# default template's (tests/test_authors_switches.py).
 TINY_KERNEL = dict(truncation=0.9, learn_bandwidth=True, kernel_per_module=True, signature_fit_threshold=None)
 
 
