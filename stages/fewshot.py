@@ -26,7 +26,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("target", nargs="?", help="one target (default: every one of fewshot.targets)")
     args = ap.parse_args()
-    params = load_params(check=[fewshot_params.validate])
+    params = load_params(check=[fewshot_params.validate], stage="fewshot")
     targets = params["fewshot"]["targets"] if args.target is None else [args.target]
     with staged(OUT) as (stage,), metrics_io.published_as(stage, OUT):
         run_jobs(

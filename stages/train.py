@@ -25,7 +25,7 @@ def main() -> None:
     add_job_arguments(ap, "one run: perceiver_io | modfc | frozen_graph | a baseline | nac-<prior>[-<control>]")
     args = ap.parse_args()
     single = one_job(ap, args, "the whole ladder")
-    params = load_params(check=[validate])
+    params = load_params(check=[validate], stage="train")
     jobs = [(params, args.run, args.seed)] if single else train_image_jobs(params)
     run_jobs(
         train_and_evaluate_image_run,

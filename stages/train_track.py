@@ -22,7 +22,7 @@ def main() -> None:
     add_job_arguments(ap, "one run of the track")
     args = ap.parse_args()
     single = one_job(ap, args, "every run of the track")
-    params = load_params(check=[validator(args.track)])
+    params = load_params(check=[validator(args.track)], stage=f"train_{args.track}")
     jobs = [(params, args.track, args.run, args.seed)] if single else train_track_jobs(params, args.track)
     run_jobs(
         train_and_evaluate_track_run,
