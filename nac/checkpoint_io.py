@@ -43,6 +43,15 @@ class PoisonedCheckpointError(RuntimeError):
     """A checkpoint holds (or would hold) NaN or infinite tensors: training diverged."""
 
 
+class DamagedCheckpointError(RuntimeError):
+    """A checkpoint file cannot be read: empty, truncated (a copy or a write cut short), or not a
+    nac checkpoint. A training moves it aside and starts over, as it does a NaN one."""
+
+    def __init__(self, path: Path, reason: str):
+        self.path, self.reason = path, reason
+        super().__init__(f"checkpoint {path} cannot be read safely ({reason}); delete it and retrain")
+
+
 class CheckpointMismatchError(RuntimeError):
     """A checkpoint was trained with another model config than the current params ask for."""
 
@@ -114,7 +123,7 @@ def save_checkpoint(path: str | Path, model: NAC, **extra: Any) -> Path:
         os.replace(tmp, path)
     except BaseException as e:  # a full disk, Ctrl-C mid-write, ...: never leave a partial .tmp
         tmp.unlink(missing_ok=True)
-        if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+        if (isinstance(e, OSError) and e.errno == errno.ENOSPC) or _torch_write_failed(e):
             needed = sum(t.numel() * t.element_size() for _, t in _tensors(payload))
             try:
                 free = shutil.disk_usage(path.parent).free
@@ -125,16 +134,32 @@ def save_checkpoint(path: str | Path, model: NAC, **extra: Any) -> Path:
     return path
 
 
+# torch.save's zip writer reports a failed write (a full disk: the file stops growing) without an
+# errno: "[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598", or for a small
+# payload "basic_ios::clear: iostream error", or "PytorchStreamWriter failed writing file ...".
+_TORCH_WRITE_FAILED = ("unexpected pos", "iostream error", "PytorchStreamWriter failed writing")
+
+
+def _torch_write_failed(e: BaseException) -> bool:
+    """Whether ``e`` is torch.save's own form of a write that did not reach the disk (no errno;
+    a full disk is its cause in practice), not an error of the payload."""
+    return isinstance(e, RuntimeError) and any(m in str(e) for m in _TORCH_WRITE_FAILED)
+
+
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no checkpoint at {path}; train the model first (`dvc repro`)")
+    size = path.stat().st_size
+    if size == 0:
+        raise DamagedCheckpointError(path, "empty, 0 bytes")
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # a truncated file or a foreign pickle
-        raise RuntimeError(f"checkpoint {path} cannot be read safely ({e}); delete it and retrain") from e
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise DamagedCheckpointError(path, f"{size} bytes, truncated or not a checkpoint: {why}") from e
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
-        raise RuntimeError(f"{path} is not a nac checkpoint of format {FORMAT}; delete it and retrain")
+        raise DamagedCheckpointError(path, f"not a nac checkpoint of format {FORMAT}")
     bad = non_finite_tensors(ckpt)
     if bad:
         raise PoisonedCheckpointError(
