@@ -232,7 +232,7 @@ def _image(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dic
     figs["figure5b"] = figures.figure5b(prune, out / "figures", prune_runs, str(prune["device"].iloc[0]))
     if PAPER_THROUGHPUT.exists():
         figs["figure5b_paper_size"] = figures.figure_5b_paper_size(
-            json.loads(PAPER_THROUGHPUT.read_text()), out / "figures"
+            json.loads(PAPER_THROUGHPUT.read_text(encoding="utf-8")), out / "figures"
         )
     figs["figure15"] = figures.figure15(prune, out / "figures", prune_runs)
     md["prune_random"] = tables.write_table(
@@ -263,7 +263,7 @@ def _image(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dic
         out / "plots",
         "prune",
     )
-    conv = json.loads(CONVERGENCE.read_text()) if CONVERGENCE.exists() else None
+    conv = json.loads(CONVERGENCE.read_text(encoding="utf-8")) if CONVERGENCE.exists() else None
     if conv is not None and conv.get("profile") == params["profile"]:  # another profile's runs say nothing of this one
         figs["convergence"] = figures.figure_convergence(conv, histories, RUN_LABELS, out / "figures")
         md["convergence"] = tables.write_table(_convergence_table(conv, histories), out / "tables", "convergence")
@@ -287,7 +287,9 @@ def _learned_graphs(ladder: list[str], seed: int, metrics: Path) -> dict[str, np
         kept = metrics.parent / GRAPHS
         if not kept.is_file():
             return None
-        return {prior: np.asarray(p, dtype=np.float32) for prior, p in json.loads(kept.read_text()).items()}
+        return {
+            prior: np.asarray(p, dtype=np.float32) for prior, p in json.loads(kept.read_text(encoding="utf-8")).items()
+        }
     learned = {}
     for run in ladder:
         variant, prior, control = parse_run(run)
@@ -341,15 +343,15 @@ def _converged(results: str | Path, out: Path) -> str:
 def _switches(params: dict, metrics: Path, out: Path, md: dict[str, str]) -> None:
     """Every switch between the authors' model and ours, and the measured effect of the mechanism
     switches (``bench/bench_switches.py``), paired by seed with this pipeline's default NAC."""
-    bench = json.loads(switches.BENCH.read_text()) if switches.BENCH.exists() else None
+    bench = json.loads(switches.BENCH.read_text(encoding="utf-8")) if switches.BENCH.exists() else None
     md["switches_status"] = switches.bench_status(bench, params) or ""
     long = None
     if not md["switches_status"]:
         run, seeds = f"nac-{params['prior']['name']}", params["seeds"]
         defaults = {}
         for s in seeds:
-            ev = json.loads((metrics / "image" / "eval" / f"{run}-{s}.json").read_text())
-            tr = json.loads((metrics / "image" / "train" / f"{run}-{s}.json").read_text())
+            ev = json.loads((metrics / "image" / "eval" / f"{run}-{s}.json").read_text(encoding="utf-8"))
+            tr = json.loads((metrics / "image" / "train" / f"{run}-{s}.json").read_text(encoding="utf-8"))
             defaults[s] = (ev, tr["mechanism"]["final"])
         long = switches.effects(bench, defaults, params["prior"]["name"], seeds)
         tables.write_table(long, out / "tables", "switch_effects_numeric")
@@ -527,7 +529,7 @@ def _write_readme(out: Path, params: dict, summary: dict, md: dict[str, str], fi
         CONVERGENCE=CONVERGENCE,
         cost=costs.cost_section(),
     )
-    (out / "README.md").write_text(text)
+    (out / "README.md").write_text(text, encoding="utf-8")
 
 
 __all__ = ["build_report"]

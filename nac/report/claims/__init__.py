@@ -107,7 +107,7 @@ def write_claims(
         "",
     ]
     md = out / "claims.md"
-    md.write_text("\n".join(lines))
+    md.write_text("\n".join(lines), encoding="utf-8")
     return md
 
 
