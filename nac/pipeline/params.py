@@ -97,7 +97,25 @@ def load_params(
         validator(params)
     if not os.environ.get("NAC_QUIET"):
         print(f"{path}: profile={params['profile']} prior={params['prior']['name']}", file=sys.stderr)
+        _say_environment()
     return params if stage is None else project(params, stage, item)
+
+
+_ENV_SAID = [False]
+
+
+def _say_environment() -> None:
+    """Once per process: one line when the installed packages differ from requirements.lock (the
+    committed run's environment), so a run whose numbers will not match the committed ones says
+    why at its start (``nac.environment``)."""
+    if _ENV_SAID[0]:
+        return
+    _ENV_SAID[0] = True
+    from nac.environment import mismatch_line
+
+    line = mismatch_line()
+    if line:
+        print(line, file=sys.stderr)
 
 
 def check_workspace(stage: str) -> None:
