@@ -121,6 +121,7 @@ def save_checkpoint(path: str | Path, model: NAC, **extra: Any) -> Path:
     try:
         torch.save(payload, tmp)
         os.replace(tmp, path)
+        mirror(path)
     except BaseException as e:  # a full disk, Ctrl-C mid-write, ...: never leave a partial .tmp
         tmp.unlink(missing_ok=True)
         if (isinstance(e, OSError) and e.errno == errno.ENOSPC) or _torch_write_failed(e):
@@ -237,6 +238,65 @@ def config_diff(stored: dict, expected: dict) -> list[str]:
     return dict_diff(_normalized_config(stored), _normalized_config(expected), "checkpoint", "params")
 
 
+# Resume state that `dvc checkout` cannot delete: every checkpoint written under models/ is also
+# hard-linked (no extra space) to the same relative path under .nac/resume/, a folder DVC does not
+# manage. `dvc checkout` (or `git checkout` with DVC's hooks) replaces models/ with the cached
+# outputs of the commit checked out, deleting a checkpoint of a run not finished yet; the next
+# training of it restores it from the mirror and resumes. `rm -rf .nac/resume` forgets them all.
+RESUME_DIR = Path(".nac/resume")
+
+
+def mirror_path(path: str | Path) -> Path | None:
+    """Where a checkpoint under ``models/`` of the working directory is mirrored (None: not mirrored)."""
+    try:
+        rel = Path(path).resolve().relative_to(Path.cwd().resolve())
+    except (ValueError, OSError):
+        return None
+    return RESUME_DIR / rel if rel.parts[:1] == ("models",) else None
+
+
+def mirror(path: str | Path) -> Path | None:
+    """Hard-link checkpoint ``path`` to its mirror (replacing the previous one); None when it is
+    not mirrored or the file system refuses (the checkpoint itself is written either way)."""
+    dest = mirror_path(path)
+    if dest is None:
+        return None
+    tmp = dest.with_name(dest.name + ".tmp")
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp.unlink(missing_ok=True)
+        os.link(path, tmp)
+        os.replace(tmp, dest)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        return None
+    return dest
+
+
+def restore(path: str | Path) -> Path | None:
+    """Put back a checkpoint that was deleted after it was written (``dvc checkout``) from its
+    mirror; returns the mirror it came from, None when there was nothing to restore."""
+    path, src = Path(path), mirror_path(path)
+    if path.exists() or src is None or not src.exists():
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, path)
+    except OSError:
+        shutil.copy2(src, path)
+    return src
+
+
+def _unmirror(path: Path) -> None:
+    """Forget the mirror of a checkpoint being moved aside (when it is that same file)."""
+    dest = mirror_path(path)
+    try:
+        if dest is not None and dest.exists() and os.path.samefile(dest, path):
+            dest.unlink()
+    except OSError:
+        pass
+
+
 def aside_path(path: str | Path, tag: str = "stale") -> Path:
     """A free name next to ``path`` for moving it aside: ``<name>.<tag>-<YYYYmmdd-HHMMSS>[-N]``."""
     path = Path(path)
@@ -252,5 +312,6 @@ def move_aside(path: str | Path, dest: str | Path | None = None, tag: str = "sta
     """Rename ``path`` to ``dest`` (or a fresh ``aside_path``), never overwriting; returns the new path."""
     path = Path(path)
     dest = Path(dest) if dest is not None and not Path(dest).exists() else aside_path(path, tag)
+    _unmirror(path)
     os.replace(path, dest)
     return dest

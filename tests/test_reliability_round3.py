@@ -289,3 +289,51 @@ def test_the_report_stage_interrupted_says_one_line(monkeypatch):
     with pytest.raises(SystemExit) as e:
         run_stage(report_stage.main, "report", kept=report_stage.KEPT)
     assert e.value.code == "report: interrupted (SIGINT); " + report_stage.KEPT
+
+
+# ---- case 8: resume state that survives `dvc checkout` --------------------------------------------
+def test_a_checkpoint_deleted_by_a_checkout_is_restored_and_resumed(tmp_path, tiny_config, monkeypatch, capsys):
+    """``dvc checkout`` of another commit replaces models/ with that commit's cached outputs,
+    deleting the checkpoint of a run not finished yet (DVC does not track it yet). Every checkpoint
+    under models/ is hard-linked into .nac/resume/ (outside DVC's outputs), so the next training
+    restores it and resumes (epoch 2 only). On the old code the rerun started over (epochs 1 and 2)."""
+    import shutil
+
+    from test_reliability_training import tiny
+    from test_training import Quadrants, small_train
+
+    from nac.checkpoint_io import load_checkpoint
+    from nac.training.loop import fit
+
+    from test_reliability_training import InterruptAt
+
+    monkeypatch.chdir(tmp_path)
+    ckpt = Path("models/image/toy-0.pt")
+    with pytest.raises(SystemExit):  # Ctrl-C in epoch 2: the checkpoint of epoch 1 is kept
+        fit(tiny(tiny_config), InterruptAt(32, 0, at=32 + 16 + 3), None, small_train(epochs=2), checkpoint=ckpt)
+    assert ckpt.exists() and Path(".nac/resume/models/image/toy-0.pt").samefile(ckpt)
+    shutil.rmtree("models")  # what the checkout does to an output DVC has no cache entry for
+    capsys.readouterr()
+    epochs = []
+    fit(
+        tiny(tiny_config),
+        Quadrants(32, 0),
+        None,
+        small_train(epochs=2),
+        checkpoint=ckpt,
+        progress=False,
+        desc="train toy-0",
+        on_epoch_end=epochs.append,
+    )
+    cap = capsys.readouterr()
+    assert epochs == [2], epochs  # resumed after epoch 1
+    assert load_checkpoint(ckpt)["epoch"] == 2
+    assert f"train toy-0: {ckpt} was deleted after it was written" in cap.out + cap.err
+
+
+def test_a_checkpoint_outside_models_is_not_mirrored(tmp_path, monkeypatch):
+    from nac.checkpoint_io import mirror_path
+
+    monkeypatch.chdir(tmp_path)
+    assert mirror_path("elsewhere/a.pt") is None and mirror_path(tmp_path.parent / "models/a.pt") is None
+    assert mirror_path("models/points/nac-0.pt") == Path(".nac/resume/models/points/nac-0.pt")
