@@ -102,7 +102,9 @@ def _convergence_table(conv: dict, histories: dict[str, list[list[dict]]]) -> pd
     return pd.DataFrame(rows).astype(object).fillna("—")
 
 
-def _provenance(params: dict) -> dict[str, str]:
+def _provenance(params: dict) -> dict:
+    from nac.environment import installed
+
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
@@ -126,6 +128,7 @@ def _provenance(params: dict) -> dict[str, str]:
         "date": dt.date.today().isoformat(),
         "machine": f"{platform.node() or 'unknown host'}, {device}",
         "torch": torch.__version__,
+        "packages": installed(),  # every installed version (nac.environment; the committed run's: requirements.lock)
     }
 
 
@@ -149,6 +152,7 @@ def build_report(
         headline,
         write_claims,
     )  # at call time: tests stand in a fake registry
+    from nac.report.reproduction import write_reproduction
 
     setup()
     out, metrics = Path(out), Path(metrics)
@@ -175,6 +179,8 @@ def build_report(
         write_json(stage / "tables" / "summary.json", summary)
         write_json(stage_metrics / ("headline.json" if kept else "summary.json"), headline(rows))
         write_claims(params, metrics=metrics, out=stage, rows=rows)
+        if not kept:  # this run against the committed one (reports/reproduction.md)
+            write_reproduction(stage, params, rows, metrics)
     return summary
 
 
