@@ -2,7 +2,7 @@
 every target dataset (Figure 4); writes metrics/fewshot/<target>.json and .csv.
 
 The targets run side by side in worker processes (``nac.pipeline.pool``; ``NAC_WORKERS``
-overrides; the results do not depend on it). ``python stages/fewshot.py <target>`` runs one
+overrides; the results do not depend on it). ``python -m stages.fewshot <target>`` runs one
 target in this process. The targets' files are written to a staging folder, checked, and replace
 the previous ones only when every target is done: a failed run leaves metrics/fewshot/ as it was.
 """

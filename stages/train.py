@@ -8,7 +8,7 @@ models/image/<run>-<seed>.pt when a previous run was interrupted (a finished che
 with the same settings is reloaded without training).
 
 ``--run R --seed S`` trains that one job in this process, e.g. under
-``torchrun --nproc_per_node=N stages/train.py --run nac-scale_free --seed 0`` with DDP (the main
+``torchrun --nproc_per_node=N -m stages.train --run nac-scale_free --seed 0`` with DDP (the main
 process evaluates).
 """
 

@@ -5,7 +5,7 @@ trained it; writes metrics/tracks/<track>/<run>-<seed>.json.
 The jobs run side by side in worker processes (``nac.pipeline.pool``; ``NAC_WORKERS``
 overrides; the results do not depend on it). Each resumes from models/<track>/<run>-<seed>.pt
 when interrupted. ``--run R --seed S`` trains that one job in this process, e.g. under
-``torchrun --nproc_per_node=N stages/train_track.py points --run nac --seed 0`` with DDP.
+``torchrun --nproc_per_node=N -m stages.train_track points --run nac --seed 0`` with DDP.
 """
 
 import argparse

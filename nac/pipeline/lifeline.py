@@ -147,7 +147,7 @@ def watch(
 def stage_process() -> None:
     """For a stage script's main process: stop signals like Ctrl-C, and, when DVC started it (DVC
     sets ``DVC_STAGE`` for a stage's command), stop when that launcher dies. A script started by
-    hand is not watched: ``nohup python stages/train.py &`` outlives its shell, as it should."""
+    hand is not watched: ``nohup python -m stages.train &`` outlives its shell, as it should."""
     handle_stop_signals()
     if os.environ.get("DVC_STAGE"):
         idents = launchers()
