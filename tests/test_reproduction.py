@@ -85,16 +85,20 @@ def test_no_committed_run(tmp_path, monkeypatch):
     assert "No committed run to compare with" in text
 
 
-def test_the_report_writes_the_page_and_provenance_holds_every_package():
-    """The hook: ``build_report`` writes ``reproduction.md`` into its staging folder (swapped in with
-    the rest) and dvc.yaml declares it; the provenance lists every installed package's version."""
+def test_the_report_writes_the_page_and_provenance_holds_every_package(tmp_path, monkeypatch):
+    """The hook: ``build_report`` writes ``reproduction.md`` with the rest of the report (swapped in
+    together) and dvc.yaml declares it; the provenance lists every installed package's version."""
     import yaml
+    from test_report import _params, _stub_image_and_claims, write_metrics
 
     from nac.report import build
 
-    src = Path(build.__file__).read_text(encoding="utf-8")
-    assert "write_reproduction(stage, params, rows, metrics)" in src
+    metrics = write_metrics(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    _stub_image_and_claims(monkeypatch, [])
+    summary = build.build_report(_params(), out=tmp_path / "reports", metrics=metrics)
+    page = (tmp_path / "reports" / "reproduction.md").read_text(encoding="utf-8")
+    assert page.startswith("# Reproduction check") and "No committed run to compare with" in page  # no git here
+    assert "torch" in summary["provenance"]["packages"] and "numpy" in summary["provenance"]["packages"]
     outs = yaml.safe_load(Path(__file__).resolve().parents[1].joinpath("dvc.yaml").read_text())["stages"]["report"]
     assert any(isinstance(o, dict) and "reports/reproduction.md" in o for o in outs["outs"])
-    prov = build._provenance({"profile": "smoke"})
-    assert "torch" in prov["packages"] and "numpy" in prov["packages"]
