@@ -9,7 +9,6 @@ from nac.pipeline.lifeline import run_stage
 from nac.pipeline.params import load_params
 from nac.report.build import build_report
 
-
 KEPT = "the previous report is untouched (its outputs are replaced together, only once all are built); rerun"
 
 

@@ -299,13 +299,11 @@ def test_a_checkpoint_deleted_by_a_checkout_is_restored_and_resumed(tmp_path, ti
     restores it and resumes (epoch 2 only). On the old code the rerun started over (epochs 1 and 2)."""
     import shutil
 
-    from test_reliability_training import tiny
+    from test_reliability_training import InterruptAt, tiny
     from test_training import Quadrants, small_train
 
     from nac.checkpoint_io import load_checkpoint
     from nac.training.loop import fit
-
-    from test_reliability_training import InterruptAt
 
     monkeypatch.chdir(tmp_path)
     ckpt = Path("models/image/toy-0.pt")
