@@ -274,9 +274,9 @@ def run_jobs(
                 tqdm.write(f"{desc}: {label(jobs[i])} done ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
     finally:
         bar.close()
-        alive = [p for p in procs.values() if p.is_alive()]
-        if pending or alive:  # a job failed (or this process was interrupted) with others still queued or running
-            _stop(list(procs.values()) or list(getattr(ex, "_processes", None) or {}).values(), pending)
+        broken = bool(getattr(ex, "_broken", False))  # a worker died: its survivors must not go on
+        if pending or broken:  # a job failed (or this process was interrupted) with others still queued or running
+            _stop(list(procs.values()) or list((getattr(ex, "_processes", None) or {}).values()), pending)
         ex.shutdown(wait=True, cancel_futures=True)
     return results
 
