@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from nac.pipeline.stage_params import project
+from nac.pipeline.stage_params import keys, project
 from nac.report import reproduction
 
 PARAMS = {
@@ -34,6 +34,19 @@ def _rows(**changes):
     return rows
 
 
+def _locked(params: dict) -> dict:
+    """What DVC records in dvc.lock for the report stage: each declared key's value, dotted (an
+    older lock lacks ``data.root``: a key read only since is not compared)."""
+    out = {}
+    for key in keys("report", params):
+        node = params
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is not None and key != "data.root":
+            out[key] = node
+    return out
+
+
 @pytest.fixture
 def committed_run(tmp_path, monkeypatch):
     """A git checkout whose HEAD holds a finished run: params, claims, one image run's metrics."""
@@ -42,6 +55,8 @@ def committed_run(tmp_path, monkeypatch):
     (tmp_path / "reports/tables").mkdir(parents=True)
     (tmp_path / "metrics/image/eval").mkdir(parents=True)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(PARAMS), encoding="utf-8")
+    lock = {"stages": {"report": {"params": {"params.yaml": _locked(PARAMS)}}}}
+    (tmp_path / "dvc.lock").write_text(yaml.safe_dump(lock), encoding="utf-8")
     pd.DataFrame(_rows()).to_csv(tmp_path / "reports/tables/claims.csv", index=False)
     (tmp_path / "metrics/image/eval/modfc-0.json").write_text(json.dumps({"iid_acc1": 50.0, "ood_acc1": 40.0}))
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@e.invalid"]
@@ -75,7 +90,8 @@ def test_the_same_run_is_reported_identical(committed_run):
 def test_a_run_with_other_params_is_not_compared(committed_run):
     other = {**PARAMS, "profile": "mini"}
     text = reproduction.page(project(other, "report"), _rows(), "metrics", committed_run)
-    assert "Not compared: this run's params differ from the committed run's in profile" in text
+    assert "Not compared: this run's params differ from those the committed report ran with" in text
+    assert text.rstrip().endswith("in profile.")
     assert "## Claims" not in text
 
 

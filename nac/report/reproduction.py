@@ -22,7 +22,7 @@ import pandas as pd
 import yaml
 
 from nac.environment import differences, installed, read_lock
-from nac.pipeline.stage_params import project
+from nac.pipeline.stage_params import keys
 
 PAGE = "reproduction.md"
 CLAIMS_CSV = "reports/tables/claims.csv"
@@ -36,6 +36,31 @@ def committed(rel: str, root: str | Path = ".") -> str | None:
     except OSError:
         return None
     return r.stdout if r.returncode == 0 else None
+
+
+def committed_params(root: str | Path = ".") -> dict[str, Any] | None:
+    """The params the committed report ran with: ``dvc.lock`` at HEAD, the report stage's
+    ``params.yaml`` entry (dotted key -> value), or None."""
+    text = committed("dvc.lock", root)
+    try:
+        return dict(yaml.safe_load(text)["stages"]["report"]["params"]["params.yaml"])
+    except (TypeError, KeyError, AttributeError, yaml.YAMLError):
+        return None
+
+
+def params_differ(params: dict, then: dict[str, Any]) -> list[str]:
+    """The report's params (``nac.pipeline.stage_params``) whose value differs from the committed
+    run's ``then``; a key the committed lock does not hold (read only since) is not compared."""
+    out = []
+    for key in keys("report", params) or []:
+        if key not in then:
+            continue
+        node: Any = params
+        for part in key.split("."):
+            node = node[part]
+        if _plain(node) != _plain(then[key]):
+            out.append(key)
+    return out
 
 
 def _plain(d: Any) -> Any:
@@ -106,8 +131,8 @@ def page(params: dict, rows: list[dict], metrics: str | Path = "metrics", root: 
         + (
             "no `requirements.lock`: the committed run's environment is not recorded."
             if not locked
-            else "every installed package matches `requirements.lock` (the committed run's), so every number should "
-            "match the committed one bit for bit."
+            else "every installed package matches `requirements.lock` (the committed run's environment), "
+            "so every number should match the committed one bit for bit."
             if not env
             else f"{len(env)} package(s) differ from `requirements.lock` (the committed run's): {', '.join(env)}. "
             "Numbers are expected to differ within their noise; `pip install -r requirements.lock` reproduces "
@@ -115,22 +140,19 @@ def page(params: dict, rows: list[dict], metrics: str | Path = "metrics", root: 
         )
     )
     lines.append("")
-    old_params = committed("params.yaml", root)
+    then = committed_params(root)
     csv = committed(CLAIMS_CSV, root)
-    if old_params is None or csv is None:
-        return "\n".join([*lines, "No committed run to compare with (no `params.yaml` and claims at git HEAD).", ""])
-    keys_now = _plain(params)
-    try:
-        keys_then = _plain(project(yaml.safe_load(old_params), "report"))
-    except (KeyError, TypeError, AttributeError):  # an older params.yaml without a key the report reads
-        keys_then = {}
-    if keys_now != keys_then:
-        differ = sorted(k for k in set(keys_now) | set(keys_then) if keys_now.get(k) != keys_then.get(k))
+    if then is None or csv is None:
+        return "\n".join(
+            [*lines, "No committed run to compare with (no report stage in `dvc.lock` and claims at git HEAD).", ""]
+        )
+    differ = params_differ(params, then)
+    if differ:
         return "\n".join(
             [
                 *lines,
-                f"Not compared: this run's params differ from the committed run's in {', '.join(differ)} "
-                f"(committed profile {keys_then.get('profile')}, this run {keys_now.get('profile')}).",
+                f"Not compared: this run's params differ from those the committed report ran with (`dvc.lock` at git "
+                f"HEAD) in {', '.join(differ)}.",
                 "",
             ]
         )
