@@ -43,6 +43,15 @@ class PoisonedCheckpointError(RuntimeError):
     """A checkpoint holds (or would hold) NaN or infinite tensors: training diverged."""
 
 
+class DamagedCheckpointError(RuntimeError):
+    """A checkpoint file cannot be read: empty, truncated (a copy or a write cut short), or not a
+    nac checkpoint. A training moves it aside and starts over, as it does a NaN one."""
+
+    def __init__(self, path: Path, reason: str):
+        self.path, self.reason = path, reason
+        super().__init__(f"checkpoint {path} cannot be read safely ({reason}); delete it and retrain")
+
+
 class CheckpointMismatchError(RuntimeError):
     """A checkpoint was trained with another model config than the current params ask for."""
 
@@ -112,9 +121,10 @@ def save_checkpoint(path: str | Path, model: NAC, **extra: Any) -> Path:
     try:
         torch.save(payload, tmp)
         os.replace(tmp, path)
+        mirror(path)
     except BaseException as e:  # a full disk, Ctrl-C mid-write, ...: never leave a partial .tmp
         tmp.unlink(missing_ok=True)
-        if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+        if (isinstance(e, OSError) and e.errno == errno.ENOSPC) or _torch_write_failed(e):
             needed = sum(t.numel() * t.element_size() for _, t in _tensors(payload))
             try:
                 free = shutil.disk_usage(path.parent).free
@@ -125,16 +135,32 @@ def save_checkpoint(path: str | Path, model: NAC, **extra: Any) -> Path:
     return path
 
 
+# torch.save's zip writer reports a failed write (a full disk: the file stops growing) without an
+# errno: "[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598", or for a small
+# payload "basic_ios::clear: iostream error", or "PytorchStreamWriter failed writing file ...".
+_TORCH_WRITE_FAILED = ("unexpected pos", "iostream error", "PytorchStreamWriter failed writing")
+
+
+def _torch_write_failed(e: BaseException) -> bool:
+    """Whether ``e`` is torch.save's own form of a write that did not reach the disk (no errno;
+    a full disk is its cause in practice), not an error of the payload."""
+    return isinstance(e, RuntimeError) and any(m in str(e) for m in _TORCH_WRITE_FAILED)
+
+
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no checkpoint at {path}; train the model first (`dvc repro`)")
+    size = path.stat().st_size
+    if size == 0:
+        raise DamagedCheckpointError(path, "empty, 0 bytes")
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # a truncated file or a foreign pickle
-        raise RuntimeError(f"checkpoint {path} cannot be read safely ({e}); delete it and retrain") from e
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise DamagedCheckpointError(path, f"{size} bytes, truncated or not a checkpoint: {why}") from e
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
-        raise RuntimeError(f"{path} is not a nac checkpoint of format {FORMAT}; delete it and retrain")
+        raise DamagedCheckpointError(path, f"not a nac checkpoint of format {FORMAT}")
     bad = non_finite_tensors(ckpt)
     if bad:
         raise PoisonedCheckpointError(
@@ -212,6 +238,65 @@ def config_diff(stored: dict, expected: dict) -> list[str]:
     return dict_diff(_normalized_config(stored), _normalized_config(expected), "checkpoint", "params")
 
 
+# Resume state that `dvc checkout` cannot delete: every checkpoint written under models/ is also
+# hard-linked (no extra space) to the same relative path under .nac/resume/, a folder DVC does not
+# manage. `dvc checkout` (or `git checkout` with DVC's hooks) replaces models/ with the cached
+# outputs of the commit checked out, deleting a checkpoint of a run not finished yet; the next
+# training of it restores it from the mirror and resumes. `rm -rf .nac/resume` forgets them all.
+RESUME_DIR = Path(".nac/resume")
+
+
+def mirror_path(path: str | Path) -> Path | None:
+    """Where a checkpoint under ``models/`` of the working directory is mirrored (None: not mirrored)."""
+    try:
+        rel = Path(path).resolve().relative_to(Path.cwd().resolve())
+    except (ValueError, OSError):
+        return None
+    return RESUME_DIR / rel if rel.parts[:1] == ("models",) else None
+
+
+def mirror(path: str | Path) -> Path | None:
+    """Hard-link checkpoint ``path`` to its mirror (replacing the previous one); None when it is
+    not mirrored or the file system refuses (the checkpoint itself is written either way)."""
+    dest = mirror_path(path)
+    if dest is None:
+        return None
+    tmp = dest.with_name(dest.name + ".tmp")
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp.unlink(missing_ok=True)
+        os.link(path, tmp)
+        os.replace(tmp, dest)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        return None
+    return dest
+
+
+def restore(path: str | Path) -> Path | None:
+    """Put back a checkpoint that was deleted after it was written (``dvc checkout``) from its
+    mirror; returns the mirror it came from, None when there was nothing to restore."""
+    path, src = Path(path), mirror_path(path)
+    if path.exists() or src is None or not src.exists():
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, path)
+    except OSError:
+        shutil.copy2(src, path)
+    return src
+
+
+def _unmirror(path: Path) -> None:
+    """Forget the mirror of a checkpoint being moved aside (when it is that same file)."""
+    dest = mirror_path(path)
+    try:
+        if dest is not None and dest.exists() and os.path.samefile(dest, path):
+            dest.unlink()
+    except OSError:
+        pass
+
+
 def aside_path(path: str | Path, tag: str = "stale") -> Path:
     """A free name next to ``path`` for moving it aside: ``<name>.<tag>-<YYYYmmdd-HHMMSS>[-N]``."""
     path = Path(path)
@@ -227,5 +312,6 @@ def move_aside(path: str | Path, dest: str | Path | None = None, tag: str = "sta
     """Rename ``path`` to ``dest`` (or a fresh ``aside_path``), never overwriting; returns the new path."""
     path = Path(path)
     dest = Path(dest) if dest is not None and not Path(dest).exists() else aside_path(path, tag)
+    _unmirror(path)
     os.replace(path, dest)
     return dest

@@ -69,7 +69,7 @@ def groups(conf_dir: Path = CONF_DIR) -> dict[str, list[str]]:
 
 def _defaults(conf_dir: Path = CONF_DIR) -> dict[str, str]:
     out = {}
-    for entry in yaml.safe_load((conf_dir / "config.yaml").read_text()).get("defaults", []):
+    for entry in yaml.safe_load((conf_dir / "config.yaml").read_text(encoding="utf-8")).get("defaults", []):
         if isinstance(entry, dict):
             out.update({str(k): "none" if v is None else str(v) for k, v in entry.items()})
     return out
@@ -120,13 +120,13 @@ def main(argv: list[str] | None = None) -> None:
         if show:
             with tempfile.TemporaryDirectory() as tmp:
                 path = write_params(Path(tmp) / "params.yaml", overrides)
-                print(path.read_text(), end="")
+                print(path.read_text(encoding="utf-8"), end="")
             return
         path = write_params("params.yaml", overrides)
     except (ParamsError, HydraException) as e:
         print(f"error: {e}\nparams.yaml was not changed ({' '.join(overrides) or 'defaults'})", file=sys.stderr)
         raise SystemExit(2) from None
-    params = yaml.safe_load(path.read_text())
+    params = yaml.safe_load(path.read_text(encoding="utf-8"))
     print(
         f"wrote {path} ({' '.join(overrides) or 'defaults'}): profile={params['profile']} "
         f"prior={params['prior']['name']}"

@@ -79,8 +79,8 @@ def read(results: str | Path = RESULTS) -> tuple[dict[str, Any], dict[str, Any]]
     results = Path(results)
     if not (results / PROVENANCE).is_file():
         return None
-    prov = json.loads((results / PROVENANCE).read_text())
-    params = yaml.safe_load((results / "params.yaml").read_text())
+    prov = json.loads((results / PROVENANCE).read_text(encoding="utf-8"))
+    params = yaml.safe_load((results / "params.yaml").read_text(encoding="utf-8"))
     return params, prov
 
 

@@ -46,7 +46,6 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 import torch
-import yaml
 from IPython.display import display
 
 warnings.filterwarnings("ignore", message="IProgress not found")  # nac imports tqdm.auto; no ipywidgets
@@ -54,6 +53,7 @@ warnings.filterwarnings("ignore", message="IProgress not found")  # nac imports 
 from nac.checkpoint_io import load_model
 from nac.evaluation import predict, topk_accuracy
 from nac.pipeline.datasets import builder
+from nac.pipeline.params import load_params
 from nac.pipeline.paths import image_checkpoint
 from nac.pruning import drop_modules, module_connectivity
 from nac.regularizer import closest_permutation
@@ -63,7 +63,7 @@ torch.manual_seed(0)
 np.random.seed(0)
 sns.set_theme(context="notebook", style="white", palette="colorblind")
 
-params = yaml.safe_load(Path("params.yaml").read_text())
+params = load_params(stage="notebooks")
 prior, seed = params["prior"]["name"], params["seeds"][0]
 run = f"nac-{prior}"
 device = resolve_device(params.get("device", "auto"))

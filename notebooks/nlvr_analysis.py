@@ -41,7 +41,6 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 import torch
-import yaml
 from IPython.display import display
 from torch.utils.data import Subset
 
@@ -50,6 +49,7 @@ warnings.filterwarnings("ignore", message="IProgress not found")  # nac imports 
 from nac.checkpoint_io import load_model
 from nac.model import build_model
 from nac.pipeline.datasets import track_builder
+from nac.pipeline.params import load_params
 from nac.pipeline.paths import track_checkpoint, track_metrics
 from nac.tracks.common import reasoning_types, sentences
 from nac.tracks.nlvr import graph_of, link_matrices, lower_triangle
@@ -60,7 +60,7 @@ np.random.seed(0)
 sns.set_theme(context="notebook", style="whitegrid", palette="colorblind")
 pd.set_option("display.max_colwidth", None)
 
-params = yaml.safe_load(Path("params.yaml").read_text())
+params = load_params(stage="notebooks")
 nlvr = params["nlvr"]
 analysis_cfg = nlvr.get("analysis") or {}
 seed = int(analysis_cfg.get("seed", params["seeds"][0]))

@@ -14,7 +14,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("dataset")
     args = ap.parse_args()
-    params = load_params()
+    params = load_params(stage="download", item=args.dataset)
     try:
         builder(params, args.dataset).download()
     except UserDataRequired as e:

@@ -2,7 +2,7 @@
 every target dataset (Figure 4); writes metrics/fewshot/<target>.json and .csv.
 
 The targets run side by side in worker processes (``nac.pipeline.pool``; ``NAC_WORKERS``
-overrides; the results do not depend on it). ``python stages/fewshot.py <target>`` runs one
+overrides; the results do not depend on it). ``python -m stages.fewshot <target>`` runs one
 target in this process. The targets' files are written to a staging folder, checked, and replace
 the previous ones only when every target is done: a failed run leaves metrics/fewshot/ as it was.
 """
@@ -26,7 +26,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("target", nargs="?", help="one target (default: every one of fewshot.targets)")
     args = ap.parse_args()
-    params = load_params(check=[fewshot_params.validate])
+    params = load_params(check=[fewshot_params.validate], stage="fewshot")
     targets = params["fewshot"]["targets"] if args.target is None else [args.target]
     with staged(OUT) as (stage,), metrics_io.published_as(stage, OUT):
         run_jobs(

@@ -12,7 +12,7 @@ from nac.pipeline.params import load_params
 
 def main() -> None:
     argparse.ArgumentParser(description=__doc__).parse_args()
-    params = load_params()
+    params = load_params(stage="generate")
     for name in embedded():
         ds = builder(params, name)
         ds.download()

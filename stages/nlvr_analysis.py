@@ -16,7 +16,7 @@ OUT = Path("metrics/nlvr")
 
 
 def main() -> None:
-    params = load_params(check=[validator("nlvr")])
+    params = load_params(check=[validator("nlvr")], stage="nlvr_analysis")
     with staged(OUT) as (stage,), metrics_io.published_as(stage, OUT):
         run_analysis(params, out_dir=str(stage))
         metrics_io.nlvr_analysis(stage / "analysis.json")

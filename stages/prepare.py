@@ -11,7 +11,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("dataset")
     args = ap.parse_args()
-    builder(load_params(), args.dataset).prepare()
+    builder(load_params(stage="prepare", item=args.dataset), args.dataset).prepare()
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from nac.tracks.pretrain import pretrain_all
 
 
 def main() -> None:
-    pretrain_all(load_params(check=[fewshot_params.validate]))
+    pretrain_all(load_params(check=[fewshot_params.validate], stage="pretrain"))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ OUT = Path("metrics/image")
 
 
 def main() -> None:
-    params = load_params(check=[validate, validate_prune])
+    params = load_params(check=[validate, validate_prune], stage="prune")
     rows = prune_sweep(params)
     # prune.json and prune.csv replace the previous ones together, and only once the rows are checked
     with staged(OUT) as (stage,), metrics_io.published_as(stage, OUT):

@@ -5,16 +5,19 @@ ones only once all are built (``nac.report.build``)."""
 import sys
 
 from nac.metrics_io import MetricsError
+from nac.pipeline.lifeline import run_stage
 from nac.pipeline.params import load_params
 from nac.report.build import build_report
 
+KEPT = "the previous report is untouched (its outputs are replaced together, only once all are built); rerun"
+
 
 def main() -> None:
-    build_report(load_params())
+    build_report(load_params(stage="report"))
 
 
 if __name__ == "__main__":
     try:
-        main()
+        run_stage(main, "report", kept=KEPT)
     except MetricsError as e:
         sys.exit(f"report: {e}")

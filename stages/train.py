@@ -8,7 +8,7 @@ models/image/<run>-<seed>.pt when a previous run was interrupted (a finished che
 with the same settings is reloaded without training).
 
 ``--run R --seed S`` trains that one job in this process, e.g. under
-``torchrun --nproc_per_node=N stages/train.py --run nac-scale_free --seed 0`` with DDP (the main
+``torchrun --nproc_per_node=N -m stages.train --run nac-scale_free --seed 0`` with DDP (the main
 process evaluates).
 """
 
@@ -25,7 +25,7 @@ def main() -> None:
     add_job_arguments(ap, "one run: perceiver_io | modfc | frozen_graph | a baseline | nac-<prior>[-<control>]")
     args = ap.parse_args()
     single = one_job(ap, args, "the whole ladder")
-    params = load_params(check=[validate])
+    params = load_params(check=[validate], stage="train")
     jobs = [(params, args.run, args.seed)] if single else train_image_jobs(params)
     run_jobs(
         train_and_evaluate_image_run,

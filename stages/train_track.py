@@ -5,7 +5,7 @@ trained it; writes metrics/tracks/<track>/<run>-<seed>.json.
 The jobs run side by side in worker processes (``nac.pipeline.pool``; ``NAC_WORKERS``
 overrides; the results do not depend on it). Each resumes from models/<track>/<run>-<seed>.pt
 when interrupted. ``--run R --seed S`` trains that one job in this process, e.g. under
-``torchrun --nproc_per_node=N stages/train_track.py points --run nac --seed 0`` with DDP.
+``torchrun --nproc_per_node=N -m stages.train_track points --run nac --seed 0`` with DDP.
 """
 
 import argparse
@@ -22,7 +22,7 @@ def main() -> None:
     add_job_arguments(ap, "one run of the track")
     args = ap.parse_args()
     single = one_job(ap, args, "every run of the track")
-    params = load_params(check=[validator(args.track)])
+    params = load_params(check=[validator(args.track)], stage=f"train_{args.track}")
     jobs = [(params, args.track, args.run, args.seed)] if single else train_track_jobs(params, args.track)
     run_jobs(
         train_and_evaluate_track_run,

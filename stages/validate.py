@@ -23,7 +23,7 @@ def main() -> None:
             file=sys.stderr,
         )
         raise SystemExit(2) from None
-    OUT.write_text(MARK)
+    OUT.write_text(MARK, encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -207,10 +207,11 @@ def test_a_data_folder_a_reached_module_names_is_a_dep(tmp_path):
     assert check_stage("s", stage, root=tmp_path) == ([], [])
 
 
-def test_the_command_checks_shows_and_writes_the_exact_deps(tmp_path, capsys):
+def test_the_command_checks_shows_and_writes_the_exact_deps(tmp_path, capsys, monkeypatch):
     """``python tools/dvc_deps.py``: exit 1 naming the fix when a dep is missing, ``--show`` prints
     the exact set, ``--write`` rewrites only the ``nac`` lines (other deps and comments stay), after
     which the check passes."""
+    monkeypatch.setitem(dvc_deps.STAGE_PARAMS, "s", [])  # a stage that reads no param
     for rel, text in {
         "stages/s.py": "from nac import t\n",
         "nac/__init__.py": "",
@@ -252,12 +253,12 @@ def test_generate_makes_every_embedded_dataset_and_downloads_the_rest_one_by_one
 
     gen = STAGES["generate"]
     names = embedded()
-    assert sorted(gen["params"]) == sorted(f"data.{n}" for n in names)
+    assert sorted(gen["params"]) == sorted(["data.root", *(f"data.{n}" for n in names)])  # root: where they go
     want = {f"${{data.root}}/{kind}/{n}" for n in names for kind in ("raw", "cache")}
     assert len(gen["outs"]) == len(want) and set(gen["outs"]) == want
     for stage in ("download", "prepare"):
         assert STAGES[stage]["foreach"] == "${data.downloads}"
-        assert STAGES[stage]["do"]["params"] == ["data.${item}"]
+        assert STAGES[stage]["do"]["params"] == ["data.root", "data.${item}"]
 
 
 @pytest.mark.parametrize("profile", ["smoke", "mini", "paper"])
@@ -295,3 +296,57 @@ def test_dvc_lock_holds_only_the_stages_of_dvc_yaml(tmp_path):
     assert prune_lock.stale_entries(tmp_path) == ["train@gone-0"]
     assert prune_lock.prune(tmp_path) == ["train@gone-0"]
     assert set(yaml.safe_load((tmp_path / "dvc.lock").read_text())["stages"]) == kept
+
+
+# ---- params: the keys each stage's code reads ----------------------------------------------------
+def test_train_declares_the_ladder_and_the_prior():
+    """Issue 36, case 1: ``-S prior=...`` rewrites the ladder's ``nac-<prior>-noreg``/``-randinit``
+    runs, so ``train`` (which builds its jobs from ``image.ladder``) must rerun; on the old dvc.yaml
+    neither key was a param of ``train`` and ``dvc exp run -S prior=ring_of_cliques`` skipped it."""
+    params = dvc_deps.declared_params(STAGES["train"])
+    assert "image.ladder" in params and "prior" in params
+    assert not dvc_deps.params_problem("train", STAGES["train"])
+
+
+def test_a_stage_cannot_read_a_param_it_does_not_declare():
+    """``load_params(stage=...)`` hands a stage only its declared keys; reading another key that
+    params.yaml has (``[]``, ``get`` or ``in``, at any depth) names the key and the fix, also after
+    the view is pickled into a worker process; keys params.yaml lacks behave as in a dict."""
+    import pickle
+
+    from nac.pipeline.stage_params import StageParams, UndeclaredParam, project
+
+    full = {
+        "device": "cpu",
+        "seeds": [0],
+        "data": {"root": "data", "shapes": {"n": 1}, "digits": {"n": 2}},
+        "prior": {"name": "scale_free"},
+        "image": {"dataset": "shapes", "train": {"eval_batch_size": 8, "lr": 1e-3}, "ladder": ["modfc"]},
+        "prune": {"runs": ["modfc"]},
+    }
+    view = project(full, "prune")
+    for v in (view, pickle.loads(pickle.dumps(view))):
+        assert isinstance(v, StageParams)
+        assert v["image"]["train"]["eval_batch_size"] == 8 and v["data"]["shapes"] == {"n": 1}
+        assert v.get("profile", "x") == "x"  # not in params.yaml at all: a dict's behaviour
+        for read in (
+            lambda: v["prior"],
+            lambda: v.get("prior"),
+            lambda: "prior" in v,
+            lambda: v["image"]["ladder"],
+            lambda: v["image"]["train"].get("lr", 1.0),
+            lambda: v["data"]["digits"],
+        ):
+            with pytest.raises(UndeclaredParam, match=r"stage 'prune' reads params key '[\w.]+'.*stage_params.py"):
+                read()
+    assert project(full, "validate") is full
+
+
+def test_the_params_check_names_what_differs(tmp_path):
+    """A dvc.yaml whose ``train`` lacks ``image.ladder`` fails the check, naming the key and the fix."""
+    stage = {"cmd": "python stages/train.py", "params": [p for p in STAGE_PARAMS_TRAIN if p != "image.ladder"]}
+    msg = dvc_deps.params_problem("train", stage)
+    assert "read but not declared: image.ladder" in msg and "set them to" in msg
+
+
+STAGE_PARAMS_TRAIN = dvc_deps.STAGE_PARAMS["train"]

@@ -272,7 +272,7 @@ def test_kill_9_of_dvc_repro_leaves_no_trainer_and_a_resumable_checkpoint(tmp_pa
     try:
         _wait_for(ckpts, dvc, timeout=600, log=log)
         trainers = [p for p in _repo_processes(repo) if p.pid != dvc.pid]
-        assert any("stages/train_track.py" in " ".join(p.cmdline()) for p in trainers), trainers
+        assert any("stages.train_track" in " ".join(p.cmdline()) for p in trainers), trainers
         dvc.send_signal(signal.SIGKILL)
         dvc.wait()
         # the bound is the lifeline's hard stop: a graceful stop normally ends within seconds

@@ -2,7 +2,8 @@
 
     python tools/dvc_deps.py            # check every stage; exit 1 naming what is missing or unused
     python tools/dvc_deps.py --show report train   # the exact nac deps of those stages (all if none named)
-    python tools/dvc_deps.py --write    # rewrite each stage's run of `- nac/...` dep lines to the exact set
+    python tools/dvc_deps.py --write    # rewrite each stage's run of `- nac/...` dep lines to the exact set,
+                                        # and its params: to the keys its code reads (STAGE_PARAMS)
 
 Run it from the repository root after a stage script or a ``nac`` module it reaches gains or loses an
 import (``tests/test_dvc_deps.py`` runs the check and names this command when it fails).
@@ -22,7 +23,12 @@ path, or a folder holding it); a declared ``nac/...`` dep must cover at least on
 a declared ``nac`` folder must hold no source file the stage never runs (else a change there would
 rerun the stage for nothing: list the files instead).
 
-No dvc import and of ``nac`` only the walker: dvc.yaml is read with yaml, the sources with ast.
+A stage's ``params:`` are exactly ``STAGE_PARAMS[stage]`` of ``nac/pipeline/stage_params.py``,
+the declaration the stage's code loads its params through (``load_params(stage=...)`` hands it
+only those keys), so a stage cannot read a param whose change would not rerun it.
+
+No dvc import and of ``nac`` only the walker and the params declaration: dvc.yaml is read with yaml,
+the sources with ast.
 """
 
 from __future__ import annotations
@@ -38,18 +44,19 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's nac, whatever is installed
 from nac.imports import reached  # noqa: E402  (the walker; it imports nothing else of nac)
+from nac.pipeline.stage_params import ALL, STAGE_PARAMS  # noqa: E402  (the params each stage reads; no other import)
 
 PKG = "nac"
 # Scripts that execute other scripts (not by importing them): script -> glob of the executed ones.
 EXECUTES = {"stages/notebooks.py": "notebooks/*.py"}
-_SCRIPT = re.compile(r"\bpython3?\s+(?:-\S+\s+)*(\S+\.py)\b")
+_SCRIPT = re.compile(r"\bpython3?\s+(?:-[^m\s]\S*\s+)*(?:-m\s+(stages\.\w+)|(\S+\.py))\b")
 COMMAND = "python tools/dvc_deps.py --write"
 
 
 # ---- dvc.yaml --------------------------------------------------------------------------------
 def stages(root: Path = ROOT) -> dict[str, dict]:
     """dvc.yaml's stages, by name."""
-    return yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
+    return yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
 
 
 def _body(stage: dict) -> dict:
@@ -57,11 +64,15 @@ def _body(stage: dict) -> dict:
 
 
 def scripts(stage: dict) -> list[str]:
-    """The ``python <script>.py`` scripts of a stage's ``cmd``."""
+    """The scripts of a stage's ``cmd``: ``python <script>.py`` and ``python -m stages.<x>``."""
     cmds = _body(stage)["cmd"]
-    found = [m for c in ([cmds] if isinstance(cmds, str) else cmds) for m in _SCRIPT.findall(c)]
+    found = [
+        mod.replace(".", "/") + ".py" if mod else path  # `python -m stages.x` runs stages/x.py
+        for c in ([cmds] if isinstance(cmds, str) else cmds)
+        for mod, path in _SCRIPT.findall(c)
+    ]
     if not found:
-        raise ValueError(f"no `python <script>.py` in cmd {cmds!r}")
+        raise ValueError(f"no `python <script>.py` or `python -m stages.<x>` in cmd {cmds!r}")
     return found
 
 
@@ -82,7 +93,7 @@ def _data_files(root: Path, files: set[str]) -> set[str]:
     holds no Python source and whose name its source spells as a string (``"templates"``)."""
     out = set()
     for f in files:
-        src = (root / f).read_text()
+        src = (root / f).read_text(encoding="utf-8")
         strings = {
             n.value for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Constant) and isinstance(n.value, str)
         }
@@ -129,12 +140,46 @@ def check_stage(name: str, stage: dict, root: Path = ROOT) -> tuple[list[str], l
     return missing, unused
 
 
-def problems(name: str, stage: dict, root: Path = ROOT) -> str:
-    """What is wrong with a stage's deps, in words; empty when they are exact."""
-    missing, unused = check_stage(name, stage, root)
-    if not missing and not unused:
+def declared_params(stage: dict) -> list[str] | None:
+    """A stage's ``params:`` as written (None: the whole of params.yaml, ``- params.yaml:``)."""
+    out = []
+    for p in _body(stage).get("params", []):
+        if isinstance(p, dict):
+            if list(p) == ["params.yaml"] and not p["params.yaml"]:
+                return ALL
+            raise ValueError(f"params entry {p!r}: only params.yaml's keys are read by the stages")
+        out.append(p)
+    return out
+
+
+def params_problem(name: str, stage: dict) -> str:
+    """How a stage's dvc.yaml ``params:`` differ from the keys its code reads
+    (``nac.pipeline.stage_params.STAGE_PARAMS``, the view ``load_params(stage=...)`` hands it);
+    empty when they are the same."""
+    if name not in STAGE_PARAMS:
+        return f"dvc.yaml stage {name!r} has no entry in STAGE_PARAMS of nac/pipeline/stage_params.py; add one"
+    have, want = declared_params(stage), STAGE_PARAMS[name]
+    if have == want or (have is not ALL and want is not ALL and sorted(have) == sorted(want)):
         return ""
-    msg = [f"dvc.yaml stage {name!r} ({', '.join(scripts(stage))}): deps are not exact (fix: `{COMMAND}`)."]
+    show = lambda v: "the whole of params.yaml" if v is ALL else ", ".join(v)
+    extra = sorted(set(have or []) - set(want or [])) if ALL not in (have, want) else []
+    lacking = sorted(set(want or []) - set(have or [])) if ALL not in (have, want) else []
+    return (
+        f"dvc.yaml stage {name!r}: params are not the keys its code reads (nac/pipeline/stage_params.py); "
+        f"set them to: [{show(want)}]"
+        + (f"; read but not declared: {', '.join(lacking)}" if lacking else "")
+        + (f"; declared but never read: {', '.join(extra)}" if extra else "")
+    )
+
+
+def problems(name: str, stage: dict, root: Path = ROOT) -> str:
+    """What is wrong with a stage's deps (and params), in words; empty when they are exact."""
+    missing, unused = check_stage(name, stage, root)
+    param_msg = params_problem(name, stage)
+    if not missing and not unused:
+        return param_msg
+    msg = [param_msg] if param_msg else []
+    msg += [f"dvc.yaml stage {name!r} ({', '.join(scripts(stage))}): deps are not exact (fix: `{COMMAND}`)."]
     if missing:
         msg.append("  run but not declared (add a dep covering them):\n" + "\n".join(f"    - {m}" for m in missing))
     if unused:
@@ -170,7 +215,7 @@ def exact_deps(stage: dict, root: Path = ROOT) -> list[str]:
 def write_exact_deps(path: Path = ROOT / "dvc.yaml") -> int:
     """Replace each stage's run of ``- nac/...`` dep lines by :func:`exact_deps`; returns the
     number of stages changed. Other deps, comments and layout are kept."""
-    lines = path.read_text().split("\n")
+    lines = path.read_text(encoding="utf-8").split("\n")
     by_name = stages(path.parent)
     changed, name, i = 0, None, 0
     while i < len(lines):
@@ -189,7 +234,38 @@ def write_exact_deps(path: Path = ROOT / "dvc.yaml") -> int:
             i += len(new)
             continue
         i += 1
-    path.write_text("\n".join(lines))
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return changed
+
+
+def write_exact_params(path: Path = ROOT / "dvc.yaml") -> int:
+    """Rewrite each stage's ``params:`` to ``STAGE_PARAMS`` (a block list); returns the number of
+    stages changed. Comments on the lines of the old list are dropped, the rest is kept."""
+    lines = path.read_text(encoding="utf-8").split("\n")
+    by_name = stages(path.parent)
+    changed, name, i = 0, None, 0
+    while i < len(lines):
+        m = re.match(r"^  ([A-Za-z_][\w-]*):", lines[i])
+        if m:
+            name = m.group(1)
+        p = re.match(r"^(\s+)params:(.*)$", lines[i])
+        if name in by_name and p and name in STAGE_PARAMS and not params_problem(name, by_name[name]) == "":
+            indent, rest = p.group(1), p.group(2).strip()
+            j = i + 1
+            if rest.startswith("["):
+                j = i
+                while "]" not in lines[j].split("#")[0]:
+                    j += 1
+                j += 1
+            else:
+                while j < len(lines) and lines[j].startswith(indent + "  ") and lines[j].strip().startswith("-"):
+                    j += 1
+            want = STAGE_PARAMS[name]
+            items = ["params.yaml:"] if want is ALL else want
+            lines[i:j] = [f"{indent}params:"] + [f"{indent}  - {k}" for k in items]
+            changed += 1
+        i += 1
+    path.write_text("\n".join(lines), encoding="utf-8")
     return changed
 
 
@@ -204,6 +280,7 @@ def main(argv: list[str] | None = None, root: Path = ROOT) -> int:
     by_name = stages(root)
     if args.write:
         print(f"dvc.yaml: rewrote the nac deps of {write_exact_deps(root / 'dvc.yaml')} stage(s)")
+        print(f"dvc.yaml: rewrote the params of {write_exact_params(root / 'dvc.yaml')} stage(s)")
         return 0
     if args.show is not None:
         unknown = [s for s in args.show if s not in by_name]

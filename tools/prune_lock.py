@@ -27,7 +27,7 @@ def stale_entries(root: Path = Path(".")) -> list[str]:
     lock = root / "dvc.lock"
     if not lock.exists():
         return []
-    locked = (yaml.safe_load(lock.read_text()) or {}).get("stages") or {}
+    locked = (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages") or {}
     with Repo(str(root)) as repo:
         defined = {stage.name for stage in repo.index.stages if stage.relpath.endswith("dvc.yaml")}
     return sorted(set(locked) - defined)

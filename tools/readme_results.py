@@ -26,7 +26,7 @@ def block(root: Path = ROOT) -> str:
         raise SystemExit(
             "readme_results: reports/tables/claims.csv is absent; run `dvc repro` (the report stage) first"
         )
-    params = yaml.safe_load((root / "params.yaml").read_text())
+    params = yaml.safe_load((root / "params.yaml").read_text(encoding="utf-8"))
     return findings.readme_results(rows, [c.name for c in registered()], params["profile"], params["seeds"])
 
 
@@ -35,13 +35,13 @@ def main() -> None:
     ap.add_argument("--check", action="store_true", help="exit 1 if README.md's block is stale, write nothing")
     args = ap.parse_args()
     readme = ROOT / "README.md"
-    text = readme.read_text()
+    text = readme.read_text(encoding="utf-8")
     new = findings.replace_block(text, block())
     if args.check:
         if new != text:
             sys.exit("README.md: the results block is stale; run `python tools/readme_results.py`")
         return
-    readme.write_text(new)
+    readme.write_text(new, encoding="utf-8")
 
 
 if __name__ == "__main__":

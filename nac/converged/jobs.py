@@ -153,7 +153,7 @@ def run_piece(
     if stop.exists():
         return {"id": piece_id, SKIPPED: "an earlier piece did not fit the budget"}
     if predicted is not None and start + predicted > ctx["deadline"]:
-        stop.write_text(piece_id)
+        stop.write_text(piece_id, encoding="utf-8")
         left = max(0.0, ctx["deadline"] - start)
         return {
             "id": piece_id,

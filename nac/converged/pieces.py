@@ -187,7 +187,7 @@ def fingerprint(root: str | Path, params: dict, piece: Piece) -> dict[str, str]:
 def read(root: str | Path, profile: str, piece: Piece) -> dict | None:
     """The record (``piece.json``) of a written piece, None when it has none."""
     f = piece.path(root, profile) / RECORD
-    return json.loads(f.read_text()) if f.is_file() else None
+    return json.loads(f.read_text(encoding="utf-8")) if f.is_file() else None
 
 
 def status(root: str | Path, profile: str, params: dict, code_root: str | Path, pieces: list[Piece] | None = None):
@@ -249,7 +249,7 @@ def write_piece(dest: Path, write: Any) -> Path:
 
 # ------------------------------------------------------------------------------ the metrics tree
 def _load(d: Path, name: str) -> Any:
-    return json.loads((d / name).read_text())
+    return json.loads((d / name).read_text(encoding="utf-8"))
 
 
 def assemble(root: str | Path, profile: str, params: dict, pieces: list[Piece], out: str | Path) -> dict[str, bool]:
@@ -295,7 +295,7 @@ def assemble(root: str | Path, profile: str, params: dict, pieces: list[Piece], 
                     prune_rows += _load(p.path(root, profile), "prune.json")
         if prune_rows:
             (out / "image").mkdir(parents=True, exist_ok=True)
-            (out / "image" / "prune.json").write_text(json.dumps(prune_rows) + "\n")
+            (out / "image" / "prune.json").write_text(json.dumps(prune_rows) + "\n", encoding="utf-8")
             wrote["prune"] = True
     needed = [p for p in plan(params) if p.track == "image" and fewshot_runs(params, p) and fewshot_episodes(params, p)]
     if fewshot and all(p in have for p in needed):
@@ -303,8 +303,10 @@ def assemble(root: str | Path, profile: str, params: dict, pieces: list[Piece], 
         (out / "fewshot").mkdir(parents=True, exist_ok=True)
         for target, rows in fewshot.items():
             rows = sorted(rows, key=lambda r: (r["episode"], runs.index(r["run"]), r["shots"]))
-            (out / "fewshot" / f"{target}.json").write_text(json.dumps({**fs_meta[target], "rows": rows}) + "\n")
+            (out / "fewshot" / f"{target}.json").write_text(
+                json.dumps({**fs_meta[target], "rows": rows}) + "\n", encoding="utf-8"
+            )
         wrote["fewshot"] = True
     if graphs:
-        (out.parent / "graphs.json").write_text(json.dumps(graphs) + "\n")
+        (out.parent / "graphs.json").write_text(json.dumps(graphs) + "\n", encoding="utf-8")
     return wrote

@@ -96,7 +96,7 @@ def write_cache(
         "files": files,
         "extra": _jsonable(extra or {}),
     }
-    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True), encoding="utf-8")
     if cache_dir.exists():
         shutil.rmtree(cache_dir)
     tmp.rename(cache_dir)
@@ -112,7 +112,7 @@ def read_manifest(cache_dir: str | Path, dataset: str, params: Mapping[str, Any]
             f"no prepared cache for {dataset!r} at {cache_dir}; run `python stages/prepare.py {dataset}` first"
         )
     try:
-        manifest = json.loads(path.read_text())
+        manifest = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(manifest, dict) or not isinstance(manifest.get("splits"), dict):
             raise ValueError("no 'splits' table")
     except (OSError, UnicodeDecodeError, ValueError) as e:

@@ -214,14 +214,14 @@ def verify(path: str | Path, md5: str | None = None, sha256: str | None = None) 
     key = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "algo": algo, "digest": expected}
     if stamp.exists():
         try:
-            if json.loads(stamp.read_text()) == key:
+            if json.loads(stamp.read_text(encoding="utf-8")) == key:
                 return expected
         except (OSError, ValueError):
             pass
     actual = file_digest(path, algo)
     if actual != expected:
         raise ChecksumError(f"checksum mismatch for {path}: expected {algo} {expected}, got {actual}")
-    stamp.write_text(json.dumps(key))
+    stamp.write_text(json.dumps(key), encoding="utf-8")
     return actual
 
 
@@ -234,7 +234,7 @@ def _record(path: Path) -> Path:
 
 def _read_record(path: Path) -> str | None:
     try:
-        digest = _record(path).read_text().split()[0].lower()
+        digest = _record(path).read_text(encoding="utf-8").split()[0].lower()
     except (OSError, IndexError, UnicodeDecodeError):
         return None
     return digest if len(digest) == 64 and all(c in "0123456789abcdef" for c in digest) else None
@@ -243,14 +243,14 @@ def _read_record(path: Path) -> str | None:
 def _write_record(path: Path, digest: str) -> None:
     record = _record(path)
     tmp = record.with_name(record.name + ".tmp")
-    tmp.write_text(f"{digest}  {path.name}\n")
+    tmp.write_text(f"{digest}  {path.name}\n", encoding="utf-8")
     os.replace(tmp, record)
 
 
 def _write_stamp(path: Path, algo: str, digest: str) -> None:
     st = path.stat()
     _stamp(path).write_text(
-        json.dumps({"size": st.st_size, "mtime_ns": st.st_mtime_ns, "algo": algo, "digest": digest})
+        json.dumps({"size": st.st_size, "mtime_ns": st.st_mtime_ns, "algo": algo, "digest": digest}), encoding="utf-8"
     )
 
 

@@ -147,7 +147,7 @@ def watch(
 def stage_process() -> None:
     """For a stage script's main process: stop signals like Ctrl-C, and, when DVC started it (DVC
     sets ``DVC_STAGE`` for a stage's command), stop when that launcher dies. A script started by
-    hand is not watched: ``nohup python stages/train.py &`` outlives its shell, as it should."""
+    hand is not watched: ``nohup python -m stages.train &`` outlives its shell, as it should."""
     handle_stop_signals()
     if os.environ.get("DVC_STAGE"):
         idents = launchers()
@@ -170,9 +170,11 @@ def orphaned() -> bool:
 
 
 BUSY = [False]  # a worker process is running a job (set by nac.pipeline.pool)
+STOPPING = [False]  # a worker process was told to stop: it starts no further job (nac.pipeline.pool)
 
 
 def _worker_interrupt(signum, frame):
+    STOPPING[0] = True
     if BUSY[0]:  # in a job: the training ends with its one line, checkpoint intact
         raise KeyboardInterrupt(signal.Signals(signum).name)
     os._exit(128 + signum)  # idle between jobs: nothing to save, nothing to say
@@ -188,14 +190,16 @@ def worker_process(parent_pid: int) -> None:
     watch([i for i in [_identity(parent_pid)] if i is not None])
 
 
-def run_stage(main, name: str) -> None:
+CHECKPOINTS_KEPT = "every finished epoch's checkpoint is intact; rerun to resume"
+
+
+def run_stage(main, name: str, kept: str = CHECKPOINTS_KEPT) -> None:
     """Run a stage script's ``main()`` as ``stage_process`` says; an interruption outside a
-    training (which says its own line) ends the stage with one line, not a traceback."""
+    training (which says its own line) ends the stage with one line, not a traceback, saying
+    what is ``kept``."""
     try:
         stage_process()  # inside the try: a launcher already gone stops the stage with the one line
         main()
     except KeyboardInterrupt as e:
         how = e.args[0] if e.args else "SIGINT"
-        raise SystemExit(
-            f"{name}: interrupted ({how}); every finished epoch's checkpoint is intact; rerun to resume"
-        ) from None
+        raise SystemExit(f"{name}: interrupted ({how}); {kept}") from None

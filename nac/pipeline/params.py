@@ -24,6 +24,7 @@ import yaml
 from nac.data.registry import available, get_builder
 from nac.graphs import PRIORS
 from nac.pipeline.schema import ParamsError, check_schema
+from nac.pipeline.stage_params import project
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 PROFILES = ("smoke", "mini", "converged", "converged_smoke", "paper")
@@ -47,7 +48,7 @@ def read_params(path: Path, shown_as: str | Path | None = None) -> dict[str, Any
     naming the file (and the line)."""
     name = shown_as or path
     try:
-        params = yaml.safe_load(path.read_text())
+        params = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.MarkedYAMLError as e:
         mark, ctx = e.problem_mark or e.context_mark, e.context_mark
         where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(name)
@@ -73,23 +74,66 @@ def read_params(path: Path, shown_as: str | Path | None = None) -> dict[str, Any
 
 
 def load_params(
-    path: str | Path = "params.yaml", check: Iterable[Callable[[dict[str, Any]], None]] = ()
+    path: str | Path = "params.yaml",
+    check: Iterable[Callable[[dict[str, Any]], None]] = (),
+    stage: str | None = None,
+    item: str | None = None,
 ) -> dict[str, Any]:
     """Read params.yaml, validate the sections every stage reads (``validate``), then run each
     validator of ``check`` (the sections the caller reads besides); prints
-    ``params.yaml: profile=... prior=...`` to stderr unless ``NAC_QUIET`` is set."""
+    ``params.yaml: profile=... prior=...`` to stderr unless ``NAC_QUIET`` is set. With ``stage``
+    (a dvc.yaml stage; ``item`` its foreach item) the result holds only the keys that stage
+    declares (``nac.pipeline.stage_params``): reading another key raises, naming it."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(
             f"{path} not found; run stages from the repository root, or recreate it with `python -m nac.compose`"
         )
+    if stage is not None:
+        check_workspace(stage)
     params = read_params(path)
     validate(params)
     for validator in check:
         validator(params)
     if not os.environ.get("NAC_QUIET"):
         print(f"{path}: profile={params['profile']} prior={params['prior']['name']}", file=sys.stderr)
-    return params
+        _say_environment()
+    return params if stage is None else project(params, stage, item)
+
+
+_ENV_SAID = [False]
+
+
+def _say_environment() -> None:
+    """Once per process: one line when the installed packages differ from requirements.lock (the
+    committed run's environment), so a run whose numbers will not match the committed ones says
+    why at its start (``nac.environment``)."""
+    if _ENV_SAID[0]:
+        return
+    _ENV_SAID[0] = True
+    from nac.environment import mismatch_line
+
+    line = mismatch_line()
+    if line:
+        print(line, file=sys.stderr)
+
+
+def check_workspace(stage: str) -> None:
+    """Under DVC (which sets ``DVC_STAGE``), the ``nac`` this process imported must be the one of
+    the workspace DVC runs the stage in (its working directory: the repository, a queued or
+    ``--temp`` experiment's copy), else the results would come from other code than the one
+    ``dvc.lock`` records. dvc.yaml runs every stage as ``python -m stages.<x>``, which puts the
+    working directory first on the import path, before an editable install's checkout."""
+    if not os.environ.get("DVC_STAGE"):
+        return
+    here = Path.cwd().resolve()
+    used = Path(__file__).resolve().parents[2]
+    if used != here:
+        raise ParamsError(
+            f"stage {stage!r} runs the nac of {used}, not of the workspace DVC runs it in ({here}); "
+            "run it as dvc.yaml's cmd does (`python -m stages.<name>` from the workspace root), "
+            "and check PYTHONPATH"
+        )
 
 
 def validate(params: dict[str, Any]) -> None:

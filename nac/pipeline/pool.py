@@ -28,10 +28,12 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from nac.pipeline import lifeline, placement
@@ -110,7 +112,14 @@ def threads_for(device: str) -> int | None:
     return None if _on_gpu(device) else 1
 
 
-def _run_one(fn: Callable, args: tuple, threads: int | None, progress: bool) -> Any:
+_STARTED: list = [None]  # in a worker: the queue it reports (job index, pid) on when a job starts
+
+
+def _run_one(fn: Callable, args: tuple, threads: int | None, progress: bool, index: int | None = None) -> Any:
+    if lifeline.STOPPING[0]:  # told to stop (the stage is ending): start no new job
+        os._exit(128 + signal.SIGTERM)
+    if index is not None and _STARTED[0] is not None:
+        _STARTED[0].put((index, os.getpid()))
     if threads is not None:
         import torch
 
@@ -122,9 +131,10 @@ def _run_one(fn: Callable, args: tuple, threads: int | None, progress: bool) -> 
         lifeline.BUSY[0] = False
 
 
-def _init_worker(slots, lines, bar_lock, parent_pid: int) -> None:
+def _init_worker(slots, lines, bar_lock, parent_pid: int, started=None) -> None:
     """A worker's start: take the next device (a queue of the workers' slots) and bar line (a queue
-    of 1..n), watch the stage."""
+    of 1..n), watch the stage; ``started``: where it says which job it starts."""
+    _STARTED[0] = started
     lifeline.worker_process(parent_pid)
     placement.pin(slots.get())
     set_worker_line(lines.get(), bar_lock)
@@ -145,6 +155,35 @@ def _run_here(fn: Callable, jobs: list, threads: int | None, slot: placement.Slo
             os.sched_setaffinity(0, affinity)
 
 
+class WorkerKilled(SystemExit):
+    """A worker process died outside Python (killed by a signal, or a crash in native code)."""
+
+
+def _likely_cause(signum: int) -> str:
+    if signum == signal.SIGKILL:
+        return (
+            "most likely the out-of-memory killer (check `dmesg | grep -i -e oom -e killed`); "
+            "rerun with fewer workers (NAC_WORKERS=1) or on a machine with more memory"
+        )
+    if signum in (signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGILL):
+        return "a crash in native code (torch, a driver); rerun, and report it with the job's name if it recurs"
+    return "sent by another process or the system; rerun when it is done"
+
+
+def killed_message(desc: str, exitcode: int | None, job: str | None, pid: int) -> str:
+    """The one line for a worker that died: which job, which signal, the likely cause, what to do."""
+    what = f"job {job}" if job is not None else "a worker between jobs"
+    if exitcode is not None and exitcode < 0:
+        sig = signal.Signals(-exitcode).name
+        how, cause = f"was killed by {sig}", _likely_cause(-exitcode)
+    else:
+        how, cause = f"exited abruptly (exit code {exitcode})", "a crash outside Python; rerun"
+    return (
+        f"{desc}: {what} (worker pid {pid}) {how}: {cause}. The other jobs were stopped; every finished "
+        "job's results and every checkpoint written are kept, so a rerun resumes"
+    )
+
+
 STOP_GRACE_S = 30.0  # a stopped job's time to report back (its one line; its checkpoint is intact)
 
 
@@ -154,10 +193,13 @@ def _stop(procs: list, pending: set) -> None:
     back; then every worker is killed (a pool worker would otherwise wait for the next job, and
     one can block on a queue lock a stopped worker held), so the stage never hangs on them."""
     running = {f for f in pending if not f.cancel()}
+    deadline = time.monotonic() + STOP_GRACE_S
     for p in procs:
-        p.terminate()
+        if p.is_alive():
+            p.terminate()
     wait(running, timeout=STOP_GRACE_S)
-    for p in procs:
+    for p in procs:  # a worker told to stop starts no new job (lifeline.STOPPING): it exits
+        p.join(max(0.0, deadline - time.monotonic()))
         if p.is_alive():
             p.kill()
         p.join()
@@ -205,24 +247,59 @@ def run_jobs(
         lines.put(k)
     bar_lock = ctx.RLock()
     tqdm.set_lock(bar_lock)  # this process's bar and the workers' share the terminal
+    started = ctx.Queue()
     ex = ProcessPoolExecutor(
-        max_workers=n, mp_context=ctx, initializer=_init_worker, initargs=(queue, lines, bar_lock, os.getpid())
+        max_workers=n,
+        mp_context=ctx,
+        initializer=_init_worker,
+        initargs=(queue, lines, bar_lock, os.getpid(), started),
     )
     futures: dict = {}
     pending: set = set()
+    procs: dict = {}
     try:
-        futures = {ex.submit(_run_one, fn, job, threads, True): i for i, job in enumerate(jobs)}
+        futures = {ex.submit(_run_one, fn, job, threads, True, i): i for i, job in enumerate(jobs)}
+        procs = dict(getattr(ex, "_processes", None) or {})  # kept: a broken pool forgets its workers
         pending = set(futures)
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for f in done:
                 i = futures[f]
-                results[i] = f.result()  # re-raises the job's error (the finally stops the rest)
+                try:
+                    results[i] = f.result()  # re-raises the job's error (the finally stops the rest)
+                except BrokenProcessPool:
+                    pending |= {g for g in futures if not g.done()}
+                    raise _killed(desc, procs, started, jobs, label) from None
                 bar.update()
                 tqdm.write(f"{desc}: {label(jobs[i])} done ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
     finally:
         bar.close()
-        if pending:  # a job failed (or this process was interrupted) with others still queued or running
-            _stop(list(getattr(ex, "_processes", {}).values()), pending)
+        broken = bool(getattr(ex, "_broken", False))  # a worker died: its survivors must not go on
+        if pending or broken:  # a job failed (or this process was interrupted) with others still queued or running
+            _stop(list(procs.values()) or list((getattr(ex, "_processes", None) or {}).values()), pending)
         ex.shutdown(wait=True, cancel_futures=True)
     return results
+
+
+def _killed(desc: str, procs: dict, started, jobs: list, label: Callable) -> WorkerKilled:
+    """The error for a pool broken by a worker's death: the dead worker (a signal other than the
+    SIGTERM the pool sends its survivors), the job it was running (the last one it reported)."""
+    running: dict[int, int] = {}
+    while True:
+        try:
+            i, pid = started.get(timeout=0.1)
+        except Exception:  # empty
+            break
+        running[pid] = i
+    dead = [
+        p
+        for p in procs.values()
+        if p.exitcode is not None and p.exitcode not in (0, -signal.SIGTERM, 128 + signal.SIGTERM)
+    ]
+    if not dead:
+        dead = [p for p in procs.values() if p.exitcode is not None] or list(procs.values())[:1]
+    if not dead:
+        return WorkerKilled(f"{desc}: a worker process died; rerun (the finished jobs' results are kept)")
+    p = dead[0]
+    job = label(jobs[running[p.pid]]) if p.pid in running else None
+    return WorkerKilled(killed_message(desc, p.exitcode, job, p.pid))

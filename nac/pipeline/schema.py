@@ -80,7 +80,14 @@ TRACK_MODEL_SET = {
 TRAIN_SET = {"seed": "`seeds`", "device": "the top-level `device`"}
 
 # Ranges the dataclasses do not check themselves: key -> (lower, lower_inclusive, upper, upper_inclusive).
+# Bounds of plain sanity, not of taste: an lr above 1 or ten thousand epochs is a typo (1e+300, 100000000).
 TRAIN_RANGES = {
+    "epochs": (1, True, 10_000, True),
+    "batch_size": (1, True, None, False),
+    "eval_batch_size": (1, True, None, False),
+    "lr": (0, False, 1, True),
+    "warmup_epochs": (0, True, 10_000, True),
+    "ema": (0, False, 1, False),
     "num_workers": (0, True, None, False),
     "weight_decay": (0, True, None, False),
     "label_smoothing": (0, True, 1, False),
@@ -99,7 +106,11 @@ MODEL_RANGES = {
     "graph_seed": (0, True, None, False),
     "signature_fit_steps": (0, True, None, False),
 }
-PROTOCOL_RANGES = {"weight_decay": (0, True, None, False), "reg_weight": (0, True, None, False)}
+PROTOCOL_RANGES = {
+    "lr": (0, False, 1, True),
+    "weight_decay": (0, True, None, False),
+    "reg_weight": (0, True, None, False),
+}
 
 # Hand-written sections: key -> (type, range or None, required).
 POS = (1, True, None, False)
@@ -232,23 +243,33 @@ def _article(value: Any) -> str:
 
 
 def check_range(where: str, value: Any, rng: tuple | None) -> None:
-    """``rng`` = (lower, lower_inclusive, upper, upper_inclusive); None ends are open. Skips null."""
-    if rng is None or value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+    """``rng`` = (lower, lower_inclusive, upper, upper_inclusive); None ends are open. Skips null.
+    A float must be finite whatever its range (YAML's ``.nan``, ``.inf``; ``1e+400`` reads as inf)."""
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ParamsError(
+            f"{where}={value!r} is not a finite number; write a finite value"
+            + (f" ({_want(rng)})" if rng is not None else "")
+        )
+    if rng is None:
         return
     lo, lo_in, hi, hi_in = rng
     bad = (lo is not None and (value < lo if lo_in else value <= lo)) or (
         hi is not None and (value > hi if hi_in else value >= hi)
     )
-    if bad or (isinstance(value, float) and math.isnan(value)):
-        left = "" if lo is None else f"{'[' if lo_in else '('}{lo}"
-        right = "" if hi is None else f"{hi}{']' if hi_in else ')'}"
-        if lo is not None and hi is None:
-            want = f">= {lo}" if lo_in else f"> {lo}"
-        elif lo is None:
-            want = f"<= {hi}" if hi_in else f"< {hi}"
-        else:
-            want = f"in {left}, {right}"
-        raise ParamsError(f"{where}={value!r} is out of range: must be {want}")
+    if bad:
+        raise ParamsError(f"{where}={value!r} is out of range: must be {_want(rng)}")
+
+
+def _want(rng: tuple) -> str:
+    """A range in words: ``>= 0``, ``< 1``, ``in (0, 1]``."""
+    lo, lo_in, hi, hi_in = rng
+    if lo is not None and hi is None:
+        return f">= {lo}" if lo_in else f"> {lo}"
+    if lo is None:
+        return f"<= {hi}" if hi_in else f"< {hi}"
+    return f"in {'[' if lo_in else '('}{lo}, {hi}{']' if hi_in else ')'}"
 
 
 def check_keys(where: str, section: Any, valid, required=(), what: str = "key") -> dict:

@@ -109,7 +109,9 @@ def caption(prov: dict, seeds: list[int]) -> str:
     return f"profile {prov['profile']}, {seed_text}, model version {prov['commit']}"
 
 
-def _provenance(params: dict) -> dict[str, str]:
+def _provenance(params: dict) -> dict:
+    from nac.environment import installed
+
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
@@ -133,6 +135,7 @@ def _provenance(params: dict) -> dict[str, str]:
         "date": dt.date.today().isoformat(),
         "machine": f"{platform.node() or 'unknown host'}, {device}",
         "torch": torch.__version__,
+        "packages": installed(),  # every installed version (nac.environment; the committed run's: requirements.lock)
     }
 
 
@@ -158,6 +161,7 @@ def build_report(
         registered,
         write_claims,
     )  # at call time: tests stand in a fake registry
+    from nac.report.reproduction import write_reproduction
 
     setup()
     out, metrics = Path(out), Path(metrics)
@@ -191,6 +195,8 @@ def build_report(
         write_json(stage_metrics / ("headline.json" if kept else "summary.json"), headline(rows))
         write_json(stage_metrics / ("claims_metrics.json" if kept else "claims.json"), claims_metrics(rows))
         write_claims(params, metrics=metrics, out=stage, rows=rows)
+        if not kept:  # this run against the committed one (reports/reproduction.md)
+            write_reproduction(stage, params, rows, metrics)
     return summary
 
 
@@ -256,7 +262,7 @@ def _image(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dic
     )
     if PAPER_THROUGHPUT.exists():
         figs["figure5b_paper_size"] = figures.figure_5b_paper_size(
-            json.loads(PAPER_THROUGHPUT.read_text()), out / "figures"
+            json.loads(PAPER_THROUGHPUT.read_text(encoding="utf-8")), out / "figures"
         )
     figs["figure15"] = figures.figure15(prune, out / "figures", prune_runs, caption=cap)
     md["prune_random"] = tables.write_table(
@@ -297,7 +303,7 @@ def _image(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dic
         out / "plots",
         "prune_relative",
     )
-    conv = json.loads(CONVERGENCE.read_text()) if CONVERGENCE.exists() else None
+    conv = json.loads(CONVERGENCE.read_text(encoding="utf-8")) if CONVERGENCE.exists() else None
     if conv is not None and conv.get("profile") == params["profile"]:  # another profile's runs say nothing of this one
         # the runs answer for this model only if they were trained under the committed settings
         md["convergence_current"] = "yes" if conv.get("params") == switches.bench_params(params) else ""
@@ -323,7 +329,9 @@ def _learned_graphs(ladder: list[str], seed: int, metrics: Path) -> dict[str, np
         kept = metrics.parent / GRAPHS
         if not kept.is_file():
             return None
-        return {prior: np.asarray(p, dtype=np.float32) for prior, p in json.loads(kept.read_text()).items()}
+        return {
+            prior: np.asarray(p, dtype=np.float32) for prior, p in json.loads(kept.read_text(encoding="utf-8")).items()
+        }
     learned = {}
     for run in ladder:
         variant, prior, control = parse_run(run)
@@ -383,15 +391,15 @@ def _converged(results: str | Path, out: Path) -> str:
 def _switches(params: dict, metrics: Path, out: Path, md: dict[str, str]) -> None:
     """Every switch between the authors' model and ours, and the measured effect of the mechanism
     switches (``bench/bench_switches.py``), paired by seed with this pipeline's default NAC."""
-    bench = json.loads(switches.BENCH.read_text()) if switches.BENCH.exists() else None
+    bench = json.loads(switches.BENCH.read_text(encoding="utf-8")) if switches.BENCH.exists() else None
     md["switches_status"] = switches.bench_status(bench, params) or ""
     long = None
     if not md["switches_status"]:
         run, seeds = f"nac-{params['prior']['name']}", params["seeds"]
         defaults = {}
         for s in seeds:
-            ev = json.loads((metrics / "image" / "eval" / f"{run}-{s}.json").read_text())
-            tr = json.loads((metrics / "image" / "train" / f"{run}-{s}.json").read_text())
+            ev = json.loads((metrics / "image" / "eval" / f"{run}-{s}.json").read_text(encoding="utf-8"))
+            tr = json.loads((metrics / "image" / "train" / f"{run}-{s}.json").read_text(encoding="utf-8"))
             defaults[s] = (ev, tr["mechanism"]["final"])
         long = switches.effects(bench, defaults, params["prior"]["name"], seeds)
         tables.write_table(long, out / "tables", "switch_effects_numeric")
@@ -561,13 +569,13 @@ def _write_readme(out: Path, params: dict, summary: dict, md: dict[str, str], fi
         PAPER_THROUGHPUT=PAPER_THROUGHPUT,
         CONVERGENCE=CONVERGENCE,
     )
-    (out / "README.md").write_text(text)
+    (out / "README.md").write_text(text, encoding="utf-8")
     entries = [{"topic": t, "text": x, "short": _short(x), "anchor": _anchor(t)} for t, x in discrepancies()]
     for name in ("reference.md", "discrepancies.md"):
         page = TEMPLATES.get_template(f"{name}.j2").render(
             p=summary["provenance"], params=params, md=md, discrepancies=entries, cost=costs.cost_section()
         )
-        (out / name).write_text(page)
+        (out / name).write_text(page, encoding="utf-8")
 
 
 __all__ = ["build_report"]

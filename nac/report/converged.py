@@ -211,7 +211,9 @@ def section(results: str | Path, out: str | Path, root: str | Path, profile: str
                 "device": ", ".join(sorted({r["device_kind"] for r in recs})),
                 "torch": __import__("torch").__version__,
             }
-            (metrics.parent / PROVENANCE).write_text(json.dumps(label))  # graphs.json beside it: Figure 3
+            (metrics.parent / PROVENANCE).write_text(
+                json.dumps(label), encoding="utf-8"
+            )  # graphs.json beside it: Figure 3
             build_report(params, stage, metrics, provenance=label, converged=None)
         else:
             stage.mkdir()
@@ -220,7 +222,8 @@ def section(results: str | Path, out: str | Path, root: str | Path, profile: str
                 f"# Converged profile: {len(done)} of {len(rows)} pieces done\n\n"
                 f"{n_missing} pieces are missing or stale, so the whole report (tables, figures) waits for "
                 f"them; [claims.md](claims.md) judges every claim whose pieces are all done, "
-                f"[pieces.md](pieces.md) lists the pieces. `{COMMAND}` runs the next ones.\n"
+                f"[pieces.md](pieces.md) lists the pieces. `{COMMAND}` runs the next ones.\n",
+                encoding="utf-8",
             )
             # the judged claims for the findings screen's converged column (the whole report writes its own)
             import pandas as pd
@@ -231,8 +234,8 @@ def section(results: str | Path, out: str | Path, root: str | Path, profile: str
             pd.DataFrame([{k: c.get(k) for k in FIELDS} for c in claims], columns=list(FIELDS)).to_csv(
                 stage / "tables" / "claims.csv", index=False
             )
-        (stage / "claims.md").write_text(_claims_md(params, claims, len(done), len(rows)))
-        (stage / "pieces.md").write_text(_pieces_md(params, rows, claims))
+        (stage / "claims.md").write_text(_claims_md(params, claims, len(done), len(rows)), encoding="utf-8")
+        (stage / "pieces.md").write_text(_pieces_md(params, rows, claims), encoding="utf-8")
         shutil.rmtree(dest, ignore_errors=True)
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copytree(stage, dest)

@@ -72,13 +72,13 @@ def gpu_step_line(gpu: dict) -> str:
 def cost_section() -> dict:
     """What the template's cost section shows: ``label`` and ``table`` (Markdown) from
     ``OPS``, ``gpu`` (a sentence) from ``GPU``; ``None`` where a file is absent."""
-    label, table = step_ops_table(json.loads(OPS.read_text())) if OPS.exists() else (None, None)
+    label, table = step_ops_table(json.loads(OPS.read_text(encoding="utf-8"))) if OPS.exists() else (None, None)
     return {
         "ops_file": str(OPS),
         "gpu_file": str(GPU),
         "label": label,
         "table": None if table is None else table.to_markdown(index=False),
-        "gpu": gpu_step_line(json.loads(GPU.read_text())) if GPU.exists() else None,
+        "gpu": gpu_step_line(json.loads(GPU.read_text(encoding="utf-8"))) if GPU.exists() else None,
     }
 
 

@@ -21,7 +21,7 @@ NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 def load(path: Path = FINDINGS_FILE) -> dict[str, dict[str, str]]:
     """``findings.yaml``: claim name -> its ``FIELDS``, each checked (a clear error names the entry)."""
-    data = yaml.safe_load(Path(path).read_text())
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping of claim name -> {{{', '.join(FIELDS)}}}")
     for name, entry in data.items():
@@ -84,7 +84,7 @@ def read_rows(path: Path) -> list[dict] | None:
     """The rows of a report's ``tables/claims.csv``, or None when there is none."""
     if not Path(path).is_file():
         return None
-    with open(path, newline="") as f:
+    with open(path, newline="", encoding="utf-8") as f:
         return list(csv.DictReader(f))
 
 

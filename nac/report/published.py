@@ -87,7 +87,7 @@ DISCREPANCIES_FILE = Path(__file__).with_name("discrepancies.yaml")
 
 def discrepancies() -> list[tuple[str, str]]:
     """The (topic, text) pairs of ``discrepancies.yaml``, in order, each checked for its two fields."""
-    rows = yaml.safe_load(DISCREPANCIES_FILE.read_text())
+    rows = yaml.safe_load(DISCREPANCIES_FILE.read_text(encoding="utf-8"))
     if not isinstance(rows, list):
         raise ValueError(f"{DISCREPANCIES_FILE}: expected a list of {{topic, text}} entries, got {type(rows).__name__}")
     out = []

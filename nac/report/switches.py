@@ -65,7 +65,7 @@ def bench_params(params: dict) -> dict[str, Any]:
 
 def registry() -> list[dict[str, Any]]:
     """The rows of ``switches.yaml``, each checked for its fields."""
-    rows = yaml.safe_load(REGISTRY.read_text())
+    rows = yaml.safe_load(REGISTRY.read_text(encoding="utf-8"))
     need = ("key", "what", "paper", "authors", "m2mkd", "ours", "default")
     for row in rows:
         missing = [f for f in need if f not in row]

@@ -94,7 +94,7 @@ def write_table(df: pd.DataFrame, out_dir: str | Path, name: str, floatfmt: str 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     md = df.to_markdown(index=False, floatfmt=floatfmt)
-    (out_dir / f"{name}.md").write_text(md + "\n")
+    (out_dir / f"{name}.md").write_text(md + "\n", encoding="utf-8")
     df.to_csv(out_dir / f"{name}.csv", index=False)
     return md
 

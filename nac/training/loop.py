@@ -43,6 +43,7 @@ from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 from tqdm.auto import tqdm
 
+from nac.checkpoint_io import restore
 from nac.checkpoint_lock import CheckpointLock
 from nac.evaluation import model_kwargs, predict, topk_accuracy
 from nac.model import NAC
@@ -308,6 +309,11 @@ def fit(
     start_epoch = 0
     run.scheduler = warmup_cosine(run.optimizer, run.total, run.warmup, cfg.peak_lr, cfg.min_lr)
     try:
+        if state.ckpt_path and world.is_main and (src := restore(state.ckpt_path)) is not None:
+            tqdm.write(
+                f"{desc}: {state.ckpt_path} was deleted after it was written (`dvc checkout`?); restored it from {src}"
+            )
+        barrier()
         if state.ckpt_path and state.ckpt_path.exists():
             start_epoch, run.history = resume_from(
                 state.ckpt_path,

@@ -12,6 +12,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from nac.checkpoint_io import (
+    DamagedCheckpointError,
     DiskFullError,
     PoisonedCheckpointError,
     aside_path,
@@ -94,6 +95,12 @@ def resume_from(
             tqdm.write(
                 f"{desc}: {ckpt_path} holds NaN or infinite values (a diverged run); moved it to {moved}; starting over"
             )
+        return 0, []
+    except DamagedCheckpointError as e:  # empty or truncated (a write or copy cut short): nothing to resume
+        barrier()
+        if world.is_main:
+            moved = move_aside(ckpt_path, tag="damaged")
+            tqdm.write(f"{desc}: {ckpt_path} cannot be read ({e.reason}); moved it to {moved}; starting over")
         return 0, []
     differ = []
     if ckpt.get("config") != model.config.to_dict():

@@ -105,7 +105,7 @@ class EmbeddedBuilder(DatasetBuilder):
         path = self.raw_dir / RAW_PARAMS
         if not path.exists() or not all((self.raw_dir / f).exists() for f in self.raw_files):
             return False
-        return json.loads(path.read_text()) == self._raw_params()
+        return json.loads(path.read_text(encoding="utf-8")) == self._raw_params()
 
     def download(self) -> None:
         """Generate the raw files into ``raw_dir`` (skipped when they exist for these params)."""
@@ -129,7 +129,7 @@ class EmbeddedBuilder(DatasetBuilder):
                 f"raw data for {self.name!r} missing under {self.raw_dir} ({', '.join(missing) or RAW_PARAMS}); "
                 f"run `python stages/download.py {self.name}` (builder.download()) first"
             )
-        have, want = json.loads(path.read_text()), self._raw_params()
+        have, want = json.loads(path.read_text(encoding="utf-8")), self._raw_params()
         if have != want:
             diff = ", ".join(
                 f"{k}: raw {have.get(k)!r} != requested {want.get(k)!r}"

@@ -93,7 +93,7 @@ class RealBuilder(DatasetBuilder):
         """Fetch the archive (skipped if present and verified), then extract it (if not done yet)."""
         fetch(self.params["url"], self.archive, md5=self.params.get("md5"), sha256=self.params.get("sha256"))
         stamp = self.extracted / ".from.json"
-        have = json.loads(stamp.read_text()) if stamp.exists() else None
+        have = json.loads(stamp.read_text(encoding="utf-8")) if stamp.exists() else None
         want = {
             "archive": self.archive.name,
             "size": self.archive.stat().st_size,
@@ -108,7 +108,7 @@ class RealBuilder(DatasetBuilder):
                 max_members=files,
                 max_bytes=None if mb is None else int(mb) << 20,
             )
-            stamp.write_text(json.dumps(want))
+            stamp.write_text(json.dumps(want), encoding="utf-8")
 
     def require_extracted(self, *parts: str) -> Path:
         """``extracted/<parts>``, or a clear error if the download stage has not run."""

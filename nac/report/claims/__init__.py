@@ -105,7 +105,7 @@ def write_claims(
         *sections,
     ]
     md = out / "claims.md"
-    md.write_text("\n".join(lines))
+    md.write_text("\n".join(lines), encoding="utf-8")
     return md
 
 

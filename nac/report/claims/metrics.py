@@ -50,7 +50,7 @@ class Metrics:
             if not path.is_file():
                 raise Missing(self.label(rel))
             try:
-                self._cache[rel] = json.loads(path.read_text())
+                self._cache[rel] = json.loads(path.read_text(encoding="utf-8"))
             except (json.JSONDecodeError, UnicodeDecodeError) as e:  # bad JSON, or bytes that are not UTF-8
                 raise ValueError(f"malformed metrics file {path}: {e}") from e
         return self._cache[rel]
