@@ -30,6 +30,7 @@ COPY = [
     "dvc.yaml",
     ".dvcignore",
     "pyproject.toml",
+    "requirements.lock",  # the report's reproduction check reads it (a dep of the report stage)
 ]  # bench, results: results the report cites (results/converged/: the converged run's, or its layout note)
 REPORT_TRACKS = ["points", "listops", "text", "nlvr"]
 REPORT_FIGURES = [
@@ -336,3 +337,31 @@ def test_training_jobs_placed_on_two_devices_or_through_submitit_match(smoke_rep
     assert len(pooled) == 2
     for f in pooled:
         assert (repo / "metrics/tracks/points" / f.name).read_bytes() == f.read_bytes(), f.name
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_another_prior_invalidates_every_stage_that_reads_it_and_no_other(smoke_repo):
+    """Issue 36, case 1: ``dvc exp run -S prior=ring_of_cliques`` (the README's example) rewrites
+    ``prior`` and the ladder's ``nac-<prior>-noreg``/``-randinit`` runs. The old dvc.yaml did not
+    list ``image.ladder`` or ``prior`` among ``train``'s params, so DVC skipped ``train`` and the
+    report then stopped on the missing metrics of the new runs. Now DVC's plan (``dvc status``)
+    holds exactly the stages whose declared params (``nac.pipeline.stage_params``, the keys their
+    code can read) changed."""
+    from nac.pipeline.stage_params import STAGE_PARAMS
+
+    path = smoke_repo / "params.yaml"
+    original = path.read_text(encoding="utf-8")
+    write_params(path, ["profile=smoke", "prior=ring_of_cliques"])
+    changed = {"prior", "image.ladder"}
+    try:
+        status = json.loads(_run([sys.executable, "-m", "dvc", "status", "--json"], smoke_repo).stdout)
+    finally:
+        path.write_text(original, encoding="utf-8")
+    reads = {
+        name
+        for name, keys in STAGE_PARAMS.items()
+        if keys is None or any(k.split(".")[0] == "prior" or k in changed or k == "image" for k in keys)
+    }
+    assert "train" in status and sorted(status) == sorted(reads), status
+    train = status["train"][0]["changed deps"]["params.yaml"]
+    assert set(train) == changed, train

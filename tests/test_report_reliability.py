@@ -281,7 +281,7 @@ def test_prune_refuses_a_non_finite_accuracy_and_keeps_the_previous_files(repo, 
     mod = _stage("prune")
     rows = json.loads((repo / "metrics/image/prune.json").read_text())
     rows[5]["acc1"] = float("nan")
-    monkeypatch.setattr(mod, "load_params", lambda check=None: read_params(repo / "params.yaml"))
+    monkeypatch.setattr(mod, "load_params", lambda check=None, stage=None: read_params(repo / "params.yaml"))
     monkeypatch.setattr(mod, "prune_sweep", lambda params: rows)
     before = snapshot(repo)
     with pytest.raises(
@@ -298,7 +298,7 @@ def test_prune_refuses_a_non_finite_accuracy_and_keeps_the_previous_files(repo, 
 def test_nlvr_analysis_publishes_its_three_files_together_or_none(repo, monkeypatch):
     monkeypatch.chdir(repo)
     mod = _stage("nlvr_analysis")
-    monkeypatch.setattr(mod, "load_params", lambda check=None: read_params(repo / "params.yaml"))
+    monkeypatch.setattr(mod, "load_params", lambda check=None, stage=None: read_params(repo / "params.yaml"))
 
     def fake_analysis(params, out_dir):
         out = Path(out_dir)
@@ -319,7 +319,7 @@ def test_nlvr_analysis_publishes_its_three_files_together_or_none(repo, monkeypa
 def test_fewshot_publishes_every_target_or_none(repo, monkeypatch):
     monkeypatch.chdir(repo)
     mod = _stage("fewshot")
-    monkeypatch.setattr(mod, "load_params", lambda check=None: read_params(repo / "params.yaml"))
+    monkeypatch.setattr(mod, "load_params", lambda check=None, stage=None: read_params(repo / "params.yaml"))
     monkeypatch.setattr(sys, "argv", ["fewshot.py"])
 
     def fake_jobs(fn, jobs, **kw):  # the first target is written, the second repeats an episode

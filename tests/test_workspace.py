@@ -67,3 +67,63 @@ def test_under_dvc_a_stage_refuses_another_checkout_s_nac(tmp_path, monkeypatch)
         check_workspace("train")
     monkeypatch.chdir(ROOT)
     check_workspace("train")
+
+
+@pytest.mark.slow  # ~1 min: a git repository, dvc init, a queued experiment run by DVC's queue worker
+def test_a_queued_experiment_runs_its_snapshot_not_a_later_edit(tmp_path):
+    """The issue's case: an experiment queued with ``dvc exp run --queue``, then the workspace's
+    code edited, then the queue started. ``PYTHONPATH`` points at the workspace, as an editable
+    install of it does. The queued run must run the code of its snapshot (the marker the edit
+    prints must not appear in its log); the old ``python stages/<x>.py`` imported the edited
+    workspace's ``nac``."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for name in ("nac", "stages", "conf"):
+        shutil.copytree(ROOT / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("dvc.yaml", "params.yaml", "pyproject.toml"):
+        shutil.copy(ROOT / name, repo / name)
+    env = {**os.environ, "PYTHONPATH": str(repo), "DVC_NO_ANALYTICS": "1"}
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+
+    def run(*cmd: str) -> str:
+        proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, f"{cmd}: {proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+        return proc.stdout + proc.stderr
+
+    git = ("git", "-c", "user.name=t", "-c", "user.email=t@example.invalid")
+    run("git", "init", "-q")
+    run(sys.executable, "-m", "dvc", "init", "-q")
+    shutil.copy(ROOT / ".dvc" / "config", repo / ".dvc" / "config")
+    run("git", "add", "-A")
+    run(*git, "commit", "-qm", "copy")
+    run(sys.executable, "-m", "dvc", "repro", "-s", "validate")
+    run("git", "add", "-A")
+    run(*git, "commit", "-qm", "validated")
+    run(
+        sys.executable,
+        "-m",
+        "dvc",
+        "exp",
+        "run",
+        "--queue",
+        "-n",
+        "queued",
+        "-S",
+        "prune.throughput_repeats=7",
+        "validate",
+    )
+    init = repo / "nac" / "__init__.py"  # the edit, after the experiment was queued
+    init.write_text(
+        init.read_text(encoding="utf-8") + "\nimport sys\nprint('EDITED-WORKSPACE', file=sys.stderr)\n",
+        encoding="utf-8",
+    )
+    run(sys.executable, "-m", "dvc", "queue", "start", "-j", "1")
+    for _ in range(300):
+        status = run(sys.executable, "-m", "dvc", "queue", "status")
+        if "Success" in status or "Failed" in status:
+            break
+        subprocess.run(["sleep", "1"])
+    assert "Success" in status, status
+    logs = run(sys.executable, "-m", "dvc", "queue", "logs", "queued")
+    assert "Running stage 'validate'" in logs and "EDITED-WORKSPACE" not in logs, logs[-3000:]
+    run(sys.executable, "-m", "dvc", "queue", "stop", "--kill")
