@@ -253,8 +253,13 @@ def test_killed_training_stage_resumes_and_matches_an_uninterrupted_run(smoke_re
     params["image"]["train"]["epochs"] = 6
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     ckpt = repo / "models/image/nac-scale_free-0.pt"
-    ckpt.unlink()
-    cmd = [sys.executable, "stages/train.py", "--run", "nac-scale_free", "--seed", "0"]
+
+    def forget() -> None:  # no checkpoint, nor its resume mirror (nac.checkpoint_io.RESUME_DIR) restoring it
+        ckpt.unlink()
+        (repo / ".nac/resume/models/image/nac-scale_free-0.pt").unlink(missing_ok=True)
+
+    forget()
+    cmd = [sys.executable, "-m", "stages.train", "--run", "nac-scale_free", "--seed", "0"]
 
     proc = subprocess.Popen(cmd, cwd=repo, env=_env(repo), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.time() + 300
@@ -275,7 +280,7 @@ def test_killed_training_stage_resumes_and_matches_an_uninterrupted_run(smoke_re
     resumed_metrics = json.loads((repo / "metrics/image/train/nac-scale_free-0.json").read_text())
     assert [h["epoch"] for h in resumed_metrics["history"]] == [1, 2, 3, 4, 5, 6]
 
-    ckpt.unlink()
+    forget()
     _run(cmd, repo)
     fresh_metrics = json.loads((repo / "metrics/image/train/nac-scale_free-0.json").read_text())
     assert resumed_metrics == fresh_metrics

@@ -537,7 +537,8 @@ def test_converged_results_beside_minis_never_mixed(tmp_path, monkeypatch):
     for label in ("**converged**", "`0123456`", "gpu-host (Linux)", "1 x NVIDIA H100 80GB HBM3"):
         assert label in index, label
     conv = (reports / "converged" / "README.md").read_text()
-    assert "profile **converged**" in conv and "Device: 1 x NVIDIA H100 80GB HBM3." in conv
+    conv_reference = (reports / "converged" / "reference.md").read_text()  # its provenance, on its own page
+    assert "Profile **converged**" in conv and "Device: 1 x NVIDIA H100 80GB HBM3." in conv_reference
     assert "converged/README.md" not in conv and "No converged run" not in conv  # no section of its own
     assert "Device:" not in index.split("\n")[8]  # mini's own provenance line is unchanged
     # the converged report read its own metrics only; mini's tables are mini's

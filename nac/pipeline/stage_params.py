@@ -98,6 +98,7 @@ STAGE_PARAMS: dict[str, list[str] | None] = {
         "text.dataset",
         "nlvr.runs",
         "nlvr.dataset",
+        "nlvr.analysis",  # the analysed model's seed (Figure 6's caption)
         "fewshot.targets",
         "fewshot.runs",
         "fewshot.source",
