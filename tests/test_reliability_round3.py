@@ -119,6 +119,7 @@ def _job(tag: str, out: str, progress: bool = True) -> str:
     return tag
 
 
+@pytest.mark.slow  # several seconds (the default run stays under 5 minutes)
 def test_a_worker_killed_by_sigkill_names_the_job_and_the_oom_killer(tmp_path, monkeypatch):
     """Two workers, four jobs: ``slow`` and ``kill`` start, ``kill``'s worker dies by SIGKILL. The
     old pool raised a bare ``BrokenProcessPool`` naming nothing, and the survivor, stopped by the
@@ -226,6 +227,7 @@ def test_every_text_read_and_write_of_the_pipeline_names_utf8():
     assert not bad, "add encoding='utf-8':\n" + "\n".join(bad)
 
 
+@pytest.mark.slow  # several seconds (the default run stays under 5 minutes)
 def test_the_report_s_tables_write_under_an_ascii_locale(tmp_path):
     """A table with a minus sign and an em dash written by a process whose locale is ASCII."""
     import os
@@ -292,6 +294,7 @@ def test_the_report_stage_interrupted_says_one_line(monkeypatch):
 
 
 # ---- case 8: resume state that survives `dvc checkout` --------------------------------------------
+@pytest.mark.slow  # several seconds (the default run stays under 5 minutes)
 def test_a_checkpoint_deleted_by_a_checkout_is_restored_and_resumed(tmp_path, tiny_config, monkeypatch, capsys):
     """``dvc checkout`` of another commit replaces models/ with that commit's cached outputs,
     deleting the checkpoint of a run not finished yet (DVC does not track it yet). Every checkpoint
