@@ -46,6 +46,16 @@ class BudgetOver(KeyboardInterrupt):
     """The budget ended while pieces were running."""
 
 
+def source_commit() -> dict:
+    """The checkout's commit; where git cannot say (a copy without ``.git``, as the device tool
+    sends), the one ``NAC_SOURCE_COMMIT`` names, marked as such."""
+    got = git_commit(ROOT)
+    named = os.environ.get("NAC_SOURCE_COMMIT", "").strip()
+    if got["commit"] is None and named:
+        return {"commit": named, "dirty": None, "commit_from": "NAC_SOURCE_COMMIT (the copy had no .git)"}
+    return got
+
+
 def load(profile: str, conf: Path = ROOT / "conf") -> dict:
     from nac.compose import validate_all
     from nac.pipeline.params import compose
@@ -132,7 +142,7 @@ def run(args: argparse.Namespace, params: dict) -> list[dict]:
         "predicted": predictions(root, params, device_kind),
         "stop": str(stop),
         "keep_checkpoint": args.keep_checkpoints,
-        "commit": git_commit(ROOT),
+        "commit": source_commit(),
         "command": " ".join(["python tools/run_converged.py", *(args.argv or [])]),
     }
     cwd = os.getcwd()
