@@ -189,7 +189,8 @@ def run(args: argparse.Namespace, params: dict) -> list[dict]:
         print(f"not started ({len(skipped)}): {skipped[0]['id']}: {skipped[0][piece_jobs.SKIPPED]}")
     after = P.status(root, profile, params, ROOT)
     before = {p.id for p, st, _, _ in rows if st == "done"}
-    new = [p.id for p, st, _, _ in after if st == "done" and p.id not in before]
+    selected = {p.id for p, _, _, _ in rows}
+    new = [p.id for p, st, _, _ in after if st == "done" and p.id in selected and p.id not in before]
     print(
         f"this command wrote {len(new)} piece(s); {sum(1 for r in after if r[1] == 'done')} of {len(after)} "
         f"pieces of {profile} done"
