@@ -112,6 +112,28 @@ def tail_copy(src: Path, dest: Path, limit: int) -> None:
     os.replace(tmp, dest)
 
 
+def mps_env(folder: Path) -> dict:
+    return dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=str(folder / "pipe"), CUDA_MPS_LOG_DIRECTORY=str(folder / "log"))
+
+
+def start_mps(folder: Path) -> dict:
+    """Start the CUDA MPS control daemon (its pipe and log folders under ``folder``; the GPU side's
+    workers inherit ``CUDA_MPS_PIPE_DIRECTORY``). Returns what happened, for window.json."""
+    exe = shutil.which("nvidia-cuda-mps-control")
+    if exe is None:
+        return {"started": False, "why": "nvidia-cuda-mps-control is not on the PATH"}
+    for sub in ("pipe", "log"):
+        (folder / sub).mkdir(parents=True, exist_ok=True)
+    env = mps_env(folder)
+    got = subprocess.run([exe, "-d"], env=env, capture_output=True, text=True)
+    if got.returncode != 0:
+        return {"started": False, "why": f"nvidia-cuda-mps-control -d exited {got.returncode}: {got.stderr.strip()}"}
+    os.environ.update(
+        CUDA_MPS_PIPE_DIRECTORY=env["CUDA_MPS_PIPE_DIRECTORY"], CUDA_MPS_LOG_DIRECTORY=env["CUDA_MPS_LOG_DIRECTORY"]
+    )
+    return {"started": True, "pipe": env["CUDA_MPS_PIPE_DIRECTORY"]}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=os.environ.get("OUT"), help="folder brought back (default $OUT)")
@@ -127,6 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep-unfinished", action="store_true", help="bring back the CPU side's unfinished checkpoints")
     ap.add_argument("--workdir", default="/tmp/window_pieces", help="data/ and models/ of each side")
     ap.add_argument("--pieces", default=str(PIECES), help="where pieces are written")
+    ap.add_argument(
+        "--mps",
+        action="store_true",
+        help="start CUDA MPS for the GPU side (kernels of its workers may then overlap; recorded in window.json)",
+    )
     ap.add_argument("--test", action="store_true", help="both sides on the CPU (tests)")
     a = ap.parse_args(argv)
     if not a.out:
@@ -148,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / "nvidia-smi.txt").write_text(sh(["nvidia-smi"]) if shutil.which("nvidia-smi") else "no nvidia-smi\n")
     pieces = Path(a.pieces).resolve()
     before = written(pieces, a.profile)
+    mps = start_mps(work / "mps") if a.mps and a.gpu_workers else None
     base_env = dict(os.environ, TQDM_MININTERVAL="20", PYTHONUNBUFFERED="1")
     if a.commit:
         base_env["NAC_SOURCE_COMMIT"] = a.commit
@@ -181,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             "profile": a.profile,
             "budget_min": a.budget,
             "commit": a.commit,
+            "mps": mps,
             "start": start,
             "end": utc() if final else None,
             "sides": {
@@ -201,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     while any(s["proc"].poll() is None for s in sides.values()):
         time.sleep(min(a.every, 5.0) if a.test else a.every)
         refresh()
+    if mps and mps.get("started"):
+        subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, env=mps_env(work / "mps"))
     rec = refresh(final=True)
     if a.keep_unfinished and "cpu" in sides:
         models = work / "cpu" / a.profile / "models"
