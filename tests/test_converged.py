@@ -349,6 +349,27 @@ def test_report_from_a_partial_set_judges_complete_claims_and_counts_the_missing
     assert "(1 stale)" in section(tmp_path / "results", tmp_path / "reports", ROOT)
 
 
+def test_the_converged_report_judges_the_speedup_on_the_paper_size_timings_as_mini_does(tmp_path):
+    """prune_speedup reads bench/results/throughput.json beside the metrics (mini's report does): the
+    converged report puts the checkout's copy beside the pieces' metrics tree."""
+    from nac.report.converged import section
+
+    params = _params()
+    head = f"nac-{params['prior']['name']}"
+    root = tmp_path / "results" / "pieces"
+    _fake_image_piece(root, params, head, 0, 90.0, "CPU")
+    rows = [
+        {"run": head, "seed": 0, "order": "connectivity", "dropped_fraction": f, "acc1": a}
+        for f, a in ((0.0, 90.0), (0.5, 89.0), (0.75, 80.0))
+    ]
+    (P.Piece("image", head, 0).path(root, "converged") / "prune.json").write_text(json.dumps(rows))
+    section(tmp_path / "results", tmp_path / "reports", ROOT)
+    row = next(
+        r for r in (tmp_path / "reports/converged/claims.md").read_text().splitlines() if "| prune_speedup |" in r
+    )
+    assert "paper size:" in row and "at dropped fraction 0.5 " in row and "not measured" not in row
+
+
 def test_no_pieces_no_converged_section(tmp_path):
     from nac.report.converged import section
 
