@@ -198,6 +198,36 @@ def run(args: argparse.Namespace, params: dict) -> list[dict]:
     return results
 
 
+def prove_equal(args: argparse.Namespace) -> int:
+    """``--prove-equal COMMIT``: 0 and the proof recorded when the pieces are equal, 1 (with where
+    they differ) when not."""
+    import tempfile
+
+    from nac.converged import equal
+
+    with tempfile.TemporaryDirectory(prefix="prove-equal-") as tmp:
+        print(f"running {args.proof_profile}'s pieces with the code of {args.prove_equal} and with this checkout's ...")
+        try:
+            got = equal.prove(ROOT, args.prove_equal, Path(tmp), args.proof_profile, args.workers or 2, args.only)
+        except equal.ProofError as e:
+            print(f"no proof: {e}", file=sys.stderr)
+            return 1
+    if not got["equal"]:
+        print(
+            f"not equal: the {got['pieces']} pieces differ (first differences below); nothing recorded", file=sys.stderr
+        )
+        for d in got["differences"]:
+            print(f"  {d}", file=sys.stderr)
+        return 1
+    if not got["entries"]:
+        print(f"equal, and no kind of piece compared has other code than {got['commit'][:7]}: nothing to record")
+        return 0
+    f = equal.record(Path(args.pieces), got["entries"])
+    kinds = ", ".join(e["kind"] for e in got["entries"])
+    print(f"equal: {got['pieces']} pieces, every metric; proof for {kinds} recorded in {f}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--profile", default="converged")
@@ -209,10 +239,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--keep-checkpoints", action="store_true", help="keep each piece's checkpoint in --workdir")
     ap.add_argument("--workdir", default=str(ROOT / "build" / "converged"), help="data/ and models/ (git-ignored)")
     ap.add_argument("--pieces", default=str(ROOT / P.PIECES), help="where pieces are written")
+    ap.add_argument(
+        "--prove-equal",
+        metavar="COMMIT",
+        help="run --proof-profile's pieces with COMMIT's code and this checkout's, compare them, and where every "
+        "metric is equal record the proof so that pieces written under COMMIT's code stay done (nac.converged.equal)",
+    )
+    ap.add_argument("--proof-profile", default="converged_smoke", help="the profile --prove-equal runs (small)")
     args = ap.parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else argv
     if args.workers is not None and args.workers < 1:
         ap.error(f"--workers must be >= 1, got {args.workers}")
+    if args.prove_equal:
+        sys.exit(prove_equal(args))
     try:
         params = load(args.profile)
     except Exception as e:  # Hydra: an unknown profile

@@ -32,6 +32,7 @@ from nac.imports import files_run_by_import, reached
 
 PIECES = Path("results/converged/pieces")
 RECORD = "piece.json"
+EQUAL_CODE = "equal_code.json"  # beside the pieces folder: code fingerprints proven to compute the same pieces
 TRACKS = ("points", "listops", "text", "nlvr")
 # the modules whose job functions a piece runs (their import closure is its code)
 JOB_MODULES = {
@@ -190,17 +191,53 @@ def read(root: str | Path, profile: str, piece: Piece) -> dict | None:
     return json.loads(f.read_text(encoding="utf-8")) if f.is_file() else None
 
 
+def equal_code(root: str | Path) -> list[dict]:
+    """The proofs of equal code (``<root>/../equal_code.json``, written by ``tools/run_converged.py
+    --prove-equal``): entries ``{"from", "to"}`` (code fingerprints) with their evidence."""
+    f = Path(root).parent / EQUAL_CODE
+    return json.loads(f.read_text(encoding="utf-8")) if f.is_file() else []
+
+
+def carried(proofs: list[dict], old: str, new: str) -> list[dict] | None:
+    """The chain of proofs that takes code fingerprint ``old`` to ``new`` (``[]`` when they are
+    equal), or None when there is none."""
+    if old == new:
+        return []
+    chains, seen = [(old, [])], {old}
+    while chains:
+        at, chain = chains.pop(0)
+        for e in proofs:
+            if e["from"] == at and e["to"] not in seen:
+                if e["to"] == new:
+                    return [*chain, e]
+                seen.add(e["to"])
+                chains.append((e["to"], [*chain, e]))
+    return None
+
+
 def status(root: str | Path, profile: str, params: dict, code_root: str | Path, pieces: list[Piece] | None = None):
     """``[(piece, status, record, why)]``: ``done`` (written under this code and these params),
-    ``stale`` (written, but ``why`` names what changed: its code, its params) or ``missing``."""
-    out = []
+    ``stale`` (written, but ``why`` names what changed: its code, its params) or ``missing``. A
+    piece whose code changed is still ``done`` when a chain of proofs (``equal_code``) takes its
+    code to this code; ``why`` then says so ("code carried over from ...")."""
+    out, proofs = [], equal_code(root)
     for p in plan(params) if pieces is None else pieces:
         rec = read(root, profile, p)
         if rec is None:
             out.append((p, "missing", None, ""))
             continue
         now = fingerprint(code_root, params, p)
-        why = [k for k in ("code", "params") if rec.get("fingerprint", {}).get(k) != now[k]]
+        was = rec.get("fingerprint", {})
+        chain = carried(proofs, was.get("code", ""), now["code"])
+        why = ([] if chain is not None else ["code"]) + (["params"] if was.get("params") != now["params"] else [])
+        if not why and chain:
+            note = (
+                "code carried over: proven to compute the same pieces ("
+                + ", then ".join(f"{e['from_commit'][:7]} to {e['to_commit'][:7]}" for e in chain)
+                + ")"
+            )
+            out.append((p, "done", rec, note))
+            continue
         out.append((p, "stale" if why else "done", rec, " and ".join(why)))
     return out
 
