@@ -18,10 +18,12 @@ stopped (its per-epoch checkpoint intact in the work folder, so the same command
 
 Written pieces are never recomputed. ``--list`` says which are done, missing, or stale (their
 code, i.e. the ``nac`` modules their track's job functions import, or their params changed); stale
-pieces are rerun only with ``--rerun-stale``. Workers: ``--workers N`` (``NAC_WORKERS``), and on a
-GPU ``NAC_JOBS_PER_GPU`` / ``NAC_DEVICES``; ``NAC_EXECUTOR=slurm`` submits each piece through
-submitit (docs/scale-out.md). Checkpoints and data live in ``--workdir`` (git-ignored) and a
-piece's checkpoint is deleted once the piece is written (``--keep-checkpoints`` keeps it).
+pieces are rerun only with ``--rerun-stale``. ``--prove-equal COMMIT`` shows that a refactor since
+``COMMIT`` computes the same pieces and records it, so that they stay done (``nac.converged.equal``).
+Workers: ``--workers N`` (``NAC_WORKERS``), and on a GPU ``NAC_JOBS_PER_GPU`` / ``NAC_DEVICES``;
+``NAC_EXECUTOR=slurm`` submits each piece through submitit (docs/scale-out.md). Checkpoints and
+data live in ``--workdir`` (git-ignored) and a piece's checkpoint is deleted once the piece is
+written (``--keep-checkpoints`` keeps it).
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ def list_pieces(rows, params: dict, device_kind: str, root: Path) -> str:
     for p, st, rec, why in rows:
         dev = (rec or {}).get("device_kind", "")
         mins = f"{rec['wall_s'] / 60:.1f}" if rec and "wall_s" in rec else ""
-        note = f"its {why} changed (--rerun-stale reruns it)" if st == "stale" else ""
+        note = f"its {why} changed (--rerun-stale reruns it)" if st == "stale" else why
         if st == "missing" and p.id in pred:
             note = f"predicted {pred[p.id] / 60:.1f} min on {device_kind}"
         lines.append(f"{p.id:40s} {st:8s} {dev:28s} {mins:>8s}  {note}".rstrip())

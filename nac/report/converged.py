@@ -169,7 +169,7 @@ def _pieces_md(params: dict, rows: list, claims: list[dict]) -> str:
     for p, st, rec, why in rows:
         rec = rec or {}
         mins = f"{rec['wall_s'] / 60:.1f}" if "wall_s" in rec else ""
-        note = f"its {why} changed since" if st == "stale" else ""
+        note = f"its {why} changed since" if st == "stale" else why
         commit = (rec.get("commit") or "")[:7] + (" (dirty)" if rec.get("dirty") else "")
         lines.append(f"| {p.id} | {st} | {rec.get('device_kind', '')} | {mins} | {commit} | {note} |")
     return "\n".join(lines) + "\n"
