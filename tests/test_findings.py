@@ -77,7 +77,22 @@ def test_the_converged_column_appears_only_with_converged_rows():
     assert "converged" not in findings.findings_table(rows, names, "mini")
     conv = [{"id": "iid_gain", "estimate": "2.0", "lo": "1.0", "hi": "3.0", "n": "5", "verdict": "supported"}]
     table = findings.findings_table(rows, names, "mini", conv)
-    assert "ours (converged)" in table and "+2.0 [+1.0, +3.0] pts, n = 5: **supported**" in table
+    header = table.splitlines()[0]
+    assert "+2.0 [+1.0, +3.0] pts, n = 5: **supported**" in table
+    assert header.index("at the plateau (converged)") < header.index("ours (mini)")  # judged: first
+    assert findings.converged_counts_line(conv + [{"id": "ood_gain", "verdict": "not judged"}]).startswith(
+        "**At the plateau** (converged profile, judged from its pieces; [converged/claims.md](converged/claims.md)): "
+        "1 supported, 0 not supported, 0 undecided, 0 not measured of the 1 claims judged so far; 1 wait for pieces"
+    )
+    waiting = [{**conv[0], "estimate": "", "lo": "", "hi": "", "n": "0", "verdict": "not judged"}]
+    table = findings.findings_table(rows, names, "mini", waiting)
+    header = table.splitlines()[0]
+    assert "not judged yet" in table and header.index("ours (mini)") < header.index("at the plateau (converged)")
+    assert findings.converged_counts_line(waiting) is None
+    block = findings.readme_results(rows, names, "mini", [0, 1, 2], conv)
+    assert block.splitlines()[1].startswith("**At the plateau** (converged profile, from its pieces, 1 of 1 claims")
+    assert "NAC beats Perceiver IO in distribution: **supported** (+2.0 [+1.0, +3.0] pts, n = 5)" in block
+    assert "At the plateau" not in findings.readme_results(rows, names, "mini", [0, 1, 2], waiting)
     with pytest.raises(ValueError, match="inconclusive"):
         findings.findings_table([{**rows[0], "verdict": "inconclusive"}], names, "mini")
 

@@ -27,7 +27,10 @@ def block(root: Path = ROOT) -> str:
             "readme_results: reports/tables/claims.csv is absent; run `dvc repro` (the report stage) first"
         )
     params = yaml.safe_load((root / "params.yaml").read_text(encoding="utf-8"))
-    return findings.readme_results(rows, [c.name for c in registered()], params["profile"], params["seeds"])
+    converged = findings.read_rows(root / "reports" / "converged" / "tables" / "claims.csv")
+    return findings.readme_results(
+        rows, [c.name for c in registered()], params["profile"], params["seeds"], converged=converged
+    )
 
 
 def main() -> None:

@@ -26,7 +26,7 @@ from nac.pipeline.paths import image_checkpoint, parse_run
 from nac.pipeline.pool import usable_cores
 from nac.report import costs, figures, mechanism, switches, tables
 from nac.report.claims.metrics import CONVERGENCE
-from nac.report.findings import counts_line, findings_table, read_rows
+from nac.report.findings import converged_counts_line, counts_line, findings_table, read_rows
 from nac.report.published import (
     FEWSHOT_CLAIM,
     LRA_LEADERBOARD_TRANSFORMER,
@@ -190,6 +190,7 @@ def build_report(
         conv_rows = read_rows(out / "converged" / "tables" / "claims.csv") if converged is not None else None
         md["findings"] = findings_table(rows, [c.name for c in registered()], params["profile"], conv_rows)
         md["counts"] = counts_line(rows)
+        md["converged_counts"] = converged_counts_line(conv_rows)
         _write_readme(stage, params, summary, md, figs)
         write_json(stage / "tables" / "summary.json", summary)
         write_json(stage_metrics / ("headline.json" if kept else "summary.json"), headline(rows))
