@@ -112,12 +112,18 @@ def test_the_committed_findings_screen():
     assert ids == list(claim_ids(_params()))
     header = next(line for line in section.splitlines() if line.startswith("| claim"))
     cols = [c.strip() for c in header.strip("|").split("|")]
-    assert cols[0] == "claim" and cols[1] == "paper" and cols[-1] == "judged against" and "verdict" in cols
+    verdict_col = next(c for c in cols if c.startswith("verdict"))
+    ours_col = next(c for c in cols if c.startswith("ours ("))
+    plateau = [c for c in cols if c.startswith("at the plateau")]
+    assert cols[0] == "claim" and cols[1] == "paper" and cols[-1] == "judged against"
     for line in rows:
         cells = [c.strip() for c in line.strip("|").split("|")]
-        verdict = cells[cols.index("verdict")].strip("*")
+        verdict = cells[cols.index(verdict_col)].strip("*")
         assert verdict in VERDICTS, line
-        ours = cells[2]
+        for c in plateau:  # converged: a verdict of the same vocabulary, or waiting for pieces
+            got = cells[cols.index(c)]
+            assert got == "not judged yet" or any(got.endswith(f"**{v}**") for v in VERDICTS), line
+        ours = cells[cols.index(ours_col)]
         assert (ours == "—") == (verdict == "not measured"), line
         if verdict != "not measured":
             assert re.search(r"\d", ours) and re.search(r"n = \d+", ours), line
