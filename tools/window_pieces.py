@@ -15,7 +15,7 @@ where a pair compared by seed ran on different kinds (docs/convergence.md).
 
 Everything comes back through ``--out`` (the device tool's ``$OUT``: at most 8 files), refreshed
 every ``--every`` seconds so that a command stopped at its limit still returns what was written:
-``pieces.tar.gz`` (``results/converged/pieces/<profile>/`` as the two sides wrote it),
+``pieces.tar.gz`` (the pieces the two sides wrote, under ``results/converged/pieces/<profile>/``),
 ``window.json`` (the machine, the sides, their commands, start and end, the pieces each wrote),
 ``gpu.log``/``cpu.log`` (each side's output, the last ``--log-bytes``), ``nvidia-smi.txt``. With
 ``--keep-unfinished``, ``unfinished.tar.gz`` holds the per-epoch checkpoints of the CPU side's
@@ -23,9 +23,10 @@ pieces still running at the end of the budget (the same command on another CPU r
 its record saying ``resumed_from_checkpoint``); the GPU side's are not kept (a piece finished on
 another kind of device would mix two).
 
-The copy that travels to a device machine has no ``.git``: ``--commit`` names the commit it is
-(``NAC_SOURCE_COMMIT`` for the pieces' records); the fingerprint of each piece is computed from
-the files themselves either way. ``--test`` runs both sides on the CPU (for the tests: the GPU
+Where the travelling copy has no ``.git``, ``--commit`` names the commit it is (``NAC_SOURCE_COMMIT``
+in the pieces' records; on 2026-11-27 the device tool's copy had a ``.git`` at the last pushed commit,
+which the records name); the fingerprint of each piece is computed from the files themselves either
+way. ``--test`` runs both sides on the CPU (for the tests: the GPU
 side then has no GPU and says so in ``window.json``).
 """
 
@@ -44,7 +45,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PIECES = ROOT / "results" / "converged" / "pieces"
+sys.path.insert(0, str(ROOT))
+
+from nac.converged import pieces as P  # noqa: E402
+
+PIECES = ROOT / P.PIECES
 TOOL = [sys.executable, str(ROOT / "tools" / "run_converged.py")]
 
 
@@ -76,8 +81,6 @@ def machine() -> dict:
 
 def ids_of(profile: str, patterns: list[str]) -> set[str]:
     """The piece ids a side's patterns select (the run tool's own selection)."""
-    sys.path.insert(0, str(ROOT))
-    from nac.converged import pieces as P
     from nac.pipeline.params import compose
 
     params = compose([f"profile={profile}"], conf_dir=ROOT / "conf")
@@ -86,7 +89,7 @@ def ids_of(profile: str, patterns: list[str]) -> set[str]:
 
 def written(pieces: Path, profile: str) -> set[str]:
     base = pieces / profile
-    return {f"{d.parent.name}/{d.name}" for d in base.glob("*/*") if (d / "piece.json").is_file()}
+    return {f"{d.parent.name}/{d.name}" for d in base.glob("*/*") if (d / P.RECORD).is_file()}
 
 
 def tar_into(out: Path, name: str, paths: list[tuple[Path, str]]) -> None:
@@ -186,9 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         env = dict(base_env, NAC_THREADS="1")
         if name == "gpu":
             env["NAC_JOBS_PER_GPU"] = str(n)
-            if a.test:
-                env["CUDA_VISIBLE_DEVICES"], env["NAC_WORKERS"] = "", str(n)
-        else:
+        if name == "cpu" or a.test:
             env["CUDA_VISIBLE_DEVICES"], env["NAC_WORKERS"] = "", str(n)
         cmd = [*TOOL, "--profile", a.profile, "--budget", f"{a.budget:g}", "--workdir", str(work / name)]
         cmd += ["--pieces", str(pieces)]
@@ -201,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def refresh(final: bool = False) -> dict:
         now = written(pieces, a.profile) - before
-        tar_into(out, "pieces.tar.gz", [(pieces / a.profile, f"results/converged/pieces/{a.profile}")])
+        base = f"results/converged/pieces/{a.profile}"  # this window's pieces only: the others are committed
+        tar_into(out, "pieces.tar.gz", [(pieces / a.profile / i, f"{base}/{i}") for i in sorted(now)])
         for name, s in sides.items():
             tail_copy(s["log"], out / f"{name}.log", a.log_bytes)
         rec = {

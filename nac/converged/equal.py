@@ -185,7 +185,7 @@ def prove(
 
 
 def record(pieces_root: Path, entries: list[dict]) -> Path:
-    """Add ``entries`` to ``<pieces_root>/../equal_code.json`` (kept sorted, no duplicate from/to)."""
+    """Add ``entries`` to ``<pieces_root>/../equal_code.json`` (in the order proven, no duplicate from/to)."""
     f = Path(pieces_root).parent / P.EQUAL_CODE
     have = P.equal_code(pieces_root)
     keys = {(e["from"], e["to"]) for e in have}

@@ -88,9 +88,9 @@ def read_rows(path: Path) -> list[dict] | None:
         return list(csv.DictReader(f))
 
 
-def converged_judged(converged: list[dict] | None) -> bool:
-    """Whether the converged report judged any claim (its other rows wait for pieces)."""
-    return any(r.get("verdict") in VERDICTS for r in converged or [])
+def converged_judged(converged: list[dict] | None) -> list[dict]:
+    """The converged report's rows it judged (the others wait for pieces); empty when none."""
+    return [r for r in converged or [] if r.get("verdict") in VERDICTS]
 
 
 def findings_table(rows: list[dict], names: list[str], profile: str, converged: list[dict] | None = None) -> str:
@@ -124,11 +124,11 @@ def findings_table(rows: list[dict], names: list[str], profile: str, converged: 
 
 
 def converged_counts_line(converged: list[dict] | None) -> str | None:
-    """``At the plateau (converged profile, from its pieces): 1 supported, ... ; 28 claims wait for
-    pieces``, once the converged report judged a claim; else None."""
-    if not converged_judged(converged):
+    """``**At the plateau** (...): 1 supported, ... of the 13 claims judged so far; 19 wait for
+    pieces (...)``, once the converged report judged a claim; else None."""
+    judged = converged_judged(converged)
+    if not judged:
         return None
-    judged = [r for r in converged if r.get("verdict") in VERDICTS]
     waiting = len(converged) - len(judged)
     return (
         "**At the plateau** (converged profile, judged from its pieces; [converged/claims.md]"
@@ -160,17 +160,14 @@ def readme_results(
     first, once the converged report judged a claim, those verdicts at the plateau."""
     entries = load()
     plateau = []
-    if converged_judged(converged):
-        judged = [r for r in converged if r.get("verdict") in VERDICTS]
+    if judged := converged_judged(converged):
+        said = []
+        for r in judged:
+            e = entry_for(r["id"], entries, names)
+            said.append(f"{e['words']}: **{r['verdict']}** ({ours_text(r, e['unit'])})")
         plateau = [
             f"**At the plateau** (converged profile, from its pieces, {len(judged)} of {len(converged)} claims "
-            f"judged so far: [reports/converged/claims.md](reports/converged/claims.md)): "
-            + "; ".join(
-                f"{entry_for(r['id'], entries, names)['words']}: **{r['verdict']}** "
-                f"({ours_text(r, entry_for(r['id'], entries, names)['unit'])})"
-                for r in judged
-            )
-            + ".",
+            f"judged so far: [reports/converged/claims.md](reports/converged/claims.md)): " + "; ".join(said) + ".",
             "",
         ]
     by: dict[str, list[str]] = {v: [] for v in VERDICTS}
