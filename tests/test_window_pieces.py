@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from nac.converged import pieces as P
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -50,6 +52,37 @@ def test_mps_missing_is_recorded_not_fatal(tmp_path, monkeypatch):
     tool = _load("window_pieces")
     monkeypatch.setattr(tool.shutil, "which", lambda name: None)
     assert tool.start_mps(tmp_path) == {"started": False, "why": "nvidia-cuda-mps-control is not on the PATH"}
+
+
+def test_mps_whose_client_cannot_compute_is_stopped_and_the_window_goes_on_without_it(tmp_path, monkeypatch):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the probe would compute")
+    tool = _load("window_pieces")
+    calls = []
+    monkeypatch.setattr(tool.shutil, "which", lambda name: "/bin/true")  # a "daemon" that starts and quits
+    real_run = tool.subprocess.run
+    monkeypatch.setattr(tool.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or real_run(cmd, **kw))
+    got = tool.start_mps(tmp_path)
+    assert got["started"] is False
+    assert got["why"].startswith("a CUDA client failed under MPS, so the window ran without it: exit 1")
+    assert calls[0] == ["/bin/true", "-d"] and calls[-1] == ["/bin/true"]  # started, probed, quit
+    assert "CUDA_MPS_PIPE_DIRECTORY" not in tool.os.environ or tool.os.environ["CUDA_MPS_PIPE_DIRECTORY"] != str(
+        tmp_path / "pipe"
+    )
+
+
+def test_pattern_order_starts_the_pieces_of_the_first_pattern_first():
+    tool = _load("run_converged")
+    params = tool.load("converged")
+    plan = P.plan(params)
+    pats = ["image/neural_interpreter-*", "image/nac-planted_partition-0", "image/modfc-*"]
+    got = [p.id for p in tool.in_pattern_order(P.select(plan, pats), pats)]
+    assert got == [f"image/neural_interpreter-{s}" for s in range(5)] + ["image/nac-planted_partition-0"] + [
+        f"image/modfc-{s}" for s in range(5)
+    ]
+    assert [p.id for p in P.select(plan, pats)][0] == "image/modfc-0"  # the profile's own order differs
 
 
 def test_the_named_commit_is_recorded_only_where_git_cannot_say(monkeypatch):

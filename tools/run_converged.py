@@ -34,6 +34,7 @@ import signal
 import statistics
 import sys
 import uuid
+from fnmatch import fnmatch
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,6 +116,13 @@ def prepare_data(params: dict, todo: list[P.Piece]) -> None:
         b.prepare()
 
 
+def in_pattern_order(pieces: list[P.Piece], patterns: list[str]) -> list[P.Piece]:
+    """``pieces`` ordered by the first of ``patterns`` each matches (the profile's order within one
+    pattern): ``--pattern-order``, for a loan that must start the pieces suited to its device first."""
+    first = {p.id: next(i for i, pat in enumerate(patterns) if fnmatch(p.id, pat)) for p in pieces}
+    return sorted(pieces, key=lambda p: first[p.id])  # stable: the profile's order within a pattern
+
+
 def run(args: argparse.Namespace, params: dict) -> list[dict]:
     """Run the pieces to do (see the module docstring); returns the records and skip notes."""
     from nac.pipeline.pool import run_jobs
@@ -122,6 +130,8 @@ def run(args: argparse.Namespace, params: dict) -> list[dict]:
     root, profile = Path(args.pieces).resolve(), params["profile"]
     rows = P.status(root, profile, params, ROOT, P.select(P.plan(params), args.only))
     todo = [p for p, st, _, _ in rows if st == "missing" or (st == "stale" and args.rerun_stale)]
+    if getattr(args, "pattern_order", False) and args.only:
+        todo = in_pattern_order(todo, args.only)
     stale = sum(1 for r in rows if r[1] == "stale")
     if stale and not args.rerun_stale:
         print(f"{stale} stale piece(s) kept as they are (--list names them, --rerun-stale reruns them)")
@@ -237,6 +247,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--workers", type=int, help="pieces side by side (NAC_WORKERS; default as the pool's)")
     ap.add_argument("--list", action="store_true", help="list the pieces and their status, run nothing")
     ap.add_argument("--only", nargs="+", metavar="PATTERN", help="piece ids to consider (shell patterns)")
+    ap.add_argument(
+        "--pattern-order",
+        action="store_true",
+        help="start the pieces in the order of the --only patterns (default: the profile's priority order)",
+    )
     ap.add_argument("--rerun-stale", action="store_true", help="rerun the pieces whose code or params changed")
     ap.add_argument("--keep-checkpoints", action="store_true", help="keep each piece's checkpoint in --workdir")
     ap.add_argument("--workdir", default=str(ROOT / "build" / "converged"), help="data/ and models/ (git-ignored)")

@@ -131,10 +131,34 @@ def start_mps(folder: Path) -> dict:
     got = subprocess.run([exe, "-d"], env=env, capture_output=True, text=True)
     if got.returncode != 0:
         return {"started": False, "why": f"nvidia-cuda-mps-control -d exited {got.returncode}: {got.stderr.strip()}"}
+    probe = mps_probe(env)
+    if probe is not None:  # the daemon runs but a client cannot use the GPU through it: go on without
+        subprocess.run([exe], input="quit\n", text=True, env=env, capture_output=True)
+        return {"started": False, "why": f"a CUDA client failed under MPS, so the window ran without it: {probe}"}
     os.environ.update(
         CUDA_MPS_PIPE_DIRECTORY=env["CUDA_MPS_PIPE_DIRECTORY"], CUDA_MPS_LOG_DIRECTORY=env["CUDA_MPS_LOG_DIRECTORY"]
     )
     return {"started": True, "pipe": env["CUDA_MPS_PIPE_DIRECTORY"]}
+
+
+MPS_PROBE = (
+    "import torch; x = torch.ones(256, 256, device='cuda'); torch.cuda.synchronize(); "
+    "assert float((x @ x)[0, 0]) == 256.0; print('ok')"
+)
+
+
+def mps_probe(env: dict, timeout: float = 90.0) -> str | None:
+    """None when a CUDA client computes through the MPS daemon, else why not (one line)."""
+    try:
+        got = subprocess.run(
+            [sys.executable, "-c", MPS_PROBE], env=env, capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        return f"the probe did not end in {timeout:g} s"
+    if got.returncode == 0 and got.stdout.strip().endswith("ok"):
+        return None
+    lines = (got.stderr or got.stdout).strip().splitlines()
+    return f"exit {got.returncode}: {lines[-1] if lines else 'no output'}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,6 +180,11 @@ def main(argv: list[str] | None = None) -> int:
         "--mps",
         action="store_true",
         help="start CUDA MPS for the GPU side (kernels of its workers may then overlap; recorded in window.json)",
+    )
+    ap.add_argument(
+        "--pattern-order",
+        action="store_true",
+        help="each side starts its pieces in the order of its patterns (run_converged --pattern-order)",
     )
     ap.add_argument("--test", action="store_true", help="both sides on the CPU (tests)")
     a = ap.parse_args(argv)
@@ -193,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             env["CUDA_VISIBLE_DEVICES"], env["NAC_WORKERS"] = "", str(n)
         cmd = [*TOOL, "--profile", a.profile, "--budget", f"{a.budget:g}", "--workdir", str(work / name)]
         cmd += ["--pieces", str(pieces)]
-        cmd += ["--only", *pats]
+        cmd += ["--only", *pats] + (["--pattern-order"] if a.pattern_order else [])
         log = work / f"{name}.log"
         proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
         sides[name] = {"workers": n, "only": pats, "command": " ".join(cmd[1:]), "proc": proc, "log": log}
