@@ -46,14 +46,17 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_paper import _ci  # noqa: E402
-from bench_throughput import pruned_forwards  # noqa: E402
+from bench_paper import (
+    _ci,  # noqa: E402
+    pruned_forwards,  # noqa: E402
+)
 
 from nac import build_model  # noqa: E402
 from nac.model import count_parameters  # noqa: E402
 from nac.pipeline.params import compose  # noqa: E402
 from nac.tracks.image import image_model_config  # noqa: E402
-from nac.training.loop import Objective, make_adamw  # noqa: E402
+from nac.training.optim import make_adamw  # noqa: E402
+from nac.training.run import Objective  # noqa: E402
 
 CLASSES = 200  # Tiny-ImageNet
 

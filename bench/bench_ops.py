@@ -74,7 +74,7 @@ import nac.model as nac_model  # noqa: E402
 from nac import build_model  # noqa: E402
 from nac.pipeline.params import compose  # noqa: E402
 from nac.tracks.image import image_model_config  # noqa: E402
-from nac.training import checks, compiled, loop  # noqa: E402
+from nac.training import augment, checks, compiled, loop  # noqa: E402
 from nac.training.config import TrainConfig  # noqa: E402
 
 NOTES = """Notes. Ops are aten calls (kernel launches on CUDA, each ~40 us of host time there); the
@@ -525,7 +525,7 @@ def _instrument(model: nn.Module, t: _Tracker, stack: ExitStack) -> None:
         (torch.optim.swa_utils.AveragedModel, "update_parameters", "ema"),
         (torch.utils.data.dataloader._BaseDataLoaderIter, "__next__", "data"),
         (loop, "augment_images", "augment"),
-        (loop.BatchMixer, "__call__", "augment"),
+        (augment.BatchMixer, "__call__", "augment"),
     ):
         _wrap(owner, name, part, t, stack)
     _wrap(checks.StepChecks, "record", "checks", t, stack)
@@ -587,13 +587,12 @@ def count_fit(
             "device": "cpu",
             "warmup_epochs": 0,
             "amp": False,
+            "adamw": adamw,  # CUDA's default AdamW is the foreach one
         }
     )
     with ExitStack() as stack:
         stack.callback(setattr, kernel, "CPU_SHORTCUTS", kernel.CPU_SHORTCUTS)
         kernel.CPU_SHORTCUTS = False  # CUDA's sampler, bias and attention (the CPU's shortcuts off)
-        stack.callback(setattr, loop, "ADAMW_IMPL", loop.ADAMW_IMPL)
-        loop.ADAMW_IMPL = adamw  # CUDA's default AdamW is the foreach one
         _mark_host_batches(stack)
         _instrument(model, t, stack)
         if sdpa == "fused":
@@ -677,7 +676,8 @@ def compiled_counts(
     import torch._inductor.graph as igraph
     from torch._dynamo.utils import counters
 
-    from nac.training.loop import Objective, decay_groups, make_adamw
+    from nac.training.optim import decay_groups, make_adamw
+    from nac.training.run import Objective
 
     model = copy.deepcopy(model).train()
     codes: list[str] = []

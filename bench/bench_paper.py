@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -39,8 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from nac import ModelConfig, build_model, regularizer  # noqa: E402
 from nac.circuits.readin import ReadIn  # noqa: E402
 from nac.stats import mean_ci  # noqa: E402
-from nac.training import loop  # noqa: E402
-from nac.training.loop import make_adamw  # noqa: E402
+from nac.training.optim import make_adamw  # noqa: E402
 
 # bench/bench_circuits.py's defaults
 SIZES = {"batch": 8, "modules": 256, "tokens": 64, "width": 384, "depth": 8}
@@ -95,7 +95,7 @@ def _step_summary(out: dict, t: dict, c: dict) -> dict:
     return out
 
 
-def bench_train_step(repeats: int) -> dict:
+def bench_train_step(repeats: int, adamw: str = "default") -> dict:
     """Perceiver IO, the NAC, and the NAC with its plain (pre-optimisation) forms, interleaved;
     per repeat wall-clock and CPU (``time.process_time``) seconds, and per-repeat ratios."""
     s, steps = SIZES, {}
@@ -119,7 +119,7 @@ def bench_train_step(repeats: int) -> dict:
         model = build_model(cfg)
         if variant == "nac_plain":
             _reference_impls(model)
-        opt = make_adamw(model.parameters(), lr=1e-4)
+        opt = make_adamw(model.parameters(), lr=1e-4, impl=adamw)
         x = torch.randint(0, 256, (s["batch"], 3, 32, 32), dtype=torch.uint8)
         y = torch.randint(0, 100, (s["batch"],))
 
@@ -138,7 +138,7 @@ def bench_train_step(repeats: int) -> dict:
     return _step_summary({**SIZES}, t, c)
 
 
-def bench_mini_step(blocks: int, steps_per_block: int = 5, num_classes: int = 10) -> dict:
+def bench_mini_step(blocks: int, steps_per_block: int = 5, num_classes: int = 10, adamw: str = "default") -> dict:
     """(d) The mini profile's image models (params.yaml ``image.model``, ``image.train`` batch,
     32 px): Perceiver IO, the NAC (scale-free prior) and the NAC with its plain forms, trained as
     ``nac.training.loop`` does (AdamW with decay / no-decay groups, label smoothing, the graph
@@ -164,6 +164,7 @@ def bench_mini_step(blocks: int, steps_per_block: int = 5, num_classes: int = 10
         opt = make_adamw(
             [{"params": decay, "weight_decay": tr["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
             lr=tr["lr"],
+            impl=adamw,
         )
         g = torch.Generator().manual_seed(0)
         x = torch.randint(0, 256, (tr["batch_size"], 3, size, size), dtype=torch.uint8, generator=g)
@@ -237,6 +238,33 @@ def paper_nac():
     return build_model(image_model_config(params, "nac-scale_free", seed=0, num_classes=200)), params
 
 
+def pruned_forwards(model: nn.Module, x: torch.Tensor, fractions, ranking) -> dict:
+    """``{fraction: {"executor": fn, "whole": fn}}``: forwards of ``model`` with that fraction of
+    its processor modules dropped (``nac.pruning.drop_modules`` in ``ranking``'s order); ``whole``
+    from the images ``x``, ``executor`` from the tokenizer's output with the circuit design
+    precomputed (what dropping modules can speed up). Call under ``torch.no_grad()``."""
+    from nac.pruning import drop_modules
+
+    U, fns = model.config.n_processor, {}
+    for frac in fractions:
+        k = int(round(frac * U))
+        smaller = drop_modules(model, k, connectivity=ranking).to(x.device).eval() if k else model
+        tokens, design, tok = smaller.tokenizer(x), smaller.design(), smaller.tokenizer
+
+        def whole(smaller=smaller):
+            smaller(x)
+
+        def executor(smaller=smaller, tokens=tokens, design=design, tok=tok):
+            smaller.tokenizer = nn.Identity()
+            try:
+                smaller(tokens, design=design)
+            finally:
+                smaller.tokenizer = tok
+
+        fns[frac] = {"executor": executor, "whole": whole}
+    return fns
+
+
 def bench_throughput(repeats: int, batch: int, fractions=(0.0, 0.875)) -> dict:
     model, params = paper_nac()  # outside no_grad: the signature fit trains
     with torch.no_grad():
@@ -244,8 +272,6 @@ def bench_throughput(repeats: int, batch: int, fractions=(0.0, 0.875)) -> dict:
 
 
 def _throughput(model, params, repeats: int, batch: int, fractions) -> dict:
-    from bench_throughput import pruned_forwards  # function level: bench_throughput imports this module
-
     from nac.pruning import random_connectivity
 
     model.eval()
@@ -298,10 +324,9 @@ def main() -> None:
         "--adamw",
         choices=["default", "foreach", "fused"],
         default="default",
-        help="AdamW implementation for (a) and (d) (nac.training.loop.ADAMW_IMPL; the pipeline's is default)",
+        help="AdamW implementation for (a) and (d) (train.adamw: nac.training.optim.make_adamw)",
     )
     a = ap.parse_args()
-    loop.ADAMW_IMPL = None if a.adamw == "default" else a.adamw
     torch.set_num_threads(a.threads)
     t0 = time.perf_counter()
     res = {
@@ -316,9 +341,9 @@ def main() -> None:
             "load_average_start": list(os.getloadavg()),
         }
     }
-    res["train_step"] = bench_train_step(a.repeats)
+    res["train_step"] = bench_train_step(a.repeats, a.adamw)
     if a.mini_blocks:
-        res["mini_step"] = bench_mini_step(a.mini_blocks)
+        res["mini_step"] = bench_mini_step(a.mini_blocks, adamw=a.adamw)
     if not a.only_step:
         res["readin"] = bench_readin(a.repeats)
         res["figure5b"] = bench_throughput(a.repeats, a.batch)

@@ -36,13 +36,12 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn as nn
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_paper import _ci, paper_nac  # noqa: E402
+from bench_paper import _ci, paper_nac, pruned_forwards  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 KINDS = ("executor", "whole")
@@ -51,33 +50,6 @@ KINDS = ("executor", "whole")
 def grid(params_file: Path = ROOT / "params.yaml") -> list[float]:
     """The prune sweep's dropped fractions (params.yaml ``prune.dropped_fraction``)."""
     return [float(f) for f in yaml.safe_load(params_file.read_text())["prune"]["dropped_fraction"]]
-
-
-def pruned_forwards(model: nn.Module, x: torch.Tensor, fractions, ranking) -> dict:
-    """``{fraction: {"executor": fn, "whole": fn}}``: forwards of ``model`` with that fraction of
-    its processor modules dropped (``nac.pruning.drop_modules`` in ``ranking``'s order); ``whole``
-    from the images ``x``, ``executor`` from the tokenizer's output with the circuit design
-    precomputed (what dropping modules can speed up). Call under ``torch.no_grad()``."""
-    from nac.pruning import drop_modules
-
-    U, fns = model.config.n_processor, {}
-    for frac in fractions:
-        k = int(round(frac * U))
-        smaller = drop_modules(model, k, connectivity=ranking).to(x.device).eval() if k else model
-        tokens, design, tok = smaller.tokenizer(x), smaller.design(), smaller.tokenizer
-
-        def whole(smaller=smaller):
-            smaller(x)
-
-        def executor(smaller=smaller, tokens=tokens, design=design, tok=tok):
-            smaller.tokenizer = nn.Identity()
-            try:
-                smaller(tokens, design=design)
-            finally:
-                smaller.tokenizer = tok
-
-        fns[frac] = {"executor": executor, "whole": whole}
-    return fns
 
 
 def measure(repeats: int, batch: int, fractions: list[float]) -> dict:

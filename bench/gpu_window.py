@@ -166,21 +166,22 @@ def _sync(device):
 
 def loop_step(model, params: dict, batch: int, mode, device):
     """A closure taking one training step of ``model`` as ``nac.training.loop.fit`` does
-    (``loop.train_step`` on the run ``loop._build`` makes) with the paper's ``image.train``
+    (``loop.train_step`` on the run ``nac.training.run.build_run`` makes) with the paper's ``image.train``
     settings, ``train.compile: mode`` (scope ``step`` when compiled), on one fixed batch already on
     ``device``; augmentation, EMA and the loader off (not the step's)."""
+    import torch
     from bench_gpu import _inputs, _Synthetic
 
     from nac.training import loop
-    from nac.training.checks import StepChecks
     from nac.training.config import TrainConfig
     from nac.training.distributed import World
+    from nac.training.run import build_run
 
     tr = dict(params["image"]["train"], epochs=1, warmup_epochs=0, batch_size=batch, augment=False, num_workers=0)
     tr.update(ema=None, device=device.type, compile=mode, compile_scope="step" if mode else "forward")
     tr.pop("lr_batch_scaling", None)
     size = params["image"]["model"]["tokenizer"]["image_size"]
-    run = loop._build(
+    run = build_run(
         model,
         _Synthetic(batch, size),
         None,
@@ -191,10 +192,10 @@ def loop_step(model, params: dict, batch: int, mode, device):
         None,
         None,
     )
-    checks = StepChecks(run.model, device)
+    run.sums = torch.zeros(4, dtype=torch.float64, device=device)  # the epoch's metric sums, as fit sets them
     x, y = _inputs(batch, size, device)
     data, count = {"input": x, "label": y}, itertools.count()
-    return lambda: loop.train_step(run, data, 0, next(count), checks)
+    return lambda: loop.train_step(run, data, 0, next(count))
 
 
 def _dynamo_counts() -> dict:

@@ -16,7 +16,7 @@ from nac.circuits.modfc import ModFC, configure_modfc
 from nac.config import ModelConfig, NotImplementedSetting
 from nac.mechanism import mechanism_numbers
 from nac.model import build_model
-from nac.training.loop import decay_groups
+from nac.training.optim import decay_groups
 
 
 def _signatures(n=12, d=6, seed=0):

@@ -22,7 +22,8 @@ from nac import build_model
 from nac.circuits import kernel
 from nac.training import compiled
 from nac.training.config import TrainConfig
-from nac.training.loop import Objective, fit
+from nac.training.loop import fit
+from nac.training.run import Objective
 
 CONFIGS = {
     "default": dict(variant="nac"),  # inet_baral: one fixed, untruncated kernel
@@ -295,7 +296,7 @@ def test_what_cannot_be_compiled_is_refused():
 
 
 def _optimizer(model):
-    from nac.training.loop import decay_groups, make_adamw
+    from nac.training.optim import decay_groups, make_adamw
 
     decay, no_decay = decay_groups(model, "authors")
     return make_adamw([{"params": decay, "weight_decay": 0.05}, {"params": no_decay, "weight_decay": 0.0}], lr=3e-3)

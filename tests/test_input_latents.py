@@ -22,7 +22,7 @@ from nac.checkpoint_io import load_model, save_checkpoint
 from nac.circuits.kernel import link_probabilities
 from nac.model import build_model
 from nac.pruning import attention_received, drop_modules
-from nac.training.loop import decay_groups
+from nac.training.optim import decay_groups
 
 N = 6
 TRUNCATED = dict(truncation=0.9, learn_bandwidth=True)  # the tiny_inet_nc_x kernel: P = 0 where 1 - cos > 0.9

@@ -15,7 +15,8 @@ from nac.baselines import ModularNetwork, ModularNetworkConfig
 from nac.baselines.modular_networks import ConvModules, DenseModules
 from nac.evaluation import predict
 from nac.training.config import TrainConfig
-from nac.training.loop import WithIndex, fit
+from nac.training.loop import fit
+from nac.training.run import WithIndex
 
 sys.path.insert(0, str(Path(__file__).parent))
 from interrupted_runs import interrupt_then_resume  # noqa: E402

@@ -71,7 +71,7 @@ def _inputs(kind: str, info: dict, g: torch.Generator) -> dict:
 
 
 def _one_step(config, kind: str, info: dict) -> dict:
-    from nac.training.loop import Objective
+    from nac.training.run import Objective
 
     t0 = time.perf_counter()
     torch.manual_seed(0)

@@ -411,7 +411,7 @@ def test_full_disk_ends_with_one_line_and_keeps_the_previous_checkpoint(tmp_path
 
 
 def test_dvclive_log_closes_without_dvc_bookkeeping_or_a_race(tmp_path, monkeypatch):
-    """``loop._close_live`` under ``dvc exp run`` (its env vars set): two pooled jobs' logs close
+    """``nac.training.live.close_live`` under ``dvc exp run`` (its env vars set): two pooled jobs' logs close
     after the other already removed dvclive's step signal file (``Live.end()`` raised
     FileNotFoundError there), and no DVC repo work runs (``Live.end()`` built the repo index: 1.4 s a
     job). The logs keep every step's metrics."""
@@ -419,7 +419,8 @@ def test_dvclive_log_closes_without_dvc_bookkeeping_or_a_race(tmp_path, monkeypa
     from dvc.repo import Repo
     from dvclive import Live
 
-    from nac.training.loop import _close_live, _log_live
+    from nac.training.live import close_live as _close_live
+    from nac.training.live import log_live as _log_live
 
     Repo.init(str(tmp_path), no_scm=True)
     monkeypatch.chdir(tmp_path)

@@ -1,7 +1,7 @@
 """``P`` computed once per training step and the regularizer's matching off the critical path
 (issue 21).
 
-``NAC.logits_and_regularizer`` (what ``nac.training.loop.Objective`` calls for a NAC) computes
+``NAC.logits_and_regularizer`` (what ``nac.training.run.Objective`` calls for a NAC) computes
 each propagator's ``P`` (eq. 2) once (``kernel_probabilities``), starts the regularizer's
 matching on a worker thread (``match_async``: ``P`` copied to the host without blocking, the
 target read from its host copy), runs the forward with the same ``P`` and then finishes the
@@ -23,7 +23,7 @@ from tiny_models import COND_TOKENIZER, TINY_KERNEL, make_tiny_config, tiny_batc
 
 from nac import build_model, regularizer
 from nac.model import NAC
-from nac.training.loop import Objective
+from nac.training.run import Objective
 
 CONFIGS = {
     "default": dict(),  # inet_baral: one fixed, untruncated kernel

@@ -292,7 +292,7 @@ def test_regularizer_matching_is_bitwise_the_same_with_one_blas_thread(monkeypat
 
 # ------------------------------------------------------------------ the optimizer: AdamW's implementations
 def _adamw_run(impl, steps=5):
-    from nac.training.loop import make_adamw
+    from nac.training.optim import make_adamw
 
     torch.manual_seed(0)
     model = build_model(make_tiny_config(variant="nac", n_processor=12, depth=2, signature_fit_steps=10))
@@ -326,7 +326,7 @@ def test_adamw_foreach_is_bitwise_the_default_and_fused_agrees_to_rounding():
 
 
 def test_make_adamw_rejects_unknown_impl():
-    from nac.training.loop import make_adamw
+    from nac.training.optim import make_adamw
 
     with pytest.raises(ValueError, match="fused"):
         make_adamw([torch.zeros(1, requires_grad=True)], lr=1e-3, impl="bogus")

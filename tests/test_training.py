@@ -17,7 +17,8 @@ from nac import build_model
 from nac.checkpoint_io import load_checkpoint
 from nac.training.config import TrainConfig
 from nac.training.errors import NonFiniteLossError
-from nac.training.loop import fit, warmup_cosine
+from nac.training.loop import fit
+from nac.training.optim import warmup_cosine
 
 sys.path.insert(0, str(Path(__file__).parent))
 from interrupted_runs import Interrupt, interrupt_then_resume, stop_after  # noqa: E402
@@ -148,12 +149,12 @@ def _files(root: Path) -> dict[str, bytes]:
 
 
 def test_resumed_run_logs_the_dvclive_files_of_an_uninterrupted_run(tmp_path, tiny_config, monkeypatch):
-    """The dvclive files are rewritten from the checkpoint's history on resume (``loop._open_live``),
+    """The dvclive files are rewritten from the checkpoint's history on resume (``nac.training.live.open_live``),
     not continued with dvclive's own ``resume=True`` (this test fails with it): dvclive 3.49 resumes
     a run of one logged step at step 0 again (``Live._init_resume``: no +1 when the step is 0, case
     a), and its files can be an epoch behind the checkpoint (a stop between the checkpoint write and
     the dvclive log, case b) or belong to a run whose checkpoint was moved aside (case c)."""
-    from nac.training import loop
+    from nac.training import live as dvclive_log
 
     monkeypatch.chdir(tmp_path)  # dvclive looks for a DVC repo from the working directory
     cfg, train, val = small_train(epochs=3), Quadrants(32, 0), Quadrants(16, 1)
@@ -180,17 +181,17 @@ def test_resumed_run_logs_the_dvclive_files_of_an_uninterrupted_run(tmp_path, ti
     run("a")
     assert _files(tmp_path / "a") == expected
 
-    real_log = loop._log_live
+    real_log = dvclive_log.log_live
 
     def log_until_second(live, entry):  # b: epoch 2's checkpoint written, its log not
         if entry["epoch"] == 2:
             raise Interrupt
         real_log(live, entry)
 
-    monkeypatch.setattr(loop, "_log_live", log_until_second)
+    monkeypatch.setattr(dvclive_log, "log_live", log_until_second)
     with pytest.raises(Interrupt):
         run("b")
-    monkeypatch.setattr(loop, "_log_live", real_log)
+    monkeypatch.setattr(dvclive_log, "log_live", real_log)
     assert load_checkpoint(tmp_path / "b.pt")["epoch"] == 2
     run("b")
     assert _files(tmp_path / "b") == expected

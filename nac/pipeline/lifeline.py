@@ -169,8 +169,25 @@ def orphaned() -> bool:
         return False
 
 
-BUSY = [False]  # a worker process is running a job (set by nac.pipeline.pool)
+BUSY = [False]  # a worker process is running a job (run_job): what a stop signal reads
 STOPPING = [False]  # a worker process was told to stop: it starts no further job (nac.pipeline.pool)
+
+
+def run_job(fn, args: tuple, threads: int | None, progress: bool):
+    """``fn(*args, progress=progress)`` in a worker process (the pool's or submitit's) with
+    ``threads`` intra-op threads (None: torch's default); a stop signal meanwhile ends the job as
+    Ctrl-C would (its checkpoint intact), not the process at once."""
+    if STOPPING[0]:  # told to stop (the stage is ending): start no new job
+        os._exit(128 + signal.SIGTERM)
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+    BUSY[0] = True
+    try:
+        return fn(*args, progress=progress)
+    finally:
+        BUSY[0] = False
 
 
 def _worker_interrupt(signum, frame):

@@ -116,19 +116,12 @@ _STARTED: list = [None]  # in a worker: the queue it reports (job index, pid) on
 
 
 def _run_one(fn: Callable, args: tuple, threads: int | None, progress: bool, index: int | None = None) -> Any:
+    """Job ``index`` in a worker: say that it starts (``_STARTED``), then ``lifeline.run_job``."""
     if lifeline.STOPPING[0]:  # told to stop (the stage is ending): start no new job
         os._exit(128 + signal.SIGTERM)
     if index is not None and _STARTED[0] is not None:
         _STARTED[0].put((index, os.getpid()))
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
-    lifeline.BUSY[0] = True
-    try:
-        return fn(*args, progress=progress)
-    finally:
-        lifeline.BUSY[0] = False
+    return lifeline.run_job(fn, args, threads, progress)
 
 
 def _init_worker(slots, lines, bar_lock, parent_pid: int, started=None) -> None:

@@ -46,8 +46,6 @@ class Job:
         self.fn, self.args, self.threads, self.slot, self.watch_pid = fn, args, threads, slot, watch_pid
 
     def __call__(self) -> Any:
-        from nac.pipeline.pool import _run_one
-
         # submitit's own handlers stay (SIGTERM bypassed, USR2 requeues through ``checkpoint``); the
         # stage's death interrupts with SIGINT, what cancelling a local job sends
         if self.watch_pid is not None:
@@ -56,7 +54,7 @@ class Job:
                 raise SystemExit(f"the stage (pid {self.watch_pid}) that submitted this job is gone")
             lifeline.watch([ident], sig=signal.SIGINT)
         placement.pin(self.slot)
-        return _run_one(self.fn, self.args, self.threads, False)
+        return lifeline.run_job(self.fn, self.args, self.threads, False)
 
     def checkpoint(self, *args, **kwargs):
         """Preempted or timed out: requeue this same job; it resumes from its own checkpoint."""

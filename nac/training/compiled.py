@@ -42,6 +42,7 @@ from torch.optim.adam import adam as functional_adam
 
 from nac.model import NAC
 from nac.training.augment import soft_cross_entropy
+from nac.training.checks import StepChecks
 
 COMPILE_MODES = (False, "default", "reduce-overhead", "aot_eager")
 # ``train.compile_matching``: where the compiled step waits for the matching. ``before``: before
@@ -256,3 +257,59 @@ def compile_step(mode):
             return fn(*args)
 
     return run
+
+
+class CompiledStep:
+    """A training step's compiled form (``train.compile`` ``mode``, ``train.compile_scope`` ``scope``,
+    ``train.compile_matching`` ``matching``; see the module's docstring), with what it carries from
+    one step to the next: the matching started ahead, the whole step's LRs and AdamW state.
+
+    ``loop.train_step`` calls ``begin`` before it prepares the batch (the matching then runs on the
+    worker thread while the host does) and ``__call__`` with the batch on the device."""
+
+    def __init__(self, mode, scope: str = "forward", matching: str = "before"):
+        check_compile(mode, matching, scope)
+        self.mode, self.whole = mode, scope == "step"
+        self.losses = compile_losses(mode if not self.whole else False)  # the forward and the loss
+        self.parts = compile_losses(mode, objective_parts) if matching == "overlap" else None
+        self.step = compile_step(mode) if self.whole else None  # the whole step, AdamW included
+        self.lrs: torch.Tensor | None = None  # the whole step's LRs on the device (step_lrs)
+        self.adamw: list | None = None  # the whole step's parameters and AdamW state (adamw_groups)
+        self.ahead: tuple | None = None  # the next step's matching, started as the last whole step returned
+        self.pending: tuple | None = None  # this step's matching (begin)
+
+    def begin(self, model) -> None:
+        """Start this step's matching (or take the one started as the last whole step returned)."""
+        self.pending, self.ahead = self.ahead or start_matching(model), None
+
+    def __call__(
+        self, run, kw: dict, labels, targets, checks: StepChecks
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """``(logits, ce, reg, loss, grad_norm)``: ``grad_norm`` None but for the whole step, which
+        has also taken the optimizer step. ``run``: ``nac.training.run.Run``."""
+        cfg, device, pending = run.cfg, run.world.device, self.pending
+        args = (cfg.label_smoothing, cfg.reg_weight, run.use_amp)
+        self.pending = None
+        with checks.guard(run.state):
+            if self.mode == "reduce-overhead":  # a new step: the CUDA graphs' outputs may be reused
+                torch.compiler.cudagraph_mark_step_begin()
+            if self.step is not None:
+                if self.adamw is None:  # the first step (of this process): AdamW's state, fresh or resumed
+                    self.adamw = adamw_groups(run.optimizer)
+                self.lrs = step_lrs(run.optimizer, self.lrs, device)
+                perms = finish_matching(pending, device)
+                logits, ce, reg, loss, grad_norm, next_P = self.step(
+                    run.wrapped, self.adamw, self.lrs, kw, labels, targets, perms, *args, cfg.grad_clip
+                )
+                if next_P is not None:  # the next step's matching runs while the host goes on
+                    self.ahead = start_matching(run.model, next_P)
+                return logits, ce, reg, loss, grad_norm
+            if pending is not None and self.parts is not None:  # the matching awaited while the device runs the forward
+                logits, ce, reg, loss = overlapped_losses(
+                    self.parts, run.model, run.wrapped, kw, labels, targets, pending, *args
+                )
+            else:
+                logits, ce, reg, loss = self.losses(
+                    run.wrapped, kw, labels, targets, finish_matching(pending, device), *args
+                )
+        return logits, ce, reg, loss, None

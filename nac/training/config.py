@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from nac.config import ConfigDict, check_field_types
 
-DECAY_FILTERS = ("authors", "ours", "all")  # nac.training.loop.decays
+DECAY_FILTERS = ("authors", "ours", "all")  # nac.training.optim.decays
 
 
 @dataclass
@@ -18,7 +18,7 @@ class TrainConfig(ConfigDict):
     lr_batch_scaling: int | None = None  # authors: lr * global_batch / 512; None = no scaling
     weight_decay: float = 0.05
     decay_filter: str = (
-        "authors"  # which parameters decay (nac.training.loop.decays): authors | ours (nac v1) | all (m2mKD)
+        "authors"  # which parameters decay (nac.training.optim.decays): authors | ours (nac v1) | all (m2mKD)
     )
     warmup_epochs: float = 1.0
     min_lr: float = 1e-5
@@ -35,10 +35,10 @@ class TrainConfig(ConfigDict):
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda
     eval_batch_size: int = 256
-    # AdamW's implementation (nac.training.loop.make_adamw): default | foreach | fused. "fused" is
+    # AdamW's implementation (nac.training.optim.make_adamw): default | foreach | fused. "fused" is
     # one kernel over all parameters (capturable on CUDA: no host reads, CUDA-graph ready); it
     # rounds differently from the default: weights differ in the last ulp, up to 8 ulps after 100
-    # steps and 24 after 1,000 (nac/training/loop.py, ADAMW_IMPL), so a run's numbers change
+    # steps and 24 after 1,000 (nac/training/optim.py), so a run's numbers change
     # beyond float rounding.
     adamw: str = "default"
     # torch.compile of the step's forward and loss (nac/training/compiled.py): false (eager) |

@@ -1,0 +1,82 @@
+"""The optimizer and its schedule: AdamW over two parameter groups (weight decay by ``decays``)
+and the linear warm-up + cosine LR schedule (a torch ``LambdaLR``, its state in the checkpoint).
+
+AdamW's implementation is ``train.adamw`` (``make_adamw``'s ``impl``): ``default`` is PyTorch's
+default, a Python loop over the parameters on the CPU (the reference; ``foreach`` is no faster on
+the CPU and bitwise the same) and its foreach form on CUDA, which reads each parameter's step
+count on the host (a host tensor: no sync). ``fused`` (opt-in) is one kernel over all parameters,
+a cheaper optimizer step (``bench/bench_ops.py --adamw fused``: bench/results/ops.md), but its
+arithmetic rounds differently: measured on the CPU (torch 2.15, 3,105 weights), after 10 steps 12
+weights differ by 1 ulp, after 100 by up to 8 ulps, after 1,000 by up to 24 (the last-ulp
+differences random-walk; ``tests/test_loop_sync.py::test_fused_adamw_differs_from_the_default_in_the_last_ulp``),
+so a trained model's numbers change beyond float rounding: off by default. ``fused`` is made
+``capturable`` on CUDA (step counts on the device, what a CUDA graph needs).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+from torch.optim.lr_scheduler import LambdaLR
+
+from nac.training.config import DECAY_FILTERS
+
+ADAMW_IMPLS = ("default", "foreach", "fused")  # train.adamw
+
+
+def make_adamw(param_groups, lr: float, impl: str | None = "default") -> torch.optim.AdamW:
+    """``torch.optim.AdamW(param_groups, lr=lr)`` in implementation ``impl`` (``ADAMW_IMPLS``;
+    None is ``default``; see the module's docstring)."""
+    impl = "default" if impl is None else impl
+    if impl not in ADAMW_IMPLS:
+        raise ValueError(f"unknown AdamW impl {impl!r}; valid choices: {', '.join(ADAMW_IMPLS)}")
+    kw = {"foreach": True} if impl == "foreach" else {"fused": True} if impl == "fused" else {}
+    if impl == "fused":
+        groups = list(param_groups)
+        params = [p for g in groups for p in (g["params"] if isinstance(g, dict) else [g])]
+        kw["capturable"] = bool(params) and params[0].device.type == "cuda"
+        param_groups = groups
+    return torch.optim.AdamW(param_groups, lr=lr, **kw)
+
+
+def warmup_cosine(optimizer: torch.optim.Optimizer, total: int, warmup: int, peak: float, floor: float) -> LambdaLR:
+    """The LR schedule as torch's ``LambdaLR`` over the optimizer's groups (their lr is ``peak``):
+    at scheduler step ``t`` (the optimizer step about to be taken), a linear warm-up
+    ``peak * (t + 1) / warmup`` for ``t < warmup``, then cosine decay from ``peak`` to ``floor`` at
+    ``t = total``. Equal to the formula to float rounding (tests/reference_forms.py ``lr_at``).
+    A closed form: SequentialLR(LinearLR, CosineAnnealingLR) updates recursively (its rounding
+    drifts with the step count) and has no form for ``warmup = 0`` or ``total = warmup``."""
+    span = max(1, total - warmup)
+
+    def factor(t: int) -> float:
+        if t < warmup:
+            return (t + 1) / warmup
+        return (floor + 0.5 * (peak - floor) * (1.0 + math.cos(math.pi * min(1.0, (t - warmup) / span)))) / peak
+
+    return LambdaLR(optimizer, factor)
+
+
+def decays(name: str, p: torch.Tensor, decay_filter: str = "authors") -> bool:
+    """Whether AdamW's weight decay applies to parameter ``name``. ``authors`` (their Tiny-ImageNet
+    filter): every parameter but those whose name ends in ``signatures`` and those with
+    ``dim() == 1`` (biases, norms, LayerScale), so codes (2-d) and the 0-d bandwidths and ModFC
+    gains are decayed. ``ours`` (nac v1): no decay for ``dim() < 2`` or a name containing
+    ``signatures`` or ``codes``. ``all`` (m2mKD, which sets no filter): every parameter."""
+    if decay_filter == "all":
+        return True
+    if decay_filter == "authors":
+        return not (name.endswith("signatures") or p.dim() == 1)
+    if decay_filter == "ours":
+        return not (p.dim() < 2 or "signatures" in name or "codes" in name)
+    raise ValueError(f"unknown decay_filter {decay_filter!r}; valid choices: {', '.join(DECAY_FILTERS)}")
+
+
+def decay_groups(model: nn.Module, decay_filter: str = "authors") -> tuple[list, list]:
+    """The trainable parameters split into ``(decayed, not decayed)`` by ``decays``."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            (decay if decays(name, p, decay_filter) else no_decay).append(p)
+    return decay, no_decay

@@ -1,0 +1,217 @@
+"""What ``nac.training.loop.fit`` builds before its first step (``build_run``): the model on its
+device wrapped with its objective, the optimizer and LR schedule, the EMA, the sampler and loader,
+and the compiled step where ``train.compile`` asks for one: one ``Run``, the state a step reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.optim.lr_scheduler import LambdaLR
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+from nac.model import NAC
+from nac.training.augment import AugmentedDataset, BatchMixer, RepeatedAugSampler, recipe_of
+from nac.training.checks import StepChecks
+from nac.training.compiled import CompiledStep
+from nac.training.config import TrainConfig
+from nac.training.distributed import World
+from nac.training.ema import ema_groups, make_ema
+from nac.training.optim import decay_groups, make_adamw, warmup_cosine
+from nac.training.resume import RunState
+
+
+class Objective(nn.Module):
+    """Wraps the model so one forward returns the logits and the graph regularizer computed from
+    the same circuit design (one module for DDP to wrap); a NAC's link probabilities are computed
+    once for both, its matching run on a worker thread meanwhile (``NAC.logits_and_regularizer``).
+    ``perms``: a NAC's permutations matched before the step (``NAC.matching_in_advance``, a
+    compiled step's), or ``"later"``: ``(logits, Ps)`` returned, the regularizer left to the caller
+    (``NAC.logits_and_probabilities``)."""
+
+    def __init__(self, model: NAC):
+        super().__init__()
+        self.model = model
+
+    def forward(self, inputs, mask=None, cond=None, cond_mask=None, perms=None, **own):
+        if own:  # a model with its own training objective: ``training_loss`` -> (logits, loss)
+            kw = {
+                k: v
+                for k, v in (("inputs", inputs), ("mask", mask), ("cond", cond), ("cond_mask", cond_mask))
+                if v is not None
+            }
+            return self.model.training_loss(kw, **own)
+        if isinstance(self.model, NAC) and perms == "later":  # (logits, Ps): the regularizer is the caller's
+            return self.model.logits_and_probabilities(inputs, mask, cond, cond_mask)
+        if isinstance(self.model, NAC):  # Perceiver IO too: its regularizer is the host's constant 0
+            logits, reg = self.model.logits_and_regularizer(inputs, mask, cond, cond_mask, perms=perms)
+        else:
+            design = self.model.design(cond, cond_mask)
+            logits, reg = self.model(inputs, mask=mask, design=design), self.model.graph_regularizer(design)
+        if reg.device != inputs.device:  # a host value: the constant 0 of a model without the regularizer
+            # made on the device from the host's number (no copy for the host to wait on: a blocking
+            # copy from the host synchronises on CUDA); a differentiable one is copied non-blocking
+            reg = (
+                reg.to(inputs.device, non_blocking=True)
+                if reg.requires_grad
+                else torch.full_like(reg, float(reg), device=inputs.device)
+            )
+        return logits, reg
+
+
+class WithIndex(Dataset):
+    """A dataset whose dict items gain ``"index"``: the item's position in the dataset (for a
+    model that keeps per-example state, ``needs_example_index``)."""
+
+    def __init__(self, data: Dataset):
+        self.data = data
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i):
+        return {**self.data[i], "index": i}
+
+
+@dataclass
+class Run:
+    """One training while it runs: what ``build_run`` makes and each step reads."""
+
+    model: NAC  # trained in place (SyncBatchNorm under DDP on CUDA)
+    wrapped: nn.Module  # Objective(model), DDP-wrapped when distributed: what a step calls
+    optimizer: torch.optim.AdamW
+    scheduler: LambdaLR  # the LR schedule (warmup_cosine), stepped before each optimizer step
+    ema: Any  # the AveragedModel (train.ema), evaluated and handed back; or None
+    mixer: BatchMixer | None  # mixup/cutmix of an augmentation recipe (soft targets); or None
+    sampler: Any  # the loader's sampler, reshuffled per epoch (set_epoch)
+    loader: DataLoader
+    val_set: Dataset | None
+    cfg: TrainConfig
+    world: World
+    steps_per_epoch: int
+    total: int  # optimizer steps of the whole training (the LR schedule's length)
+    warmup: int  # of which the LR warm-up's
+    use_amp: bool  # bf16 autocast (train.amp on CUDA)
+    own_objective: bool  # the model defines training_loss (a baseline trained by EM, say)
+    state: RunState  # where training stands, for the messages that say what is kept
+    checks: StepChecks  # the device-side finiteness record of the epoch's steps
+    fingerprint: str | None
+    on_epoch_end: Callable[[int], None] | None
+    compiled: CompiledStep | None = None  # train.compile: the step's compiled form
+    ema_groups: dict | None = None  # the EMA's tensors and the model's, paired (ema.ema_groups)
+    ema_copy: bool = False  # the next EMA update is the first: it copies
+    sums: torch.Tensor | None = None  # this epoch's loss, reg, correct, count, summed on the device
+    history: list = field(default_factory=list)  # per-epoch metrics (resumed ones first)
+    live: Any = None  # the dvclive logger (main process, live_dir given)
+    bar: Any = None  # the tqdm bar
+
+
+def build_run(
+    model: NAC,
+    train_set: Dataset,
+    val_set: Dataset | None,
+    cfg: TrainConfig,
+    world: World,
+    checkpoint: str | Path | None,
+    desc: str,
+    on_epoch_end,
+    fingerprint: str | None,
+) -> Run:
+    """The model on its device, the optimizer, its schedule (and EMA), the sampler and loader of ``fit``."""
+    device = world.device
+    if world.distributed and device.type == "cuda":  # batch statistics over the global batch
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    model.to(device)
+    if getattr(model, "needs_example_index", False):
+        train_set = WithIndex(train_set)
+    objective = Objective(model)
+    wrapped = DistributedDataParallel(objective) if world.distributed else objective
+    decay, no_decay = decay_groups(model, cfg.decay_filter)
+    optimizer = make_adamw(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.peak_lr,
+        impl=getattr(cfg, "adamw", None),
+    )
+    ema = make_ema(model, cfg.ema) if cfg.ema else None
+    mode = getattr(cfg, "compile", False)
+    if mode is not False and hasattr(model, "training_loss"):
+        raise ValueError(f"train.compile={mode!r} compiles the NAC objective; this model defines its own: set false")
+    compiled = CompiledStep(mode, cfg.compile_scope, cfg.compile_matching) if mode is not False else None
+    if compiled is not None and compiled.whole and world.distributed:
+        raise ValueError(
+            "train.compile_scope=step takes the gradients inside the graph, where DDP cannot reduce them: "
+            "set train.compile_scope=forward to train on several processes"
+        )
+
+    if cfg.batch_size % world.world_size:
+        raise ValueError(
+            f"train.batch_size={cfg.batch_size} must be divisible by the number of processes ({world.world_size})"
+        )
+    per_rank = cfg.batch_size // world.world_size
+    recipe, mixer = recipe_of(cfg.augment), None
+    if recipe is not None:  # e.g. the authors' Tiny-ImageNet recipe (nac/training/augment.py)
+        # per-sample transforms in the data pipeline, repeated augmentation by the sampler, and
+        # mixup/cutmix on the batch; a model with its own objective (hard labels) is not mixed
+        train_set = AugmentedDataset(train_set, recipe, seed=cfg.seed)
+        sampler = RepeatedAugSampler(
+            train_set,
+            num_replicas=world.world_size,
+            rank=world.rank,
+            repeats=recipe.repeats,
+            shuffle=True,
+            seed=cfg.seed,
+        )
+        if not hasattr(model, "training_loss"):
+            if per_rank % 2:
+                raise ValueError(
+                    f"train.augment={cfg.augment!r} mixes pairs: the batch per process must be even, got {per_rank}"
+                )
+            mixer = BatchMixer(recipe, model.config.num_classes, cfg.label_smoothing, seed=cfg.seed)
+    else:
+        sampler = DistributedSampler(
+            train_set, num_replicas=world.world_size, rank=world.rank, shuffle=True, seed=cfg.seed, drop_last=True
+        )
+    # Its own generator: worker seeds never draw from the (per-epoch reseeded) global RNG, so a
+    # resumed run sees exactly the random numbers of an uninterrupted one.
+    loader = DataLoader(
+        train_set,
+        batch_size=per_rank,
+        sampler=sampler,
+        drop_last=True,
+        num_workers=cfg.num_workers,
+        pin_memory=device.type == "cuda",
+        persistent_workers=cfg.num_workers > 0,
+        generator=torch.Generator().manual_seed(cfg.seed),
+    )
+    steps_per_epoch = len(loader)
+    if steps_per_epoch == 0:
+        raise ValueError(f"training set of {len(train_set)} items is smaller than one global batch ({cfg.batch_size})")
+    total, warmup = cfg.epochs * steps_per_epoch, round(cfg.warmup_epochs * steps_per_epoch)
+    return Run(
+        model=model,
+        wrapped=wrapped,
+        optimizer=optimizer,
+        scheduler=warmup_cosine(optimizer, total, warmup, cfg.peak_lr, cfg.min_lr),
+        ema=ema,
+        mixer=mixer,
+        sampler=sampler,
+        loader=loader,
+        val_set=val_set,
+        cfg=cfg,
+        world=world,
+        steps_per_epoch=steps_per_epoch,
+        total=total,
+        warmup=warmup,
+        use_amp=cfg.amp and device.type == "cuda",
+        own_objective=hasattr(model, "training_loss"),
+        state=RunState(Path(checkpoint) if checkpoint else None, desc),
+        checks=StepChecks(model, device),
+        fingerprint=fingerprint,
+        on_epoch_end=on_epoch_end,
+        compiled=compiled,
+        ema_groups=ema_groups(ema, model) if ema is not None else None,
+    )
