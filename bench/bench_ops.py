@@ -11,7 +11,7 @@ it), with the paper's image training settings (EMA, no clipping) but no augmenta
 batch's augmentation, the "augment" part), in fp32
 (CUDA's bf16 autocast adds casts to both models alike).
 
-CUDA's paths on the CPU: ``nac.circuits.kernel.CPU_SHORTCUTS`` off, so the NAC's kernel sampler
+CUDA's paths on the CPU: the NAC's ``cpu_shortcuts`` off (``_cuda_paths``), so its kernel sampler
 and attention bias take their CUDA form (fixed shapes, "prepared"; "sparse" is CPU only) and the
 attention SDPA ("explicit" is CPU only). The regularizer's matching runs on a worker thread
 (``NAC.match_async``): its numpy and scipy work is host work off the step's thread, not counted;
@@ -69,7 +69,6 @@ from bench_paper_cost import pretrain_model  # noqa: E402
 from reference_forms import per_layer_modulation  # noqa: E402  (the plain forms live with the tests)
 
 import nac.circuits.attention as attention  # noqa: E402
-import nac.circuits.kernel as kernel  # noqa: E402
 import nac.model as nac_model  # noqa: E402
 from nac import build_model  # noqa: E402
 from nac.pipeline.params import compose  # noqa: E402
@@ -561,6 +560,14 @@ def _mark_host_batches(stack: ExitStack) -> None:
     stack.callback(setattr, it, "__next__", orig)
 
 
+def _cuda_paths(model: nn.Module) -> nn.Module:
+    """``model`` (a copy the bench owns) on the code paths CUDA takes: a NAC's CPU shortcuts off
+    (``NAC.set_cpu_shortcuts``); the baselines have none. Returns it."""
+    if isinstance(model, nac_model.NAC):
+        model.set_cpu_shortcuts(False)
+    return model
+
+
 def count_fit(
     model: nn.Module,
     steps: int,
@@ -573,7 +580,7 @@ def count_fit(
     augment: bool | str = False,
     sdpa: str = "fused",
 ) -> _Tracker:
-    model = copy.deepcopy(model)
+    model = _cuda_paths(copy.deepcopy(model))  # CUDA's sampler, bias and attention (the CPU's shortcuts off)
     if modulation == "per_layer":  # NAC.code_modulations' reference form
         per_layer_modulation(model)
     t = _Tracker()
@@ -591,8 +598,6 @@ def count_fit(
         }
     )
     with ExitStack() as stack:
-        stack.callback(setattr, kernel, "CPU_SHORTCUTS", kernel.CPU_SHORTCUTS)
-        kernel.CPU_SHORTCUTS = False  # CUDA's sampler, bias and attention (the CPU's shortcuts off)
         _mark_host_batches(stack)
         _instrument(model, t, stack)
         if sdpa == "fused":
@@ -679,7 +684,7 @@ def compiled_counts(
     from nac.training.optim import decay_groups, make_adamw
     from nac.training.run import Objective
 
-    model = copy.deepcopy(model).train()
+    model = _cuda_paths(copy.deepcopy(model)).train()
     codes: list[str] = []
     orig = igraph.GraphLowering.compile_to_module
 
@@ -696,8 +701,6 @@ def compiled_counts(
         stack.callback(setattr, igraph.GraphLowering, "compile_to_module", orig)
         igraph.GraphLowering.compile_to_module = capture
         stack.enter_context(icfg.patch(fx_graph_cache=False))
-        stack.callback(setattr, kernel, "CPU_SHORTCUTS", kernel.CPU_SHORTCUTS)
-        kernel.CPU_SHORTCUTS = False
         if sdpa == "fused":
             _compiled_fused_sdpa(stack)
         dynamo.reset()

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from nac import ModelConfig, build_model, regularizer  # noqa: E402
+from nac import ModelConfig, build_model  # noqa: E402
 from nac.circuits.readin import ReadIn  # noqa: E402
 from nac.stats import mean_ci  # noqa: E402
 from nac.training.optim import make_adamw  # noqa: E402
@@ -60,8 +60,8 @@ def _time(fn) -> float:
 def _reference_impls(model) -> None:
     """Switch a NAC to the plain forms of its step optimisations (the code before issue 14; they
     live in the tests, ``tests/reference_kernel.py``, and tests/test_speed_equivalence.py proves
-    both give the same step); the regularizer's ``BLAS_THREADS`` is module-wide, so each timed
-    step sets it."""
+    both give the same step); the regularizer's plain form, numpy's default BLAS threads, is
+    each timed step's ``graph_regularizer(blas_threads=None)``."""
     from tests.reference_kernel import use_reference_kernel
 
     use_reference_kernel(model)
@@ -124,14 +124,11 @@ def bench_train_step(repeats: int, adamw: str = "default") -> dict:
         y = torch.randint(0, 100, (s["batch"],))
 
         def step(model=model, opt=opt, x=x, y=y, plain=variant == "nac_plain"):
-            regularizer.BLAS_THREADS = None if plain else 1  # numpy's default threads: the plain form
-            try:
-                loss = F.cross_entropy(model(x), y) + 0.1 * model.graph_regularizer()
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-            finally:
-                regularizer.BLAS_THREADS = 1
+            threads = None if plain else 1  # numpy's default threads: the plain form
+            loss = F.cross_entropy(model(x), y) + 0.1 * model.graph_regularizer(blas_threads=threads)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
 
         steps[variant] = step
     t, c = _interleaved_steps(steps, repeats)
@@ -171,16 +168,12 @@ def bench_mini_step(blocks: int, steps_per_block: int = 5, num_classes: int = 10
         y = torch.randint(0, num_classes, (tr["batch_size"],), generator=g)
 
         def step(model=model, opt=opt, x=x, y=y, plain=variant == "nac_plain"):
-            regularizer.BLAS_THREADS = None if plain else 1
-            try:
-                loss = F.cross_entropy(model(x), y, label_smoothing=tr["label_smoothing"])
-                loss = loss + tr["reg_weight"] * model.graph_regularizer()
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), tr["grad_clip"])
-                opt.step()
-            finally:
-                regularizer.BLAS_THREADS = 1
+            loss = F.cross_entropy(model(x), y, label_smoothing=tr["label_smoothing"])
+            loss = loss + tr["reg_weight"] * model.graph_regularizer(blas_threads=None if plain else 1)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), tr["grad_clip"])
+            opt.step()
 
         steps[variant] = step
     t, c = _interleaved_steps(steps, blocks, steps_per_block)

@@ -41,15 +41,21 @@ def predict(
     device: torch.device | str = "cpu",
     batch_size: int = 256,
     keep: Iterable[str] = (),
+    *,
+    eval_kernel: str | None = None,
 ) -> dict[str, np.ndarray]:
     """Run ``model`` in eval mode over ``data``; returns ``logits`` ``[N, C]``, ``label`` ``[N]``
-    and any item fields named in ``keep`` (e.g. ``style``)."""
+    and any item fields named in ``keep`` (e.g. ``style``). ``eval_kernel`` (a NAC's
+    ``KERNEL_MODES``; keyword): the kernel of these calls instead of the config's ``eval_kernel``
+    (``NAC.forward``; ``"dense"``: the kernel ablation), the model left unchanged; None (the
+    default) passes nothing, so any model works."""
     device = torch.device(device)
     loader = data if isinstance(data, DataLoader) else DataLoader(data, batch_size=batch_size, shuffle=False)
     out: dict[str, list] = {"logits": [], "label": [], **{k: [] for k in keep}}
+    extra = {} if eval_kernel is None else {"eval_kernel": eval_kernel}
     with eval_mode(model):
         for batch in loader:
-            out["logits"].append(model(**model_kwargs(batch, device)).float().cpu())
+            out["logits"].append(model(**model_kwargs(batch, device), **extra).float().cpu())
             out["label"].append(batch["label"])
             for k in keep:
                 out[k].append(batch[k])

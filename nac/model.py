@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 
 from nac.baselines import ModularNetwork, ModularNetworkConfig, NeuralInterpreter, NeuralInterpreterConfig
-from nac.circuits.attention import layer_kernel_biases
+from nac.circuits.attention import SKMDPA, layer_kernel_biases
 from nac.circuits.generators import (
     CircuitDesign,
     ConditionalCircuitGenerator,
@@ -16,7 +16,7 @@ from nac.circuits.generators import (
     PerceiverLatents,
     UnconditionalCircuitGenerator,
 )
-from nac.circuits.kernel import KernelSampler, cosine_distance, cpu_shortcut, link_probabilities
+from nac.circuits.kernel import KERNEL_MODES, KernelSampler, cosine_distance, cpu_shortcut, link_probabilities
 from nac.circuits.layers import Propagator, ReadOut, cat_modules
 from nac.circuits.modfc import batched_modulations, configure_modfc, modfcs, name_modfcs
 from nac.circuits.readin import ReadIn
@@ -56,11 +56,21 @@ class NAC(nn.Module):
     fixed for the frozen-graph rung), not fitted to a prior; the graph, the regularizer (the
     authors' ``regularize_input_latents: false``), the mechanism numbers and module dropping
     cover the processors only. Without a kernel (``modfc``, Perceiver IO) every link is dense.
+
+    ``cpu_shortcuts`` (keyword; default True): on the CPU, take the CPU-only fast forms (the
+    sparse kernel sample and its bias, explicit attention, each layer drawing its own kernel); False takes
+    the forms CUDA takes on every device (fixed shapes, no host sync: what bench/bench_ops.py and
+    the sync tests count on the CPU). The same draws and formulas either way (equal to float
+    rounding; ``tests/test_speed_equivalence.py``); off the CPU, and while ``torch.compile``
+    traces, CUDA's forms are taken regardless (``nac.circuits.kernel.cpu_shortcut``). Not part of
+    the config (no effect on what is trained, stored or hashed); ``set_cpu_shortcuts`` changes it
+    on a built model.
     """
 
-    def __init__(self, config: ModelConfig, fit_signatures: bool = True):
+    def __init__(self, config: ModelConfig, fit_signatures: bool = True, *, cpu_shortcuts: bool = True):
         super().__init__()
         self.config = c = config
+        self.cpu_shortcuts = cpu_shortcuts
         self.tokenizer = build_tokenizer(c.tokenizer)
         if c.variant == "perceiver_io":
             self.generator = PerceiverLatents(c.n_processor, c.n_readout, c.d_model)
@@ -118,6 +128,7 @@ class NAC(nn.Module):
                 drop_path=self.drop_path_rate(i),
                 layer_scale=c.layer_scale,
                 delta=c.delta,
+                cpu_shortcuts=cpu_shortcuts,
                 **own_bw,
                 **common,
             )
@@ -133,6 +144,7 @@ class NAC(nn.Module):
             residual=c.readout_residual,
             norm=c.readout_norm,
             layer_scale=c.readout_layer_scale,
+            cpu_shortcuts=cpu_shortcuts,
             **own_bw,
             **common,
         )
@@ -157,6 +169,17 @@ class NAC(nn.Module):
         self.register_buffer("prior_target", G, persistent=False)  # rebuilt from the config, not stored
         if fit_signatures:
             self._preset_signatures()
+
+    def set_cpu_shortcuts(self, enabled: bool) -> NAC:
+        """Set ``cpu_shortcuts`` (the constructor's keyword) on this model and on every attention
+        module in it, in place; returns the model. For a model built already (e.g. one handed to
+        bench/bench_ops.py, which counts CUDA's paths on the CPU); prefer the constructor's
+        keyword where the model is built."""
+        self.cpu_shortcuts = enabled
+        for m in self.modules():
+            if isinstance(m, SKMDPA):
+                m.cpu_shortcuts = enabled
+        return self
 
     def drop_path_rate(self, layer: int) -> float:
         """Drop-path rate of propagator ``layer`` (0-based): ``drop_path`` in every layer
@@ -278,13 +301,18 @@ class NAC(nn.Module):
         Ps: dict | None = None,
         pending: dict | None = None,
         perms: dict | None = None,
+        *,
+        blas_threads: int | None = 1,
     ) -> torch.Tensor:
         """Graph-structure regularizer between ``P`` and the prior's target (0 for other rungs);
         with a kernel per module, the sum over every propagator's kernel (the authors'; the
         read-out is not regularised). ``Ps``: the design's ``kernel_probabilities`` if already
         computed; ``pending``: their matchings started by ``match_async`` (else matched here);
         ``perms``: their permutations already known, ``{layer: LongTensor [U_p]}`` on the device
-        (``matching_in_advance``; no host work here: what a compiled step traces)."""
+        (``matching_in_advance``; no host work here: what a compiled step traces).
+        ``blas_threads``: numpy's BLAS threads where the matching runs here
+        (``nac.regularizer.graph_structure_loss``; default 1, None: numpy's default); the same
+        permutations and loss either way."""
         if self.prior_target is None:
             return torch.zeros(())
         c = self.config
@@ -292,7 +320,7 @@ class NAC(nn.Module):
             design = design or self.design()
             Ps = self.kernel_probabilities(design)
         if c.generator == "conditional":
-            return self.conditional_graph_regularizer(design, Ps)
+            return self.conditional_graph_regularizer(design, Ps, blas_threads=blas_threads)
         if perms is not None or pending is not None:
             # matched before the step (a compiled step) or on the worker thread: the same loss as
             # matching here; every layer's at once (the per-layer sum: tests/test_batched_kernels.py)
@@ -303,9 +331,8 @@ class NAC(nn.Module):
             return layer_losses_from_permutations(
                 torch.stack(list(Ps.values())), self.prior_target, stacked_permutations(found, P.device), c.regularizer
             )
-        return sum(
-            graph_structure_loss(P, self.prior_target, kind=c.regularizer, matching=c.matching) for P in Ps.values()
-        )
+        kw = dict(kind=c.regularizer, matching=c.matching, blas_threads=blas_threads)
+        return sum(graph_structure_loss(P, self.prior_target, **kw) for P in Ps.values())
 
     def match_async(self, Ps: dict | None) -> dict | None:
         """The regularizer's matchings of ``Ps`` (``kernel_probabilities``) started on a worker
@@ -384,58 +411,94 @@ class NAC(nn.Module):
         layers = list(range(self.config.depth)) if self.config.kernel_per_module else [None]
         return layers, match_stacked_async(Ps, self._host_target(), self.config.matching)
 
-    def _kernel_mode(self, readout: bool = False) -> str:
+    def _kernel_mode(self, readout: bool = False, eval_kernel: str | None = None) -> str:
         """How the kernel is drawn: a Concrete sample in training with ``stochastic_kernel`` (the
         paper's SKMDPA; the read-out's only with ``sample_readout``), else ``P`` itself; at
-        evaluation ``eval_kernel``."""
+        evaluation ``eval_kernel`` (this call's, from ``forward``), else the config's."""
         c = self.config
         if not self.training:
-            return c.eval_kernel
+            return c.eval_kernel if eval_kernel is None else eval_kernel
         return "sample" if c.stochastic_kernel and (c.sample_readout or not readout) else "expectation"
 
-    def conditional_graph_regularizer(self, design: CircuitDesign, Ps: dict | None = None) -> torch.Tensor:
+    def conditional_graph_regularizer(
+        self, design: CircuitDesign, Ps: dict | None = None, *, blas_threads: int | None = 1
+    ) -> torch.Tensor:
         """The regularizer on a conditional design (``generator_regularizer``; not in the paper,
         whose section 4.4 trains without one): the mean over samples of each sample's ``P``
         ``[U_p, U_p]`` (the graph's, ``link_probabilities``) against the prior's target, one
-        matching per sample. ``Ps``: the design's ``kernel_probabilities`` if computed."""
+        matching per sample. ``Ps``: the design's ``kernel_probabilities`` if computed;
+        ``blas_threads``: ``graph_regularizer``'s."""
         Ps = Ps if Ps is not None else self.kernel_probabilities(design)
         P = torch.stack(list(Ps.values())).mean(0) if self.config.kernel_per_module else Ps[None]
         return torch.stack(
             [
-                graph_structure_loss(Pb, self.prior_target, kind=self.config.regularizer, matching=self.config.matching)
+                graph_structure_loss(
+                    Pb,
+                    self.prior_target,
+                    kind=self.config.regularizer,
+                    matching=self.config.matching,
+                    blas_threads=blas_threads,
+                )
                 for Pb in P
             ]
         ).mean()
 
-    def _sampler(self, P: torch.Tensor | None, readout: bool = False) -> KernelSampler | None:
+    def _sampler(
+        self, P: torch.Tensor | None, readout: bool = False, eval_kernel: str | None = None
+    ) -> KernelSampler | None:
         """``sample_kernel(P, tau, B, mode)`` as ``sampler(B)``, ``P``'s logits computed once for
-        all the draws from it (``KernelSampler``: sparse on the CPU, else fixed-shape)."""
+        all the draws from it (``KernelSampler``: sparse on the CPU with ``cpu_shortcuts``, else
+        fixed-shape)."""
         if P is None:
             return None
-        return KernelSampler(P, self.config.tau, mode=self._kernel_mode(readout))
+        mode = self._kernel_mode(readout, eval_kernel)
+        return KernelSampler(P, self.config.tau, mode=mode, cpu_shortcuts=self.cpu_shortcuts)
 
     # -- the executor -------------------------------------------------------------------------
     def forward(
-        self, inputs, mask=None, cond=None, cond_mask=None, design: CircuitDesign | None = None, Ps=None
+        self,
+        inputs,
+        mask=None,
+        cond=None,
+        cond_mask=None,
+        design: CircuitDesign | None = None,
+        Ps=None,
+        *,
+        eval_kernel: str | None = None,
     ) -> torch.Tensor:
-        return self.execute(self.tokenizer(inputs), mask, cond, cond_mask, design, Ps)
+        return self.execute(self.tokenizer(inputs), mask, cond, cond_mask, design, Ps, eval_kernel=eval_kernel)
 
     def execute(
-        self, tokens: torch.Tensor, mask=None, cond=None, cond_mask=None, design: CircuitDesign | None = None, Ps=None
+        self,
+        tokens: torch.Tensor,
+        mask=None,
+        cond=None,
+        cond_mask=None,
+        design: CircuitDesign | None = None,
+        Ps=None,
+        *,
+        eval_kernel: str | None = None,
     ) -> torch.Tensor:
         """Everything after the tokenizer: ``forward(x) == execute(tokenizer(x))``. Dropping
         modules leaves the tokenizer unchanged, so the prune sweep tokenizes once and executes
         each smaller model on the same tokens (``nac.evaluation.predict_tokens``). ``Ps``: the
         design's ``kernel_probabilities`` if already computed (a training step shares them with
-        the regularizer)."""
+        the regularizer).
+
+        ``eval_kernel`` (keyword; ``KERNEL_MODES``): the kernel at evaluation for this call
+        instead of ``config.eval_kernel``, the model and its config unchanged (``"dense"``: the
+        kernel ablation, the same weights with all-to-all attention); ignored in training mode,
+        as the config's is."""
+        if eval_kernel is not None and eval_kernel not in KERNEL_MODES:
+            raise ValueError(f"unknown eval_kernel {eval_kernel!r}; valid choices: {', '.join(KERNEL_MODES)}")
         B = tokens.shape[0]
         design = design or self.design(cond, cond_mask)
         c = self.config
         if c.input_latents:
-            return self._execute_with_input_latents(tokens, mask, design, Ps)
+            return self._execute_with_input_latents(tokens, mask, design, Ps, eval_kernel)
         codes = self.code_modulations(design)
         states = self.read_in(tokens, design.states, codes["processors"], mask)
-        samplers, sample_op = self._samplers(design, Ps)
+        samplers, sample_op = self._samplers(design, Ps, eval_kernel)
         for layer, sample in zip(self.propagators, samplers):
             K = None if sample is None else sample(B)
             states = layer(states, codes["processors"], K)
@@ -470,24 +533,26 @@ class NAC(nn.Module):
             out["senders"] = out["processors"]
         return out
 
-    def _samplers(self, design: CircuitDesign, Ps: dict | None = None) -> tuple[list, KernelSampler | None]:
+    def _samplers(
+        self, design: CircuitDesign, Ps: dict | None = None, eval_kernel: str | None = None
+    ) -> tuple[list, KernelSampler | None]:
         """The propagators' kernel samplers (one per layer) and the read-out's (``None`` for a
         dense graph): each propagator draws from its own kernel (``kernel_per_module``), or from
         one ``P`` whose logits are computed once, a fresh sample per layer. ``Ps``: the design's
-        ``kernel_probabilities``, computed here if not given."""
+        ``kernel_probabilities``, computed here if not given; ``eval_kernel``: ``execute``'s."""
         c = self.config
         if design.signatures is None:
             return [None] * c.depth, None
         Ps, P_out = self._executor_probabilities(design, Ps)
-        sample_op = self._sampler(P_out, readout=True)
+        sample_op = self._sampler(P_out, readout=True, eval_kernel=eval_kernel)
         P0 = next(iter(Ps.values()))
-        if P0.dim() == 2 and not cpu_shortcut(P0):  # CUDA's path: every layer's kernel at once
-            return self._layer_samplers(Ps), sample_op
-        samplers = [self._sampler(P) for P in Ps.values()]
+        if P0.dim() == 2 and not cpu_shortcut(P0, self.cpu_shortcuts):  # CUDA's path: every layer's kernel at once
+            return self._layer_samplers(Ps, eval_kernel), sample_op
+        samplers = [self._sampler(P, eval_kernel=eval_kernel) for P in Ps.values()]
         samplers = samplers if c.kernel_per_module else samplers * c.depth
         return samplers, sample_op
 
-    def _layer_samplers(self, Ps: dict) -> list:
+    def _layer_samplers(self, Ps: dict, eval_kernel: str | None = None) -> list:
         """``_samplers``' propagator samplers for a shared design off the CPU's shortcuts: the
         first layer's call draws every layer's kernel ``[L, B, U, V]`` by one
         ``KernelSampler(layers=True)`` draw and computes every ``log K_hat`` by one chain of ops
@@ -498,7 +563,9 @@ class NAC(nn.Module):
         (``tests/test_batched_kernels.py``; the per-layer form: ``tests/reference_kernel.py``)."""
         c = self.config
         P = torch.stack(list(Ps.values())) if c.kernel_per_module else next(iter(Ps.values())).expand(c.depth, -1, -1)
-        sampler = KernelSampler(P, c.tau, mode=self._kernel_mode(), layers=True)
+        sampler = KernelSampler(
+            P, c.tau, mode=self._kernel_mode(eval_kernel=eval_kernel), layers=True, cpu_shortcuts=self.cpu_shortcuts
+        )
         drawn = []
 
         def layer(i: int):
@@ -536,7 +603,9 @@ class NAC(nn.Module):
         Ps = {i: torch.cat([P_in[i], P], dim=-1) for i, P in Ps.items()}
         return Ps, self._P(design.readout_signatures, cat_modules(s_in, s_p), layer="readout")
 
-    def _execute_with_input_latents(self, tokens: torch.Tensor, mask, design: CircuitDesign, Ps=None) -> torch.Tensor:
+    def _execute_with_input_latents(
+        self, tokens: torch.Tensor, mask, design: CircuitDesign, Ps=None, eval_kernel: str | None = None
+    ) -> torch.Tensor:
         """``execute`` with ``input_latents = N > 0``: tokens ``[B, T, d_in]`` read into the input
         latents ``[B, N, d]``, which every propagator and the read-out receive from, through their
         kernels (``_executor_probabilities``; dense without signatures)."""
@@ -545,7 +614,7 @@ class NAC(nn.Module):
         codes = self.code_modulations(design, latent_codes)
         latents = self.read_in(tokens, latent_states, codes["latents"], mask)  # [B, N, d]
         states = design.states.expand(B, *design.states.shape[-2:])  # [B, U_p, d]
-        samplers, sample_op = self._samplers(design, Ps)
+        samplers, sample_op = self._samplers(design, Ps, eval_kernel)
         for layer, sample in zip(self.propagators, samplers):
             K = None if sample is None else sample(B)
             states = layer(
@@ -573,16 +642,20 @@ BASELINES = {
 
 
 def build_model(
-    config: ModelConfig | NeuralInterpreterConfig | ModularNetworkConfig | dict, fit_signatures: bool = True
+    config: ModelConfig | NeuralInterpreterConfig | ModularNetworkConfig | dict,
+    fit_signatures: bool = True,
+    *,
+    cpu_shortcuts: bool = True,
 ) -> nn.Module:
     """Build a NAC (any rung of the ladder) or a baseline (``BASELINES``, by ``variant``) from its
     config or the config's dict form (what a checkpoint stores); ``fit_signatures=False`` skips
-    the NAC's preset fit (the weights are loaded next)."""
+    the NAC's preset fit (the weights are loaded next). ``cpu_shortcuts``: the NAC's (``NAC``);
+    the baselines have no CPU-only forms and ignore it."""
     if isinstance(config, dict):
         cls = BASELINES[config["variant"]][0] if config.get("variant") in BASELINES else ModelConfig
         config = cls.from_dict(config)
     if isinstance(config, ModelConfig):
-        return NAC(config, fit_signatures=fit_signatures)
+        return NAC(config, fit_signatures=fit_signatures, cpu_shortcuts=cpu_shortcuts)
     return BASELINES[config.variant][1](config)
 
 

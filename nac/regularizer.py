@@ -28,24 +28,23 @@ MATCHINGS = ("hungarian", "search")
 KL_EPS = 1e-6
 _TIE_RTOL = 1e-9  # cost entries this close (relative) count as ties in the anchored search
 _WL_DIM = 16  # random Fourier features per Weisfeiler-Lehman round
-# numpy's BLAS threads inside ``closest_permutation`` (None: the library's default, one per core).
-# Its products are n x n with n <= ~1000: a second thread saves nothing and, on a loaded machine,
-# spins, costing several times the CPU time of one thread. The products are bitwise the same
-# (tests/test_speed_equivalence.py).
-BLAS_THREADS: int | None = 1
-_BLAS = None
+# The matching's numpy BLAS threads are the public functions' ``blas_threads`` keyword (default 1;
+# None: the library's default, one per core). Its products are n x n with n <= ~1000: a second
+# thread saves nothing and, on a loaded machine, spins, costing several times the CPU time of one
+# thread. The products are bitwise the same (tests/test_speed_equivalence.py).
+_BLAS = None  # threadpoolctl's ThreadpoolController, created on first use (a cache, not a setting)
 
 
-def _blas_limit():
-    """A context limiting numpy's BLAS to ``BLAS_THREADS`` (a no-op context for None)."""
+def _blas_limit(threads: int | None):
+    """A context limiting numpy's BLAS to ``threads`` (a no-op context for None)."""
     global _BLAS
-    if BLAS_THREADS is None:
+    if threads is None:
         return contextlib.nullcontext()
     if _BLAS is None:
         from threadpoolctl import ThreadpoolController  # a scikit-learn dependency
 
         _BLAS = ThreadpoolController()
-    return _BLAS.limit(limits=BLAS_THREADS, user_api="blas")
+    return _BLAS.limit(limits=threads, user_api="blas")
 
 
 # ----------------------------------------------------------------------------- building blocks
@@ -193,6 +192,8 @@ def closest_permutation(
     refine_steps: int = 5,
     wl_rounds: int = 32,
     max_anchors: int = 16,
+    *,
+    blas_threads: int | None = 1,
 ) -> torch.Tensor:
     """The permutation ``perm`` (LongTensor ``[n]``) making ``P[perm][:, perm]`` closest to ``G``.
 
@@ -219,6 +220,9 @@ def closest_permutation(
     Since step 1 is always evaluated and refinement only accepts improvements, the result is
     never worse than the authors' matching; ``refine_steps=0, wl_rounds=0`` gives the better of
     steps 1 and 2 without refinement (two Hungarian calls: the cheapest setting).
+
+    ``blas_threads`` (keyword): numpy's BLAS threads while it runs (default 1; None: the
+    library's default). The result is bitwise the same either way; one thread costs less CPU time.
     """
     if P.dim() != 2 or P.shape[0] != P.shape[1] or P.shape != G.shape:
         raise ValueError(
@@ -230,7 +234,7 @@ def closest_permutation(
         )
     Pn = P.detach().to("cpu", torch.float64).numpy()
     Gn = G.detach().to("cpu", torch.float64).numpy()
-    with _blas_limit():
+    with _blas_limit(blas_threads):
         best_perm = _closest_permutation(Pn, Gn, refine_steps, wl_rounds, max_anchors)
     return torch.as_tensor(best_perm, dtype=torch.long, device=P.device)
 
@@ -266,9 +270,12 @@ def _host(P: torch.Tensor, G) -> tuple[np.ndarray, np.ndarray]:
     return P.detach().to("cpu", torch.float64).numpy(), G.detach().to("cpu", torch.float64).numpy()
 
 
-def _match_host(Pn: np.ndarray, Gn: np.ndarray, matching: str, match_kwargs: dict) -> np.ndarray:
-    """The permutation (numpy ``[n]``) of ``matching`` for host arrays."""
-    with _blas_limit():
+def _match_host(
+    Pn: np.ndarray, Gn: np.ndarray, matching: str, match_kwargs: dict, blas_threads: int | None = 1
+) -> np.ndarray:
+    """The permutation (numpy ``[n]``) of ``matching`` for host arrays, numpy's BLAS limited to
+    ``blas_threads`` (``closest_permutation``)."""
+    with _blas_limit(blas_threads):
         if matching == "hungarian":
             return _hungarian(_sq_dist(Gn, Pn))
         settings = {"refine_steps": 5, "wl_rounds": 32, "max_anchors": 16, **match_kwargs}  # closest_permutation's
@@ -291,7 +298,7 @@ def _check_matching(matching: str, match_kwargs: dict) -> None:
 
 
 @torch.no_grad()
-def hungarian_permutation(P: torch.Tensor, G) -> torch.Tensor:
+def hungarian_permutation(P: torch.Tensor, G, *, blas_threads: int | None = 1) -> torch.Tensor:
     """The authors' matching: **one** Hungarian step (``scipy.optimize.linear_sum_assignment``) of
     P's rows to G's rows with cost ``C[t, i] = mean_j (G[t, j] - P[i, j])^2``.
 
@@ -302,27 +309,37 @@ def hungarian_permutation(P: torch.Tensor, G) -> torch.Tensor:
     (``closest_permutation`` searches further). Exact ties in the cost (identical rows in P or
     G) are broken by the cost's float rounding, as in any implementation of the step; ties
     between identical target rows (a block of a planted partition with the formula's diagonal)
-    are symmetries of G, so every tie-break gives the same loss and gradient.
+    are symmetries of G, so every tie-break gives the same loss and gradient. ``blas_threads``:
+    ``closest_permutation``'s.
     """
     Pn, Gn = _host(P, G)
-    return torch.as_tensor(_match_host(Pn, Gn, "hungarian", {}), dtype=torch.long, device=P.device)
+    perm = _match_host(Pn, Gn, "hungarian", {}, blas_threads)
+    return torch.as_tensor(perm, dtype=torch.long, device=P.device)
 
 
-def match_permutation(P: torch.Tensor, G, matching: str = "hungarian", **match_kwargs) -> torch.Tensor:
+def match_permutation(
+    P: torch.Tensor, G, matching: str = "hungarian", *, blas_threads: int | None = 1, **match_kwargs
+) -> torch.Tensor:
     """The regularizer's permutation (LongTensor ``[n]`` on P's device, no gradient):
     ``hungarian_permutation`` for ``"hungarian"``, ``closest_permutation(P, G, **match_kwargs)``
-    for ``"search"``."""
+    for ``"search"``; ``blas_threads`` is passed to either."""
     _check_matching(matching, match_kwargs)
     if matching == "hungarian":
-        return hungarian_permutation(P, G)
-    return closest_permutation(P, torch.as_tensor(G).to(P.device), **match_kwargs)
+        return hungarian_permutation(P, G, blas_threads=blas_threads)
+    return closest_permutation(P, torch.as_tensor(G).to(P.device), blas_threads=blas_threads, **match_kwargs)
 
 
 _EXECUTOR: ThreadPoolExecutor | None = None
 
 
 def match_async(
-    P: torch.Tensor, G, matching: str = "hungarian", executor: Executor | None = None, **match_kwargs
+    P: torch.Tensor,
+    G,
+    matching: str = "hungarian",
+    executor: Executor | None = None,
+    *,
+    blas_threads: int | None = 1,
+    **match_kwargs,
 ) -> Future:
     """``match_permutation`` on a worker thread: a Future of the permutation (LongTensor ``[n]`` on
     the host, pinned when ``P`` is on CUDA, so that ``loss_from_permutation`` copies it to the
@@ -336,13 +353,19 @@ def match_async(
     caller goes on, e.g. with the forward pass. Finish with ``loss_from_permutation(P, G,
     future.result(), kind)``: the same permutation and loss as ``graph_structure_loss`` (float64
     on the host either way; ``tests/test_regularizer.py``). ``match_stacked_async``: several
-    ``P`` with one copy each way.
+    ``P`` with one copy each way. ``blas_threads``: ``closest_permutation``'s, on the worker.
     """
-    return _submit_matching(P, G, matching, executor, match_kwargs)
+    return _submit_matching(P, G, matching, executor, match_kwargs, blas_threads)
 
 
 def match_stacked_async(
-    Ps: torch.Tensor, G, matching: str = "hungarian", executor: Executor | None = None, **match_kwargs
+    Ps: torch.Tensor,
+    G,
+    matching: str = "hungarian",
+    executor: Executor | None = None,
+    *,
+    blas_threads: int | None = 1,
+    **match_kwargs,
 ) -> Future:
     """``match_async`` of each of ``Ps``' ``L`` matrices (``[L, n, n]``) with one copy each way:
     ``Ps`` copied to the host at once, matched one after the other on the worker thread, a
@@ -350,10 +373,17 @@ def match_stacked_async(
     one non-blocking copy to the device). Row ``l`` is ``match_async(Ps[l], G, ...)``'s (tested)."""
     if Ps.dim() != 3:
         raise ValueError(f"match_stacked_async takes P stacked [L, n, n], got shape {tuple(Ps.shape)}")
-    return _submit_matching(Ps, G, matching, executor, match_kwargs)
+    return _submit_matching(Ps, G, matching, executor, match_kwargs, blas_threads)
 
 
-def _submit_matching(P: torch.Tensor, G, matching: str, executor: Executor | None, match_kwargs: dict) -> Future:
+def _submit_matching(
+    P: torch.Tensor,
+    G,
+    matching: str,
+    executor: Executor | None,
+    match_kwargs: dict,
+    blas_threads: int | None = 1,
+) -> Future:
     """``match_async``'s work for ``P`` ``[n, n]`` or stacked ``[L, n, n]`` (then ``[L, n]``)."""
     global _EXECUTOR
     _check_matching(matching, match_kwargs)
@@ -378,9 +408,10 @@ def _submit_matching(P: torch.Tensor, G, matching: str, executor: Executor | Non
             event.synchronize()  # this thread waits for the copy; the caller's stream goes on
         Pn = host.to(torch.float64).numpy()
         if Pn.ndim == 3:
-            perm = torch.from_numpy(np.stack([_match_host(Pl, Gn, matching, match_kwargs) for Pl in Pn]))
+            perm = np.stack([_match_host(Pl, Gn, matching, match_kwargs, blas_threads) for Pl in Pn])
         else:
-            perm = torch.from_numpy(_match_host(Pn, Gn, matching, match_kwargs))
+            perm = _match_host(Pn, Gn, matching, match_kwargs, blas_threads)
+        perm = torch.from_numpy(perm)
         return perm.pin_memory() if event is not None else perm
 
     return executor.submit(work)
@@ -445,7 +476,13 @@ def stacked_permutations(perms: list, device) -> torch.Tensor:
 
 
 def graph_structure_loss(
-    P: torch.Tensor, G, kind: str = "mse", matching: str = "hungarian", **match_kwargs
+    P: torch.Tensor,
+    G,
+    kind: str = "mse",
+    matching: str = "hungarian",
+    *,
+    blas_threads: int | None = 1,
+    **match_kwargs,
 ) -> torch.Tensor:
     """Graph Structure Regularizer: scalar loss between the matched permutation of P and G.
 
@@ -454,10 +491,12 @@ def graph_structure_loss(
     matching, **match_kwargs)`` (no gradient): ``"hungarian"`` (default) is the authors' one
     Hungarian step, ``"search"`` this project's ``closest_permutation`` (``match_kwargs`` are its
     settings). Then ``loss_from_permutation(P, G, perm, kind)``: ``"mse"`` (authors' default)
-    or ``"kl"``. Raises ValueError for an unknown ``kind`` or ``matching``.
+    or ``"kl"``. Raises ValueError for an unknown ``kind`` or ``matching``. ``blas_threads``:
+    numpy's BLAS threads in the matching (``closest_permutation``; default 1, None: numpy's
+    default), the same permutation either way.
     """
     if kind not in LOSS_KINDS:
         raise ValueError(f"unknown graph-structure loss kind {kind!r}; valid choices: {', '.join(LOSS_KINDS)}")
     G = torch.as_tensor(G).to(device=P.device, dtype=P.dtype)
-    perm = match_permutation(P, G, matching, **match_kwargs)
+    perm = match_permutation(P, G, matching, blas_threads=blas_threads, **match_kwargs)
     return loss_from_permutation(P, G, perm, kind)

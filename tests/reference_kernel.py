@@ -46,8 +46,8 @@ class PlainSampler:
         return sample_kernel(self.P, self.tau, batch_size=batch_size, mode=self.mode)
 
 
-def _plain_sampler(self, P, readout: bool = False):
-    return None if P is None else PlainSampler(P, self.config.tau, self._kernel_mode(readout))
+def _plain_sampler(self, P, readout: bool = False, eval_kernel=None):
+    return None if P is None else PlainSampler(P, self.config.tau, self._kernel_mode(readout, eval_kernel))
 
 
 def _plain_bias(self, K, key_mask, dtype):
@@ -67,7 +67,7 @@ def _sdpa(q, k, v, bias, K, key_mask):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
 
 
-def per_layer_samplers(self, design, Ps=None):
+def per_layer_samplers(self, design, Ps=None, eval_kernel=None):
     """``NAC._samplers`` as it was before every layer's kernel was drawn at once: one sampler
     per propagator (one ``P``'s sampler ``depth`` times with a shared bandwidth), each drawing
     ``[B, U, V]`` when its layer runs; the layer computes its own ``log K_hat``."""
@@ -75,9 +75,9 @@ def per_layer_samplers(self, design, Ps=None):
     if design.signatures is None:
         return [None] * c.depth, None
     Ps, P_out = self._executor_probabilities(design, Ps)  # (with input latents: [latents; processors])
-    samplers = [self._sampler(P) for P in Ps.values()]
+    samplers = [self._sampler(P, eval_kernel=eval_kernel) for P in Ps.values()]
     samplers = samplers if c.kernel_per_module else samplers * c.depth
-    return samplers, self._sampler(P_out, readout=True)
+    return samplers, self._sampler(P_out, readout=True, eval_kernel=eval_kernel)
 
 
 def per_layer_kernels(model):

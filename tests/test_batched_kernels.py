@@ -28,7 +28,6 @@ import torch.nn.functional as F
 from tiny_models import TINY_KERNEL, make_tiny_config
 
 from nac import build_model
-from nac.circuits import kernel
 from nac.circuits.attention import KernelBias
 from nac.circuits.kernel import KernelSampler, link_probabilities
 from nac.regularizer import layer_losses_from_permutations, loss_from_permutation, stacked_permutations
@@ -75,9 +74,10 @@ CONFIGS = {
 
 
 def _model(drop_path=0.0, **kw):
+    """A tiny NAC on CUDA's paths (``cpu_shortcuts=False``: the batched form is CUDA's)."""
     torch.manual_seed(0)
     cfg = make_tiny_config(variant="nac", signature_fit_steps=20, n_processor=12, depth=3, drop_path=drop_path, **kw)
-    return build_model(cfg).train()
+    return build_model(cfg, cpu_shortcuts=False).train()
 
 
 def _step(model, x, y, seed=7):
@@ -107,7 +107,6 @@ def _compare(fast, plain):
 def test_batched_kernels_give_the_per_layer_step(config, train, monkeypatch):
     """CUDA's path (the CPU's shortcuts off): logits, regularizer, loss and every gradient of the
     batched form equal the per-layer form's; the batched form was taken (``KernelBias``)."""
-    monkeypatch.setattr(kernel, "CPU_SHORTCUTS", False)
     model = _model(**CONFIGS[config]).train(train)
     seen = []
     real = type(model.propagators[0]).forward
@@ -128,10 +127,10 @@ def test_batched_kernels_give_the_per_layer_step(config, train, monkeypatch):
     _compare(fast, ref)
 
 
-def _kernels_first(self, design, Ps=None):
+def _kernels_first(self, design, Ps=None, eval_kernel=None):
     """``per_layer_samplers`` with every layer's kernel drawn at the first layer's call: the
     batched form's order of the random stream, each layer's own sampler and bias."""
-    samplers, sample_op = per_layer_samplers(self, design, Ps)
+    samplers, sample_op = per_layer_samplers(self, design, Ps, eval_kernel)
     drawn = []
 
     def layer(i):
@@ -145,11 +144,10 @@ def _kernels_first(self, design, Ps=None):
     return [layer(i) for i in range(len(samplers))], sample_op
 
 
-def test_with_drop_path_only_the_order_of_independent_draws_differs(monkeypatch):
+def test_with_drop_path_only_the_order_of_independent_draws_differs():
     """With drop-path (a draw between layers) the per-layer form, its kernels drawn before the
     first layer's drop-path mask, gives the batched form's step: the batched form reorders
     independent draws and changes nothing else."""
-    monkeypatch.setattr(kernel, "CPU_SHORTCUTS", False)
     model = _model(drop_path=0.3, **TINY_KERNEL)  # a kernel per layer
     x = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
     y = torch.randint(0, 5, (4,))

@@ -1,5 +1,5 @@
 """Issue 21, "one compiled step": the training forward and loss (``nac.training.compiled``,
-``train.compile``) trace as one graph on the code paths CUDA takes (``CPU_SHORTCUTS = False``),
+``train.compile``) trace as one graph on the code paths CUDA takes (``cpu_shortcuts=False``),
 do not recompile when the number of links changes, and give the eager step's loss and gradients
 (``aot_eager``: the same aten ops and random stream, so equal to float rounding).
 
@@ -19,7 +19,6 @@ import torch._dynamo as dynamo
 from tiny_models import TINY_KERNEL, make_tiny_config, tiny_batch
 
 from nac import build_model
-from nac.circuits import kernel
 from nac.training import compiled
 from nac.training.config import TrainConfig
 from nac.training.loop import fit
@@ -35,17 +34,18 @@ CONFIGS = {
 
 
 @pytest.fixture(autouse=True)
-def _cuda_paths(monkeypatch):
-    monkeypatch.setattr(kernel, "CPU_SHORTCUTS", False)  # the sampler and attention CUDA takes
+def _one_thread_fresh_dynamo():
     torch.set_num_threads(1)
     dynamo.reset()
     yield
     dynamo.reset()
 
 
-def _model(**kw):
+def _model(cpu_shortcuts=False, **kw):
+    """A tiny model, by default on the sampler and attention CUDA takes (``cpu_shortcuts=False``)."""
     torch.manual_seed(0)
-    return build_model(make_tiny_config(signature_fit_steps=20, n_processor=12, depth=3, **kw)).train()
+    cfg = make_tiny_config(signature_fit_steps=20, n_processor=12, depth=3, **kw)
+    return build_model(cfg, cpu_shortcuts=cpu_shortcuts).train()
 
 
 def _args(model, seed=5, smoothing=0.1):
@@ -87,12 +87,11 @@ def test_the_step_options_stay_one_graph(kw, amp, soft):
 
 
 @pytest.mark.parametrize("name", ["kernel_per_module", pytest.param("shared_kernel", marks=SLOW)])
-def test_compiling_on_the_cpu_takes_cudas_paths(name, monkeypatch):
+def test_compiling_on_the_cpu_takes_cudas_paths(name):
     """With the CPU shortcuts on (the CPU's default), tracing takes CUDA's fixed-shape forms
     anyway (``cpu_shortcut`` is False while compiling): before, the sparse sampler's
     ``nonzero``, ``bool(tensor)`` and ``.item()`` broke the tiny NAC's step into 35 graphs."""
-    monkeypatch.setattr(kernel, "CPU_SHORTCUTS", True)
-    model = _model(**CONFIGS[name])
+    model = _model(cpu_shortcuts=True, **CONFIGS[name])
     explained = dynamo.explain(compiled.objective_losses)(*_args(model))
     assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
 
@@ -147,13 +146,12 @@ def _grads(model):
         pytest.param("kernel_per_module", True, marks=pytest.mark.slow),
     ],
 )
-def test_compiled_losses_equal_eager(name, shortcuts, monkeypatch):
+def test_compiled_losses_equal_eager(name, shortcuts):
     """``aot_eager`` (the same aten ops, the same random stream): the same logits, loss and
     gradients to float rounding, and the generator left in the same state. ``shortcuts``: the
     eager step takes the CPU's sparse sampler and explicit attention, the compiled one CUDA's
     forms (the same draws and formula: equal to float rounding too)."""
-    monkeypatch.setattr(kernel, "CPU_SHORTCUTS", shortcuts)
-    eager_model = _model(**CONFIGS[name])
+    eager_model = _model(cpu_shortcuts=shortcuts, **CONFIGS[name])
     compiled_model = copy.deepcopy(eager_model)
     step = compiled.compile_losses("aot_eager")
     out = {}
@@ -245,7 +243,7 @@ def test_a_compiled_fit_trains_as_the_eager_one(matching, scope):
     dynamo.utils.counters.clear()
     for mode in (False, "aot_eager"):
         torch.manual_seed(0)
-        model = build_model(make_tiny_config(variant="nac", num_classes=4, signature_fit_steps=20))
+        model = build_model(make_tiny_config(variant="nac", num_classes=4, signature_fit_steps=20), cpu_shortcuts=False)
         kw = dict(compile=mode, compile_matching=matching, compile_scope=scope) if mode else {}
         cfg = small_train(epochs=1, batch_size=8, **kw)
         out = fit(model, Quadrants(24, 0), None, cfg, progress=False)

@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from tiny_models import TINY_KERNEL
@@ -150,6 +151,34 @@ def test_dense_evaluation_kernel_equals_the_modfc_path(tiny_config):
     direct = model.read_out(design.readout_states, states, design.readout_codes, design.codes, None)
     assert torch.allclose(dense, direct, atol=1e-6)
     assert not torch.allclose(dense, with_kernel, atol=1e-4)  # the sparse kernel changes the function
+
+
+@pytest.mark.parametrize("kw", [{}, TINY_KERNEL, {"input_latents": 3}], ids=["default", "kernel", "input_latents"])
+def test_eval_kernel_per_call_is_the_config_field_without_changing_the_model(tiny_config, kw):
+    """``eval_kernel=`` on the call (the image track's kernel ablation, through ``predict``) gives,
+    bit for bit, the logits of the same model whose config says so, and leaves the config as it
+    is; training mode ignores it, as it ignores the config's."""
+    import copy
+    from dataclasses import replace
+
+    from nac.evaluation import predict
+
+    torch.manual_seed(0)
+    model = build_model(tiny_config(**kw)).eval()
+    ref = copy.deepcopy(model)
+    ref.config = replace(ref.config, eval_kernel="dense")
+    x = torch.randint(0, 256, (5, 3, 32, 32), dtype=torch.uint8)
+    with torch.no_grad():
+        with_kernel = model(x)
+        assert torch.equal(model(x, eval_kernel="dense"), ref(x))
+        assert model.config.eval_kernel == "expectation" and torch.equal(model(x), with_kernel)
+    data = [{"input": x[i], "label": i % 2} for i in range(len(x))]
+    got, want = predict(model, data, batch_size=2, eval_kernel="dense"), predict(ref, data, batch_size=2)
+    assert np.array_equal(got["logits"], want["logits"]) and model.config.eval_kernel == "expectation"
+    model.train()
+    assert model._kernel_mode(eval_kernel="dense") == model._kernel_mode()
+    with pytest.raises(ValueError, match="unknown eval_kernel 'none'"):
+        model(x, eval_kernel="none")
 
 
 def test_conditional_nac_forward(tiny_config):

@@ -13,7 +13,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from nac import build_model
 from nac.checkpoint_io import load_checkpoint
-from nac.circuits import kernel
 from nac.training import loop
 from nac.training.config import TrainConfig
 from nac.training.ema import ema_groups, ema_update
@@ -41,14 +40,11 @@ class SyncOps(TorchDispatchMode):
 
 def _syncs_in_fit(tiny_config, steps: int) -> int:
     torch.manual_seed(0)
-    model = build_model(tiny_config(num_classes=4))
-    kernel.CPU_SHORTCUTS = False  # CUDA's paths (the kernel sampler and SKMDPA keep CPU shortcuts)
+    # CUDA's paths (the kernel sampler and SKMDPA have CPU shortcuts: off here)
+    model = build_model(tiny_config(num_classes=4), cpu_shortcuts=False)
     data = Quadrants(8 * steps, 0)
-    try:
-        with SyncOps() as ops:
-            fit(model, data, None, small_train(epochs=1, batch_size=8, ema=0.9, adamw="fused"), progress=False)
-    finally:
-        kernel.CPU_SHORTCUTS = True
+    with SyncOps() as ops:
+        fit(model, data, None, small_train(epochs=1, batch_size=8, ema=0.9, adamw="fused"), progress=False)
     return ops.n
 
 

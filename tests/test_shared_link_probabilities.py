@@ -36,9 +36,10 @@ CONFIGS = {
 }
 
 
-def _model(**kw):
+def _model(cpu_shortcuts=True, **kw):
     torch.manual_seed(0)
-    return build_model(make_tiny_config(variant="nac", signature_fit_steps=20, n_processor=12, depth=3, **kw)).train()
+    cfg = make_tiny_config(variant="nac", signature_fit_steps=20, n_processor=12, depth=3, **kw)
+    return build_model(cfg, cpu_shortcuts=cpu_shortcuts).train()
 
 
 def _plain(model, x, mask=None, cond=None, cond_mask=None):
@@ -149,15 +150,12 @@ def test_the_target_is_read_from_its_host_copy(monkeypatch):
 
 
 @pytest.mark.slow
-def test_sharing_adds_no_graph_break(monkeypatch):
+def test_sharing_adds_no_graph_break():
     """Under ``torch.compile`` the shared P (and the batched modulation) trace without a graph
     break of their own (the training objective's other breaks are the regularizer's matching)."""
     import torch._dynamo as dynamo
 
-    from nac.circuits import kernel
-
-    monkeypatch.setattr(kernel, "CPU_SHORTCUTS", False)  # CUDA's sampler
-    model = _model()
+    model = _model(cpu_shortcuts=False)  # CUDA's sampler
     x, _, _ = tiny_batch(model, seed=5)
     dynamo.reset()
     try:

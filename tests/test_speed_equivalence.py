@@ -14,8 +14,8 @@ is consumed identically (the pipeline's reproducibility depends on it).
 * the Neural Interpreter's ``ModLin``, ``ModAttn``, ``LOC`` (modulation folded into per-function
   weights, one q/k/v GEMM, eqs. 7-8 without the weights ``W``) vs the equations as printed
   (``reference_forms.plain_ni``: the package keeps only the fast forms);
-* ``nac.regularizer.BLAS_THREADS``: 1 (the matching's numpy products on one thread) vs None
-  (numpy's default threads): bitwise the same.
+* the regularizer's ``blas_threads``: 1 (the matching's numpy products on one thread, the
+  default) vs None (numpy's default threads): bitwise the same.
 """
 
 import copy
@@ -260,8 +260,8 @@ def test_nac_fast_paths_give_the_plain_step(train, kernels, monkeypatch):
 
 # ------------------------------------------------------------------ regularizer: one BLAS thread
 @pytest.mark.parametrize("prior, n", [("scale_free", 256), ("planted_partition", 64)])
-def test_regularizer_matching_is_bitwise_the_same_with_one_blas_thread(monkeypatch, prior, n):
-    """``closest_permutation`` limits numpy's BLAS to ``BLAS_THREADS = 1``; with the library's
+def test_regularizer_matching_is_bitwise_the_same_with_one_blas_thread(prior, n):
+    """``closest_permutation`` limits numpy's BLAS to ``blas_threads=1``; with the library's
     default threads (the plain form) the cost matrices, the permutation and the loss are the same
     to the bit. (On a 1-core machine both forms use one thread and this cannot tell them apart.)"""
     from threadpoolctl import threadpool_info
@@ -278,13 +278,16 @@ def test_regularizer_matching_is_bitwise_the_same_with_one_blas_thread(monkeypat
     Pn, Gn = P.numpy(), G.numpy()
     out = {}
     for threads in (None, 1):
-        monkeypatch.setattr(regularizer, "BLAS_THREADS", threads)
-        with regularizer._blas_limit():
+        with regularizer._blas_limit(threads):
             blas = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
             costs = (regularizer._sq_dist(Gn, Pn), regularizer._sq_dist(np.sort(Gn, 1), np.sort(Pn, 1)))
         if threads == 1:
             assert blas and set(blas) == {1}
-        out[threads] = (costs, regularizer.closest_permutation(P, G), regularizer.graph_structure_loss(P, G))
+        out[threads] = (
+            costs,
+            regularizer.closest_permutation(P, G, blas_threads=threads),
+            regularizer.graph_structure_loss(P, G, blas_threads=threads),
+        )
     (c0, p0, l0), (c1, p1, l1) = out[None], out[1]
     assert all(np.array_equal(a, b) for a, b in zip(c0, c1))
     assert torch.equal(p0, p1) and torch.equal(l0, l1)

@@ -10,7 +10,6 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from nac import build_model
-from nac.circuits import kernel
 from nac.circuits.attention import log_normalized_kernel
 from nac.circuits.kernel import KernelSampler, SparseKernel, link_probabilities, sample_kernel
 from tests.conftest import make_tiny_config
@@ -94,13 +93,12 @@ def test_prepared_and_sparse_draw_the_same_kernel():
 
 
 @pytest.mark.parametrize("shortcuts", [False, True])
-def test_nac_training_forward_on_the_cuda_path_has_no_host_sync(shortcuts, monkeypatch):
-    """The whole executor's forward and backward as CUDA runs them (``CPU_SHORTCUTS`` off: the
+def test_nac_training_forward_on_the_cuda_path_has_no_host_sync(shortcuts):
+    """The whole executor's forward and backward as CUDA runs them (``cpu_shortcuts=False``: the
     prepared sampler, the dense bias, SDPA); with the CPU's shortcuts on, the detector sees the
     sparse sampler's ``nonzero`` (the check can fail)."""
-    monkeypatch.setattr(kernel, "CPU_SHORTCUTS", shortcuts)
     torch.manual_seed(0)
-    model = build_model(make_tiny_config(variant="nac"))
+    model = build_model(make_tiny_config(variant="nac"), cpu_shortcuts=shortcuts)
     model.train()
     x = torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8)
     with SyncOps() as ops:

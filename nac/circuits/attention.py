@@ -28,7 +28,7 @@ from nac.circuits.modfc import ModFC
 _LOG_FLOOR = 1e-30
 
 
-def log_normalized_kernel(K: torch.Tensor, delta: float = 1e-6) -> torch.Tensor:
+def log_normalized_kernel(K: torch.Tensor, delta: float = 1e-6, *, cpu_shortcuts: bool = True) -> torch.Tensor:
     """``log K_hat`` of eq. 3, ``[..., U, V]``.
 
     The plain form is ``log(max(K_hat, 1e-30))`` (``tests/reference_kernel.py``): entries with
@@ -42,9 +42,9 @@ def log_normalized_kernel(K: torch.Tensor, delta: float = 1e-6) -> torch.Tensor:
     floats in the attention backward, and CPU matrix products on subnormals run many times
     slower. The dense form has no data-dependent shape and no host sync (the CUDA path;
     ``tests/test_speed_sync.py``); a ``SparseKernel`` (CPU only) is computed on its linked
-    entries."""
+    entries where ``cpu_shortcut(K.values, cpu_shortcuts)``, else made dense first."""
     if isinstance(K, SparseKernel):  # (CPU only: its special-case checks sync with a device)
-        bias = _sparse_log_normalized_kernel(K, delta) if cpu_shortcut(K.values) else None
+        bias = _sparse_log_normalized_kernel(K, delta) if cpu_shortcut(K.values, cpu_shortcuts) else None
         if bias is not None:
             return bias
         K = K.dense()
@@ -119,15 +119,29 @@ class SKMDPA(nn.Module):
     ``K``: ``[(B,) U, V]`` kernel over every sender (input latents included, the authors' kernel
     over the concatenated signatures) or ``None`` (dense); ``key_mask``: ``[B, V]`` bool, True =
     keep. Returns ``[B, U, d]``.
+
+    ``cpu_shortcuts`` (keyword; default True): whether the CPU-only fast forms may be taken on the
+    CPU (``nac.circuits.kernel.cpu_shortcut``): a ``SparseKernel``'s bias on its linked entries
+    and ``explicit_attention``; False takes CUDA's forms (the dense bias, SDPA) on every device.
+    Set by the owner at construction (``NAC(..., cpu_shortcuts=)``), kept as ``self.cpu_shortcuts``.
     """
 
     def __init__(
-        self, d: int, d_code: int, heads: int, modulated: bool = True, delta: float = 1e-6, alpha_init: float = 0.1
+        self,
+        d: int,
+        d_code: int,
+        heads: int,
+        modulated: bool = True,
+        delta: float = 1e-6,
+        alpha_init: float = 0.1,
+        *,
+        cpu_shortcuts: bool = True,
     ):
         super().__init__()
         if d % heads:
             raise ValueError(f"state width {d} is not divisible by {heads} heads; choose heads that divide d_model")
         self.heads, self.d_head, self.delta = heads, d // heads, delta
+        self.cpu_shortcuts = cpu_shortcuts
         self.q = ModFC(d, d, d_code, modulated, alpha_init)
         # No key bias: it adds q_i . b_k to a whole row of scores, which softmax ignores.
         self.k = ModFC(d, d, d_code, modulated, alpha_init, bias=False)
@@ -154,7 +168,7 @@ class SKMDPA(nn.Module):
         if isinstance(K, KernelBias):  # log K_hat computed with every layer's
             bias = K.bias
         elif K is not None:
-            bias = log_normalized_kernel(K, self.delta)
+            bias = log_normalized_kernel(K, self.delta, cpu_shortcuts=self.cpu_shortcuts)
             bias = bias.unsqueeze(-3) if bias.dim() == 3 else bias  # broadcast over heads
         if key_mask is not None:
             pad = torch.zeros(key_mask.shape, device=key_mask.device).masked_fill(~key_mask, float("-inf"))
@@ -170,8 +184,9 @@ class SKMDPA(nn.Module):
     def _attend(self, q, k, v, bias, K, key_mask) -> torch.Tensor:
         """``softmax(q k^T / sqrt(e) + bias) v``, ``[B, H, U, e]``: SDPA (the CUDA path, whose fused
         kernels take a bias with a gradient themselves), or ``explicit_attention`` (the same
-        numbers, ``tests/test_speed_equivalence.py``) on the CPU with a kernel and no key mask."""
-        if K is not None and key_mask is None and cpu_shortcut(q):
+        numbers, ``tests/test_speed_equivalence.py``) on the CPU with a kernel and no key mask
+        (``self.cpu_shortcuts``)."""
+        if K is not None and key_mask is None and cpu_shortcut(q, self.cpu_shortcuts):
             return explicit_attention(q, k, v, bias)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
 

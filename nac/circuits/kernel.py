@@ -41,18 +41,18 @@ from torch.distributions import RelaxedBernoulli
 KERNEL_MODES = ("expectation", "threshold", "sample", "dense")
 SAMPLER_IMPLS = ("sparse", "prepared")
 TRUNCATION_MODES = ("direct", "masked")
-# The CPU-only fast forms (the sparse kernel sample and its bias, explicit attention) are taken
-# on the CPU; False takes the forms CUDA takes on every device (no data-dependent shape, no host
-# sync): what bench/bench_ops.py and the sync tests count on the CPU. Under torch.compile the
-# CUDA forms are taken on every device: the shortcuts' data-dependent shapes break the graph
-# (34 breaks in the tiny NAC's step) and recompile it when the number of links changes.
-CPU_SHORTCUTS = True
 
 
-def cpu_shortcut(t: torch.Tensor) -> bool:
-    """Whether a CPU-only fast form may be taken for tensor ``t`` (``CPU_SHORTCUTS``, on the CPU,
-    not while ``torch.compile`` traces)."""
-    return CPU_SHORTCUTS and t.device.type == "cpu" and not torch.compiler.is_compiling()
+def cpu_shortcut(t: torch.Tensor, enabled: bool) -> bool:
+    """Whether a CPU-only fast form (the sparse kernel sample and its bias, explicit attention)
+    may be taken for tensor ``t``: ``enabled`` (the owner's ``cpu_shortcuts``, ``NAC(...,
+    cpu_shortcuts=)``), ``t`` on the CPU, and not while ``torch.compile`` traces. Off
+    (``enabled=False``), the forms CUDA takes are taken on every device (no data-dependent shape,
+    no host sync): what bench/bench_ops.py and the sync tests count on the CPU. Under
+    ``torch.compile`` the CUDA forms are taken on every device: the shortcuts' data-dependent
+    shapes break the graph (34 breaks in the tiny NAC's step) and recompile it when the number of
+    links changes."""
+    return enabled and t.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
 def cosine_distance(s_recv: torch.Tensor, s_send: torch.Tensor | None = None) -> torch.Tensor:
@@ -155,8 +155,8 @@ class KernelSampler:
     (logit(u) + logit(p)) / tau), tiny, 1 - eps)`` zeroed where ``P = 0``; only the summation
     order of the two logits differs, so samples and gradients agree to float rounding
     (``tests/test_speed_equivalence.py``, against ``sample_kernel``, the plain form).
-    ``impl`` (``SAMPLER_IMPLS``; default: ``"sparse"`` where ``cpu_shortcut(P)`` and ``P`` is
-    shared, else ``"prepared"``): ``"prepared"`` (the CUDA path) computes the sample densely with
+    ``impl`` (``SAMPLER_IMPLS``; default: ``"sparse"`` where ``cpu_shortcut(P, cpu_shortcuts)``
+    and ``P`` is shared, else ``"prepared"``): ``"prepared"`` (the CUDA path) computes the sample densely with
     fixed-shape masked ops, no data-dependent shape and no host sync (no ``nonzero``, boolean
     indexing or ``bool(tensor)``: ``tests/test_speed_sync.py``); ``"sparse"`` (a shared ``P``, on
     the CPU) returns the same sample as a ``SparseKernel``. Both draw the same ``u`` and give the
@@ -169,15 +169,26 @@ class KernelSampler:
     that shape and one chain of elementwise ops instead of ``L`` (always ``"prepared"``). Layer
     ``l``'s slice is the same formula of its own ``P`` and of ``L * B * U * V`` independent
     uniforms, so its distribution is that of a per-layer draw (``NAC._samplers``;
-    ``tests/test_batched_kernels.py``)."""
+    ``tests/test_batched_kernels.py``).
+
+    ``cpu_shortcuts`` (keyword; default True): whether the default ``impl`` may be the CPU's
+    ``"sparse"`` (``cpu_shortcut``); False takes CUDA's ``"prepared"`` on every device. The
+    NAC passes its own (``NAC(..., cpu_shortcuts=)``); an explicit ``impl`` overrides it."""
 
     def __init__(
-        self, P: torch.Tensor, tau: float, mode: str = "sample", impl: str | None = None, layers: bool = False
+        self,
+        P: torch.Tensor,
+        tau: float,
+        mode: str = "sample",
+        impl: str | None = None,
+        layers: bool = False,
+        *,
+        cpu_shortcuts: bool = True,
     ):
         if impl is not None and impl not in SAMPLER_IMPLS:
             raise ValueError(f"unknown kernel sampler impl {impl!r}; valid choices: {', '.join(SAMPLER_IMPLS)}")
         if impl is None:
-            impl = "sparse" if cpu_shortcut(P) else "prepared"
+            impl = "sparse" if cpu_shortcut(P, cpu_shortcuts) else "prepared"
         if impl == "sparse" and (P.device.type != "cpu" or layers):  # nonzero / bool(...) would sync
             impl = "prepared"
         self.P, self.tau, self.mode, self.impl, self.layers = P, tau, mode, impl, layers

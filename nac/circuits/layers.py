@@ -66,7 +66,8 @@ class Propagator(nn.Module):
     attend to ``[latents; processors]``, ``K`` is then ``[(B,) U, N + U]`` (the kernel of the
     concatenated signatures: the latents' links are gated like the processors'), the same
     pre-LayerNorm on every sender; the latents themselves are not updated. ``send_codes``: the
-    senders' codes ``[latent_codes; codes]`` when the caller has them already (once per forward)."""
+    senders' codes ``[latent_codes; codes]`` when the caller has them already (once per forward).
+    ``cpu_shortcuts`` (keyword): the attention's (``SKMDPA``)."""
 
     def __init__(
         self,
@@ -82,11 +83,13 @@ class Propagator(nn.Module):
         alpha_init: float = 0.1,
         bandwidth: float | None = None,
         learn_bandwidth: bool = True,
+        *,
+        cpu_shortcuts: bool = True,
     ):
         super().__init__()
         register_bandwidth(self, bandwidth, learn_bandwidth)
         self.norm_attn = nn.LayerNorm(d)
-        self.attn = SKMDPA(d, d_code, heads, modulated, delta, alpha_init)
+        self.attn = SKMDPA(d, d_code, heads, modulated, delta, alpha_init, cpu_shortcuts=cpu_shortcuts)
         self.norm_ffn = nn.LayerNorm(d)
         self.ffn = ModFFN(d, d_code, ffn_mult, modulated, gated, alpha_init=alpha_init)
         self.scale_attn, self.scale_ffn = make_layer_scale(d, layer_scale), make_layer_scale(d, layer_scale)
@@ -123,6 +126,7 @@ class ReadOut(nn.Module):
     readout_states ``[(B,) U_o, d]``, processor_states ``[B, U_p, d]``, codes as SKMDPA,
     K ``[(B,) U_o, U_p]`` or ``None``. Returns logits ``[B, num_classes]``. With input latents the
     senders are ``[latents; processors]`` and ``K`` covers them all, ``[(B,) U_o, N + U_p]``.
+    ``cpu_shortcuts`` (keyword): the attention's (``SKMDPA``).
     """
 
     def __init__(
@@ -141,12 +145,14 @@ class ReadOut(nn.Module):
         layer_scale: float | None = 0.1,
         bandwidth: float | None = None,
         learn_bandwidth: bool = True,
+        *,
+        cpu_shortcuts: bool = True,
     ):
         super().__init__()
         register_bandwidth(self, bandwidth, learn_bandwidth)
         self.residual = residual
         self.norm_recv, self.norm_send = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.attn = SKMDPA(d, d_code, heads, modulated, delta, alpha_init)
+        self.attn = SKMDPA(d, d_code, heads, modulated, delta, alpha_init, cpu_shortcuts=cpu_shortcuts)
         self.norm_ffn = nn.LayerNorm(d)
         self.ffn = ModFFN(d, d_code, ffn_mult, modulated, gated, alpha_init=alpha_init)
         self.scale_attn, self.scale_ffn = make_layer_scale(d, layer_scale), make_layer_scale(d, layer_scale)
