@@ -315,7 +315,7 @@ def _adamw_run(impl, steps=5):
 
 
 def test_adamw_foreach_is_bitwise_the_default_and_fused_agrees_to_rounding():
-    """``ADAMW_IMPL``: "foreach" gives the default (per-parameter loop) parameters to the bit after
+    """``train.adamw`` (``make_adamw``): "foreach" gives the default (per-parameter loop) parameters to the bit after
     5 steps; "fused" (opt-in, off by default) to ~1e-6 relative, not bitwise; its state loads
     into the default optimizer."""
     ref, ref_opt = _adamw_run(None)
