@@ -13,6 +13,7 @@ from typing import Any
 from nac.circuits.kernel import KERNEL_MODES, TRUNCATION_MODES
 from nac.circuits.modfc import MODFC_GAINS
 from nac.circuits.tokenizers import TOKENIZERS
+from nac.graphs import PRIORS
 
 # The Table 1 ladder: settings of one executor.
 #   perceiver_io: plain linear layers, dense all-to-all attention, learned latents
@@ -22,7 +23,6 @@ from nac.circuits.tokenizers import TOKENIZERS
 #                 the prior, graph-structure regularizer towards the prior's target
 VARIANTS = ("perceiver_io", "modfc", "frozen_graph", "nac")
 GENERATORS = ("unconditional", "conditional")
-PRIORS = ("scale_free", "planted_partition", "ring_of_cliques", "erdos_renyi")
 REGULARIZER_KINDS = ("mse", "kl", "none")  # none: the regularizer-off control
 SIGNATURE_INITS = ("prior", "random")
 # The switches of issue 25 (docs/reference.md, "Switches"): the first choice is the default (the paper
