@@ -42,7 +42,6 @@ from torch.optim.adam import adam as functional_adam
 
 from nac.model import NAC
 from nac.training.augment import soft_cross_entropy
-from nac.training.checks import StepChecks
 
 COMPILE_MODES = (False, "default", "reduce-overhead", "aot_eager")
 # ``train.compile_matching``: where the compiled step waits for the matching. ``before``: before
@@ -283,10 +282,10 @@ class CompiledStep:
         self.pending, self.ahead = self.ahead or start_matching(model), None
 
     def __call__(
-        self, run, kw: dict, labels, targets, checks: StepChecks
+        self, run, kw: dict, labels, targets, checks
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """``(logits, ce, reg, loss, grad_norm)``: ``grad_norm`` None but for the whole step, which
-        has also taken the optimizer step. ``run``: ``nac.training.run.Run``."""
+        has also taken the optimizer step. ``run``: ``nac.training.run.Run``; ``checks``: its ``StepChecks``."""
         cfg, device, pending = run.cfg, run.world.device, self.pending
         args = (cfg.label_smoothing, cfg.reg_weight, run.use_amp)
         self.pending = None
