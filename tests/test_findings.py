@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from nac import metrics_io
-from nac.report import figures, findings
+from nac.report import figures, findings, graph_figures
 from nac.report.claims import VERDICTS, claim_ids, evaluate_claims, registered
 from nac.report.published import RUN_LABELS, TRACK_RUN_LABELS
 from nac.report.style import setup
@@ -150,10 +150,11 @@ def test_the_committed_claims_metrics_hold_every_claim():
 # ---------------------------------------------------------------------------- the figure rules
 @pytest.fixture
 def drawn(monkeypatch, tmp_path):
-    """The figures drawn, kept open: ``figures.save`` records each (name, figure) instead of writing."""
+    """The figures drawn, kept open: each figure module's ``save`` records (name, figure) instead of writing."""
     setup()
     got: list[tuple[str, plt.Figure]] = []
-    monkeypatch.setattr(figures, "save", lambda fig, out_dir, name: got.append((name, fig)) or [tmp_path / name])
+    for module in (figures, graph_figures):
+        monkeypatch.setattr(module, "save", lambda fig, out_dir, name: got.append((name, fig)) or [tmp_path / name])
     yield got
     for _, fig in got:
         plt.close(fig)
@@ -192,7 +193,9 @@ def test_the_figures_keep_the_rules(drawn, tmp_path):
     labels = {"perceiver_io": "Perceiver IO", "nac": "NAC"}
     figures.figure4(rows, sorted(fs["protocol"]["shots"]), fs["protocol"]["ways"], labels, tmp_path, caption=CAPTION)
     embedding = metrics_io.nlvr_embedding(ROOT / "metrics/nlvr/embedding.csv")
-    figures.figure6(embedding, metrics_io.nlvr_examples(ROOT / "metrics/nlvr/examples.json"), tmp_path, caption=CAPTION)
+    graph_figures.figure6(
+        embedding, metrics_io.nlvr_examples(ROOT / "metrics/nlvr/examples.json"), tmp_path, caption=CAPTION
+    )
     assert [n for n, _ in drawn] == [
         "figure5a_prune_accuracy",
         "figure5b_prune_throughput",
@@ -257,7 +260,9 @@ def test_figure3_draws_an_empty_learned_graph_without_a_colour_bar(drawn, tmp_pa
 
     n = 8
     full = np.full((n, n), 0.5, dtype=np.float32)
-    figures.figure3({"scale_free": np.zeros((n, n), np.float32), "erdos_renyi": full}, n, tmp_path, caption=CAPTION)
+    graph_figures.figure3(
+        {"scale_free": np.zeros((n, n), np.float32), "erdos_renyi": full}, n, tmp_path, caption=CAPTION
+    )
     (_, fig) = drawn[0]
     _check_rules("figure3", fig)
     panels = {ax.get_title().split(":")[0]: ax for ax in fig.axes if ax.get_title()}

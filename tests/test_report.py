@@ -15,7 +15,7 @@ import yaml
 from scipy import stats
 
 from nac import provenance
-from nac.report import build, figures, tables
+from nac.report import bench_figures, build, figures, graph_figures, tables
 from nac.report.claims import claims_metrics as real_claims_metrics
 from nac.report.claims import headline as real_headline
 from nac.report.published import TABLE2, TABLE3, TRACK_LABELS
@@ -308,7 +308,7 @@ def test_figures_4_6_and_track_curves_are_written(tmp_path):
     metrics = write_metrics(tmp_path)
     rows = {t: pd.DataFrame(json.loads((metrics / "fewshot" / f"{t}.json").read_text())["rows"]) for t in TARGETS}
     paths = figures.figure4(rows, SHOTS, 8, {"nac": "NAC"}, tmp_path / "figures")
-    paths += figures.figure6(
+    paths += graph_figures.figure6(
         pd.read_csv(metrics / "nlvr" / "embedding.csv"),
         json.loads((metrics / "nlvr" / "examples.json").read_text()),
         tmp_path / "figures",
@@ -324,7 +324,7 @@ def test_figures_4_6_and_track_curves_are_written(tmp_path):
 
 def test_circuit_graph_edges_and_weights():
     P = np.array([[1.0, 0.9, 0.2], [0.9, 1.0, 0.6], [0.2, 0.6, 1.0]])
-    g = figures.circuit_graph(P, threshold=0.5, bandwidth=2.0)
+    g = graph_figures.circuit_graph(P, threshold=0.5, bandwidth=2.0)
     assert sorted(g.edges) == [(0, 1), (1, 2)] and g.number_of_nodes() == 3
     assert g.edges[0, 1]["weight"] == pytest.approx(1.0 / (-2.0 * np.log(0.9)))
 
@@ -589,7 +589,7 @@ def _throughput_results(cpu_clock: bool) -> dict:
 @pytest.mark.parametrize("cpu_clock", [True, False])
 def test_figure_5b_paper_size_is_drawn_from_the_bench_results(tmp_path, cpu_clock):
     results = json.loads(json.dumps(_throughput_results(cpu_clock)))  # as read back from the JSON file
-    paths = figures.figure_5b_paper_size(results, tmp_path)
+    paths = bench_figures.figure_5b_paper_size(results, tmp_path)
     assert [p.name for p in paths] == ["figure5b_paper_size_throughput.png", "figure5b_paper_size_throughput.svg"]
     svg = paths[1].read_text()
     assert paths[0].stat().st_size > 1000 and "paper-size model, untrained weights, this CPU" in svg
@@ -597,7 +597,7 @@ def test_figure_5b_paper_size_is_drawn_from_the_bench_results(tmp_path, cpu_cloc
 
 
 def test_convergence_figure_and_table_from_bench_results(tmp_path):
-    from nac.report import build, figures
+    from nac.report import build, sections
 
     run = lambda accs, ood=None: {"val_acc1": accs, **({"eval": {"ood_acc1": ood}} if ood is not None else {})}  # noqa: E731
     conv = {
@@ -624,10 +624,10 @@ def test_convergence_figure_and_table_from_bench_results(tmp_path):
     }
     hist = lambda accs: [{"val_acc1": a} for a in accs]  # noqa: E731
     histories = {"perceiver_io": [hist([10, 20, 25]), hist([12, 18, 27])], "nac-scale_free": [hist([11, 21, 26])]}
-    paths = figures.figure_convergence(conv, histories, {}, tmp_path)
+    paths = bench_figures.figure_convergence(conv, histories, {}, tmp_path)
     assert paths and all(p.exists() and p.stat().st_size > 0 for p in paths)
     assert "8 epochs (2 seeds)" in paths[1].read_text()
-    table = build._convergence_table(conv, histories).set_index("model")
+    table = sections.convergence_table(conv, histories).set_index("model")
     pio = table.loc[build.RUN_LABELS.get("perceiver_io", "perceiver_io")]
     ci = stats.t.ppf(0.975, 1) * np.std([25, 27], ddof=1) / np.sqrt(2)
     assert pio["this pipeline: val Acc@1 after 3 epochs"] == f"26.00 ± {ci:.2f} (2 seeds)"

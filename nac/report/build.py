@@ -24,24 +24,20 @@ from nac.pipeline.datasets import builder
 from nac.pipeline.io import staged, write_json
 from nac.pipeline.paths import image_checkpoint, parse_run
 from nac.pipeline.pool import usable_cores
-from nac.report import costs, figures, mechanism, switches, tables
+from nac.report import bench_figures, costs, figures, graph_figures, mechanism, sections, switches, tables
 from nac.report.claims.metrics import CONVERGENCE
 from nac.report.findings import converged_counts_line, counts_line, findings_table, read_rows
 from nac.report.published import (
     FEWSHOT_CLAIM,
     LRA_LEADERBOARD_TRANSFORMER,
-    PRIOR_LABELS,
     RUN_LABELS,
     TABLE2,
     TABLE3,
-    TRACK_LABELS,
-    TRACK_RUN_LABELS,
     discrepancies,
 )
+from nac.report.sections import caption, plot_csv
 from nac.report.style import setup
-from nac.stats import mean_ci
 
-TRACKS = ("points", "listops", "text", "nlvr")
 # The converged profile's kept result set (tools/run_converged.py) and its Figure 3 graphs
 CONVERGED = Path("results/converged")
 GRAPHS = "graphs.json"
@@ -59,54 +55,6 @@ TEMPLATES = jinja2.Environment(
     keep_trailing_newline=True,
     autoescape=False,
 )
-
-
-def _mean_text(values: list[float]) -> str:
-    """'mean ± CI half-width (n seeds)', or the value and '(1 seed)'."""
-    iv = mean_ci(values)
-    return (
-        f"{iv.estimate:.2f} ± {iv.hi - iv.estimate:.2f} ({iv.n} seeds)"
-        if iv.has_ci
-        else f"{iv.estimate:.2f} ({len(values)} seed)"
-    )
-
-
-def _convergence_table(conv: dict, histories: dict[str, list[list[dict]]]) -> pd.DataFrame:
-    """Per model of ``bench/bench_convergence.py``'s runs: this pipeline's final validation Acc@1
-    and its gain over the last epoch (means over seeds), then for each longer length the final
-    validation Acc@1, OOD Acc@1 and, for models with a kernel, the kernel ablation (IID Acc@1 with
-    the kernel minus with dense attention at evaluation) and the share of links with P = 0 at the
-    end, each mean ± 95% CI over the seeds run at that length; "—" where a model has no value."""
-    rows = []
-    for run, by_len in conv["runs"].items():
-        own = [h for h in histories.get(run, []) if h]
-        row = {"model": RUN_LABELS.get(run, run)}
-        if own:
-            row[f"this pipeline: val Acc@1 after {len(own[0])} epochs"] = _mean_text([h[-1]["val_acc1"] for h in own])
-            gains = [h[-1]["val_acc1"] - h[-2]["val_acc1"] for h in own if len(h) > 1]
-            row["its gain over the last epoch"] = round(float(np.mean(gains)), 2) if gains else "n/a (one epoch)"
-        for epochs, by_seed in sorted(by_len.items(), key=lambda kv: int(kv[0])):
-            row[f"{epochs} epochs: val Acc@1"] = _mean_text([r["val_acc1"][-1] for r in by_seed.values()])
-            ood = [r["eval"]["ood_acc1"] for r in by_seed.values() if "eval" in r]
-            row[f"{epochs} epochs: OOD Acc@1"] = _mean_text(ood) if ood else "—"
-            ablation = [
-                r["eval"]["iid_acc1"] - r["eval"]["iid_acc1_dense"]
-                for r in by_seed.values()
-                if "iid_acc1_dense" in r.get("eval", {})
-            ]
-            row[f"{epochs} epochs: kernel − dense attention (IID Acc@1)"] = _mean_text(ablation) if ablation else "—"
-            sparsity = [100 * r["mechanism"]["final"]["sparsity"] for r in by_seed.values() if "mechanism" in r]
-            if sparsity:
-                row[f"{epochs} epochs: links with P = 0 (%)"] = _mean_text(sparsity)
-        rows.append(row)
-    # a cell a model has no value for (no graph, or a length it was not run at) reads "—", not "nan"
-    return pd.DataFrame(rows).astype(object).fillna("—")
-
-
-def caption(prov: dict, seeds: list[int]) -> str:
-    """A figure's caption line: ``profile mini, seeds 0, 1, 2, model version b9a127c``."""
-    seed_text = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {', '.join(str(s) for s in seeds)}"
-    return f"profile {prov['profile']}, {seed_text}, model version {prov['commit']}"
 
 
 def _provenance(params: dict) -> dict:
@@ -179,12 +127,12 @@ def build_report(
         md["caption"] = caption(prov, params["seeds"])  # every figure names profile, seeds and model version
         summary = {"provenance": prov, **_image(params, stage, metrics, md, figs)}
         md["converged"] = converged_md
-        _switches(params, metrics, stage, md)
-        summary["table2"] = _comparison(params, stage, metrics, md, ["points"], TABLE2, "table2")
-        summary["table3"] = _comparison(params, stage, metrics, md, ["listops", "text"], TABLE3, "table3")
-        summary["nlvr"] = _nlvr(params, stage, metrics, md, figs)
-        summary["fewshot"] = _fewshot(params, stage, metrics, md, figs)
-        _track_curves(params, stage, metrics, md, figs)
+        sections.switches_section(params, metrics, stage, md)
+        summary["table2"] = sections.comparison(params, stage, metrics, md, ["points"], TABLE2, "table2")
+        summary["table3"] = sections.comparison(params, stage, metrics, md, ["listops", "text"], TABLE3, "table3")
+        summary["nlvr"] = sections.nlvr(params, stage, metrics, md, figs)
+        summary["fewshot"] = sections.fewshot(params, stage, metrics, md, figs)
+        sections.track_curves(params, stage, metrics, md, figs)
         rows = evaluate_claims(params, metrics)
         # the converged column: the converged report's claims (out/converged/, built above or by its own run)
         conv_rows = read_rows(out / "converged" / "tables" / "claims.csv") if converged is not None else None
@@ -210,7 +158,7 @@ def validate_inputs(params: dict, metrics: str | Path = "metrics") -> None:
         for kind in ("eval", "train"):
             metrics_io.image_runs(metrics, kind, params["image"]["ladder"], seeds)
         metrics_io.prune_rows(metrics / "image" / "prune.json", params["prune"]["runs"], seeds)
-    for track in TRACKS:
+    for track in sections.TRACKS:
         if track in params:
             metrics_io.track_runs(metrics, track, params[track]["runs"], seeds)
     if "nlvr" in params:
@@ -246,7 +194,7 @@ def _image(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dic
 
     learned = _learned_graphs(ladder, seeds[0], metrics)
     if learned is not None:
-        figs["figure3"] = figures.figure3(
+        figs["figure3"] = graph_figures.figure3(
             learned,
             params["image"]["model"]["n_processor"],
             out / "figures",
@@ -262,7 +210,7 @@ def _image(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dic
         prune, out / "figures", prune_runs, str(prune["device"].iloc[0]), caption=caption(md["caption_prov"], seeds[:1])
     )
     if PAPER_THROUGHPUT.exists():
-        figs["figure5b_paper_size"] = figures.figure_5b_paper_size(
+        figs["figure5b_paper_size"] = bench_figures.figure_5b_paper_size(
             json.loads(PAPER_THROUGHPUT.read_text(encoding="utf-8")), out / "figures"
         )
     figs["figure15"] = figures.figure15(prune, out / "figures", prune_runs, caption=cap)
@@ -284,13 +232,13 @@ def _image(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dic
     figs["learning_curves"] = figures.learning_curves(histories, out / "figures", caption=cap)
     # `dvc plots show`: Table 1's curves together, and accuracy as modules are dropped, one line per model
     curve = pd.DataFrame([{"run": t["run"], **h} for t in trains for h in t["history"]])
-    _plot_csv(
+    plot_csv(
         curve.pivot_table(index="epoch", columns="run", values="val_acc1")[ladder].reset_index(),
         out / "plots" / "learning_curves",
         "image",
     )
     conn = prune[prune["order"] == "connectivity"] if "order" in prune else prune
-    _plot_csv(
+    plot_csv(
         conn.pivot_table(index="dropped_fraction", columns="run", values="acc1")[prune_runs].reset_index(),
         out / "plots",
         "prune",
@@ -299,7 +247,7 @@ def _image(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dic
     rel = conn.assign(
         rel=[100.0 * a / max(full[(r, s)], 1e-9) for r, s, a in zip(conn["run"], conn["seed"], conn["acc1"])]
     )
-    _plot_csv(  # Figure 15: per seed relative to its own undropped model, then the mean over seeds
+    plot_csv(  # Figure 15: per seed relative to its own undropped model, then the mean over seeds
         rel.pivot_table(index="dropped_fraction", columns="run", values="rel")[prune_runs].reset_index(),
         out / "plots",
         "prune_relative",
@@ -308,15 +256,17 @@ def _image(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dic
     if conv is not None and conv.get("profile") == params["profile"]:  # another profile's runs say nothing of this one
         # the runs answer for this model only if they were trained under the committed settings
         md["convergence_current"] = "yes" if conv.get("params") == switches.bench_params(params) else ""
-        figs["convergence"] = figures.figure_convergence(
+        figs["convergence"] = bench_figures.figure_convergence(
             conv, histories, RUN_LABELS, out / "figures", current=bool(md["convergence_current"]), caption=cap
         )
-        md["convergence"] = tables.write_table(_convergence_table(conv, histories), out / "tables", "convergence")
+        md["convergence"] = tables.write_table(
+            sections.convergence_table(conv, histories), out / "tables", "convergence"
+        )
     return {
         "table1": {
             f"{r.run}/{r.metric}": {"mean": r.mean, "ci95": r.ci95, "paper": r.paper} for r in t1_numeric.itertuples()
         },
-        "prune": _prune_summary(prune, prune_runs),
+        "prune": sections.prune_summary(prune, prune_runs),
     }
 
 
@@ -389,146 +339,9 @@ def _converged(results: str | Path, out: Path) -> str:
     return " ".join(lines)
 
 
-def _switches(params: dict, metrics: Path, out: Path, md: dict[str, str]) -> None:
-    """Every switch between the authors' model and ours, and the measured effect of the mechanism
-    switches (``bench/bench_switches.py``), paired by seed with this pipeline's default NAC."""
-    bench = json.loads(switches.BENCH.read_text(encoding="utf-8")) if switches.BENCH.exists() else None
-    md["switches_status"] = switches.bench_status(bench, params) or ""
-    long = None
-    if not md["switches_status"]:
-        run, seeds = f"nac-{params['prior']['name']}", params["seeds"]
-        defaults = {}
-        for s in seeds:
-            ev = json.loads((metrics / "image" / "eval" / f"{run}-{s}.json").read_text(encoding="utf-8"))
-            tr = json.loads((metrics / "image" / "train" / f"{run}-{s}.json").read_text(encoding="utf-8"))
-            defaults[s] = (ev, tr["mechanism"]["final"])
-        long = switches.effects(bench, defaults, params["prior"]["name"], seeds)
-        tables.write_table(long, out / "tables", "switch_effects_numeric")
-        md["switch_effects"] = tables.write_table(switches.effects_display(long), out / "tables", "switch_effects")
-    md["switches"] = tables.write_table(switches.switch_table(long), out / "tables", "switches")
-
-
 def _class_names(params: dict) -> list[str]:
     info = builder(params, params["image"]["dataset"]).info()
     return list(info.get("class_names") or [str(i) for i in range(int(info["num_classes"]))])
-
-
-def _prior_label(params: dict) -> str:
-    """``scale-free prior``: the prior of the tracks' NACs (the ``prior`` config group)."""
-    return f"{PRIOR_LABELS.get(params['prior']['name'], params['prior']['name']).lower()} prior"
-
-
-def _comparison(
-    params: dict, out: Path, metrics: Path, md: dict[str, str], tracks: list[str], published: dict, name: str
-) -> dict[str, Any]:
-    """Table 2 (``points``) or Table 3 (``listops``, ``text``)."""
-    results = {t: tables.read_track(metrics, t, params[t]["runs"], params["seeds"]) for t in tracks}
-    display, summary = tables.comparison_table(results, published, TRACK_LABELS, f"ours: {_prior_label(params)}")
-    md[name] = tables.write_table(display, out / "tables", name, ".2f")
-    return summary
-
-
-def _nlvr(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dict[str, list[Path]]) -> dict[str, Any]:
-    """The NLVR accuracy, per-type and circuit-analysis tables and Figure 6."""
-    runs = params["nlvr"]["runs"]
-    results = tables.read_track(metrics, "nlvr", runs, params["seeds"])
-    analysis = metrics_io.nlvr_analysis(metrics / "nlvr" / "analysis.json")
-    clip = (
-        "not computed: no zero-shot CLIP stage in this suite"
-        if params["profile"] == "paper"
-        else "not computed: no CLIP weights offline / embedded profile"
-    )
-    acc, by_type, measures, summary = tables.nlvr_tables(results, runs, analysis, clip)
-    md["nlvr"] = tables.write_table(acc, out / "tables", "nlvr", ".2f")
-    md["nlvr_by_type"] = tables.write_table(by_type, out / "tables", "nlvr_by_type", ".2f")
-    md["nlvr_analysis"] = tables.write_table(measures, out / "tables", "nlvr_analysis", ".2f")
-    embedding = metrics_io.nlvr_embedding(metrics / "nlvr" / "embedding.csv")
-    examples = metrics_io.nlvr_examples(metrics / "nlvr" / "examples.json")
-    seed = int((params["nlvr"].get("analysis") or {}).get("seed", params["seeds"][0]))  # the analysed model's
-    figs["figure6"] = figures.figure6(embedding, examples, out / "figures", caption=caption(md["caption_prov"], [seed]))
-    return summary
-
-
-def _fewshot(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dict[str, list[Path]]) -> dict[str, Any]:
-    """Figure 4, its table (per target and shot count) and the curves for `dvc plots`."""
-    fs = params["fewshot"]
-    rows = {t: pd.DataFrame(f["rows"]) for t, f in metrics_io.fewshot_targets(metrics, fs["targets"]).items()}
-    stats = {t: tables.fewshot_stats(df.to_dict("records")) for t, df in rows.items()}
-    md["figure4"] = tables.write_table(tables.fewshot_table(stats), out / "tables", "figure4_fewshot", ".2f")
-    numeric = pd.concat([df.assign(target=t) for t, df in stats.items()])[
-        ["target", "shots", "run", "mean", "ci95", "n"]
-    ]
-    tables.write_table(numeric, out / "tables", "figure4_fewshot_numeric", ".3f")
-    for t, df in stats.items():  # one file per target: shots, perceiver_io, nac, nac_minus_perceiver_io
-        _plot_csv(df.pivot(index="shots", columns="run", values="mean").reset_index(), out / "plots" / "fewshot", t)
-    labels = {"perceiver_io": TRACK_RUN_LABELS["perceiver_io"], "nac": f"NAC ({_prior_label(params)})"}
-    protocol = fs["protocol"]
-    figs["figure4"] = figures.figure4(
-        rows, sorted(protocol["shots"]), protocol["ways"], labels, out / "figures", caption=md["caption"]
-    )
-    low = numeric[(numeric["run"] == "nac_minus_perceiver_io") & (numeric["shots"] <= 4)]["mean"]
-    return {
-        "protocol": protocol,
-        "source": fs["source"],
-        "nac_minus_perceiver_io_shots_1_4": float(low.mean()) if len(low) else None,  # None: no shot count <= 4
-        "targets": {
-            t: {
-                str(shots): {r.run: {"mean": r.mean, "ci95": r.ci95, "n": int(r.n)} for r in g.itertuples()}
-                for shots, g in df.groupby("shots")
-            }
-            for t, df in stats.items()
-        },
-    }
-
-
-def _track_curves(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dict[str, list[Path]]) -> None:
-    """Learning curves of the points, listops, text and nlvr tracks (figure and `dvc plots` files)."""
-    histories, chance = {}, {}
-    for track in TRACKS:
-        results = tables.read_track(metrics, track, params[track]["runs"], params["seeds"])
-        histories[track] = {run: [r["history"] for r in results if r["run"] == run] for run in params[track]["runs"]}
-        chance[track] = float(sum(r["val_chance"] for r in results) / len(results))
-        curve = pd.DataFrame([{"run": r["run"], **h} for r in results for h in r["history"]])
-        _plot_csv(
-            curve.pivot_table(index="epoch", columns="run", values="val_acc1").reset_index(),
-            out / "plots" / "learning_curves",
-            track,
-        )
-    titles = {t: f"{TRACK_LABELS[t]} ({params[t]['dataset']})" for t in TRACKS}
-    figs["learning_curves_tracks"] = figures.learning_curves_tracks(
-        histories, chance, titles, TRACK_RUN_LABELS, out / "figures", caption=md["caption"]
-    )
-
-
-def _plot_csv(df: pd.DataFrame, out_dir: Path, name: str) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    df.columns.name = None
-    df.to_csv(out_dir / f"{name}.csv", index=False)
-
-
-def _prune_summary(prune: pd.DataFrame, runs: list[str]) -> dict[str, Any]:
-    """Per run, connectivity order: the largest fraction of modules dropped before Acc@1 (mean over
-    seeds) first falls more than 3 percentage points below the full model's, and the throughput
-    speed-up there with a 95% CI over the timed repeats (first seed)."""
-    res = {}
-    conn = prune[prune["order"] == "connectivity"] if "order" in prune else prune
-    for run in runs:
-        sub = conn[conn["run"] == run].groupby("dropped_fraction")
-        acc = sub["acc1"].mean().sort_index()
-        within = (acc >= acc.loc[0.0] - 3.0).to_numpy()
-        first_fail = int(within.argmin()) if not within.all() else len(within)
-        frac = float(acc.index[max(first_fail - 1, 0)])
-        timed = conn[(conn["run"] == run)].dropna(subset=["images_per_s"]).set_index("dropped_fraction")["images_per_s"]
-        full, there = np.asarray(timed.loc[0.0], dtype=float), np.asarray(timed.loc[frac], dtype=float)
-        iv = mean_ci(there / full.mean())  # each timed repeat of the smaller model over the full model's mean
-        res[run] = {
-            "full_acc1": float(acc.loc[0.0]),
-            "max_fraction_within_3pts": frac,
-            "speedup_at_that_fraction": iv.estimate,
-            "speedup_ci95": (iv.hi - iv.estimate) if iv.has_ci else None,
-            "acc1_by_fraction": {str(k): float(v) for k, v in acc.items()},
-        }
-    return res
 
 
 def _anchor(title: str) -> str:

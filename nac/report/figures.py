@@ -1,6 +1,6 @@
-"""Figures: Figure 3 (graph priors and learned graphs), Figure 4 (few-shot adaptation), Figures
-5a, 5b and 15 (module dropping), Figure 6 (NLVR circuits) and learning curves. Each is saved as
-PNG and SVG."""
+"""Figures: Figure 4 (few-shot adaptation), Figures 5a, 5b and 15 (module dropping), learning
+curves and the baselines' routing. Each is saved as PNG and SVG. Figures 3 and 6 (circuits):
+``nac.report.graph_figures``; the figures of committed benchmark files: ``nac.report.bench_figures``."""
 
 from __future__ import annotations
 
@@ -8,68 +8,14 @@ import textwrap
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-import networkx as nx
 import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from nac.graphs import PRIORS, sample_prior_graph
-from nac.report.published import PRIOR_LABELS, RUN_LABELS
+from nac.report.published import RUN_LABELS
 from nac.report.style import legend_outside, save, series_style
 from nac.report.tables import random_order_mean
 from nac.stats import summarize
-
-
-def draw_graph(ax, graph: nx.Graph, title: str, seed: int = 0) -> None:
-    """Force-directed drawing; node colour = degree (as Figure 3). A graph without edges has no degree
-    to colour: its nodes are drawn grey, without a colour bar, and the panel says so."""
-    pos = nx.spring_layout(graph, seed=seed)
-    ax.set_title(title, fontsize=10)
-    ax.set_axis_off()
-    if graph.number_of_edges() == 0:
-        nx.draw_networkx_nodes(graph, pos, ax=ax, node_size=28, node_color="lightgrey")
-        ax.text(0.5, 0.5, "no link kept", transform=ax.transAxes, ha="center", va="center", fontsize=10)
-        return
-    degrees = np.array([d for _, d in graph.degree()])
-    nx.draw_networkx_edges(graph, pos, ax=ax, alpha=0.35, width=0.6)
-    nodes = nx.draw_networkx_nodes(graph, pos, ax=ax, node_size=28, node_color=degrees, cmap="viridis")
-    plt.colorbar(nodes, ax=ax, fraction=0.046, pad=0.02, label="degree")
-
-
-def learned_graph(P: np.ndarray, threshold: float = 0.0) -> nx.Graph:
-    """The graph with an edge wherever the link probability exceeds ``threshold`` (default: every
-    link the truncated kernel keeps, ``P > 0``)."""
-    A = (P > threshold) & ~np.eye(len(P), dtype=bool)
-    g = nx.from_numpy_array(A.astype(int))
-    return g
-
-
-def figure3(
-    learned: dict[str, np.ndarray], n: int, out_dir: str | Path, seed: int = 0, caption: str = ""
-) -> list[Path]:
-    """Top: samples of the four priors (networkx); bottom: the graphs the trained NACs learned
-    (edges where P > 0: the links the truncated kernel keeps). ``learned`` maps prior name -> P ``[U, U]``;
-    a prior without one says so in its panel. ``caption``: profile, seeds and model version."""
-    fig, axes = plt.subplots(2, len(PRIORS), figsize=(4.2 * len(PRIORS), 7.6))
-    for j, prior in enumerate(PRIORS):
-        draw_graph(axes[0, j], sample_prior_graph(prior, n, seed=seed), f"{PRIOR_LABELS[prior]}: prior sample", seed)
-        if prior in learned:
-            P = learned[prior]
-            off = ~np.eye(len(P), dtype=bool)
-            draw_graph(
-                axes[1, j],
-                learned_graph(P),
-                f"learned by NAC ({PRIOR_LABELS[prior]}): P > 0\n"
-                f"{100 * (P[off] == 0).mean():.0f}% of links cut, mean P {P[off].mean():.3f}",
-                seed,
-            )
-        else:
-            axes[1, j].set_axis_off()
-            axes[1, j].text(
-                0.5, 0.5, f"NAC ({PRIOR_LABELS[prior]}):\nno checkpoint here", ha="center", va="center", fontsize=10
-            )
-    fig.suptitle(f"Figure 3: graph priors (top) and learned module graphs (bottom), {n} modules\n{caption}")
-    return save(fig, out_dir, "figure3_graph_priors")
 
 
 def _ci_lines(
@@ -306,92 +252,6 @@ def figure4(
     return save(fig, out_dir, "figure4_fewshot")
 
 
-def circuit_graph(P: np.ndarray, threshold: float, bandwidth: float) -> nx.Graph:
-    """Edges where ``P_ij > threshold``, weighted by the inverse signature distance
-    ``1 / (1 - cos) = 1 / (-bandwidth log P_ij)`` (the spring layout's attraction, as in Figure 6)."""
-    dist = -bandwidth * np.log(np.clip(P, 1e-12, 1.0))
-    g = nx.Graph()
-    g.add_nodes_from(range(len(P)))
-    rows, cols = np.nonzero(np.tril(P > threshold, k=-1))
-    g.add_weighted_edges_from((int(i), int(j), 1.0 / max(float(dist[i, j]), 1e-6)) for i, j in zip(rows, cols))
-    return g
-
-
-def _module_order(Ps: list[np.ndarray]) -> np.ndarray:
-    """One module order for every drawn matrix: average-linkage clustering of the signature
-    distances ``-log P`` averaged over the shown sentences (modules that tend to link sit together)."""
-    from scipy.cluster.hierarchy import leaves_list, linkage
-    from scipy.spatial.distance import squareform
-
-    D = np.mean([-np.log(np.clip(P, 1e-6, 1.0)) for P in Ps], axis=0)
-    D = (D + D.T) / 2
-    np.fill_diagonal(D, 0.0)
-    return leaves_list(linkage(squareform(D, checks=False), "average")) if len(D) > 2 else np.arange(len(D))
-
-
-def figure6(embedding: pd.DataFrame, examples: dict, out_dir, seed: int = 0, caption: str = "") -> list[Path]:
-    """Left: t-SNE of the link-probability matrices of the validation sentences, coloured by
-    reasoning type. Right, one column per typical sentence of a type (at most 4): top, its
-    circuit (edges where ``P > threshold``, force-directed; node colour = module index, the same in
-    every drawing); bottom, the same graph as an adjacency matrix with the modules in one order for
-    all sentences (``_module_order``), so that the sentences' graphs can be compared link by link.
-    Titles give each graph's link density."""
-    shown = [ex["reasoning_type"] for ex in examples["examples"]]
-    types = list(dict.fromkeys(shown + list(embedding["reasoning_type"])))  # the paper's order where given
-    exs = examples["examples"][:4]
-    cols = max(len(exs), 1)
-    fig = plt.figure(figsize=(5.5 + 3.4 * cols, 7.5))
-    grid = fig.add_gridspec(2, 1 + cols, width_ratios=[1.6] + [1] * cols, height_ratios=[1.25, 1])
-    ax = fig.add_subplot(grid[:, 0])
-    sns.scatterplot(
-        embedding.assign(type=embedding["reasoning_type"].str.replace("_", " ")),
-        x="x",
-        y="y",
-        hue="type",
-        hue_order=[t.replace("_", " ") for t in types],
-        s=18,
-        ax=ax,
-    )
-    ax.set(xlabel="t-SNE 1", ylabel="t-SNE 2", title="t-SNE of P (PCA first), by reasoning type")
-    ax.legend(fontsize=8, title=None)
-    threshold, bandwidth = examples["threshold"], examples["bandwidth"]
-    cmap = plt.get_cmap("turbo")
-    Ps = [np.asarray(ex["P"], dtype=float) for ex in exs]
-    order = _module_order(Ps) if Ps else np.arange(0)
-    graph_axes = []
-    for k, (ex, P) in enumerate(zip(exs, Ps)):
-        g = circuit_graph(P, threshold, bandwidth)
-        U = len(P)
-        density = 2 * g.number_of_edges() / max(U * (U - 1), 1)
-        axg = fig.add_subplot(grid[0, 1 + k])
-        graph_axes.append(axg)
-        pos = nx.spring_layout(g, weight="weight", seed=seed)
-        nx.draw_networkx_edges(g, pos, ax=axg, alpha=0.3, width=0.5)
-        nx.draw_networkx_nodes(
-            g, pos, ax=axg, node_size=max(8.0, 600.0 / U), node_color=[cmap(i / max(U - 1, 1)) for i in g.nodes]
-        )
-        axg.set_title(
-            f"{ex['reasoning_type'].replace('_', ' ')}: {100 * density:.0f}% of links\n"
-            + textwrap.fill(ex["sentence"], 42),
-            fontsize=8,
-        )
-        axg.set_axis_off()
-        axm = fig.add_subplot(grid[1, 1 + k])
-        A = (P > threshold) & ~np.eye(U, dtype=bool)
-        axm.imshow(A[np.ix_(order, order)], cmap="Greys", vmin=0, vmax=1, interpolation="nearest")
-        axm.set(xticks=[], yticks=[], xlabel="module (common order)" if k == 0 else "")
-        axm.set_title(f"P > {threshold}", fontsize=8)
-        axm.grid(False)
-    U = len(Ps[0]) if Ps else 1
-    bar = plt.cm.ScalarMappable(cmap=cmap, norm=plt.Normalize(0, max(U - 1, 1)))
-    if graph_axes:
-        fig.colorbar(bar, ax=graph_axes, fraction=0.02, pad=0.01, label="module index")
-    fig.suptitle(
-        f"Figure 6: circuits the conditional NAC designs per sentence (edges where P > {threshold})\n{caption}", y=1.05
-    )
-    return save(fig, out_dir, "figure6_nlvr_circuits")
-
-
 def learning_curves_tracks(
     histories: dict[str, dict[str, list[list[dict]]]],
     chance: dict[str, float],
@@ -461,103 +321,3 @@ def figure_baselines(
         ax.title.set_fontsize(8)
     fig.suptitle(f"Baselines: what routes where, per class (validation data)\n{caption}", y=1.1)
     return save(fig, out_dir, "figure_baselines_routing")
-
-
-def figure_5b_paper_size(results: dict, out_dir) -> list[Path]:
-    """Figure 5b at the paper's size from ``bench/bench_throughput.py``'s results: inference
-    throughput of the paper-profile NAC (untrained weights) against the fraction of processor
-    modules dropped, for the executor alone and the whole model, mean and 95% CI over the timed
-    repeats (left), and the speed-up over 0% dropped (right: ratio of means, the band the point's
-    CI over the 0% mean). Images per CPU-second where the
-    results have them (one thread: the work done, whatever else loads the machine), else per
-    wall-clock second."""
-    res, machine = results["figure5b_paper_size"], results["machine"]
-    rows = sorted(res["rows"], key=lambda r: r["dropped_fraction"])
-    clock = "images_per_cpu_s" if "executor_images_per_cpu_s" in rows[0] else "images_per_s"
-    unit = "images per CPU-second" if clock == "images_per_cpu_s" else "images/s"
-    x = np.array([r["dropped_fraction"] for r in rows])
-    fig, (ax, ax_up) = plt.subplots(1, 2, figsize=(10, 4))
-    for kind, label in (("executor", "executor (tokens and design given)"), ("whole", "whole model")):
-        iv = [r[f"{kind}_{clock}"] for r in rows]
-        mean = np.array([v["mean"] for v in iv])
-        lo = np.array([v["lo"] if v["lo"] is not None else v["mean"] for v in iv])
-        hi = np.array([v["hi"] if v["hi"] is not None else v["mean"] for v in iv])
-        (line,) = ax.plot(x, mean, marker="o", ms=3.5, label=label)
-        ax.fill_between(x, lo, hi, alpha=0.2, color=line.get_color())
-        base = mean[0]
-        ax_up.plot(x, mean / base, marker="o", ms=3.5, color=line.get_color(), label=label)
-        ax_up.fill_between(x, lo / base, hi / base, alpha=0.2, color=line.get_color())
-    ax.set_yscale("log")
-    ax.set_xlabel("fraction of processor modules dropped")
-    ax.set_ylabel(f"inference throughput ({unit})")
-    ax_up.set_xlabel("fraction of processor modules dropped")
-    ax_up.set_ylabel("speed-up over 0% dropped")
-    ax_up.axhline(1.0, color="grey", lw=0.8)
-    legend_outside(ax_up, fontsize=8)
-    tok = res.get("tokenizer", {})
-    fig.suptitle(
-        f"Figure 5b (paper-size model, untrained weights, this CPU): {res['n_processor']} processor modules, "
-        f"{tok.get('kind', '')} tokenizer, {res['image_size']} px, batch {res['batch']}, "
-        f"{machine['threads']} thread(s), torch {machine['torch']}\n"
-        f"profile paper (untrained weights, no seed), mean and 95% CI over {machine['repeats']} timed repeats, "
-        f"{machine.get('date', '')}",
-        fontsize=9,
-        y=1.04,
-    )
-    return save(fig, out_dir, "figure5b_paper_size_throughput")
-
-
-def figure_convergence(
-    results: dict,
-    histories: dict[str, list[list[dict]]],
-    labels: dict[str, str],
-    out_dir,
-    current: bool = True,
-    caption: str = "",
-) -> list[Path]:
-    """How far the profile's image-track training is from a plateau, one panel per model: validation
-    Acc@1 per epoch of the longer runs of ``bench/bench_convergence.py`` (the cosine schedule
-    stretched to their length; mean over the seeds run at that length), one colour per length,
-    beside the pipeline's own runs (black, dashed, ending at the profile's epoch count, marked by the
-    vertical line). ``current``: whether the longer runs were trained with this pipeline's settings
-    (else their labels and the title say they are an earlier model's)."""
-    mini_epochs = results["mini_epochs"]
-    runs = list(results["runs"])
-    fig, axes = plt.subplots(1, len(runs), figsize=(5.2 * len(runs), 4), sharey=True, squeeze=False)
-    colours = sns.color_palette("colorblind", 10)
-    which = "longer run" if current else "earlier model"
-    for ax, run in zip(axes[0], runs):
-        by_len = results["runs"][run]
-        for j, (epochs, by_seed) in enumerate(sorted(by_len.items(), key=lambda kv: int(kv[0]))):
-            y = np.mean([r["val_acc1"] for r in by_seed.values()], axis=0)
-            n = len(by_seed)
-            ax.plot(
-                range(1, len(y) + 1),
-                y,
-                marker="os^D"[j % 4],
-                ms=2.5,
-                color=colours[j % 10],
-                label=f"{which}: {epochs} epochs ({n} seed{'s' if n > 1 else ''})",
-            )
-        own = [h for h in histories.get(run, []) if h]
-        if own:
-            y = np.mean([[e["val_acc1"] for e in h] for h in own], axis=0)
-            ax.plot(
-                range(1, len(y) + 1),
-                y,
-                ls="--",
-                marker="s",
-                ms=3,
-                color="black",
-                label=f"this pipeline: {len(y)} epochs ({len(own)} seeds)",
-            )
-        ax.axvline(mini_epochs, color="grey", lw=0.8, ls=":")
-        ax.set(xlabel="epoch", title=labels.get(run, run))
-        ax.title.set_fontsize(9)
-        ax.legend(fontsize=7, loc="lower right")
-    axes[0, 0].set_ylabel("validation Acc@1 (%)")
-    earlier = "" if current else "\nthe longer runs: an earlier model (template=nac_v1), not this pipeline's"
-    fig.suptitle(
-        f"How far {results['profile']} is from a plateau (image track){earlier}\n{caption}", fontsize=9, y=1.08
-    )
-    return save(fig, out_dir, "convergence")
