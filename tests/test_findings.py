@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from nac import metrics_io
-from nac.report import figures, findings, graph_figures
+from nac.report import bench_figures, figures, findings, graph_figures
 from nac.report.claims import VERDICTS, claim_ids, evaluate_claims, registered
 from nac.report.published import RUN_LABELS, TRACK_RUN_LABELS
 from nac.report.style import setup
@@ -153,7 +153,7 @@ def drawn(monkeypatch, tmp_path):
     """The figures drawn, kept open: each figure module's ``save`` records (name, figure) instead of writing."""
     setup()
     got: list[tuple[str, plt.Figure]] = []
-    for module in (figures, graph_figures):
+    for module in (figures, graph_figures, bench_figures):
         monkeypatch.setattr(module, "save", lambda fig, out_dir, name: got.append((name, fig)) or [tmp_path / name])
     yield got
     for _, fig in got:
@@ -278,7 +278,7 @@ def test_figure3_draws_an_empty_learned_graph_without_a_colour_bar(drawn, tmp_pa
 @pytest.mark.skipif(not (ROOT / "bench/results/convergence.json").is_file(), reason="no convergence runs")
 def test_the_convergence_figure_says_whose_runs_it_draws(drawn, tmp_path):
     conv = json.loads((ROOT / "bench/results/convergence.json").read_text())
-    figures.figure_convergence(conv, {}, RUN_LABELS, tmp_path, current=False, caption=CAPTION)
+    bench_figures.figure_convergence(conv, {}, RUN_LABELS, tmp_path, current=False, caption=CAPTION)
     (_, fig) = drawn[0]
     _check_rules("convergence", fig)
     labels = [ln.get_label() for ax in fig.axes for ln in ax.get_lines() if not ln.get_label().startswith("_")]
