@@ -101,18 +101,22 @@ def test_prove_equal_records_a_refactor_and_refuses_a_change_of_behaviour(tmp_pa
         cmd = [sys.executable, "tools/run_converged.py", "--prove-equal", "HEAD~1", "--only", "text/nac-0"]
         return subprocess.run([*cmd, "--workers", "1"], cwd=repo, capture_output=True, text=True, timeout=600)
 
+    proofs_file = repo / "results" / "converged" / P.EQUAL_CODE
+    before = json.loads(proofs_file.read_text()) if proofs_file.exists() else []  # the committed proofs
     text = common.read_text()
     commit(text + "\n# a comment: the same behaviour\n")
     got = prove()
     assert got.returncode == 0, got.stdout + got.stderr
-    proofs = json.loads((repo / "results" / "converged" / P.EQUAL_CODE).read_text())
+    proofs = json.loads(proofs_file.read_text())
     old = subprocess.run(["git", "rev-parse", "HEAD~1"], cwd=repo, capture_output=True, text=True).stdout.strip()
-    assert [(e["kind"], e["from_commit"]) for e in proofs] == [("track", old)]
-    assert "converged_smoke: the 1 pieces selected (text/nac-0)" in proofs[0]["evidence"]
+    assert proofs[: len(before)] == before  # kept as they were
+    added = proofs[len(before) :]
+    assert [(e["kind"], e["from_commit"]) for e in added] == [("track", old)]
+    assert "converged_smoke: the 1 pieces selected (text/nac-0)" in added[0]["evidence"]
     # a change of what the piece computes: no proof, and where it differs
     assert '"parameters": count_parameters(model),' in text
     commit(text.replace('"parameters": count_parameters(model),', '"parameters": count_parameters(model) + 1,'))
     got = prove()
     assert got.returncode == 1 and "nothing recorded" in got.stderr
     assert "text/nac-0/metrics.json: .parameters:" in got.stderr
-    assert len(json.loads((repo / "results" / "converged" / P.EQUAL_CODE).read_text())) == 1
+    assert len(json.loads(proofs_file.read_text())) == len(before) + 1
