@@ -286,6 +286,7 @@ def test_killed_training_stage_resumes_and_matches_an_uninterrupted_run(smoke_re
     assert resumed_metrics == fresh_metrics
 
 
+@pytest.mark.slow  # slow run: test_placement's two fake devices check placement-independence in the default run
 def test_training_jobs_in_two_workers_match_one_after_another_in_one_process(smoke_repo, tmp_path):
     """nac.pipeline.pool's promise: the smoke pipeline trained the point-cloud track's two jobs in
     two worker processes; trained again one after the other in the stage's own process, from no

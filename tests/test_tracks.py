@@ -94,6 +94,7 @@ def test_adaptation_freezes_the_tokenizer_and_replaces_the_head(tiny_config):
         torch.testing.assert_close(v, before[k])
 
 
+@pytest.mark.slow  # slow run: the smoke pipeline adapts few-shot in the default run
 def test_fewshot_learns_a_separable_task(tiny_config):
     """Adaptation can fail: on an easy task (class = colour) accuracy must rise well above chance.
     One episode of 40 queries swings between 50% and 100% with float rounding (100 AdamW steps on
