@@ -14,7 +14,7 @@ batch's augmentation, the "augment" part), in fp32
 CUDA's paths on the CPU: the NAC's ``cpu_shortcuts`` off (``_cuda_paths``), so its kernel sampler
 and attention bias take their CUDA form (fixed shapes, "prepared"; "sparse" is CPU only) and the
 attention SDPA ("explicit" is CPU only). The regularizer's matching runs on a worker thread
-(``NAC.match_async``): its numpy and scipy work is host work off the step's thread, not counted;
+(``Objective.match_async``): its numpy and scipy work is host work off the step's thread, not counted;
 what the step's thread does for it (the copy of ``P`` to the host, non-blocking into pinned memory
 on CUDA, a clone here) is.
 
@@ -23,7 +23,7 @@ Counting: a ``TorchDispatchMode`` sees every aten op. Parts: forward hooks on th
 (``NAC.kernel_probabilities``, ``link_probabilities``, ``KernelSampler``,
 ``log_normalized_kernel``), the ModFCs' batched code modulation (``NAC.code_modulations``; per
 layer, it counts in the layers' parts), the regularizer (``NAC.graph_regularizer``,
-``NAC.match_async``), the loss, the optimizer, gradient norm, the loop's checks, the EMA and the
+``Objective.match_async``), the loss, the optimizer, gradient norm, the loop's checks, the EMA and the
 data loader; ops of the backward pass are given to the part whose forward created their autograd
 node (by sequence number). Host syncs, as CUDA would have them: data-dependent ops (``nonzero``,
 ``_local_scalar_dense`` (``.item()``), ``is_nonzero`` (``bool(t)``), ``masked_select``, boolean-mask
@@ -68,12 +68,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from bench_paper_cost import pretrain_model  # noqa: E402
 from reference_forms import per_layer_modulation  # noqa: E402  (the plain forms live with the tests)
 
+import nac.circuit_graph as circuit_graph  # noqa: E402
 import nac.circuits.attention as attention  # noqa: E402
 import nac.model as nac_model  # noqa: E402
 from nac import build_model  # noqa: E402
 from nac.pipeline.params import compose  # noqa: E402
 from nac.tracks.image import image_model_config  # noqa: E402
 from nac.training import augment, checks, compiled, loop  # noqa: E402
+from nac.training import objective as training_objective  # noqa: E402
 from nac.training.config import TrainConfig  # noqa: E402
 
 NOTES = """Notes. Ops are aten calls (kernel launches on CUDA, each ~40 us of host time there); the
@@ -91,7 +93,7 @@ part). "after_fused_adamw" predates both.
 "after_kernel_regularizer": "after" plus every propagator's P from one cosine distance by one
 batched set of ops (``NAC.kernel_probabilities``; the signatures normalised once), P computed in
 the training objective and passed to the executor and the regularizer, and the regularizer's
-matching on a worker thread while the forward runs (``NAC.match_async``: P copied to pinned host
+matching on a worker thread while the forward runs (``Objective.match_async``: P copied to pinned host
 memory without blocking on CUDA, the target read from a host copy made once, the permutation
 copied back non-blocking): no host sync left in the NAC's step. The matching's numpy and scipy
 work is off the step's thread and not counted (it still costs host time, in parallel).
@@ -132,7 +134,7 @@ number) plus extern calls (matrix products, convolutions, SDPA, the drop-path dr
 library calls on CUDA). "eager outside the region": the eager count's ops of the parts the
 compiled step leaves eager (``EAGER_PARTS``: loader, gradient norm, optimizer, checks, EMA, the
 loop, "backward (other)" = AccumulateGrad's ``detach`` per parameter, host-only), and for the
-NAC the matching in advance (``NAC.matching_in_advance``: ``P`` without gradient, the
+NAC the matching in advance (``Objective.matching_in_advance``: ``P`` without gradient, the
 permutations' copies). "graphs", "graph breaks", "recompiles": dynamo's counters over the 3
 steps (``unique_graphs``, ``graph_break``; recompiles = graphs after step 3 - after step 1).
 
@@ -505,15 +507,16 @@ def _instrument(model: nn.Module, t: _Tracker, stack: ExitStack) -> None:
     for layer in getattr(model, "propagators", []):
         hooks(layer, "propagators")
     for owner, name, part in (
-        (nac_model, "link_probabilities", "kernel"),
+        (circuit_graph, "link_probabilities", "kernel"),
         (nac_model.NAC, "kernel_probabilities", "kernel"),
-        (nac_model.KernelSampler, "__init__", "kernel"),
-        (nac_model.KernelSampler, "__call__", "kernel"),
-        (nac_model, "layer_kernel_biases", "kernel"),
+        (circuit_graph.KernelSampler, "__init__", "kernel"),
+        (circuit_graph.KernelSampler, "__call__", "kernel"),
+        (circuit_graph, "layer_kernel_biases", "kernel"),
         (nac_model.NAC, "_samplers", "kernel"),
         (attention, "log_normalized_kernel", "kernel"),
         (nac_model.NAC, "graph_regularizer", "regularizer"),
-        (nac_model.NAC, "match_async", "regularizer"),
+        (training_objective.Objective, "regularizer", "regularizer"),
+        (training_objective.Objective, "match_async", "regularizer"),
         (nac_model.NAC, "code_modulations", "modulation"),
         (loop.F, "cross_entropy", "loss"),
         (compiled, "soft_cross_entropy", "loss"),
@@ -681,10 +684,11 @@ def compiled_counts(
     import torch._inductor.graph as igraph
     from torch._dynamo.utils import counters
 
+    from nac.training.objective import Objective
     from nac.training.optim import decay_groups, make_adamw
-    from nac.training.run import Objective
 
     model = _cuda_paths(copy.deepcopy(model)).train()
+    objective = Objective(model)
     codes: list[str] = []
     orig = igraph.GraphLowering.compile_to_module
 
@@ -717,15 +721,15 @@ def compiled_counts(
         for _ in range(3):
             t = _Tracker()
             with _OpCounter(t):
-                perms = compiled.finish_matching(ahead or compiled.start_matching(model), x.device)
+                perms = compiled.finish_matching(ahead or compiled.start_matching(objective), x.device)
                 if scope == "step":
                     lrs = compiled.step_lrs(optimizer, lrs, x.device)
-            args = (Objective(model), {"inputs": x}, y, None, perms, cfg.get("label_smoothing", 0.1))
+            args = (objective, {"inputs": x}, y, None, perms, cfg.get("label_smoothing", 0.1))
             if scope == "step":
                 clip = cfg.get("grad_clip", 1.0)
                 next_P = step(args[0], groups, lrs, *args[1:], cfg.get("reg_weight", 0.1), False, clip)[-1]
                 with _OpCounter(t):
-                    ahead = compiled.start_matching(model, next_P) if next_P is not None else None
+                    ahead = compiled.start_matching(objective, next_P) if next_P is not None else None
             else:
                 loss = losses(*args, cfg.get("reg_weight", 0.1), False)[-1]
                 loss.backward()

@@ -37,10 +37,12 @@ _JOB = """
 import sys
 from nac.pipeline.params import load_params
 from nac.pipeline.pool import run_jobs
-from nac.tracks.image import train_and_evaluate_image_run
+from functools import partial
+
+from nac.tracks.image import train_image_run
 params = load_params()
 run, seeds = sys.argv[1], [int(s) for s in sys.argv[2:]]
-run_jobs(train_and_evaluate_image_run, [(params, run, s) for s in seeds], device="cpu", desc="bench")
+run_jobs(partial(train_image_run, metrics="metrics"), [(params, run, s) for s in seeds], device="cpu", desc="bench")
 """
 
 

@@ -11,12 +11,14 @@ from typing import Iterable
 from nac.imports import files_run_by_import, reached
 
 # What a training's result depends on, besides its configs and data: the model, the training
-# loop, checkpointing, evaluation and the data pipeline, the one build-then-fit (``train_run``)
-# and the tracks' input wrappers.
+# loop, checkpointing, evaluation and the data pipeline, what every job does before ``fit``
+# (``start_run``) and the tracks' input wrappers.
 RESULT_SOURCES = (
     "circuits/",
     "baselines/",
     "model.py",
+    "circuit_graph.py",
+    "signatures.py",
     "config.py",
     "graphs.py",
     "regularizer.py",

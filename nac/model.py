@@ -8,7 +8,8 @@ import torch
 import torch.nn as nn
 
 from nac.baselines import ModularNetwork, ModularNetworkConfig, NeuralInterpreter, NeuralInterpreterConfig
-from nac.circuits.attention import SKMDPA, layer_kernel_biases
+from nac.circuit_graph import CircuitGraph
+from nac.circuits.attention import SKMDPA
 from nac.circuits.generators import (
     CircuitDesign,
     ConditionalCircuitGenerator,
@@ -16,25 +17,17 @@ from nac.circuits.generators import (
     PerceiverLatents,
     UnconditionalCircuitGenerator,
 )
-from nac.circuits.kernel import KERNEL_MODES, KernelSampler, cosine_distance, cpu_shortcut, link_probabilities
+from nac.circuits.kernel import KERNEL_MODES
 from nac.circuits.layers import Propagator, ReadOut, cat_modules
 from nac.circuits.modfc import batched_modulations, configure_modfc, modfcs, name_modfcs
 from nac.circuits.readin import ReadIn
 from nac.circuits.tokenizers import build_tokenizer
 from nac.config import ModelConfig
 from nac.graphs import prior_target
-from nac.regularizer import (
-    graph_structure_loss,
-    layer_losses_from_permutations,
-    loss_from_permutation,
-    match_async,
-    match_stacked_async,
-    stacked_permutations,
-)
 from nac.signatures import prior_signatures
 
 
-class NAC(nn.Module):
+class NAC(CircuitGraph, nn.Module):
     """``forward(inputs, mask=None, cond=None, cond_mask=None) -> logits [B, num_classes]``.
 
     inputs: whatever the tokenizer reads (images ``[B, 3, H, W]``, points ``[B, N, 3]``, token
@@ -67,7 +60,7 @@ class NAC(nn.Module):
     on a built model.
     """
 
-    def __init__(self, config: ModelConfig, fit_signatures: bool = True, *, cpu_shortcuts: bool = True):
+    def __init__(self, config: ModelConfig, *, fit_signatures: bool = True, cpu_shortcuts: bool = True):
         super().__init__()
         self.config = c = config
         self.cpu_shortcuts = cpu_shortcuts
@@ -226,234 +219,6 @@ class NAC(nn.Module):
             cond = self.cond_tokenizer(cond)
         return self.generator(cond, cond_mask)
 
-    def kernel_bandwidth(self, layer: int | str | None = None) -> torch.Tensor:
-        """The bandwidth ``eps`` (0-d) of propagator ``layer`` (0-based), of the read-out
-        (``"readout"``), or of the graph (``None``: the mean over the propagators). With one shared
-        bandwidth (``kernel_per_module=False``) every answer is that one."""
-        if not self.config.kernel_per_module:
-            return self._parameters.get("bandwidth", self._buffers.get("bandwidth"))
-        if layer is None:
-            return torch.stack([p.bandwidth for p in self.propagators]).mean()
-        return self.read_out.bandwidth if layer == "readout" else self.propagators[layer].bandwidth
-
-    def graph_bandwidth(self) -> float:
-        """``kernel_bandwidth(None)`` as a float (what the mechanism numbers report)."""
-        return float(self.kernel_bandwidth(None).detach())
-
-    def link_probabilities(self, design: CircuitDesign | None = None, layer: int | None = None) -> torch.Tensor:
-        """Processor-to-processor link probabilities ``P`` (eq. 2): ``[U_p, U_p]`` for an
-        unconditional design, ``[B, U_p, U_p]`` for a conditional one.
-
-        ``layer``: the ``P`` of that propagator's kernel. ``None``: **the model's graph**, the
-        mean of the propagators' ``P`` (with one shared bandwidth, that ``P`` itself). Why the
-        mean: every propagator's kernel is regularised towards the prior alike, their cut links
-        are the same set (truncation compares the distance, not the bandwidth), so the mean has
-        exactly their zeros; a module's expected degree in it is its mean degree over the layers
-        that use it (what module dropping ranks by), and it equals each layer's ``P`` when the
-        bandwidths agree (at initialisation)."""
-        design = design or self.design()
-        if design.signatures is None:
-            raise ValueError(f"variant {self.config.variant!r} has no signatures, so no link probabilities")
-        if layer is not None or not self.config.kernel_per_module:
-            return self._P(design.signatures, layer=layer)
-        return torch.stack(list(self.kernel_probabilities(design).values())).mean(0)
-
-    def kernel_probabilities(self, design: CircuitDesign) -> dict | None:
-        """The propagators' ``P`` (eq. 2), ``{layer: P}``: one per propagator with
-        ``kernel_per_module``, else ``{None: P}``; ``None`` for a design without signatures. A
-        training step computes them once and passes them to ``execute`` and ``graph_regularizer``
-        (``logits_and_regularizer``)."""
-        if design is None or design.signatures is None:
-            return None
-        d = cosine_distance(design.signatures)  # the same for every layer's kernel: computed once
-        if not self.config.kernel_per_module:
-            return {None: self._P(design.signatures, layer=None, distance=d)}
-        layers = list(range(self.config.depth))  # every layer's P by one set of ops, [L, U_p, U_p]
-        return dict(zip(layers, self._P(design.signatures, layer=layers, distance=d).unbind(0)))
-
-    def _P(
-        self, s_recv: torch.Tensor, s_send: torch.Tensor | None = None, layer: int | str | None = 0, distance=None
-    ) -> torch.Tensor:
-        """Eq. 2 with the kernel of propagator ``layer`` (or ``"readout"``) and the config's
-        truncation (the read-out's only with ``truncate_readout``). The bandwidth is floored at
-        1e-3: a step that drove it through 0 would flip the kernel. ``distance``: the signatures'
-        ``cosine_distance`` if already computed. ``layer`` a list of propagators: their ``P``
-        stacked, ``[L, U, V]`` (each entry the same as that layer's own)."""
-        c = self.config
-        truncation = c.truncation if layer != "readout" or c.truncate_readout else None
-        if isinstance(layer, list):
-            bandwidth = torch.stack([self.kernel_bandwidth(i) for i in layer]).view(-1, *[1] * s_recv.dim())
-        else:
-            bandwidth = self.kernel_bandwidth(layer)
-        return link_probabilities(
-            s_recv,
-            s_send,
-            bandwidth=bandwidth.clamp_min(1e-3),
-            truncation=truncation,
-            straight_through=c.straight_through,
-            mode=c.truncation_mode,
-            distance=distance,
-        )
-
-    def graph_regularizer(
-        self,
-        design: CircuitDesign | None = None,
-        Ps: dict | None = None,
-        pending: dict | None = None,
-        perms: dict | None = None,
-        *,
-        blas_threads: int | None = 1,
-    ) -> torch.Tensor:
-        """Graph-structure regularizer between ``P`` and the prior's target (0 for other rungs);
-        with a kernel per module, the sum over every propagator's kernel (the authors'; the
-        read-out is not regularised). ``Ps``: the design's ``kernel_probabilities`` if already
-        computed; ``pending``: their matchings started by ``match_async`` (else matched here);
-        ``perms``: their permutations already known, ``{layer: LongTensor [U_p]}`` on the device
-        (``matching_in_advance``; no host work here: what a compiled step traces).
-        ``blas_threads``: numpy's BLAS threads where the matching runs here
-        (``nac.regularizer.graph_structure_loss``; default 1, None: numpy's default); the same
-        permutations and loss either way."""
-        if self.prior_target is None:
-            return torch.zeros(())
-        c = self.config
-        if Ps is None:  # (given ``Ps``, no design is drawn: its noise would consume random numbers)
-            design = design or self.design()
-            Ps = self.kernel_probabilities(design)
-        if c.generator == "conditional":
-            return self.conditional_graph_regularizer(design, Ps, blas_threads=blas_threads)
-        if perms is not None or pending is not None:
-            # matched before the step (a compiled step) or on the worker thread: the same loss as
-            # matching here; every layer's at once (the per-layer sum: tests/test_batched_kernels.py)
-            P = next(iter(Ps.values()))
-            found = [perms[i] if perms is not None else pending[i].result() for i in Ps]
-            if len(Ps) == 1:
-                return loss_from_permutation(P, self.prior_target, found[0], kind=c.regularizer)
-            return layer_losses_from_permutations(
-                torch.stack(list(Ps.values())), self.prior_target, stacked_permutations(found, P.device), c.regularizer
-            )
-        kw = dict(kind=c.regularizer, matching=c.matching, blas_threads=blas_threads)
-        return sum(graph_structure_loss(P, self.prior_target, **kw) for P in Ps.values())
-
-    def match_async(self, Ps: dict | None) -> dict | None:
-        """The regularizer's matchings of ``Ps`` (``kernel_probabilities``) started on a worker
-        thread (``nac.regularizer.match_async``: ``P`` copied to pinned host memory without
-        blocking, the target read from its host copy), ``{layer: Future}``; ``None`` where there
-        is nothing to match here (no regularizer, no signatures, a conditional design)."""
-        if self.prior_target is None or Ps is None or self.config.generator == "conditional":
-            return None
-        G = self._host_target()
-        return {i: match_async(P, G, self.config.matching) for i, P in Ps.items()}
-
-    def _host_target(self):
-        """The prior's target as a float64 numpy array on the host, copied once per target
-        tensor (a device move or a pruned model replaces the buffer, and the copy with it): the
-        matching reads the constant target without a per-step device-to-host copy."""
-        G = self.prior_target
-        cached = self.__dict__.get("_target_on_host")
-        if cached is None or cached[0] is not G:
-            cached = self.__dict__["_target_on_host"] = (G, G.detach().to("cpu", torch.float64).numpy())
-        return cached[1]
-
-    def logits_and_regularizer(self, inputs, mask=None, cond=None, cond_mask=None, perms=None) -> tuple:
-        """One training forward: ``(logits [B, num_classes], graph regularizer)`` from one circuit
-        design, each propagator's ``P`` computed once and given to both; the regularizer's
-        matching runs on a worker thread while the forward runs (``match_async``). The same
-        logits, loss and gradients as ``forward`` then ``graph_regularizer`` of the same design
-        (``tests/test_shared_link_probabilities.py``). ``perms``: the permutations of this
-        step's ``P`` matched before the forward (``matching_in_advance``), then nothing here
-        leaves the device: the form ``torch.compile`` traces as one graph (``train.compile``)."""
-        design = self.design(cond, cond_mask)
-        Ps = self.kernel_probabilities(design)
-        pending = self.match_async(Ps) if perms is None else None
-        logits = self(inputs, mask=mask, design=design, Ps=Ps)
-        return logits, self.graph_regularizer(design, Ps, pending, perms)
-
-    def logits_and_probabilities(self, inputs, mask=None, cond=None, cond_mask=None) -> tuple:
-        """``logits_and_regularizer`` less the regularizer: ``(logits [B, num_classes], Ps)``,
-        ``Ps`` the design's ``kernel_probabilities`` (``{layer: P [U_p, U_p]}``, differentiable;
-        None without signatures). Finish with ``graph_regularizer(Ps=Ps, perms=...)``: the same
-        logits and regularizer. What a compiled step with ``train.compile_matching: overlap``
-        traces, so that the matching runs while the device runs the forward."""
-        design = self.design(cond, cond_mask)
-        Ps = self.kernel_probabilities(design)
-        return self(inputs, mask=mask, design=design, Ps=Ps), Ps
-
-    def probabilities_in_advance(self) -> torch.Tensor | None:
-        """Every propagator's ``P`` the next training forward computes, stacked ``[L, U_p, U_p]``
-        (``[1, U_p, U_p]`` for a shared kernel; ``kernel_probabilities``' batched form), without
-        gradient; ``None`` where a step matches nothing. ``P`` depends only on the parameters
-        (the signatures and bandwidths, no noise and no random draw), so it is computed from the
-        same tensors by the same ops: the same values, so the same permutations as the forward's
-        own matching. A conditional design's ``P`` depends on the input: refused (``ValueError``)."""
-        if self.prior_target is None:
-            return None
-        if self.config.generator == "conditional":
-            raise ValueError(
-                "train.compile: a conditional circuit generator with generator_regularizer matches each "
-                "sample's P inside the forward, which cannot be compiled as one graph; set train.compile: false"
-            )
-        sig = self.generator.signatures
-        with torch.no_grad():
-            if self.config.kernel_per_module:
-                return self._P(sig, layer=list(range(self.config.depth)), distance=cosine_distance(sig))
-            return self._P(sig, layer=None, distance=cosine_distance(sig))[None]
-
-    def matching_in_advance(self, Ps: torch.Tensor | None = None) -> tuple | None:
-        """The regularizer's matchings of the ``P`` the next training forward computes
-        (``probabilities_in_advance``, or ``Ps``: those computed already, by the last compiled
-        step), started now on the worker thread: ``(layers, Future)``, the Future's result every
-        layer's permutation stacked (``match_stacked_async``: one copy each way); ``None`` where a
-        step matches nothing. What a compiled step (``train.compile``) passes as ``perms``,
-        keeping the host's numpy/scipy work out of the graph."""
-        Ps = Ps if Ps is not None else self.probabilities_in_advance()
-        if Ps is None:
-            return None
-        layers = list(range(self.config.depth)) if self.config.kernel_per_module else [None]
-        return layers, match_stacked_async(Ps, self._host_target(), self.config.matching)
-
-    def _kernel_mode(self, readout: bool = False, eval_kernel: str | None = None) -> str:
-        """How the kernel is drawn: a Concrete sample in training with ``stochastic_kernel`` (the
-        paper's SKMDPA; the read-out's only with ``sample_readout``), else ``P`` itself; at
-        evaluation ``eval_kernel`` (this call's, from ``forward``), else the config's."""
-        c = self.config
-        if not self.training:
-            return c.eval_kernel if eval_kernel is None else eval_kernel
-        return "sample" if c.stochastic_kernel and (c.sample_readout or not readout) else "expectation"
-
-    def conditional_graph_regularizer(
-        self, design: CircuitDesign, Ps: dict | None = None, *, blas_threads: int | None = 1
-    ) -> torch.Tensor:
-        """The regularizer on a conditional design (``generator_regularizer``; not in the paper,
-        whose section 4.4 trains without one): the mean over samples of each sample's ``P``
-        ``[U_p, U_p]`` (the graph's, ``link_probabilities``) against the prior's target, one
-        matching per sample. ``Ps``: the design's ``kernel_probabilities`` if computed;
-        ``blas_threads``: ``graph_regularizer``'s."""
-        Ps = Ps if Ps is not None else self.kernel_probabilities(design)
-        P = torch.stack(list(Ps.values())).mean(0) if self.config.kernel_per_module else Ps[None]
-        return torch.stack(
-            [
-                graph_structure_loss(
-                    Pb,
-                    self.prior_target,
-                    kind=self.config.regularizer,
-                    matching=self.config.matching,
-                    blas_threads=blas_threads,
-                )
-                for Pb in P
-            ]
-        ).mean()
-
-    def _sampler(
-        self, P: torch.Tensor | None, readout: bool = False, eval_kernel: str | None = None
-    ) -> KernelSampler | None:
-        """``sample_kernel(P, tau, B, mode)`` as ``sampler(B)``, ``P``'s logits computed once for
-        all the draws from it (``KernelSampler``: sparse on the CPU with ``cpu_shortcuts``, else
-        fixed-shape)."""
-        if P is None:
-            return None
-        mode = self._kernel_mode(readout, eval_kernel)
-        return KernelSampler(P, self.config.tau, mode=mode, cpu_shortcuts=self.cpu_shortcuts)
-
     # -- the executor -------------------------------------------------------------------------
     def forward(
         self,
@@ -533,76 +298,6 @@ class NAC(nn.Module):
             out["senders"] = out["processors"]
         return out
 
-    def _samplers(
-        self, design: CircuitDesign, Ps: dict | None = None, eval_kernel: str | None = None
-    ) -> tuple[list, KernelSampler | None]:
-        """The propagators' kernel samplers (one per layer) and the read-out's (``None`` for a
-        dense graph): each propagator draws from its own kernel (``kernel_per_module``), or from
-        one ``P`` whose logits are computed once, a fresh sample per layer. ``Ps``: the design's
-        ``kernel_probabilities``, computed here if not given; ``eval_kernel``: ``execute``'s."""
-        c = self.config
-        if design.signatures is None:
-            return [None] * c.depth, None
-        Ps, P_out = self._executor_probabilities(design, Ps)
-        sample_op = self._sampler(P_out, readout=True, eval_kernel=eval_kernel)
-        P0 = next(iter(Ps.values()))
-        if P0.dim() == 2 and not cpu_shortcut(P0, self.cpu_shortcuts):  # CUDA's path: every layer's kernel at once
-            return self._layer_samplers(Ps, eval_kernel), sample_op
-        samplers = [self._sampler(P, eval_kernel=eval_kernel) for P in Ps.values()]
-        samplers = samplers if c.kernel_per_module else samplers * c.depth
-        return samplers, sample_op
-
-    def _layer_samplers(self, Ps: dict, eval_kernel: str | None = None) -> list:
-        """``_samplers``' propagator samplers for a shared design off the CPU's shortcuts: the
-        first layer's call draws every layer's kernel ``[L, B, U, V]`` by one
-        ``KernelSampler(layers=True)`` draw and computes every ``log K_hat`` by one chain of ops
-        (``layer_kernel_biases``); each layer's call returns its own ``KernelBias``. The same
-        formula per layer as its own sampler and bias; the uniforms of layers ``1..L-1`` are drawn
-        with layer 0's, before the drop-path draws between layers, so with drop-path the random
-        stream is consumed in another order: independent draws either way, the same distribution
-        (``tests/test_batched_kernels.py``; the per-layer form: ``tests/reference_kernel.py``)."""
-        c = self.config
-        P = torch.stack(list(Ps.values())) if c.kernel_per_module else next(iter(Ps.values())).expand(c.depth, -1, -1)
-        sampler = KernelSampler(
-            P, c.tau, mode=self._kernel_mode(eval_kernel=eval_kernel), layers=True, cpu_shortcuts=self.cpu_shortcuts
-        )
-        drawn = []
-
-        def layer(i: int):
-            def sample(B: int):
-                if not drawn:
-                    K = sampler(B)
-                    drawn.extend([None] * c.depth if K is None else layer_kernel_biases(K, c.delta))
-                return drawn[i]
-
-            return sample
-
-        return [layer(i) for i in range(c.depth)]
-
-    def _executor_probabilities(self, design: CircuitDesign, Ps: dict | None = None) -> tuple[dict, torch.Tensor]:
-        """The ``P`` the executor samples its kernels from: ``({layer: P}, P_readout)``. Without
-        input latents, the propagators' ``kernel_probabilities`` (``Ps`` if given) and the
-        read-out's ``[(B,) U_o, U_p]``. With input latents that have signatures, the authors'
-        kernel over the senders' concatenated signatures ``[input latents; processors]``: each
-        layer's ``P`` is ``[(B,) U_p, N + U_p]``, its first ``N`` columns the links from the input
-        latents by that layer's kernel (bandwidth, truncation; eq. 2 is elementwise, so this
-        equals the kernel of the concatenation), the rest ``Ps``' (what the regularizer reads); the
-        read-out's is ``[(B,) U_o, N + U_p]``."""
-        Ps = Ps if Ps is not None else self.kernel_probabilities(design)
-        latents = getattr(self, "input_latents", None)
-        s_in = None if latents is None else latents.signatures
-        if s_in is None:
-            return Ps, self._P(design.readout_signatures, design.signatures, layer="readout")
-        s_p = design.signatures
-        d_in = cosine_distance(s_p, s_in)  # [(B,) U_p, N], the same for every layer's kernel
-        if self.config.kernel_per_module:
-            layers = list(range(self.config.depth))
-            P_in = dict(zip(layers, self._P(s_p, s_in, layer=layers, distance=d_in).unbind(0)))
-        else:
-            P_in = {None: self._P(s_p, s_in, layer=None, distance=d_in)}
-        Ps = {i: torch.cat([P_in[i], P], dim=-1) for i, P in Ps.items()}
-        return Ps, self._P(design.readout_signatures, cat_modules(s_in, s_p), layer="readout")
-
     def _execute_with_input_latents(
         self, tokens: torch.Tensor, mask, design: CircuitDesign, Ps=None, eval_kernel: str | None = None
     ) -> torch.Tensor:
@@ -643,8 +338,8 @@ BASELINES = {
 
 def build_model(
     config: ModelConfig | NeuralInterpreterConfig | ModularNetworkConfig | dict,
-    fit_signatures: bool = True,
     *,
+    fit_signatures: bool = True,
     cpu_shortcuts: bool = True,
 ) -> nn.Module:
     """Build a NAC (any rung of the ladder) or a baseline (``BASELINES``, by ``variant``) from its

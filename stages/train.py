@@ -13,22 +13,24 @@ process evaluates).
 """
 
 import argparse
+from functools import partial
 
 from nac.pipeline.lifeline import run_stage
 from nac.pipeline.params import load_params
 from nac.pipeline.pool import add_job_arguments, one_job, run_jobs
-from nac.tracks.image import train_and_evaluate_image_run, train_image_jobs, validate
+from nac.tracks.image import train_image_jobs, train_image_run, validate
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     add_job_arguments(ap, "one run: perceiver_io | modfc | frozen_graph | a baseline | nac-<prior>[-<control>]")
+    ap.add_argument("--metrics", default="metrics", help="the metrics directory (dvc.yaml's outs are under metrics/)")
     args = ap.parse_args()
     single = one_job(ap, args, "the whole ladder")
     params = load_params(check=[validate], stage="train")
     jobs = [(params, args.run, args.seed)] if single else train_image_jobs(params)
     run_jobs(
-        train_and_evaluate_image_run,
+        partial(train_image_run, metrics=args.metrics),
         jobs,
         device=params.get("device", "auto"),
         desc="train",

@@ -9,23 +9,25 @@ when interrupted. ``--run R --seed S`` trains that one job in this process, e.g.
 """
 
 import argparse
+from functools import partial
 
 from nac.pipeline.lifeline import run_stage
 from nac.pipeline.params import load_params
 from nac.pipeline.pool import add_job_arguments, one_job, run_jobs
-from nac.tracks.common import TRACK_RUNS, train_and_evaluate_track_run, train_track_jobs, validator
+from nac.tracks.common import TRACK_RUNS, train_track_jobs, train_track_run, validator
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("track", choices=sorted(TRACK_RUNS))
     add_job_arguments(ap, "one run of the track")
+    ap.add_argument("--metrics", default="metrics", help="the metrics directory (dvc.yaml's outs are under metrics/)")
     args = ap.parse_args()
     single = one_job(ap, args, "every run of the track")
     params = load_params(check=[validator(args.track)], stage=f"train_{args.track}")
     jobs = [(params, args.track, args.run, args.seed)] if single else train_track_jobs(params, args.track)
     run_jobs(
-        train_and_evaluate_track_run,
+        partial(train_track_run, metrics=args.metrics),
         jobs,
         device=params.get("device", "auto"),
         desc=f"train_{args.track}",

@@ -31,6 +31,7 @@ from nac import build_model
 from nac.circuits.attention import KernelBias
 from nac.circuits.kernel import KernelSampler, link_probabilities
 from nac.regularizer import layer_losses_from_permutations, loss_from_permutation, stacked_permutations
+from nac.training.objective import Objective
 from tests.reference_kernel import per_layer_kernels, per_layer_samplers
 
 
@@ -82,7 +83,7 @@ def _model(drop_path=0.0, **kw):
 
 def _step(model, x, y, seed=7):
     torch.manual_seed(seed)
-    logits, reg = model.logits_and_regularizer(x)
+    logits, reg = Objective(model)(x)
     loss = F.cross_entropy(logits, y) + 0.1 * reg
     model.zero_grad(set_to_none=True)
     loss.backward()

@@ -6,7 +6,7 @@ do not recompile when the number of links changes, and give the eager step's los
 Before this, ``torch._dynamo.explain(Objective(nac))`` broke the tiny NAC's forward into 6
 graphs (5 breaks), all of them the regularizer's matching: the worker thread's executor
 (``SimpleQueue.__new__``, its lock in ``submit``) and ``Future.result``'s lock. The matching now
-runs before the compiled region (``NAC.matching_in_advance``) and its permutations are inputs.
+runs before the compiled region (``Objective.matching_in_advance``) and its permutations are inputs.
 """
 
 import copy
@@ -22,7 +22,7 @@ from nac import build_model
 from nac.training import compiled
 from nac.training.config import TrainConfig
 from nac.training.loop import fit
-from nac.training.run import Objective
+from nac.training.objective import Objective
 
 CONFIGS = {
     "default": dict(variant="nac"),  # inet_baral: one fixed, untruncated kernel
@@ -51,8 +51,9 @@ def _model(cpu_shortcuts=False, **kw):
 def _args(model, seed=5, smoothing=0.1):
     """``objective_losses``' arguments for one batch, the permutations matched in advance."""
     x, y, _ = tiny_batch(model, seed=seed)
-    perms = compiled.finish_matching(compiled.start_matching(model), x.device)
-    return (Objective(model), {"inputs": x}, y, None, perms, smoothing, 0.1, False)
+    obj = Objective(model)
+    perms = compiled.finish_matching(compiled.start_matching(obj), x.device)
+    return (obj, {"inputs": x}, y, None, perms, smoothing, 0.1, False)
 
 
 # the default run keeps one NAC and Perceiver IO; the other forms run with the slow tests
@@ -212,9 +213,10 @@ def test_the_overlapped_step_equals_eager():
                 Objective(model), {"inputs": x}, y, None, None, 0.1, 0.1, False
             )
         else:
-            pending = compiled.start_matching(model)
+            obj = Objective(model)
+            pending = compiled.start_matching(obj)
             logits, ce, reg, loss = compiled.overlapped_losses(
-                parts, model, Objective(model), {"inputs": x}, y, None, pending, 0.1, 0.1, False
+                parts, obj, obj, {"inputs": x}, y, None, pending, 0.1, 0.1, False
             )
         loss.backward()
         out[key] = (logits.detach(), loss.detach(), reg.detach(), _grads(model), torch.rand(()))
@@ -276,7 +278,7 @@ def test_what_cannot_be_compiled_is_refused():
 
     model = _model(variant="nac", generator="conditional", cond_tokenizer=COND_TOKENIZER, generator_regularizer=True)
     with pytest.raises(ValueError, match="generator_regularizer.*train.compile: false"):
-        model.matching_in_advance()
+        Objective(model).matching_in_advance()
 
     class OwnObjective(torch.nn.Linear):
         def training_loss(self, *a, **k):
@@ -362,7 +364,7 @@ def test_the_whole_step_equals_eager(clip):
             _, ce2, reg2, loss2, norm2, next_P = run(*_step_args(step_model, groups, lrs, seed=5 + k, clip=clip))
         assert torch.rand(()) == after_eager
         # the next step's P, computed in the graph from the updated weights: the eager form's
-        assert torch.equal(next_P, step_model.probabilities_in_advance())
+        assert torch.equal(next_P, Objective(step_model).probabilities_in_advance())
         for got, want in ((ce2, ce), (reg2, reg), (loss2, loss), (norm2, norm)):
             torch.testing.assert_close(got, want.detach())
         with torch.no_grad():

@@ -1,5 +1,5 @@
 """Few-shot adaptation computes a NAC's link probabilities ``P`` (eq. 2) once per step (for the
-forward and the graph regularizer, ``NAC.logits_and_regularizer``) and once per evaluation (for
+forward and the graph regularizer, ``nac.training.objective.Objective``) and once per evaluation (for
 every batch of queries), and gives what the plain forms give."""
 
 import pytest
@@ -7,12 +7,13 @@ import torch
 
 from nac.model import NAC, build_model
 from nac.tracks import fewshot as fs
+from nac.training.objective import Objective
 
 
-def _plain_logits_and_regularizer(self, inputs, mask=None, cond=None, cond_mask=None, perms=None):
+def _plain_objective(self, inputs, mask=None, cond=None, cond_mask=None, perms=None):
     """The step before: the forward and the regularizer each compute ``P`` from the same design."""
-    design = self.design(cond, cond_mask)
-    return self(inputs, mask=mask, design=design), self.graph_regularizer(design)
+    design = self.model.design(cond, cond_mask)
+    return self.model(inputs, mask=mask, design=design), self.model.graph_regularizer(design)
 
 
 @pytest.fixture
@@ -36,7 +37,7 @@ def test_an_adaptation_step_computes_P_once_and_trains_as_the_plain_step(tiny_co
     assert cfg.reg_weight > 0
     once = fs.adapt(pre, x, y, cfg, seed=5).state_dict()
     assert len(counted) == cfg.steps
-    monkeypatch.setattr(NAC, "logits_and_regularizer", _plain_logits_and_regularizer)
+    monkeypatch.setattr(Objective, "forward", _plain_objective)
     counted.clear()
     twice = fs.adapt(pre, x, y, cfg, seed=5).state_dict()
     assert len(counted) == 2 * cfg.steps

@@ -1,10 +1,11 @@
 """``P`` computed once per training step and the regularizer's matching off the critical path
 (issue 21).
 
-``NAC.logits_and_regularizer`` (what ``nac.training.run.Objective`` calls for a NAC) computes
-each propagator's ``P`` (eq. 2) once (``kernel_probabilities``), starts the regularizer's
-matching on a worker thread (``match_async``: ``P`` copied to the host without blocking, the
-target read from its host copy), runs the forward with the same ``P`` and then finishes the
+``nac.training.objective.Objective`` (the training step's forward, and the one call a user's
+own loop takes) computes each of a NAC's propagators' ``P`` (eq. 2) once
+(``kernel_probabilities``), starts the regularizer's matching on a worker thread
+(``match_async``: ``P`` copied to the host without blocking, the target read from its host
+copy), runs the forward with the same ``P`` and then finishes the
 regularizer with the thread's permutations.
 
 * Against the plain step (``forward`` then ``graph_regularizer`` of the same design, each
@@ -23,7 +24,7 @@ from tiny_models import COND_TOKENIZER, TINY_KERNEL, make_tiny_config, tiny_batc
 
 from nac import build_model, regularizer
 from nac.model import NAC
-from nac.training.run import Objective
+from nac.training.objective import Objective
 
 CONFIGS = {
     "default": dict(),  # inet_baral: one fixed, untruncated kernel
@@ -119,11 +120,11 @@ def test_the_matching_on_a_thread_gives_the_sequential_step_bit_for_bit(matching
     threads = []
     real = regularizer._hungarian  # every matching's Hungarian steps
     monkeypatch.setattr(regularizer, "_hungarian", lambda c: threads.append(threading.current_thread().name) or real(c))
-    on_thread = _step(model, x, y, {}, [], NAC.logits_and_regularizer)
+    on_thread = _step(model, x, y, {}, [], lambda m, *a, **k: Objective(m)(*a, **k))
     assert len(threads) >= model.config.depth and all(t.startswith("nac-matching") for t in threads)
     threads.clear()
-    monkeypatch.setattr(NAC, "match_async", lambda self, Ps: None)  # graph_regularizer matches itself
-    here = _step(model, x, y, {}, [], NAC.logits_and_regularizer)
+    monkeypatch.setattr(Objective, "match_async", lambda self, Ps: None)  # graph_regularizer matches itself
+    here = _step(model, x, y, {}, [], lambda m, *a, **k: Objective(m)(*a, **k))
     assert len(threads) >= model.config.depth and set(threads) == {threading.current_thread().name}
     assert torch.equal(on_thread[0], here[0]) and torch.equal(on_thread[1], here[1])
     assert torch.equal(on_thread[3], here[3])
@@ -139,13 +140,16 @@ def test_the_target_is_read_from_its_host_copy(monkeypatch):
     x, _, _ = tiny_batch(model, seed=5)
     seen = []
     real = regularizer.match_async
-    monkeypatch.setattr("nac.model.match_async", lambda P, G, *a, **k: seen.append(G) or real(P, G, *a, **k))
+    monkeypatch.setattr(
+        "nac.training.objective.match_async", lambda P, G, *a, **k: seen.append(G) or real(P, G, *a, **k)
+    )
+    objective = Objective(model)
     for _ in range(2):
-        model.logits_and_regularizer(x)
+        objective(x)
     assert len(seen) == 2 * model.config.depth and all(G is seen[0] for G in seen)
     assert seen[0].dtype.name == "float64" and (seen[0] == model.prior_target.double().numpy()).all()
     model.prior_target = model.prior_target.flip(0)
-    model.logits_and_regularizer(x)
+    objective(x)
     assert seen[-1] is not seen[0] and (seen[-1] == model.prior_target.double().numpy()).all()
 
 
@@ -166,3 +170,37 @@ def test_sharing_adds_no_graph_break():
     ours |= {"link_probabilities", "code_modulations", "batched_modulations", "of"}
     for reason in explained.break_reasons:
         assert not {frame.name for frame in reason.user_stack} & ours, reason
+
+
+def test_the_readme_training_call_waits_on_no_host_copy():
+    """The README's training call, ``Objective(model)(images)``, on the code paths CUDA takes: no
+    op the host would wait on (bench/bench_ops.py's counter: sync ops, copies to the host,
+    blocking copies from it), forward and backward, once its first call has copied the prior's
+    constant target to the host (``host_target``, once per model); the plain form, ``model(x)`` then
+    ``model.graph_regularizer()``, copies every ``P`` to the host (the counter can fail)."""
+    import sys
+    from contextlib import ExitStack
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import bench_ops
+
+    model = _model(cpu_shortcuts=False, **TINY_KERNEL)  # a kernel per propagator: one matching each
+    x, y, _ = tiny_batch(model, seed=5)
+    objective = Objective(model)
+    objective(x)  # the first step: the target's one host copy
+    forms = {
+        "objective": lambda: objective(x),
+        "plain": lambda: (model(x), model.graph_regularizer()),
+    }
+    syncs = {}
+    for name, form in forms.items():
+        t = bench_ops._Tracker()
+        with ExitStack() as stack:
+            bench_ops._host_patches(t, stack)
+            with bench_ops._OpCounter(t):
+                logits, reg = form()
+                (F.cross_entropy(logits, y) + 0.1 * reg).backward()
+        syncs[name] = dict(t.sync_kinds)
+    assert syncs["objective"] == {}, syncs["objective"]
+    assert sum(syncs["plain"].values()) >= model.config.depth, syncs["plain"]

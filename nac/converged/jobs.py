@@ -67,7 +67,7 @@ def _image(params: dict, piece: P.Piece, out: Path, progress: bool) -> None:
     from nac.tracks.image import evaluate_image_run, prune_sweep, train_image_run
 
     run, seed = piece.run, piece.seed
-    write_json(out / "train.json", train_image_run(params, run, seed, live_dir=None, progress=progress))
+    write_json(out / "train.json", train_image_run(params, run, seed, progress=progress))
     write_json(out / "eval.json", evaluate_image_run(params, run, seed))
     if P.prunes(params, piece):
         one = dict(params, seeds=[seed], prune=dict(params["prune"], runs=[run]))

@@ -60,8 +60,8 @@ def track_checkpoint(track: str, run: str, seed: int) -> Path:
     return Path("models") / track / f"{run}-{seed}.pt"
 
 
-def track_metrics(track: str, run: str, seed: int) -> Path:
-    return Path("metrics") / "tracks" / track / f"{run}-{seed}.json"
+def track_metrics(track: str, run: str, seed: int, root: str | Path = "metrics") -> Path:
+    return Path(root) / "tracks" / track / f"{run}-{seed}.json"
 
 
 PRETRAIN_DIR = Path("models") / "fewshot_pretrain"

@@ -1,16 +1,13 @@
 """Constructing what a run needs, for every track: the training config, the prior settings, the
-fingerprint a resume must agree on, and ``train_run``, the one build-then-fit every training stage
-goes through. Imports no track."""
+fingerprint a resume must agree on, and ``start_run``, what every training job does before it
+calls ``fit``. Imports no track."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import Dataset
 
 from nac.config import ModelConfig
 from nac.fingerprint import source_fingerprint
@@ -18,7 +15,6 @@ from nac.model import build_model
 from nac.pipeline.datasets import builder
 from nac.training.config import TrainConfig
 from nac.training.distributed import World, init_distributed
-from nac.training.loop import fit
 
 
 def train_config(params: dict, train: dict[str, Any], seed: int) -> TrainConfig:
@@ -53,41 +49,15 @@ def run_fingerprint(params: dict, dataset: str, source: str) -> str:
     return h.hexdigest()[:16]
 
 
-def train_run(
-    params: dict,
-    model_config: ModelConfig,
-    train_cfg: TrainConfig,
-    train_set: Dataset,
-    val_set: Dataset | None,
-    *,
-    dataset: str,
-    checkpoint: str | Path,
-    source: str,
-    desc: str,
-    live_dir: str | Path | None = None,
-    progress: bool = True,
-    before_fit: Callable[[torch.nn.Module], None] | None = None,
-) -> tuple[torch.nn.Module, dict[str, Any], World]:
-    """Build the model (``torch.manual_seed(train_cfg.seed)`` first, so runs with one seed share
-    every initialisation) and train it with ``fit`` (resuming ``checkpoint`` under the same
-    fingerprint; ``val_set`` is evaluated on the main process only). ``before_fit(model)`` runs
-    between the two (e.g. to record the initial graph). Returns ``(model, fit's output, world)``;
-    under torchrun only the process with ``world.is_main`` should write results."""
+def start_run(
+    params: dict, model_config: ModelConfig, train_cfg: TrainConfig, *, dataset: str, source: str
+) -> tuple[torch.nn.Module, World, str]:
+    """What every training job does before ``fit``: this process's device (``init_distributed``),
+    ``torch.manual_seed(train_cfg.seed)`` then the model (so runs with one seed share every
+    initialisation), and the fingerprint a resume must agree on (``run_fingerprint``). Returns
+    ``(model, world, fingerprint)``; the caller calls ``fit`` with them (the validation set on the
+    main process only); under torchrun only the process with ``world.is_main`` writes results."""
     world = init_distributed(params.get("device", "auto"))
     torch.manual_seed(train_cfg.seed)
     model = build_model(model_config)
-    if before_fit is not None:
-        before_fit(model)
-    out = fit(
-        model,
-        train_set,
-        val_set if world.is_main else None,
-        train_cfg,
-        world=world,
-        checkpoint=checkpoint,
-        live_dir=live_dir,
-        progress=progress,
-        desc=desc,
-        fingerprint=run_fingerprint(params, dataset, source),
-    )
-    return model, out, world
+    return model, world, run_fingerprint(params, dataset, source)

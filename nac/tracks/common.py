@@ -32,8 +32,9 @@ from nac.pipeline import schema_models as schema
 from nac.pipeline.datasets import dataset_info, track_builder
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import track_checkpoint, track_metrics
-from nac.pipeline.runs import prior_settings, train_config, train_run
+from nac.pipeline.runs import prior_settings, start_run, train_config
 from nac.training.config import TrainConfig
+from nac.training.loop import fit
 
 ParamsError = schema.ParamsError
 
@@ -197,37 +198,33 @@ def train_track_jobs(params: dict, track: str) -> list[tuple[dict, str, str, int
     return sorted(jobs, key=lambda j: -_TRACK_COST.get(j[2], 30))
 
 
-def train_and_evaluate_track_run(params: dict, track: str, run: str, seed: int, progress: bool = True) -> None:
-    """One job of a ``train_<track>`` stage: train, evaluate, write ``metrics/tracks/<track>/<run>-<seed>.json``."""
-    live = f"metrics/tracks/live/{track}/{run}-{seed}"
-    res = train_track_run(params, track, run, seed, live_dir=live, progress=progress)
-    if res is not None:
-        write_json(track_metrics(track, run, seed), res)
-
-
 def train_track_run(
-    params: dict, track: str, run: str, seed: int, live_dir: str | Path | None = None, progress: bool = True
+    params: dict, track: str, run: str, seed: int, progress: bool = True, *, metrics: str | Path | None = None
 ) -> dict[str, Any] | None:
     """Train one run of a track with one seed, then evaluate it on the validation and test
-    splits. Returns the metrics (``None`` on non-main processes under torchrun)."""
+    splits. Returns the metrics (``None`` on non-main processes under torchrun). ``metrics`` (a
+    ``train_<track>`` stage's job, ``metrics``): also write the curves under
+    ``<metrics>/tracks/live/<track>/<run>-<seed>`` and the metrics to
+    ``<metrics>/tracks/<track>/<run>-<seed>.json`` (``track_metrics``)."""
     sec = params[track]
     ds = track_builder(params, track)
     cfg = track_train_config(params, track, seed)
     ngram = sec.get("ngram")
     train_set = RunInputs(ds.load("train"), run, ngram)
     val = RunInputs(ds.load(sec.get("val_split", "val")), run, ngram)
-    model, out, world = train_run(
-        params,
-        track_model_config(params, track, run, ds.info()),
-        cfg,
+    model_config = track_model_config(params, track, run, ds.info())
+    model, world, fingerprint = start_run(params, model_config, cfg, dataset=sec["dataset"], source=__name__)
+    out = fit(
+        model,
         train_set,
-        val,
-        dataset=sec["dataset"],
+        val if world.is_main else None,
+        cfg,
+        world=world,
         checkpoint=track_checkpoint(track, run, seed),
-        source=__name__,
-        desc=f"{track} {run}-{seed}",
-        live_dir=live_dir,
+        live_dir=None if metrics is None else f"{metrics}/tracks/live/{track}/{run}-{seed}",
         progress=progress,
+        desc=f"{track} {run}-{seed}",
+        fingerprint=fingerprint,
     )
     if not world.is_main:
         return None
@@ -245,6 +242,8 @@ def train_track_run(
         ev = evaluate_split(model, RunInputs(ds.load(split), run, ngram), device, cfg.eval_batch_size, groups, names)
         key = "val" if split == sec.get("val_split", "val") else "test"
         res.update({f"{key}_{k}": v for k, v in ev.items()})
+    if metrics is not None:
+        write_json(track_metrics(track, run, seed, root=metrics), res)
     return res
 
 

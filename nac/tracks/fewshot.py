@@ -28,7 +28,7 @@ controller's mode selection frozen and no EM.
 Optimisations (tested equal to the plain form): with a frozen tokenizer the tokens of the support
 and query images are computed once per episode instead of at every step; a NAC's link
 probabilities ``P`` are computed once per adaptation step for the forward and the regularizer
-(``NAC.logits_and_regularizer``), and once per evaluation for every batch of queries.
+(``nac.training.Objective``), and once per evaluation for every batch of queries.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from nac.model import NAC
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import fewshot_image_run, image_checkpoint, pretrain_checkpoint
 from nac.training.distributed import resolve_device
+from nac.training.objective import Objective
 
 
 @dataclass
@@ -180,6 +181,7 @@ def adapt(
         model.tokenizer = nn.Identity()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    objective = Objective(model)
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     n = len(support_y)
@@ -188,7 +190,7 @@ def adapt(
         idx = (torch.randperm(n, generator=gen)[: cfg.batch_size] if n > cfg.batch_size else torch.arange(n)).to(device)
         x, y = support_x[idx], support_y[idx]
         if cfg.reg_weight and isinstance(model, NAC):  # P (eq. 2) computed once, for the forward and the regularizer
-            logits, reg = model.logits_and_regularizer(x)
+            logits, reg = objective(x)
             loss = F.cross_entropy(logits, y) + cfg.reg_weight * reg.to(device)
         else:
             design = model.design()

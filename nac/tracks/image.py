@@ -26,11 +26,12 @@ from nac.pipeline import schema_models as schema
 from nac.pipeline.datasets import builder
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import image_checkpoint, parse_run
-from nac.pipeline.runs import train_config, train_run
+from nac.pipeline.runs import start_run, train_config
 from nac.pipeline.schema import check_prune
 from nac.pruning import drop_modules, module_connectivity, random_connectivity
 from nac.training.config import TrainConfig
 from nac.training.distributed import resolve_device
+from nac.training.loop import fit
 
 ParamsError = schema.ParamsError
 
@@ -66,38 +67,41 @@ def image_train_config(params: dict, seed: int) -> TrainConfig:
 
 
 def train_image_run(
-    params: dict, run: str, seed: int, live_dir: str | Path | None = None, progress: bool = True
+    params: dict, run: str, seed: int, progress: bool = True, *, metrics: str | Path | None = None
 ) -> dict | None:
-    """Train one ladder entry with one seed; returns the training history and final metrics
-    (on the main process; ``None`` on the others under torchrun)."""
-    image = params["image"]
+    """Train one ladder entry with one seed (resuming its checkpoint, or reloading a finished one);
+    returns the training history and final metrics (on the main process; ``None`` on the others
+    under torchrun). ``metrics`` (the ``train`` stage's job, ``metrics``): also write the curves
+    under ``<metrics>/image/live/<run>-<seed>``, the result to
+    ``<metrics>/image/train/<run>-<seed>.json``, and evaluate the model IID and OOD
+    (``evaluate_image_run``) into ``<metrics>/image/eval/<run>-<seed>.json``."""
+    image, name = params["image"], f"{run}-{seed}"
     ds = builder(params, image["dataset"])
     train_set, val_set = ds.load("train"), ds.load(image["val_split"])
-    initial: dict[str, Any] = {}
-
-    def record_initial_graph(model: torch.nn.Module) -> None:
-        if has_graph(model):
-            initial.update(P=processor_graph(model), numbers=mechanism_numbers(model))
-
-    model, out, world = train_run(
-        params,
-        image_model_config(params, run, seed, ds.info()["num_classes"]),
-        image_train_config(params, seed),
+    cfg = image_train_config(params, seed)
+    model_config = image_model_config(params, run, seed, ds.info()["num_classes"])
+    model, world, fingerprint = start_run(params, model_config, cfg, dataset=image["dataset"], source=__name__)
+    initial = {"P": processor_graph(model), "numbers": mechanism_numbers(model)} if has_graph(model) else None
+    out = fit(
+        model,
         train_set,
-        val_set,
-        dataset=image["dataset"],
+        val_set if world.is_main else None,
+        cfg,
+        world=world,
         checkpoint=image_checkpoint(run, seed),
-        source=__name__,
-        desc=f"train {run}-{seed}",
-        live_dir=live_dir,
+        live_dir=None if metrics is None else f"{metrics}/image/live/{name}",
         progress=progress,
-        before_fit=record_initial_graph,
+        desc=f"train {name}",
+        fingerprint=fingerprint,
     )
     if not world.is_main:
         return None
     res = {"run": run, "seed": seed, "parameters": count_parameters(model), **out["final"], "history": out["history"]}
     if initial:
         res["mechanism"] = {"init": initial["numbers"], "final": mechanism_numbers(model, initial["P"])}
+    if metrics is not None:
+        write_json(f"{metrics}/image/train/{name}.json", res)
+        write_json(f"{metrics}/image/eval/{name}.json", evaluate_image_run(params, run, seed))
     return res
 
 
@@ -118,16 +122,6 @@ def train_image_jobs(params: dict) -> list[tuple[dict, str, int]]:
     first (so that the last job to finish is a short one)."""
     jobs = [(params, run, seed) for run in params["image"]["ladder"] for seed in params["seeds"]]
     return sorted(jobs, key=lambda j: -_COST.get(parse_run(j[1])[0], 60))
-
-
-def train_and_evaluate_image_run(params: dict, run: str, seed: int, progress: bool = True) -> None:
-    """One job of the ``train`` stage: train ``<run>-<seed>`` (or reload its finished checkpoint),
-    evaluate it IID and OOD, write ``metrics/image/{train,eval}/<run>-<seed>.json``."""
-    name = f"{run}-{seed}"
-    res = train_image_run(params, run, seed, live_dir=f"metrics/image/live/{name}", progress=progress)
-    if res is not None:  # the main process writes and evaluates
-        write_json(f"metrics/image/train/{name}.json", res)
-        write_json(f"metrics/image/eval/{name}.json", evaluate_image_run(params, run, seed))
 
 
 def _ood_classes(params: dict) -> list[int] | None:

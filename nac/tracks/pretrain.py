@@ -15,7 +15,8 @@ from nac.config import ModelConfig
 from nac.pipeline.datasets import builder
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import PRETRAIN_DIR, pretrain_checkpoint
-from nac.pipeline.runs import prior_settings, train_config, train_run
+from nac.pipeline.runs import prior_settings, start_run, train_config
+from nac.training.loop import fit
 
 
 def pretrain(params: dict, run: str, seed: int, progress: bool = True) -> nn.Module:
@@ -29,17 +30,21 @@ def pretrain(params: dict, run: str, seed: int, progress: bool = True) -> nn.Mod
         cfg.update(variant="perceiver_io", **(pre.get("perceiver_io") or {}))
     else:
         cfg.update(variant="nac", **prior_settings(params))
-    model, _, _ = train_run(
-        params,
-        ModelConfig.from_dict(cfg),
-        train_config(params, pre["train"], seed),
-        ds.load("train"),
-        ds.load(pre.get("val_split", "val")),
-        dataset=pre["dataset"],
+    train_cfg = train_config(params, pre["train"], seed)
+    train_set, val_set = ds.load("train"), ds.load(pre.get("val_split", "val"))
+    model, world, fingerprint = start_run(
+        params, ModelConfig.from_dict(cfg), train_cfg, dataset=pre["dataset"], source=__name__
+    )
+    fit(
+        model,
+        train_set,
+        val_set if world.is_main else None,
+        train_cfg,
+        world=world,
         checkpoint=pretrain_checkpoint(run, seed),
-        source=__name__,
-        desc=f"pretrain {run}-{seed}",
         progress=progress,
+        desc=f"pretrain {run}-{seed}",
+        fingerprint=fingerprint,
     )
     return model
 

@@ -3,7 +3,7 @@
 
 The step's only host work, the regularizer's Hungarian matching (numpy/scipy on a worker
 thread), cannot be inside a graph, so it is done before the compiled region:
-``NAC.matching_in_advance`` computes the step's ``P`` from the parameters (``P`` depends on
+``Objective.matching_in_advance`` computes the step's ``P`` from the parameters (``P`` depends on
 nothing else: no input, no random draw) and starts its matching on the worker thread while the
 host prepares the batch; its permutations enter the compiled region as inputs (``perms``). The
 region, ``objective_losses`` (design, ``P``, kernel samples, executor, cross-entropy and the
@@ -40,8 +40,8 @@ import torch
 import torch.nn.functional as F
 from torch.optim.adam import adam as functional_adam
 
-from nac.model import NAC
 from nac.training.augment import soft_cross_entropy
+from nac.training.objective import Objective
 
 COMPILE_MODES = (False, "default", "reduce-overhead", "aot_eager")
 # ``train.compile_matching``: where the compiled step waits for the matching. ``before``: before
@@ -81,7 +81,7 @@ def objective_losses(wrapped, kw: dict, labels, targets, perms, label_smoothing:
     """One step's forward and loss: ``(logits [B, classes], ce, reg, loss)`` (scalars) of
     ``wrapped`` (``Objective``, or DDP around it) on the batch ``kw`` (``model_kwargs``), with
     hard ``labels [B]`` or soft ``targets [B, classes]`` (mixup/cutmix; else None), the
-    regularizer at ``perms`` (``NAC.matching_in_advance``'s permutations on the device; None:
+    regularizer at ``perms`` (``Objective.matching_in_advance``'s permutations on the device; None:
     matched inside, on the worker thread) and bf16 autocast when ``amp``. The eager step calls it
     as it is, a compiled one through ``compile_losses``."""
     with torch.autocast(labels.device.type, dtype=torch.bfloat16, enabled=amp):
@@ -96,7 +96,7 @@ def objective_losses(wrapped, kw: dict, labels, targets, perms, label_smoothing:
 
 def objective_parts(wrapped, kw: dict, labels, targets, label_smoothing: float, amp: bool):
     """``objective_losses`` of a NAC less its regularizer: ``(logits, ce, Ps)``, ``Ps`` the
-    step's ``{layer: P}`` (``NAC.logits_and_probabilities``) for ``overlapped_losses`` to finish."""
+    step's ``{layer: P}`` (``Objective(..., perms="later")``) for ``overlapped_losses`` to finish."""
     with torch.autocast(labels.device.type, dtype=torch.bfloat16, enabled=amp):
         logits, Ps = wrapped(**kw, perms="later")
         if targets is not None:
@@ -107,13 +107,13 @@ def objective_parts(wrapped, kw: dict, labels, targets, label_smoothing: float, 
 
 
 def overlapped_losses(
-    parts, model: NAC, wrapped, kw: dict, labels, targets, pending: dict, label_smoothing, reg_weight, amp
+    parts, objective: Objective, wrapped, kw: dict, labels, targets, pending: dict, label_smoothing, reg_weight, amp
 ):
     """``objective_losses`` with the matching ``pending`` (``start_matching``) awaited only after
     ``parts`` (``objective_parts``, compiled) is launched: ``(logits, ce, reg, loss)``, the same
     values; the regularizer at the permutations computed eagerly from the region's ``Ps``."""
     logits, ce, Ps = parts(wrapped, kw, labels, targets, label_smoothing, amp)
-    reg = model.graph_regularizer(Ps=Ps, perms=finish_matching(pending, labels.device))
+    reg = objective.regularizer(None, Ps, perms=finish_matching(pending, labels.device))
     return logits, ce, reg, ce + reg_weight * reg.float()
 
 
@@ -128,9 +128,9 @@ def compile_losses(mode, fn=objective_losses):
     return torch.compile(fn, mode=mode, dynamic=False)
 
 
-def start_matching(model, Ps: torch.Tensor | None = None) -> tuple | None:
-    """``model.matching_in_advance(Ps)`` for a NAC (``(layers, Future)``), else None."""
-    return model.matching_in_advance(Ps) if isinstance(model, NAC) else None
+def start_matching(objective: Objective, Ps: torch.Tensor | None = None) -> tuple | None:
+    """``objective.matching_in_advance(Ps)`` (``(layers, Future)``; None where a step matches nothing)."""
+    return objective.matching_in_advance(Ps)
 
 
 def finish_matching(pending: tuple | None, device) -> dict | None:
@@ -237,8 +237,7 @@ def whole_step(wrapped, groups, lrs, kw: dict, labels, targets, perms, label_smo
             scaled = iter(torch._foreach_mul(present, torch.clamp(grad_clip / (grad_norm + 1e-6), max=1.0)))
             grads = [None if g is None else next(scaled) for g in grads]
         adamw_update(groups, grads, lrs)
-        model = getattr(wrapped, "model", wrapped)
-        next_P = model.probabilities_in_advance() if isinstance(model, NAC) else None
+        next_P = wrapped.probabilities_in_advance() if isinstance(wrapped, Objective) else None
     return logits.detach(), ce.detach(), reg.detach(), loss.detach(), grad_norm, next_P
 
 
@@ -277,9 +276,9 @@ class CompiledStep:
         self.ahead: tuple | None = None  # the next step's matching, started as the last whole step returned
         self.pending: tuple | None = None  # this step's matching (begin)
 
-    def begin(self, model) -> None:
+    def begin(self, objective: Objective) -> None:
         """Start this step's matching (or take the one started as the last whole step returned)."""
-        self.pending, self.ahead = self.ahead or start_matching(model), None
+        self.pending, self.ahead = self.ahead or start_matching(objective), None
 
     def __call__(
         self, run, kw: dict, labels, targets, checks
@@ -301,11 +300,11 @@ class CompiledStep:
                     run.wrapped, self.adamw, self.lrs, kw, labels, targets, perms, *args, cfg.grad_clip
                 )
                 if next_P is not None:  # the next step's matching runs while the host goes on
-                    self.ahead = start_matching(run.model, next_P)
+                    self.ahead = start_matching(run.objective, next_P)
                 return logits, ce, reg, loss, grad_norm
             if pending is not None and self.parts is not None:  # the matching awaited while the device runs the forward
                 logits, ce, reg, loss = overlapped_losses(
-                    self.parts, run.model, run.wrapped, kw, labels, targets, pending, *args
+                    self.parts, run.objective, run.wrapped, kw, labels, targets, pending, *args
                 )
             else:
                 logits, ce, reg, loss = self.losses(

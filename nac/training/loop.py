@@ -185,7 +185,7 @@ def train_step(run: Run, batch: dict, epoch: int, i: int) -> torch.Tensor:
     if step:  # the scheduler's count becomes this step's (it starts at 0; a resumed one at the last step)
         run.scheduler.step()
     if run.compiled is not None:  # its matching runs on the worker thread while the host prepares the batch
-        run.compiled.begin(run.model)
+        run.compiled.begin(run.objective)
     kw, labels, targets = batch_inputs(run, batch, epoch, step)
     if run.compiled is not None:
         logits, ce, reg, loss, grad_norm = run.compiled(run, kw, labels, targets, run.checks)

@@ -21,46 +21,9 @@ from nac.training.compiled import CompiledStep
 from nac.training.config import TrainConfig
 from nac.training.distributed import World
 from nac.training.ema import ema_groups, make_ema
+from nac.training.objective import Objective
 from nac.training.optim import decay_groups, make_adamw, warmup_cosine
 from nac.training.resume import RunState
-
-
-class Objective(nn.Module):
-    """Wraps the model so one forward returns the logits and the graph regularizer computed from
-    the same circuit design (one module for DDP to wrap); a NAC's link probabilities are computed
-    once for both, its matching run on a worker thread meanwhile (``NAC.logits_and_regularizer``).
-    ``perms``: a NAC's permutations matched before the step (``NAC.matching_in_advance``, a
-    compiled step's), or ``"later"``: ``(logits, Ps)`` returned, the regularizer left to the caller
-    (``NAC.logits_and_probabilities``)."""
-
-    def __init__(self, model: NAC):
-        super().__init__()
-        self.model = model
-
-    def forward(self, inputs, mask=None, cond=None, cond_mask=None, perms=None, **own):
-        if own:  # a model with its own training objective: ``training_loss`` -> (logits, loss)
-            kw = {
-                k: v
-                for k, v in (("inputs", inputs), ("mask", mask), ("cond", cond), ("cond_mask", cond_mask))
-                if v is not None
-            }
-            return self.model.training_loss(kw, **own)
-        if isinstance(self.model, NAC) and perms == "later":  # (logits, Ps): the regularizer is the caller's
-            return self.model.logits_and_probabilities(inputs, mask, cond, cond_mask)
-        if isinstance(self.model, NAC):  # Perceiver IO too: its regularizer is the host's constant 0
-            logits, reg = self.model.logits_and_regularizer(inputs, mask, cond, cond_mask, perms=perms)
-        else:
-            design = self.model.design(cond, cond_mask)
-            logits, reg = self.model(inputs, mask=mask, design=design), self.model.graph_regularizer(design)
-        if reg.device != inputs.device:  # a host value: the constant 0 of a model without the regularizer
-            # made on the device from the host's number (no copy for the host to wait on: a blocking
-            # copy from the host synchronises on CUDA); a differentiable one is copied non-blocking
-            reg = (
-                reg.to(inputs.device, non_blocking=True)
-                if reg.requires_grad
-                else torch.full_like(reg, float(reg), device=inputs.device)
-            )
-        return logits, reg
 
 
 class WithIndex(Dataset):
@@ -82,7 +45,8 @@ class Run:
     """One training while it runs: what ``build_run`` makes and each step reads."""
 
     model: NAC  # trained in place (SyncBatchNorm under DDP on CUDA)
-    wrapped: nn.Module  # Objective(model), DDP-wrapped when distributed: what a step calls
+    objective: Objective  # Objective(model): the logits and the regularizer of one design, the matching
+    wrapped: nn.Module  # the objective, DDP-wrapped when distributed: what a step calls
     optimizer: torch.optim.AdamW
     scheduler: LambdaLR  # the LR schedule (warmup_cosine), stepped before each optimizer step
     ema: Any  # the AveragedModel (train.ema), evaluated and handed back; or None
@@ -94,7 +58,6 @@ class Run:
     world: World
     steps_per_epoch: int
     total: int  # optimizer steps of the whole training (the LR schedule's length)
-    warmup: int  # of which the LR warm-up's
     use_amp: bool  # bf16 autocast (train.amp on CUDA)
     own_objective: bool  # the model defines training_loss (a baseline trained by EM, say)
     state: RunState  # where training stands, for the messages that say what is kept
@@ -205,7 +168,7 @@ def build_run(
         world=world,
         steps_per_epoch=steps_per_epoch,
         total=total,
-        warmup=warmup,
+        objective=objective,
         use_amp=cfg.amp and device.type == "cuda",
         own_objective=hasattr(model, "training_loss"),
         state=RunState(Path(checkpoint) if checkpoint else None, desc),
