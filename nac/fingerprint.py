@@ -22,6 +22,7 @@ RESULT_SOURCES = (
     "config.py",
     "graphs.py",
     "regularizer.py",
+    "graph_matching.py",
     "training/",
     "checkpoint_io.py",
     "evaluation.py",

@@ -187,7 +187,8 @@ def test_every_numeric_dataclass_field_is_type_checked(section, cls):
     import dataclasses
 
     from nac.config import ModelConfig
-    from nac.pipeline.schema import IMAGE_MODEL_SET, TRACK_MODEL_SET, TRAIN_SET, _hints, _numeric
+    from nac.pipeline.schema import IMAGE_MODEL_SET, TRACK_MODEL_SET, TRAIN_SET
+    from nac.pipeline.typecheck import _hints, _numeric
     from nac.training.config import TrainConfig
 
     klass = {"ModelConfig": ModelConfig, "TrainConfig": TrainConfig}[cls]

@@ -25,12 +25,14 @@ from nac.pipeline.schema import (
     TRACK_MODEL_SET,
     TRAIN_RANGES,
     TRAIN_SET,
-    ParamsError,
     check_batch_fits,
+    check_split_read,
+)
+from nac.pipeline.typecheck import (
+    ParamsError,
     check_dataclass,
     check_keys,
     check_range,
-    check_split_read,
     check_table,
     check_type,
     check_unique,
