@@ -320,7 +320,9 @@ def test_the_whole_step_is_one_graph(name):
     assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
 
 
-@pytest.mark.parametrize("clip", [1.0, pytest.param(None, marks=pytest.mark.slow)])
+# both forms with the slow tests (~10 s each); the default run keeps the whole step's one-graph test
+@pytest.mark.slow
+@pytest.mark.parametrize("clip", [1.0, None])
 def test_the_whole_step_equals_eager(clip):
     """``aot_eager``, 3 steps whose LR changes (the scheduler's float copied into the device
     tensor) and whose number of links changes: each step from the same weights and AdamW state
