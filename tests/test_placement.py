@@ -102,6 +102,7 @@ def one_process(tmp_path_factory):
     return metrics
 
 
+@pytest.mark.slow  # ~7 s; the default run keeps test_pool's two-worker order and thread tests
 @TWO_CORES
 def test_jobs_on_two_fake_devices_match_one_process(clean_env, tmp_path, one_process):
     clean_env.setenv(placement.DEVICES_ENV, "cpu:0,cpu:1")
