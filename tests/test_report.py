@@ -15,7 +15,7 @@ import yaml
 from scipy import stats
 
 from nac import provenance
-from nac.report import bench_figures, build, figures, graph_figures, tables
+from nac.report import bench_figures, build, figures, graph_figures, nlvr_tables, tables
 from nac.report.claims import claims_metrics as real_claims_metrics
 from nac.report.claims import headline as real_headline
 from nac.report.published import TABLE2, TABLE3, TRACK_LABELS
@@ -273,7 +273,7 @@ def test_nlvr_tables_are_full(tmp_path):
     metrics = write_metrics(tmp_path)
     results = tables.read_track(metrics, "nlvr", RUNS["nlvr"], SEEDS)
     analysis = json.loads((metrics / "nlvr" / "analysis.json").read_text())
-    acc, by_type, measures, summary = tables.nlvr_tables(results, RUNS["nlvr"], analysis, "not computed")
+    acc, by_type, measures, summary = nlvr_tables.nlvr_tables(results, RUNS["nlvr"], analysis, "not computed")
     for name, df in (("nlvr", acc), ("nlvr_by_type", by_type), ("nlvr_analysis", measures)):
         tables.write_table(df, tmp_path / "tables", name, ".2f")
         _csv_is_full(tmp_path / "tables" / f"{name}.csv")

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from nac import metrics_io
-from nac.report import figures, graph_figures, switches, tables
+from nac.report import figures, graph_figures, nlvr_tables, switches, tables
 from nac.report.published import PRIOR_LABELS, RUN_LABELS, TRACK_LABELS, TRACK_RUN_LABELS
 from nac.stats import mean_ci
 
@@ -51,7 +51,7 @@ def nlvr(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dict[
         if params["profile"] == "paper"
         else "not computed: no CLIP weights offline / embedded profile"
     )
-    acc, by_type, measures, summary = tables.nlvr_tables(results, runs, analysis, clip)
+    acc, by_type, measures, summary = nlvr_tables.nlvr_tables(results, runs, analysis, clip)
     md["nlvr"] = tables.write_table(acc, out / "tables", "nlvr", ".2f")
     md["nlvr_by_type"] = tables.write_table(by_type, out / "tables", "nlvr_by_type", ".2f")
     md["nlvr_analysis"] = tables.write_table(measures, out / "tables", "nlvr_analysis", ".2f")
