@@ -43,36 +43,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_paper import (
-    _ci,  # noqa: E402
-    pruned_forwards,  # noqa: E402
-)
-
-from nac import build_model  # noqa: E402
-from nac.model import count_parameters  # noqa: E402
-from nac.pipeline.params import compose  # noqa: E402
-from nac.tracks.image import image_model_config  # noqa: E402
-from nac.training.optim import make_adamw  # noqa: E402
-from nac.training.run import Objective  # noqa: E402
-
-CLASSES = 200  # Tiny-ImageNet
-
-
-def paper_model(params: dict, run: str, n_processor: int | None = None) -> nn.Module:
-    p = params
-    if n_processor is not None:
-        p = {**params, "image": {**params["image"], "model": {**params["image"]["model"], "n_processor": n_processor}}}
-    torch.manual_seed(0)
-    return build_model(image_model_config(p, run, seed=0, num_classes=CLASSES))
-
-
-def _inputs(batch: int, size: int, device, num_classes: int = CLASSES) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(0)
-    x = torch.randint(0, 256, (batch, 3, size, size), dtype=torch.uint8, generator=g)
-    return x.to(device), torch.randint(0, num_classes, (batch,), generator=g).to(device)
+from nac.bench.models import TINY_CLASSES as CLASSES
+from nac.bench.models import Synthetic, inputs, paper_model, pretrain_model, pruned_throughput
+from nac.bench.timing import ci, timed_blocks
+from nac.model import count_parameters
+from nac.pipeline.params import compose
+from nac.training.optim import make_adamw
+from nac.training.run import Objective
 
 
 def make_step(
@@ -92,7 +69,7 @@ def make_step(
     model.to(device).train()
     objective = torch.compile(Objective(model)) if compile else Objective(model)
     opt = make_adamw(model.parameters(), lr=tr["lr"])
-    x, y = _inputs(batch, image_size or params["image"]["model"]["tokenizer"]["image_size"], device, num_classes)
+    x, y = inputs(batch, image_size or params["image"]["model"]["tokenizer"]["image_size"], device, num_classes)
 
     def step():
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
@@ -110,26 +87,6 @@ def make_step(
     return step
 
 
-def _timed_blocks(fns: dict, blocks: int, steps: int, sync=torch.cuda.synchronize) -> dict:
-    """``{key: [seconds per call, per block]}``: 3 warm-up calls of each of ``fns``, then
-    ``blocks`` blocks of ``steps`` calls of each, interleaved; ``sync`` (the device's
-    synchronize; a no-op on the CPU) around every block."""
-    for fn in fns.values():  # warm-up (cuDNN / cuBLAS heuristics, allocator)
-        for _ in range(3):
-            fn()
-    sync()
-    t = {k: [] for k in fns}
-    for _ in range(blocks):
-        for k, fn in fns.items():
-            sync()
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                fn()
-            sync()
-            t[k].append((time.perf_counter() - t0) / steps)
-    return t
-
-
 def part_step(params: dict, blocks: int, steps: int, modes=("bf16", "fp32")) -> dict:
     batch = params["image"]["train"]["batch_size"]
     out = {"batch": batch, "blocks": blocks, "steps_per_block": steps}
@@ -139,9 +96,9 @@ def part_step(params: dict, blocks: int, steps: int, modes=("bf16", "fp32")) -> 
             model = paper_model(params, run)
             n_params[run] = count_parameters(model)
             fns[run] = make_step(model, params, batch, amp=key != "fp32", compile=key == "bf16_compiled")
-        t = _timed_blocks(fns, blocks, steps)
-        out[key] = {f"{k}_s_per_step": _ci(v) for k, v in t.items()}
-        out[key]["nac_over_pio"] = _ci([a / b for a, b in zip(t["nac-scale_free"], t["perceiver_io"])])
+        t = timed_blocks(fns, blocks, steps, sync=torch.cuda.synchronize)
+        out[key] = {f"{k}_s_per_step": ci(v) for k, v in t.items()}
+        out[key]["nac_over_pio"] = ci([a / b for a, b in zip(t["nac-scale_free"], t["perceiver_io"])])
         out[key]["images_per_s"] = {k: batch / out[key][f"{k}_s_per_step"]["mean"] for k in t}
         out["parameters"] = n_params
         del fns
@@ -153,8 +110,6 @@ def part_ladder(params: dict, blocks: int, steps: int) -> dict:
     """The bf16 training step at batch 128 (one GPU's share of the pre-training batch) of every
     model the paper profile trains on images: each Table 1 rung and the two ImageNet
     pre-training models; rows named as bench_paper_cost.py's."""
-    from bench_paper_cost import pretrain_model
-
     batch = params["image"]["train"]["batch_size"]
     models = {f"Table 1: {run}": (lambda run=run: paper_model(params, run)) for run in params["image"]["ladder"]}
     for name in ("nac", "perceiver_io"):
@@ -176,9 +131,9 @@ def part_ladder(params: dict, blocks: int, steps: int) -> dict:
                 image_size=size,
                 num_classes=getattr(model.config, "num_classes", CLASSES),
             )
-            t = _timed_blocks({what: step}, blocks, steps)[what]
+            t = timed_blocks({what: step}, blocks, steps, sync=torch.cuda.synchronize)[what]
             rows[what] = {
-                "s_per_step": _ci(t),
+                "s_per_step": ci(t),
                 "images_per_s": batch / (sum(t) / len(t)),
                 "parameters": count_parameters(model),
             }
@@ -214,33 +169,7 @@ def part_memory(params: dict) -> dict:
 
 
 def part_throughput(params: dict, blocks: int, batches: list[int], fractions=(0.0, 0.875)) -> dict:
-    return {f"batch_{b}": _throughput(params, blocks, b, fractions) for b in batches}
-
-
-def _throughput(params: dict, blocks: int, batch: int, fractions, device: str = "cuda", steps: int = 10) -> dict:
-    """Images/s of the paper-size NAC's whole model and executor with each of ``fractions`` of
-    its modules dropped, bf16 autocast on CUDA (fp32 on the CPU), ``blocks`` interleaved blocks of
-    ``steps`` forwards; speed-ups over the first fraction, per block."""
-    from nac.pruning import random_connectivity
-
-    model = paper_model(params, "nac-scale_free").to(device).eval()
-    U = model.config.n_processor
-    size = params["image"]["model"]["tokenizer"]["image_size"]
-    x, _ = _inputs(batch, size, device)
-    ranking = random_connectivity(U, seed=0)
-    cuda = torch.device(device).type == "cuda"
-    with torch.no_grad(), torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=cuda):
-        per = pruned_forwards(model, x, fractions, ranking)
-        fns = {(f, kind): fn for f, d in per.items() for kind, fn in d.items()}
-        t = _timed_blocks(fns, blocks, steps, sync=torch.cuda.synchronize if cuda else lambda: None)
-    rows = []
-    for frac in fractions:
-        row = {"dropped_fraction": frac, "kept_modules": U - int(round(frac * U))}
-        for kind in ("whole", "executor"):
-            row[f"{kind}_images_per_s"] = _ci([batch / s for s in t[(frac, kind)]])
-            row[f"{kind}_speedup"] = _ci([a / b for a, b in zip(t[(fractions[0], kind)], t[(frac, kind)])])
-        rows.append(row)
-    return {"batch": batch, "amp": "bf16" if cuda else "fp32", "n_processor": U, "blocks": blocks, "rows": rows}
+    return {f"batch_{b}": pruned_throughput(params, blocks, b, fractions) for b in batches}
 
 
 def part_profile(params: dict, out_dir: Path) -> dict:
@@ -269,7 +198,7 @@ def part_profile(params: dict, out_dir: Path) -> dict:
         )
         res[run] = str(path)
     model = paper_model(params, "nac-scale_free").cuda().eval()
-    x, _ = _inputs(256, params["image"]["model"]["tokenizer"]["image_size"], "cuda")
+    x, _ = inputs(256, params["image"]["model"]["tokenizer"]["image_size"], "cuda")
     with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
         for _ in range(3):
             model(x)
@@ -282,19 +211,6 @@ def part_profile(params: dict, out_dir: Path) -> dict:
     path.write_text(prof.key_averages().table(sort_by="cuda_time_total", row_limit=40) + "\n")
     res["nac_eval"] = str(path)
     return res
-
-
-class _Synthetic(torch.utils.data.Dataset):
-    def __init__(self, n: int, size: int):
-        g = torch.Generator().manual_seed(1)
-        self.x = torch.randint(0, 256, (n, 3, size, size), dtype=torch.uint8, generator=g)
-        self.y = torch.randint(0, CLASSES, (n,), generator=g)
-
-    def __len__(self):
-        return len(self.y)
-
-    def __getitem__(self, i):
-        return {"input": self.x[i], "label": self.y[i]}
 
 
 def _ddp_worker(rank: int, world_size: int, backend: str, port: int, params: dict, batch: int, steps: int, result):
@@ -321,7 +237,7 @@ def _ddp_worker(rank: int, world_size: int, backend: str, port: int, params: dic
     )
     tr.pop("lr_batch_scaling", None)
     cfg = TrainConfig.from_dict(tr)
-    data = _Synthetic(batch * steps, params["image"]["model"]["tokenizer"]["image_size"])
+    data = Synthetic(batch * steps, params["image"]["model"]["tokenizer"]["image_size"])
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     out = fit(model, data, None, cfg, world=World(rank, world_size, device), progress=False, desc=f"ddp rank {rank}")

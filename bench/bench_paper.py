@@ -32,29 +32,18 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from nac import ModelConfig, build_model  # noqa: E402
-from nac.circuits.readin import ReadIn  # noqa: E402
-from nac.stats import mean_ci  # noqa: E402
-from nac.training.optim import make_adamw  # noqa: E402
+from nac import ModelConfig, build_model
+from nac.bench.models import paper_nac, pruned_forwards
+from nac.bench.timing import ci as _ci
+from nac.bench.timing import fmt
+from nac.bench.timing import time_call as _time
+from nac.circuits.readin import ReadIn
+from nac.training.optim import make_adamw
 
 # bench/bench_circuits.py's defaults
 SIZES = {"batch": 8, "modules": 256, "tokens": 64, "width": 384, "depth": 8}
-
-
-def _ci(values) -> dict:
-    iv = mean_ci(values)
-    return {"mean": iv.estimate, "lo": iv.lo, "hi": iv.hi, "n": iv.n, "values": list(values)}
-
-
-def _time(fn) -> float:
-    t = time.perf_counter()
-    fn()
-    return time.perf_counter() - t
 
 
 def _reference_impls(model) -> None:
@@ -222,42 +211,6 @@ def bench_readin(repeats: int) -> dict:
     return out
 
 
-def paper_nac():
-    from nac.pipeline.params import compose
-    from nac.tracks.image import image_model_config
-
-    params = compose(["profile=paper"])
-    torch.manual_seed(0)
-    return build_model(image_model_config(params, "nac-scale_free", seed=0, num_classes=200)), params
-
-
-def pruned_forwards(model: nn.Module, x: torch.Tensor, fractions, ranking) -> dict:
-    """``{fraction: {"executor": fn, "whole": fn}}``: forwards of ``model`` with that fraction of
-    its processor modules dropped (``nac.pruning.drop_modules`` in ``ranking``'s order); ``whole``
-    from the images ``x``, ``executor`` from the tokenizer's output with the circuit design
-    precomputed (what dropping modules can speed up). Call under ``torch.no_grad()``."""
-    from nac.pruning import drop_modules
-
-    U, fns = model.config.n_processor, {}
-    for frac in fractions:
-        k = int(round(frac * U))
-        smaller = drop_modules(model, k, connectivity=ranking).to(x.device).eval() if k else model
-        tokens, design, tok = smaller.tokenizer(x), smaller.design(), smaller.tokenizer
-
-        def whole(smaller=smaller):
-            smaller(x)
-
-        def executor(smaller=smaller, tokens=tokens, design=design, tok=tok):
-            smaller.tokenizer = nn.Identity()
-            try:
-                smaller(tokens, design=design)
-            finally:
-                smaller.tokenizer = tok
-
-        fns[frac] = {"executor": executor, "whole": whole}
-    return fns
-
-
 def bench_throughput(repeats: int, batch: int, fractions=(0.0, 0.875)) -> dict:
     model, params = paper_nac()  # outside no_grad: the signature fit trains
     with torch.no_grad():
@@ -292,12 +245,6 @@ def _throughput(model, params, repeats: int, batch: int, fractions) -> dict:
     for name in ("executor", "whole"):
         out[f"{name}_speedup"] = pruned[f"{name}_images_per_s"]["mean"] / full[f"{name}_images_per_s"]["mean"]
     return out
-
-
-def fmt(iv: dict, scale: float = 1.0, digits: int = 1) -> str:
-    if iv["lo"] is None:
-        return f"{iv['mean'] * scale:.{digits}f}"
-    return f"{iv['mean'] * scale:.{digits}f} [{iv['lo'] * scale:.{digits}f}, {iv['hi'] * scale:.{digits}f}]"
 
 
 def main() -> None:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 import time
 from pathlib import Path
 
@@ -34,13 +33,10 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from nac.config import ModelConfig  # noqa: E402
-from nac.model import build_model, count_parameters  # noqa: E402
-from nac.pipeline.params import compose  # noqa: E402
-from nac.pipeline.runs import prior_settings  # noqa: E402
-from nac.tracks.image import image_model_config  # noqa: E402
+from nac.bench.models import pretrain_model
+from nac.model import build_model, count_parameters
+from nac.pipeline.params import compose
+from nac.tracks.image import image_model_config
 
 TRAIN_SIZES = {"tiny_imagenet": 100_000, "imagenet": 1_281_167}  # training images (docs/reference.md)
 CLASSES = {"tiny_imagenet": 200, "imagenet": 1000}
@@ -90,18 +86,6 @@ def measured_rates(gpu_json: Path, rows: list[dict]) -> dict:
         if what in flops and "images_per_s" in m:
             rates[what] = flops[what] * m["images_per_s"]
     return rates
-
-
-def pretrain_model(p: dict, name: str, fit_signatures: bool = True):
-    """The few-shot ImageNet pre-training model ``name`` (nac | perceiver_io) of composed params
-    ``p``, as nac/tracks/pretrain.py builds it."""
-    pre = p["fewshot"]["pretrain"]
-    cfg = dict(pre["model"], num_classes=CLASSES[pre["dataset"]])
-    if name == "perceiver_io":
-        cfg.update(variant="perceiver_io", **(pre.get("perceiver_io") or {}))
-    else:
-        cfg.update(variant="nac", **prior_settings(p))
-    return build_model(ModelConfig.from_dict(cfg), fit_signatures=fit_signatures)
 
 
 def count_rows() -> list[dict]:

@@ -28,10 +28,9 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from nac.pipeline.pool import usable_cores
 
-from nac.pipeline.pool import usable_cores  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 _JOB = """
 import sys

@@ -24,19 +24,16 @@ import fcntl
 import json
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 
 import torch
 import yaml
 
+from nac.bench.scratch import train_in_scratch
+from nac.report.switches import SWITCHES, bench_params
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from scratch_run import train_in_scratch  # noqa: E402  (bench/, the script's folder)
-
-from nac.report.switches import SWITCHES, bench_params  # noqa: E402
 
 
 def main() -> None:

@@ -31,17 +31,14 @@ import datetime
 import json
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 
 import torch
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_paper import _ci, paper_nac, pruned_forwards  # noqa: E402
+from nac.bench.models import paper_nac, pruned_forwards
+from nac.bench.timing import ci as _ci
 
 ROOT = Path(__file__).resolve().parent.parent
 KINDS = ("executor", "whole")

@@ -12,16 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from nac.pipeline.params import compose  # noqa: E402
-from nac.tracks.common import train_track_run  # noqa: E402
+from nac.pipeline.params import compose
+from nac.tracks.common import train_track_run
 
 
 def main() -> None:

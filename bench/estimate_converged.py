@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from nac.pipeline.params import compose
 
-from nac.pipeline.params import compose  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 # ops per step of the models bench_ops.py counted at mini's size; the rest take the nearest counted model's
 COUNTED = {"perceiver_io", "modfc", "frozen_graph", "nac-scale_free", "neural_interpreter"}

@@ -28,7 +28,7 @@ stopped at its ``share_s``, its results so far kept):
   images/s and the NAC / Perceiver IO ratio, mean and 95% t CI over blocks.
 * ``throughput``: Figure 5b on the GPU, the paper-size NAC with 0% and 87.5% of its processor
   modules dropped (least connected first by ``random_connectivity``), whole model and executor,
-  bf16, at each ``--eval-batch`` (``bench_gpu._throughput``).
+  bf16, at each ``--eval-batch`` (``nac.bench.models.pruned_throughput``).
 * ``converged``: in the time left, pieces of the converged run: ``python tools/run_converged.py
   --budget <minutes>`` (the converged issue's piece-wise command). If the tool's ``--help`` names
   no ``--budget`` the part is not run and the JSON says so (an unbounded converged run would
@@ -72,8 +72,6 @@ from pathlib import Path
 from traceback import format_exc
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
 BUDGET_S = 540.0  # the whole window: 9 minutes (the run tool allows 10 per command)
 RESERVE_S = 15.0  # kept back from the parts: the JSON, the tar, the summary
@@ -83,7 +81,7 @@ MAX_FILES = 8  # what the output folder may hold
 JSON_NAME, LOG_NAME, SMI_NAME, CONVERGED_NAME = "gpu_window.json", "window.log", "nvidia-smi.txt", "converged.tar.gz"
 CONVERGED_CMD = [sys.executable, "tools/run_converged.py"]
 CONVERGED_KEEP = "results/converged"  # what the converged tool writes (its --out), tarred back
-BENCH_FILES = ("bench/gpu_window.py", "bench/bench_gpu.py", "bench/bench_paper.py", "bench/bench_throughput.py")
+BENCH_FILES = ("bench/gpu_window.py", "nac/bench/models.py", "nac/bench/timing.py")
 
 
 @dataclass(frozen=True)
@@ -170,8 +168,8 @@ def loop_step(model, params: dict, batch: int, mode, device):
     settings, ``train.compile: mode`` (scope ``step`` when compiled), on one fixed batch already on
     ``device``; augmentation, EMA and the loader off (not the step's)."""
     import torch
-    from bench_gpu import _inputs, _Synthetic
 
+    from nac.bench.models import Synthetic, inputs
     from nac.training import loop
     from nac.training.config import TrainConfig
     from nac.training.distributed import World
@@ -183,7 +181,7 @@ def loop_step(model, params: dict, batch: int, mode, device):
     size = params["image"]["model"]["tokenizer"]["image_size"]
     run = build_run(
         model,
-        _Synthetic(batch, size),
+        Synthetic(batch, size),
         None,
         TrainConfig.from_dict(tr),
         World(0, 1, device),
@@ -193,7 +191,7 @@ def loop_step(model, params: dict, batch: int, mode, device):
         None,
     )
     run.sums = torch.zeros(4, dtype=torch.float64, device=device)  # the epoch's metric sums, as fit sets them
-    x, y = _inputs(batch, size, device)
+    x, y = inputs(batch, size, device)
     data, count = {"input": x, "label": y}, itertools.count()
     return lambda: loop.train_step(run, data, 0, next(count))
 
@@ -251,8 +249,9 @@ def measure_step(mode, batch: int, blocks: int, steps: int, until: float, dry: b
     """One ``STEP_MODES`` mode: per model the compilation, syncs and memory, then interleaved
     blocks of steps fitted to ``until`` (a ``time.time()``); ``save(res)`` after each stage."""
     import torch
-    from bench_gpu import _timed_blocks, paper_model
-    from bench_paper import _ci
+
+    from nac.bench.models import paper_model
+    from nac.bench.timing import ci, timed_blocks
 
     device, params = _device_and_params(dry)
     sync = _sync(device)
@@ -288,26 +287,26 @@ def measure_step(mode, batch: int, blocks: int, steps: int, until: float, dry: b
         fns[name] = step
         save(res)
     per_block = steps * sum(r["next_steps_s"][-1] for r in res["models"].values())
-    warmup = 3 * per_block / steps  # _timed_blocks's 3 warm-up steps of each
+    warmup = 3 * per_block / steps  # timed_blocks's 3 warm-up steps of each
     fit = int((until - time.time() - warmup) // per_block) if per_block > 0 else blocks
     res["blocks_requested"], res["blocks"], res["steps_per_block"] = blocks, max(0, min(blocks, fit)), steps
     if res["blocks"] == 0:
         res["timing"] = "no block fitted in the part's share after the compilations"
         return res
     before = _dynamo_counts()
-    t = _timed_blocks(fns, res["blocks"], steps, sync=sync)
+    t = timed_blocks(fns, res["blocks"], steps, sync=sync)
     res["recompiles_in_blocks"] = _dynamo_counts()["graphs"] - before["graphs"]
-    res["s_per_step"] = {k: _ci(v) for k, v in t.items()}
+    res["s_per_step"] = {k: ci(v) for k, v in t.items()}
     res["images_per_s"] = {k: batch / v["mean"] for k, v in res["s_per_step"].items()}
-    res["nac_over_pio"] = _ci([a / b for a, b in zip(t["nac"], t["perceiver_io"])])
+    res["nac_over_pio"] = ci([a / b for a, b in zip(t["nac"], t["perceiver_io"])])
     if res["blocks"] < 2:
         res["timing"] = "one block fitted: no CI"
     return res
 
 
 def measure_throughput(batches: list[int], blocks: int, until: float, dry: bool, save) -> dict:
-    """``bench_gpu._throughput`` at each batch of ``batches`` while the part's time lasts."""
-    from bench_gpu import _throughput
+    """``nac.bench.models.pruned_throughput`` at each batch of ``batches`` while the part's time lasts."""
+    from nac.bench.models import pruned_throughput
 
     device, params = _device_and_params(dry)
     res = {"model": "paper profile image.model, nac-scale_free (untrained)" if not dry else "smoke profile (dry run)"}
@@ -316,7 +315,9 @@ def measure_throughput(batches: list[int], blocks: int, until: float, dry: bool,
             res[f"batch_{b}"] = {"skipped": "the part's share ran out"}
             continue
         t0 = time.perf_counter()
-        res[f"batch_{b}"] = _throughput(params, blocks, b, (0.0, 0.875), device=device.type, steps=2 if dry else 10)
+        res[f"batch_{b}"] = pruned_throughput(
+            params, blocks, b, (0.0, 0.875), device=device.type, steps=2 if dry else 10
+        )
         res[f"batch_{b}"]["wall_s"] = time.perf_counter() - t0
         save(res)
     return res

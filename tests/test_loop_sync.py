@@ -12,6 +12,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from nac import build_model
+from nac.bench import sdpa_counting, step_ops
 from nac.checkpoint_io import load_checkpoint
 from nac.training import loop
 from nac.training.config import TrainConfig
@@ -154,27 +155,19 @@ def test_augment_images_gathers_the_per_image_crops(dtype):
     assert not torch.equal(a, x)  # something was moved (seed 5 draws a flip and shifts)
 
 
-def _bench_ops():
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-    import bench_ops
-
-    return bench_ops
-
-
 TRAIN = dict(lr=1e-3, warmup_epochs=0, min_lr=1e-4, ema=0.9, grad_clip=1.0, label_smoothing=0.1, seed=0)
 LOOP_PARTS = ("data", "augment", "loss", "backward (other)", "grad norm", "optimizer", "checks", "ema", "loop")
 
 
 @pytest.mark.parametrize("adamw", ["foreach", pytest.param("fused", marks=pytest.mark.slow)])
 def test_bench_counts_no_sync_in_the_loops_steady_state_step(tiny_config, adamw):
-    """bench/bench_ops.py's counter (sync ops, copies to the host, blocking copies from it) over
+    """``nac.bench``'s counter (sync ops, copies to the host, blocking copies from it) over
     one steady-state step of ``fit`` with ``augment: true``, EMA, clipping: none in the loop's
     parts; none at all for Perceiver IO (the NAC's regularizer and kernel have their own tests)."""
-    bench = _bench_ops()
     for variant in ("perceiver_io", "nac"):
         torch.manual_seed(0)
         model = build_model(tiny_config(variant=variant, num_classes=4))
-        r = bench.measure(model, 2, 32, 4, TRAIN, adamw=adamw, augment=True)
+        r = step_ops.measure(model, 2, 32, 4, TRAIN, adamw=adamw, augment=True)
         assert r["ops"].get("augment", 0) > 0  # the augmentation ran inside the counted step
         assert not {p: n for p, n in r["syncs"].items() if p in LOOP_PARTS}, r["sync_kinds"]
         if variant == "perceiver_io":
@@ -182,14 +175,13 @@ def test_bench_counts_no_sync_in_the_loops_steady_state_step(tiny_config, adamw)
 
 
 def test_bench_compiled_sdpa_stand_in_gives_sdpas_values_and_gradients():
-    """bench_ops' compiled column counts SDPA with a bias as CUDA's one fused op each way: its
+    """The op counter's compiled column counts SDPA with a bias as CUDA's one fused op each way: its
     stand-in (an opaque custom op and a hand-written backward) gives SDPA's output and the
     gradients of q, k, v and the (broadcast) bias; SDPA without a bias is left as it is."""
     from contextlib import ExitStack
 
     import torch.nn.functional as F
 
-    bench = _bench_ops()
     g = torch.Generator().manual_seed(0)
     q = torch.randn(2, 3, 5, 8, generator=g, requires_grad=True)
     k, v = (torch.randn(2, 3, 6, 8, generator=g, requires_grad=True) for _ in range(2))
@@ -198,12 +190,12 @@ def test_bench_compiled_sdpa_stand_in_gives_sdpas_values_and_gradients():
     want = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
     want_grads = torch.autograd.grad(want, (q, k, v, bias), grad)
     with ExitStack() as stack:
-        bench._compiled_fused_sdpa(stack)
-        assert F.scaled_dot_product_attention is not bench._SDPA
+        sdpa_counting.compiled_fused_sdpa(stack)
+        assert F.scaled_dot_product_attention is not sdpa_counting.SDPA
         got = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
         assert "nac_bench_sdpa_bias" in got.grad_fn.name()  # the one opaque op, not SDPA's own
         got_grads = torch.autograd.grad(got, (q, k, v, bias), grad)
-    assert F.scaled_dot_product_attention is bench._SDPA
+    assert F.scaled_dot_product_attention is sdpa_counting.SDPA
     torch.testing.assert_close(got, want)
     for a, b in zip(got_grads, want_grads):
         torch.testing.assert_close(a, b)
@@ -213,11 +205,10 @@ def test_bench_compiled_sdpa_stand_in_gives_sdpas_values_and_gradients():
 def test_bench_counter_sees_a_blocking_copy_of_host_draws(tiny_config, monkeypatch):
     """The counter can fail: the per-image form's flips, drawn on the host and copied blocking,
     are one sync per step in the "augment" part (its ``.tolist()`` of host draws is none)."""
-    bench = _bench_ops()
     monkeypatch.setattr(loop, "augment_images", _per_image_flip_translate)
     torch.manual_seed(0)
     model = build_model(tiny_config(variant="perceiver_io", num_classes=4))
-    r = bench.measure(model, 2, 32, 4, TRAIN, augment=True)
+    r = step_ops.measure(model, 2, 32, 4, TRAIN, augment=True)
     assert r["sync_kinds"] == {"augment: blocking copy from host (.to(device))": 1}
 
 

@@ -219,6 +219,9 @@ def test_every_numeric_dataclass_field_is_type_checked(section, cls):
         ("image.train.augment", "yes", r"train\.augment='yes'; valid choices: true"),
         ("image.train.epochs", "1e1", r"image\.train\.epochs='1e1' is a string: .*; write 10$"),
         ("points.train.batch_size", 5000, r"points\.train\.batch_size=5000 exceeds data\.pointclouds\.n_train=2400"),
+        ("costs.pairs", ["tiny", "cifar"], r"costs\.pairs\[1\]='cifar'; valid choices: tiny, imagenet"),
+        ("costs.pairs", [], r"costs\.pairs must be a non-empty list of tiny, imagenet"),
+        ("costs.pairs", ["tiny", "tiny"], r"costs\.pairs\[1\]='tiny' repeats an earlier entry"),
     ],
 )
 def test_ranges_and_cross_field_rules(key, value, message):

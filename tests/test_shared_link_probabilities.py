@@ -175,16 +175,13 @@ def test_sharing_adds_no_graph_break():
 
 def test_the_readme_training_call_waits_on_no_host_copy():
     """The README's training call, ``Objective(model)(images)``, on the code paths CUDA takes: no
-    op the host would wait on (bench/bench_ops.py's counter: sync ops, copies to the host,
+    op the host would wait on (``nac.bench.opcount``'s counter: sync ops, copies to the host,
     blocking copies from it), forward and backward, once its first call has copied the prior's
     constant target to the host (``host_target``, once per model); the plain form, ``model(x)`` then
     ``model.graph_regularizer()``, copies every ``P`` to the host (the counter can fail)."""
-    import sys
     from contextlib import ExitStack
-    from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-    import bench_ops
+    from nac.bench import opcount
 
     model = _model(cpu_shortcuts=False, **TINY_KERNEL)  # a kernel per propagator: one matching each
     x, y, _ = tiny_batch(model, seed=5)
@@ -196,10 +193,10 @@ def test_the_readme_training_call_waits_on_no_host_copy():
     }
     syncs = {}
     for name, form in forms.items():
-        t = bench_ops._Tracker()
+        t = opcount.Tracker()
         with ExitStack() as stack:
-            bench_ops._host_patches(t, stack)
-            with bench_ops._OpCounter(t):
+            opcount.host_patches(t, stack)
+            with opcount.OpCounter(t):
                 logits, reg = form()
                 (F.cross_entropy(logits, y) + 0.1 * reg).backward()
         syncs[name] = dict(t.sync_kinds)

@@ -50,6 +50,7 @@ TOP_LEVEL = (
     "nlvr",
     "prior",
     "template",
+    "costs",
 )
 TRACKS = ("points", "listops", "text", "nlvr")
 DEVICES = ("auto", "cpu", "cuda")
@@ -290,6 +291,7 @@ def check_schema(params: Any) -> None:
     check_prior(params)
     check_template(params)
     check_data(params)
+    check_costs(params)
 
 
 def templates() -> list[str]:
@@ -307,6 +309,23 @@ def check_template(params: dict) -> None:
     name, known = params["template"], templates()
     if not isinstance(name, str) or (known and name not in known):
         raise ParamsError(f"template={name!r}; valid choices: {', '.join(known)} (pick one with `template=<name>`)")
+
+
+COST_PAIRS = ("tiny", "imagenet")  # nac.bench.step_ops.pairs' paper-size pairs
+
+
+def check_costs(params: dict) -> None:
+    """``costs.pairs``: which of the paper-size model pairs the ``costs`` stage counts."""
+    if "costs" not in params:
+        return
+    check_keys("costs", params["costs"], ["pairs"], ["pairs"])
+    pairs = params["costs"]["pairs"]
+    if not isinstance(pairs, list) or not pairs:
+        raise ParamsError(f"costs.pairs must be a non-empty list of {', '.join(COST_PAIRS)}, got {pairs!r}")
+    for i, pair in enumerate(pairs):
+        if pair not in COST_PAIRS:
+            raise ParamsError(f"costs.pairs[{i}]={pair!r}; valid choices: {', '.join(COST_PAIRS)}")
+    check_unique("costs.pairs", pairs)
 
 
 def check_prune(params: dict) -> None:

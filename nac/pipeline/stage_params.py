@@ -74,6 +74,7 @@ STAGE_PARAMS: dict[str, list[str] | None] = {
     ],
     "pretrain": [*_COMMON, "prior", "fewshot.source", "fewshot.runs", "fewshot.pretrain"],
     "fewshot": [*_COMMON, "prior.name", "fewshot", "data"],
+    "costs": ["costs"],
     "report": [
         "profile",
         "seeds",

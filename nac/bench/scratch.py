@@ -1,5 +1,7 @@
 """One image-track run trained and evaluated as the `train` stage does, in a scratch folder (its
-checkpoint is not the pipeline's): what bench_convergence.py and bench_switches.py share."""
+checkpoint is not the pipeline's): what bench/bench_convergence.py and bench/bench_switches.py
+share. It changes the working directory for the run: the library writes checkpoints under
+``models/`` of the working directory (``nac.pipeline.paths``), not under a path it is given."""
 
 from __future__ import annotations
 
