@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 
 import torch
-import yaml
 
 from nac.bench.scratch import train_in_scratch
+from nac.pipeline.params import read_params
 from nac.report.switches import bench_params
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,7 +43,7 @@ def main() -> None:
     ap.add_argument("--out", default="bench/results/convergence.json")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params = read_params(ROOT / "params.yaml")
     data_root = (ROOT / params["data"]["root"]).resolve()
     out_path = ROOT / args.out
     machine = {

@@ -40,6 +40,7 @@ from nac.bench.timing import ci as _ci
 from nac.bench.timing import fmt
 from nac.bench.timing import time_call as _time
 from nac.circuits.readin import ReadIn
+from nac.pipeline.params import read_params
 from nac.training.optim import make_adamw
 
 # bench/bench_circuits.py's defaults
@@ -130,11 +131,10 @@ def bench_mini_step(blocks: int, steps_per_block: int = 5, num_classes: int = 10
     ``nac.training.loop`` does (AdamW with decay / no-decay groups, label smoothing, the graph
     regularizer, gradient clipping), ``blocks`` interleaved blocks of ``steps_per_block`` steps
     each; seconds per step (wall, CPU) and the per-block NAC / PIO ratios."""
-    import yaml
 
     from nac.tracks.image import image_model_config
 
-    params = yaml.safe_load(Path("params.yaml").read_text())
+    params = read_params(Path("params.yaml"))
     tr = params["image"]["train"]
     size = int(params["image"]["model"]["tokenizer"].get("image_size", 32))
     steps = {}

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import yaml
 
+from nac.pipeline.params import read_params
 from nac.pipeline.pool import usable_cores
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,7 +47,7 @@ run_jobs(partial(train_image_run, metrics="metrics"), [(params, run, s) for s in
 
 
 def _workdir(epochs: int) -> Path:
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params = read_params(ROOT / "params.yaml")
     params["image"]["train"]["epochs"] = epochs
     params["image"]["train"]["warmup_epochs"] = min(params["image"]["train"].get("warmup_epochs", 0), epochs / 2)
     tmp = Path(tempfile.mkdtemp(prefix="bench_pool_"))

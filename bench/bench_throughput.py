@@ -35,10 +35,10 @@ import time
 from pathlib import Path
 
 import torch
-import yaml
 
 from nac.bench.models import paper_nac, pruned_forwards
 from nac.bench.timing import ci as _ci
+from nac.pipeline.params import read_params
 
 ROOT = Path(__file__).resolve().parent.parent
 KINDS = ("executor", "whole")
@@ -46,7 +46,7 @@ KINDS = ("executor", "whole")
 
 def grid(params_file: Path = ROOT / "params.yaml") -> list[float]:
     """The prune sweep's dropped fractions (params.yaml ``prune.dropped_fraction``)."""
-    return [float(f) for f in yaml.safe_load(params_file.read_text())["prune"]["dropped_fraction"]]
+    return [float(f) for f in read_params(params_file)["prune"]["dropped_fraction"]]
 
 
 def measure(repeats: int, batch: int, fractions: list[float]) -> dict:

@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     except (ParamsError, HydraException) as e:
         print(f"error: {e}\nparams.yaml was not changed ({' '.join(overrides) or 'defaults'})", file=sys.stderr)
         raise SystemExit(2) from None
-    params = yaml.safe_load(path.read_text(encoding="utf-8"))
+    params = read_params(path)
     print(
         f"wrote {path} ({' '.join(overrides) or 'defaults'}): profile={params['profile']} "
         f"prior={params['prior']['name']}"

@@ -20,9 +20,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from nac.imports import reached
+from nac.pipeline.params import read_params
 
 PROVENANCE = "provenance.json"
 RESULTS = Path("results/converged")  # the converged profile's result set (docs/convergence.md)
@@ -80,7 +79,7 @@ def read(results: str | Path = RESULTS) -> tuple[dict[str, Any], dict[str, Any]]
     if not (results / PROVENANCE).is_file():
         return None
     prov = json.loads((results / PROVENANCE).read_text(encoding="utf-8"))
-    params = yaml.safe_load((results / "params.yaml").read_text(encoding="utf-8"))
+    params = read_params(results / "params.yaml")
     return params, prov
 
 

@@ -46,9 +46,9 @@ def _with_line(lineno: int, line: str) -> str:
 # (id, params.yaml text, or overrides for the composer, and the message the user sees)
 DEFECTS = [
     (
-        "string-number",
-        _text(**{"image.train.lr": "LR"}).replace("lr: LR", "lr: 1e-3"),  # as a user types it
-        r"image\.train\.lr='1e-3' is a string: YAML reads 1e-3 as text .*; write 1\.0e-3",
+        "quoted-float",
+        _text(**{"image.train.lr": "LR"}).replace("lr: LR", "lr: '1e-3'"),
+        r"image\.train\.lr='1e-3' is a string, not a number: remove the quotes \(write 1e-3\)",
     ),
     (
         "quoted-int",
@@ -126,7 +126,7 @@ def test_defect_is_rejected_naming_the_key_and_the_fix(tmp_path, case, content, 
 
 # The validators a stage reading the defective section passes to load_params (none: every stage's).
 STAGE_CHECK = {
-    "string-number": [image.validate],
+    "quoted-float": [image.validate],
     "quoted-int": [image.validate],
     "batch_size-fraction": [image.validate],
     "num_workers-negative": [image.validate],
@@ -196,7 +196,9 @@ def test_every_numeric_dataclass_field_is_type_checked(section, cls):
     numeric = [f.name for f in dataclasses.fields(klass) if _numeric(_hints(klass)[f.name]) and f.name not in set_by]
     assert numeric
     for name in numeric:
-        with pytest.raises(ParamsError, match=rf"{section}\.{name}='1e-3' is a string: YAML reads 1e-3 as text"):
+        with pytest.raises(
+            ParamsError, match=rf"{section}\.{name}='1e-3' is a string, not a number: remove the quotes"
+        ):
             p = _params(**{f"{section}.{name}": "1e-3"})
             validate_all(p)
 
@@ -211,13 +213,13 @@ def test_every_numeric_dataclass_field_is_type_checked(section, cls):
         ("data.listops.min_length", 500, r"data\.listops\.min_length=500 exceeds data\.listops\.max_length=100"),
         ("image.model.tokenizer.image_size", 30, r"image\.model\.tokenizer\.image_size=30 must be divisible by 4"),
         ("image.train.seed", 3, r"image\.train\.seed is set by `seeds`, not by params\.yaml; remove it"),
-        ("prior.params.c", "1e1", r"prior\.params\.c='1e1' is a string: .*write 1\.0e\+1"),
+        ("prior.params.c", "1e1", r"prior\.params\.c='1e1' is a string, not a number: remove the quotes \(write 1e1\)"),
         ("prior.params.k", 3, r"prior\.params\.k is not a known param .*valid params at prior\.params: c, m"),
         ("device", "gpu", r"device='gpu'; valid choices: auto, cpu, cuda"),
         ("nlvr.analysis.folds", 1, r"nlvr\.analysis\.folds=1 is out of range: must be >= 2"),
         ("text.ngram.n", "3", r"text\.ngram\.n='3' is a string, not a number"),
         ("image.train.augment", "yes", r"train\.augment='yes'; valid choices: true"),
-        ("image.train.epochs", "1e1", r"image\.train\.epochs='1e1' is a string: .*; write 10$"),
+        ("image.train.epochs", "1e1", r"image\.train\.epochs='1e1' is a string, not a number: .*\(write 10\)$"),
         ("points.train.batch_size", 5000, r"points\.train\.batch_size=5000 exceeds data\.pointclouds\.n_train=2400"),
         ("costs.pairs", ["tiny", "cifar"], r"costs\.pairs\[1\]='cifar'; valid choices: tiny, imagenet"),
         ("costs.pairs", [], r"costs\.pairs must be a non-empty list of tiny, imagenet"),
@@ -228,6 +230,23 @@ def test_ranges_and_cross_field_rules(key, value, message):
     with pytest.raises(ParamsError, match=message):
         p = _params(**{key: value})
         validate_all(p)
+
+
+def test_params_yaml_reads_numbers_as_dvc_and_hydra_do(tmp_path):
+    """params.yaml is read as OmegaConf (and DVC's ``-S``, and Hydra) read it, YAML 1.2's numbers:
+    ``1e-3`` as a user types it (or ``dvc exp run -S image.train.lr=1e-3`` writes it) is the float
+    0.001, not a string (PyYAML's YAML 1.1 reads it as text); a repeated key is refused, naming
+    its line (PyYAML kept the last one silently)."""
+    path = tmp_path / "params.yaml"
+    path.write_text(_text(**{"image.train.lr": "LR"}).replace("lr: LR", "lr: 1e-3"), encoding="utf-8")
+    params = load_params(path)
+    assert params["image"]["train"]["lr"] == 0.001
+    validate_all(params)
+    assert load_params(ROOT / "params.yaml") == COMMITTED  # the committed file reads as before
+    text = (ROOT / "params.yaml").read_text(encoding="utf-8")
+    path.write_text(text + "profile: mini\n", encoding="utf-8")
+    with pytest.raises(ParamsError, match=r"params\.yaml:\d+:1: YAML syntax error: found duplicate key profile"):
+        load_params(path)
 
 
 def test_the_composer_replaces_params_yaml_only_when_valid(tmp_path, monkeypatch, capsys):

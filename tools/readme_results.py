@@ -11,11 +11,10 @@ import argparse
 import sys
 from pathlib import Path
 
-import yaml
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from nac.pipeline.params import read_params  # noqa: E402
 from nac.report import findings  # noqa: E402
 from nac.report.claims import registered  # noqa: E402
 
@@ -26,7 +25,7 @@ def block(root: Path = ROOT) -> str:
         raise SystemExit(
             "readme_results: reports/tables/claims.csv is absent; run `dvc repro` (the report stage) first"
         )
-    params = yaml.safe_load((root / "params.yaml").read_text(encoding="utf-8"))
+    params = read_params(root / "params.yaml")
     converged = findings.read_rows(root / "reports" / "converged" / "tables" / "claims.csv")
     return findings.readme_results(
         rows, [c.name for c in registered()], params["profile"], params["seeds"], converged=converged

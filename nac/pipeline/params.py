@@ -25,6 +25,7 @@ from nac.data.registry import available, get_builder
 from nac.graphs import PRIORS
 from nac.pipeline.schema import ParamsError, check_schema
 from nac.pipeline.stage_params import project
+from nac.pipeline.typecheck import article
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 PROFILES = ("smoke", "mini", "converged", "converged_smoke", "paper")
@@ -44,11 +45,15 @@ def compose(overrides: list[str] | None = None, conf_dir: str | Path = CONF_DIR)
 
 
 def read_params(path: Path, shown_as: str | Path | None = None) -> dict[str, Any]:
-    """Parse a params file; a YAML syntax error, an empty file or a non-mapping is a ParamsError
-    naming the file (and the line)."""
+    """Parse a params file as OmegaConf reads it (YAML 1.2's numbers, as DVC and Hydra read the
+    same file: ``1e-3`` is a float; a repeated key is refused; interpolations resolved); a YAML
+    syntax error, an empty file or a non-mapping is a ParamsError naming the file (and the line)."""
+    from omegaconf import DictConfig, OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
     name = shown_as or path
     try:
-        params = yaml.safe_load(path.read_text(encoding="utf-8"))
+        cfg = OmegaConf.load(path)
     except yaml.MarkedYAMLError as e:
         mark, ctx = e.problem_mark or e.context_mark, e.context_mark
         where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(name)
@@ -60,17 +65,27 @@ def read_params(path: Path, shown_as: str | Path | None = None) -> dict[str, Any
         ) from None
     except yaml.YAMLError as e:
         raise ParamsError(f"{name}: YAML error: {e}; recreate it with `python -m nac.compose`") from None
-    if params is None:
+    except OSError:  # "Invalid loaded object type": a scalar document, not a mapping
+        cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if cfg is None or (isinstance(cfg, DictConfig) and not cfg):
         raise ParamsError(
             f"{name} is empty; recreate it with `python -m nac.compose` "
             "(or `dvc exp run`, which composes it from conf/)"
         )
-    if not isinstance(params, dict):
+    if not isinstance(cfg, DictConfig):
+        value = OmegaConf.to_container(cfg) if OmegaConf.is_config(cfg) else cfg
         raise ParamsError(
-            f"{name} must be a mapping of sections (profile, seeds, data, image, ...), got a "
-            f"{type(params).__name__}: {str(params)[:60]!r}; recreate it with `python -m nac.compose`"
+            f"{name} must be a mapping of sections (profile, seeds, data, image, ...), got "
+            f"{article(value)}: {str(value)[:60]!r}; recreate it with `python -m nac.compose`"
         )
-    return params
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None) or "?"
+        raise ParamsError(
+            f"{name}: {key}: {str(e).splitlines()[0]}; write the value itself, or recreate the file with "
+            "`python -m nac.compose`"
+        ) from None
 
 
 def load_params(

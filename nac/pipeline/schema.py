@@ -13,9 +13,10 @@ signatures of the tokenizers (``model.tokenizer``), the ``defaults`` of the data
 (``data.<dataset>``) and ``nac.graphs.PRIOR_DEFAULTS`` (``prior.params``). The remaining
 sections (``image``, ``prune``, ``fewshot``, the tracks) are described by the tables below.
 
-Every message names the key (``image.train.lr``), the problem and the fix; YAML's traps are
-named explicitly: PyYAML (YAML 1.1) reads ``1e-3`` and ``1.0e3`` as *strings* (a float needs a
-dot and a signed exponent: ``1.0e-3``), and a quoted ``"5"`` is a string too.
+Every message names the key (``image.train.lr``), the problem and the fix; a quoted number
+(``"5"``, ``"1e-3"``) is named as the string it is. params.yaml is read by OmegaConf
+(``nac.pipeline.params.read_params``), as YAML 1.2 reads it and as DVC and Hydra do: ``1e-3`` is a
+float.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from nac.data.registry import _REGISTRY, available, embedded
 from nac.graphs import PRIOR_DEFAULTS, PRIORS
 from nac.pipeline.typecheck import (
     ParamsError,
-    _article,
+    article,
     check_keys,
     check_range,
     check_table,
@@ -277,7 +278,7 @@ def check_schema(params: Any) -> None:
     checked by their tracks' validators."""
     if not isinstance(params, dict):
         raise ParamsError(
-            f"params.yaml must be a mapping of sections ({', '.join(TOP_LEVEL)}), got {_article(params)}; "
+            f"params.yaml must be a mapping of sections ({', '.join(TOP_LEVEL)}), got {article(params)}; "
             "recreate it with `python -m nac.compose`"
         )
     unknown = [k for k in params if k not in TOP_LEVEL]

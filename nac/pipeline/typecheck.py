@@ -1,6 +1,6 @@
 """The generic checks of params.yaml's values, with messages that name the key, the problem and
-the fix (``ParamsError``): a value's annotated type (``check_type``; YAML 1.1's traps named:
-PyYAML reads ``1e-3`` as a string), a range (``check_range``), known and required keys
+the fix (``ParamsError``): a value's annotated type (``check_type``; a quoted number is named as
+one), a range (``check_range``), known and required keys
 (``check_keys``), a table of keys (``check_table``), a dataclass's fields (``check_dataclass``).
 ``nac.pipeline.schema`` describes the sections with them."""
 
@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 import types
 import typing
 from functools import lru_cache
 from typing import Any
-
-import yaml
 
 
 class ParamsError(ValueError):
@@ -76,44 +73,28 @@ def _describe(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
-_YAML11_FLOAT = re.compile(r"^[-+]?(\.[0-9_]+|[0-9][0-9_]*(\.[0-9_]*)?)([eE][-+]?[0-9]+)?$")
-
-
-def yaml_float_fix(text: str) -> str:
-    """How to write ``text`` so PyYAML reads a float: ``1e-3`` -> ``1.0e-3``, ``2.5E4`` -> ``2.5e+4``."""
-    mant, _, exp = text.strip().lower().partition("e")
-    if "." not in mant:
-        mant += ".0"
-    elif mant.endswith("."):
-        mant += "0"
-    if exp and exp[0] not in "+-":
-        exp = "+" + exp
-    return f"{mant}e{exp}" if exp else mant
-
-
-def _yaml_scalar(text: str) -> Any:
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
+def _as_number(text: str) -> int | float | None:
+    """The number a string spells (``"5"``, ``"1e-3"``, ``"1_000"``), or None."""
+    t = text.strip()
+    for cast in (int, float):
+        try:
+            return cast(t)
+        except ValueError:
+            pass
+    return None
 
 
 def check_type(where: str, value: Any, tp: Any) -> None:
-    """Raise ParamsError unless ``value`` has type ``tp``; strings that look like numbers get the
-    YAML explanation (unquoted ``1e-3`` is text to PyYAML; a quoted ``"5"`` is text)."""
+    """Raise ParamsError unless ``value`` has type ``tp``; a string that reads as a number (a
+    quoted ``"5"`` or ``"1e-3"``: params.yaml is read as YAML 1.2, where unquoted ``1e-3`` is a
+    float) is named as one, with the unquoted spelling to write."""
     if _accepts(value, tp):
         return
     num = _numeric(tp)
-    if isinstance(value, str) and num and _YAML11_FLOAT.match(value.strip()):
-        text = value.strip()
-        if "e" in text.lower() and not isinstance(_yaml_scalar(text), (int, float)):
-            fix = yaml_float_fix(text)
-            if num == "int" and float(text).is_integer():
-                fix = str(int(float(text)))  # an int field: write the whole number
-            raise ParamsError(
-                f"{where}={value!r} is a string: YAML reads {text} as text (a float needs a dot and a "
-                f"signed exponent); write {fix}"
-            )
+    if isinstance(value, str) and num and _as_number(value) is not None:
+        text, number = value.strip(), _as_number(value)
+        if num == "int" and isinstance(number, float) and number.is_integer():
+            text = str(int(number))  # an int field: write the whole number
         raise ParamsError(f"{where}={value!r} is a string, not a number: remove the quotes (write {text})")
     if isinstance(value, float) and num == "int":
         fix = f"write {int(value)}" if math.isfinite(value) and value.is_integer() else "use a whole number"
@@ -121,11 +102,15 @@ def check_type(where: str, value: Any, tp: Any) -> None:
     if isinstance(value, list) and typing.get_origin(tp) is list and typing.get_args(tp):
         for i, v in enumerate(value):
             check_type(f"{where}[{i}]", v, typing.get_args(tp)[0])
-    raise ParamsError(f"{where}={value!r} is {_article(value)}; expected {_describe(tp)}")
+    raise ParamsError(f"{where}={value!r} is {article(value)}; expected {_describe(tp)}")
 
 
-def _article(value: Any) -> str:
-    return "null" if value is None else f"a {'bool' if isinstance(value, bool) else type(value).__name__}"
+def article(value: Any) -> str:
+    """``value``'s type with its article: ``null``, ``a str``, ``an int``, ``a bool``."""
+    if value is None:
+        return "null"
+    name = "bool" if isinstance(value, bool) else type(value).__name__
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
 def check_range(where: str, value: Any, rng: tuple | None) -> None:
