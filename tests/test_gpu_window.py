@@ -1,6 +1,6 @@
-"""bench/gpu_window.py (issue 35): the plan and its deadline, the arguments, the refusal without
-CUDA, the output folder, the converged part with stand-in tools, and (slow) the whole window as
-a CPU dry run. No GPU number is checked: none is measured here."""
+"""bench/gpu_window.py (issue 35; its code: nac/bench/window*.py): the plan and its deadline, the
+arguments, the refusal without CUDA, the output folder, the converged part with stand-in tools,
+and (slow) the whole window as a CPU dry run. No GPU number is checked: none is measured here."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
+from nac.bench import window as gw
+from nac.bench import window_measure as wm
 
-import gpu_window as gw  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 SMALL = (gw.Part("a", 10, 50, ""), gw.Part("b", 40, 40, ""), gw.Part("c", 5, 20, ""), gw.Part("rest", 10, None, ""))
 
@@ -133,7 +133,7 @@ def test_converged_piece_runs_with_a_budget_and_comes_back_tarred(tmp_path):
         piece = json.loads(tar.extractfile("conv/piece.json").read())
         log = tar.extractfile("converged.log").read().decode()
     assert "converged.log" in names and piece["budget"] == rec["budget_min"] and "piece done" in log
-    assert sorted(p.name for p in out.iterdir()) == sorted([gw.JSON_NAME, gw.LOG_NAME, gw.SMI_NAME, gw.CONVERGED_NAME])
+    assert sorted(p.name for p in out.iterdir()) == sorted([gw.JSON_NAME, gw.LOG_NAME, wm.SMI_NAME, gw.CONVERGED_NAME])
     prov = res["provenance"]
     assert set(prov["code"]) == {"nac", "stages", "dvc.yaml"} and len(prov["bench_sha256"]) == 64
     assert res["start"] <= res["end"] and res["machine"]["cpu_dry_run"] is True
@@ -175,11 +175,11 @@ def test_sync_counting_needs_its_probe_seen(monkeypatch):
         warnings.warn("something else")
 
     cuda = torch.device("cuda")
-    res = gw.count_syncs(step, 3, cuda, probe=sync)
+    res = wm.count_syncs(step, 3, cuda, probe=sync)
     assert res["syncs_per_step"] == 2 and sum(res["where"].values()) == 6
-    unseen = gw.count_syncs(step, 3, cuda, probe=lambda: None)
+    unseen = wm.count_syncs(step, 3, cuda, probe=lambda: None)
     assert unseen["syncs_per_step"] is None and "saw 0 syncs in one known sync" in unseen["note"]
-    assert gw.count_syncs(step, 3, torch.device("cpu"))["syncs_per_step"] is None
+    assert wm.count_syncs(step, 3, torch.device("cpu"))["syncs_per_step"] is None
 
 
 @pytest.mark.slow  # 2 s on a quiet 2-core machine, 10+ s under load: two models built and stepped
@@ -187,7 +187,7 @@ def test_the_step_part_measures_both_models_first_and_fits_its_blocks_to_what_is
     """With its deadline passed after the compilations, the part still reports each model's first
     steps (what a window must not lose) and times no block."""
     saved = []
-    res = gw.measure_step(False, 2, 2, 1, time.time() - 1, True, lambda r: saved.append(json.loads(json.dumps(r))))
+    res = wm.measure_step(False, 2, 2, 1, time.time() - 1, True, lambda r: saved.append(json.loads(json.dumps(r))))
     assert set(res["models"]) == {"perceiver_io", "nac"} and [set(r["models"]) for r in saved] == [
         {"perceiver_io"},
         {"perceiver_io", "nac"},
@@ -200,7 +200,7 @@ def test_the_step_part_measures_both_models_first_and_fits_its_blocks_to_what_is
 
 @pytest.mark.slow
 def test_the_step_part_times_interleaved_blocks():
-    res = gw.measure_step(False, 2, 3, 1, time.time() + 300, True, lambda r: None)
+    res = wm.measure_step(False, 2, 3, 1, time.time() + 300, True, lambda r: None)
     assert res["blocks"] == 3 and res["nac_over_pio"]["n"] == 3 and len(res["s_per_step"]["nac"]["values"]) == 3
     ratios = [a / b for a, b in zip(res["s_per_step"]["nac"]["values"], res["s_per_step"]["perceiver_io"]["values"])]
     assert res["nac_over_pio"]["values"] == pytest.approx(ratios)

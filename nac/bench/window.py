@@ -1,0 +1,411 @@
+"""One prepared GPU window (issue 35): everything a short GPU loan should measure, in one
+command that ends inside 9 minutes and writes one folder.
+
+``bench/gpu_window.py`` is its command line. Started on a fresh GPU machine with the repository
+root as the working directory:
+
+    python bench/gpu_window.py --out "$OUT"          # or set $OUT and leave --out out
+    python bench/gpu_window.py --plan                # what would run in the window, no GPU needed
+    python bench/gpu_window.py --cpu-dry-run --out /tmp/window   # every part, tiny, on the CPU
+
+Parts, in order, each in a process of its own with its own time share (``PARTS``: a part is
+skipped, and the JSON says why, when less than its ``need_s`` is left of the window; it is
+stopped at its ``share_s``, its results so far kept):
+
+* ``machine`` (in this process, first): GPU, driver, torch, CUDA, cuDNN, Triton, CPUs and the
+  output of ``nvidia-smi``.
+* ``step_eager``, ``step_compiled``, ``step_cudagraphs``: the bf16 training step at batch 128 of
+  the ``paper`` profile's Tiny-ImageNet Perceiver IO and NAC (``image.ladder``'s
+  ``perceiver_io`` and ``nac-scale_free``, 64 px, 200 classes, untrained), taken as
+  ``nac.training.loop.fit`` takes it (``loop.train_step``: forward, loss with the graph
+  regularizer, backward, the paper's clipping (none), AdamW; without the loader, augmentation,
+  EMA and the schedule), eager; with the whole step compiled (``train.compile: default``,
+  ``train.compile_scope: step``); and compiled with CUDA graphs (``train.compile:
+  reduce-overhead``, scope ``step``). Per model: the first step's seconds (the compilation) and
+  the next two apart from the steady state; dynamo's graphs, breaks and recompiles; host syncs
+  per step seen by torch's own sync debug mode (``torch.cuda.set_sync_debug_mode("warn")``, the
+  Python lines that caused them); the peak CUDA memory of a step. Then interleaved blocks of
+  steps of the two models (as many of ``--blocks`` as fit the part's share): seconds per step,
+  images/s and the NAC / Perceiver IO ratio, mean and 95% t CI over blocks.
+* ``throughput``: Figure 5b on the GPU, the paper-size NAC with 0% and 87.5% of its processor
+  modules dropped (least connected first by ``random_connectivity``), whole model and executor,
+  bf16, at each ``--eval-batch`` (``nac.bench.models.pruned_throughput``).
+* ``converged``: in the time left, pieces of the converged run: ``python tools/run_converged.py
+  --budget <minutes>`` (the converged issue's piece-wise command). If the tool's ``--help`` names
+  no ``--budget`` the part is not run and the JSON says so (an unbounded converged run would
+  outlive the window).
+
+The output folder (at most ``MAX_FILES`` files): ``gpu_window.json`` (every part's results,
+the plan as it ran: shares, seconds, skipped parts and why; provenance: commit, code
+fingerprint (``nac.provenance``), a hash of the benchmark scripts, params hash, machine, start and
+end), ``window.log`` (this command's and its parts' output), ``nvidia-smi.txt`` and, when the
+converged part ran, ``converged.tar.gz`` (its log and ``results/converged/``).
+
+``--cpu-dry-run`` runs every part at the ``smoke`` profile's image-model size on the CPU (its
+signature fit cut to 20 steps), batch 4, with ``aot_eager`` standing in for both compiled modes
+(CUDA graphs and inductor's GPU kernels need CUDA) and no sync counts or CUDA memory (nothing to
+see on the CPU): what it proves is that the parts run end to end and write the folder, not any
+number. Without a CUDA device and without ``--cpu-dry-run`` (or ``--plan``) the command refuses
+with one line and exit code 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from traceback import format_exc
+
+from nac.bench.window_measure import (
+    DRY_PARAMS,
+    ROOT,
+    machine,
+    measure_step,
+    measure_throughput,
+    provenance,
+)
+
+BUDGET_S = 540.0  # the whole window: 9 minutes (the run tool allows 10 per command)
+RESERVE_S = 15.0  # kept back from the parts: the JSON, the tar, the summary
+GRACE_S = 20.0  # a part's own deadline (to fit its timing blocks) is its share less this
+STOP_S = 12.0  # a part still running at its share less this is stopped (SIGINT, SIGTERM, SIGKILL: 12 s at most)
+MAX_FILES = 8  # what the output folder may hold
+JSON_NAME, LOG_NAME, CONVERGED_NAME = "gpu_window.json", "window.log", "converged.tar.gz"
+CONVERGED_CMD = [sys.executable, "tools/run_converged.py"]
+CONVERGED_KEEP = "results/converged"  # what the converged tool writes (its --out), tarred back
+SCRIPT = ROOT / "bench" / "gpu_window.py"  # the command line; each measuring part runs it as --child
+
+
+@dataclass(frozen=True)
+class Part:
+    name: str
+    need_s: float  # the least time in which it gives a result: skipped when less is left
+    share_s: float | None  # the most it may take (None: all that is left)
+    what: str
+
+
+# Shares for one H100 (not measured yet: from bench/results/gpu.json's eager steps, 75 and
+# 196 ms, and room for inductor to compile each model's whole step once; the step parts fit
+# their blocks to what is left of their share, so a slower compilation costs blocks, not the part).
+PARTS = (
+    Part("step_eager", 45, 90, "bf16 step at batch 128, eager"),
+    Part("step_compiled", 75, 150, "the same, whole step compiled (train.compile: default, compile_scope: step)"),
+    Part("step_cudagraphs", 75, 150, "the same with CUDA graphs (train.compile: reduce-overhead, compile_scope: step)"),
+    Part("throughput", 30, 60, "module dropping: whole model and executor, 0% and 87.5% dropped"),
+    Part("converged", 105, None, "pieces of the converged run: tools/run_converged.py --budget <minutes>"),
+)
+STEP_MODES = {"step_eager": False, "step_compiled": "default", "step_cudagraphs": "reduce-overhead"}
+MEASURING = (*STEP_MODES, "throughput")  # the parts that run as ``--child``
+CONVERGED_MARGIN_S = 45.0  # the converged tool's wrap-up after its budget (copying its results)
+
+
+def decide(part: Part, left_s: float) -> tuple[float | None, str | None]:
+    """``(seconds allowed, None)`` for ``part`` with ``left_s`` of the window left, or ``(None,
+    why it is skipped)``."""
+    if left_s < part.need_s:
+        return None, f"skipped: needs at least {part.need_s:.0f} s, {max(left_s, 0):.0f} s of the window left"
+    return (left_s if part.share_s is None else min(part.share_s, left_s)), None
+
+
+def plan(parts=PARTS, budget_s: float = BUDGET_S, reserve_s: float = RESERVE_S) -> list[dict]:
+    """The window if every part took its whole share (the worst case; parts that end early leave
+    more to those after them): per part its start, the seconds allowed, or why it is skipped."""
+    left, rows = budget_s - reserve_s, []
+    for part in parts:
+        allowed, why = decide(part, left)
+        rows.append({"part": part.name, "start_s": budget_s - reserve_s - left, "allowed_s": allowed, "skipped": why})
+        left -= allowed or 0.0
+    return rows
+
+
+def converged_minutes(allowed_s: float) -> int:
+    """Whole minutes of ``--budget`` for the converged tool given ``allowed_s`` (its wrap-up,
+    ``CONVERGED_MARGIN_S``, and the time to stop it, ``STOP_S``, kept out)."""
+    return max(0, math.floor((allowed_s - CONVERGED_MARGIN_S - STOP_S) / 60))
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _write_json(path: Path, obj) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# the parts (each runs in a child process: ``--child NAME``)
+
+
+def child(a: argparse.Namespace) -> None:
+    """One measuring part (``--child NAME``): its results saved to ``--result`` as they come; an
+    error is saved with them (and raised: the child exits non-zero)."""
+    result, last = Path(a.result), {}
+
+    def save(res):
+        last["res"] = res
+        _write_json(result, res)
+
+    try:
+        if a.child in STEP_MODES:
+            res = measure_step(STEP_MODES[a.child], a.batch, a.blocks, a.steps, a.until, a.cpu_dry_run, save)
+        elif a.child == "throughput":
+            res = measure_throughput(a.eval_batch, a.blocks, a.until, a.cpu_dry_run, save)
+        else:
+            raise SystemExit(f"unknown part {a.child!r}; the measuring parts are {', '.join(MEASURING)}")
+    except Exception as e:
+        save({**last.get("res", {}), "error": f"{type(e).__name__}: {e}"[:2000], "traceback": format_exc()[-4000:]})
+        raise
+    save(res)
+
+
+# ---------------------------------------------------------------------------------------------
+# the window (the parent process)
+
+
+class Window:
+    """The deadline and the output folder of one window."""
+
+    def __init__(self, out: Path, budget_s: float, reserve_s: float, log):
+        self.out, self.log = out, log
+        self.t0 = time.monotonic()
+        self.deadline = self.t0 + budget_s - reserve_s
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def say(self, line: str) -> None:
+        line = f"[{self.elapsed():6.1f} s] {line}"
+        print(line, flush=True)
+        self.log.write(line + "\n")
+        self.log.flush()
+
+
+def _stop(proc: subprocess.Popen, first=signal.SIGINT) -> None:
+    """Stop ``proc`` and its children (its own session): ``first`` (SIGINT: a training stage saves
+    what it can), then SIGTERM, then SIGKILL: ``STOP_S`` at most."""
+    for sig, wait in ((first, STOP_S / 2), (signal.SIGTERM, STOP_S / 4), (signal.SIGKILL, STOP_S / 4)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_bounded(cmd: list[str], timeout_s: float, log, cwd=ROOT) -> dict:
+    """``cmd`` in a session of its own, output to ``log``, stopped at ``timeout_s``:
+    ``{"rc", "wall_s", "stopped"}``."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    stopped = False
+    try:
+        proc.wait(timeout=max(timeout_s, 1))
+    except subprocess.TimeoutExpired:
+        stopped = True
+        _stop(proc)
+    except BaseException:  # Ctrl-C of the window: no part outlives it
+        _stop(proc)
+        raise
+    return {"rc": proc.returncode, "wall_s": time.monotonic() - t0, "stopped": stopped}
+
+
+def run_part(part: Part, allowed: float, a: argparse.Namespace, w: Window) -> dict:
+    """A measuring part in a child process, its own deadline ``GRACE_S`` before ``allowed``, stopped
+    ``STOP_S`` before it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        result = Path(tmp) / "result.json"
+        cmd = [sys.executable, str(SCRIPT), "--child", part.name, "--result", str(result)]
+        cmd += ["--until", str(time.time() + allowed - GRACE_S), "--batch", str(a.batch), "--blocks", str(a.blocks)]
+        cmd += ["--steps", str(a.steps), "--eval-batch", *map(str, a.eval_batch)]
+        cmd += ["--cpu-dry-run"] if a.cpu_dry_run else []
+        w.log.write(f"--- {part.name}: {' '.join(cmd)}\n")
+        w.log.flush()
+        status = run_bounded(cmd, allowed - STOP_S, w.log)
+        res = json.loads(result.read_text()) if result.is_file() else {}
+    if status["stopped"]:
+        status["note"] = f"stopped at its share ({allowed:.0f} s); the results are what it had saved"
+    elif status["rc"] != 0:
+        status["note"] = f"exited with {status['rc']}: see {LOG_NAME}"
+    return {**status, "results": res}
+
+
+def run_converged(allowed: float, a: argparse.Namespace, w: Window) -> dict:
+    """``tools/run_converged.py --budget <minutes>`` (``a.converged_cmd``) for what ``allowed``
+    holds; its log and ``a.converged_keep`` tarred to ``converged.tar.gz``."""
+    cmd = a.converged_cmd or CONVERGED_CMD
+    try:
+        helped = subprocess.run([*cmd, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        help_text = helped.stdout + helped.stderr
+    except (OSError, subprocess.TimeoutExpired) as e:
+        help_text = f"{type(e).__name__}: {e}"
+    if "--budget" not in help_text:
+        return {
+            "ran": False,
+            "reason": f"`{' '.join(cmd)} --help` names no --budget option: the piece-wise converged command is "
+            "not installed here (issue 34), and an unbounded converged run would outlive the window",
+            "help_tail": help_text[-600:],
+        }
+    allowed = min(allowed, w.left())  # less the --help call's time
+    minutes = converged_minutes(allowed)
+    if minutes < 1:
+        return {"ran": False, "reason": f"{allowed:.0f} s left: not a whole minute of --budget after its wrap-up"}
+    full = [*cmd, "--budget", str(minutes), *shlex.split(a.converged_args)]
+    with tempfile.TemporaryDirectory() as tmp:
+        log_path = Path(tmp) / "converged.log"
+        with log_path.open("w") as log:
+            status = run_bounded(full, allowed - STOP_S, log)
+        keep = ROOT / a.converged_keep  # an absolute path stays itself
+        with tarfile.open(w.out / CONVERGED_NAME, "w:gz") as tar:
+            tar.add(log_path, arcname="converged.log")
+            if keep.exists():
+                tar.add(keep, arcname=keep.name if Path(a.converged_keep).is_absolute() else a.converged_keep)
+        tail = log_path.read_text(errors="replace")[-2000:]
+    return {"ran": True, "command": " ".join(full), "budget_min": minutes, **status, "log_tail": tail}
+
+
+def summary_line(name: str, rec: dict) -> str:
+    if rec.get("skipped"):
+        return f"{name}: {rec['skipped']}"
+    r = rec.get("results", rec)
+    bits = [f"{name}: {rec.get('wall_s', 0):.0f} s of {rec.get('allowed_s', 0):.0f}"]
+    if rec.get("note"):
+        bits.append(rec["note"])
+    if r.get("error"):
+        bits.append(f"error: {r['error'][:300]}")
+    if "nac_over_pio" in r:
+        iv = r["nac_over_pio"]
+        ci = f" [{iv['lo']:.2f}, {iv['hi']:.2f}]" if iv["lo"] is not None else ""
+        ms = ", ".join(f"{k} {v['mean'] * 1e3:.1f} ms" for k, v in r["s_per_step"].items())
+        bits.append(f"{ms}; NAC/PIO {iv['mean']:.2f}{ci}")
+    for k, m in r.get("models", {}).items():
+        bits.append(f"{k}: first step {m['first_step_s']:.1f} s, syncs/step {m.get('syncs_per_step')}")
+    if name == "converged":
+        bits.append(r.get("reason") or f"--budget {r.get('budget_min')} rc {r.get('rc')}")
+    return "; ".join(bits)
+
+
+def window(a: argparse.Namespace) -> int:
+    out = Path(a.out)
+    if out.exists() and any(out.iterdir()):
+        raise SystemExit(f"gpu_window.py: --out {out} is not empty; give an empty or new folder")
+    out.mkdir(parents=True, exist_ok=True)
+    chosen = [p for p in PARTS if a.parts is None or p.name in a.parts]
+    res = {"issue": 35, "start": _now(), "budget_s": a.budget_s, "reserve_s": a.reserve_s, "parts": {}}
+    with (out / LOG_NAME).open("w") as log:
+        w = Window(out, a.budget_s, a.reserve_s, log)
+        res["machine"] = machine(out, a.cpu_dry_run)
+        res["provenance"] = provenance(DRY_PARAMS if a.cpu_dry_run else ["profile=paper"])
+        w.say(f"machine: {res['machine']['gpu'] or 'CPU (dry run)'}, torch {res['machine']['torch']}")
+        _write_json(out / JSON_NAME, res)
+        for part in chosen:
+            allowed, why = decide(part, w.left())
+            if allowed is None:
+                rec = {"what": part.what, "skipped": why}
+            else:
+                w.say(f"{part.name}: {allowed:.0f} s allowed")
+                t0 = time.monotonic()
+                rec = run_converged(allowed, a, w) if part.name == "converged" else run_part(part, allowed, a, w)
+                rec = {"what": part.what, "allowed_s": allowed, **rec, "wall_s": time.monotonic() - t0}
+            res["parts"][part.name] = rec
+            w.say(summary_line(part.name, rec))
+            _write_json(out / JSON_NAME, res)
+        res["end"], res["wall_s"] = _now(), w.elapsed()
+        w.say(f"window done in {res['wall_s']:.0f} s; results in {out}")
+    _write_json(out / JSON_NAME, res)
+    files = sorted(p.name for p in out.iterdir())
+    if len(files) > MAX_FILES:
+        raise SystemExit(f"gpu_window.py wrote {len(files)} files to {out}, more than {MAX_FILES}: {files}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=os.environ.get("OUT"), help="the output folder (default: $OUT)")
+    ap.add_argument("--budget-s", type=float, default=BUDGET_S, help="the whole window in seconds (default 540)")
+    ap.add_argument("--reserve-s", type=float, default=RESERVE_S, help="kept back for writing the results")
+    ap.add_argument("--parts", nargs="+", choices=[p.name for p in PARTS], help="a subset, in PARTS order")
+    ap.add_argument("--plan", action="store_true", help="print what would run in --budget-s and exit")
+    ap.add_argument("--cpu-dry-run", action="store_true", help="every part, tiny, on the CPU (no numbers)")
+    ap.add_argument("--batch", type=int, help="training batch (default 128; dry run 4)")
+    ap.add_argument("--blocks", type=int, help="interleaved timing blocks (default 5; dry run 2)")
+    ap.add_argument("--steps", type=int, help="steps per block (default 10; dry run 1)")
+    ap.add_argument("--eval-batch", type=int, nargs="+", help="throughput batches (default 1024 256; dry run 4)")
+    ap.add_argument("--converged-cmd", nargs="+", help=argparse.SUPPRESS)  # tests: a stand-in command
+    ap.add_argument(
+        "--converged-args",
+        default="",
+        help="more arguments for the converged tool, one string: --converged-args='...'",
+    )
+    ap.add_argument("--converged-keep", default=CONVERGED_KEEP, help="the converged tool's output, tarred back")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--result", help=argparse.SUPPRESS)
+    ap.add_argument("--until", type=float, help=argparse.SUPPRESS)
+    return ap
+
+
+def parse(argv=None) -> argparse.Namespace:
+    ap = parser()
+    a = ap.parse_args(argv)
+    defaults = {"batch": (128, 4), "blocks": (5, 2), "steps": (10, 1), "eval_batch": ([1024, 256], [4])}
+    for k, (gpu, dry) in defaults.items():
+        if getattr(a, k) is None:
+            setattr(a, k, dry if a.cpu_dry_run else gpu)
+    for k in ("batch", "blocks", "steps"):
+        if getattr(a, k) < 1:
+            ap.error(f"--{k} must be at least 1, got {getattr(a, k)}")
+    if a.budget_s <= a.reserve_s:
+        ap.error(f"--budget-s ({a.budget_s:g}) must exceed --reserve-s ({a.reserve_s:g})")
+    if a.child is None and not a.plan and not a.out:
+        ap.error("give --out DIR (or set $OUT): the folder the window writes")
+    return a
+
+
+def main(argv=None) -> int:
+    a = parse(argv)
+    if a.plan:
+        chosen = [p for p in PARTS if a.parts is None or p.name in a.parts]
+        for row in plan(chosen, a.budget_s, a.reserve_s):
+            state = row["skipped"] or f"up to {row['allowed_s']:.0f} s"
+            print(f"{row['part']:16s} from {row['start_s']:5.0f} s: {state}")
+        return 0
+    if a.child:
+        child(a)
+        return 0
+    import torch
+
+    if not a.cpu_dry_run and not torch.cuda.is_available():
+        raise SystemExit(
+            "gpu_window.py needs a CUDA device and none is visible: run it on a GPU machine "
+            "(run tool: bash -c 'python bench/gpu_window.py --out $OUT', timeout_s 570), or add --cpu-dry-run"
+        )
+    try:
+        import hydra  # noqa: F401  (compose: the paper profile's params)
+    except ImportError:
+        raise SystemExit(
+            "gpu_window.py needs hydra-core, omegaconf and antlr4-python3-runtime, missing here: carry them as "
+            "wheels (docs/gpu.md, 'One GPU window')"
+        ) from None
+    return window(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
