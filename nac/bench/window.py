@@ -141,7 +141,7 @@ def _now() -> str:
 
 def _write_json(path: Path, obj) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, default=str) + "\n")
+    tmp.write_text(json.dumps(obj, indent=1, default=str) + "\n", encoding="utf-8")
     os.replace(tmp, path)
 
 
@@ -240,7 +240,7 @@ def run_part(part: Part, allowed: float, a: argparse.Namespace, w: Window) -> di
         w.log.write(f"--- {part.name}: {' '.join(cmd)}\n")
         w.log.flush()
         status = run_bounded(cmd, allowed - STOP_S, w.log)
-        res = json.loads(result.read_text()) if result.is_file() else {}
+        res = json.loads(result.read_text(encoding="utf-8")) if result.is_file() else {}
     if status["stopped"]:
         status["note"] = f"stopped at its share ({allowed:.0f} s); the results are what it had saved"
     elif status["rc"] != 0:
@@ -271,14 +271,14 @@ def run_converged(allowed: float, a: argparse.Namespace, w: Window) -> dict:
     full = [*cmd, "--budget", str(minutes), *shlex.split(a.converged_args)]
     with tempfile.TemporaryDirectory() as tmp:
         log_path = Path(tmp) / "converged.log"
-        with log_path.open("w") as log:
+        with log_path.open("w", encoding="utf-8") as log:
             status = run_bounded(full, allowed - STOP_S, log)
         keep = ROOT / a.converged_keep  # an absolute path stays itself
         with tarfile.open(w.out / CONVERGED_NAME, "w:gz") as tar:
             tar.add(log_path, arcname="converged.log")
             if keep.exists():
                 tar.add(keep, arcname=keep.name if Path(a.converged_keep).is_absolute() else a.converged_keep)
-        tail = log_path.read_text(errors="replace")[-2000:]
+        tail = log_path.read_text(encoding="utf-8", errors="replace")[-2000:]
     return {"ran": True, "command": " ".join(full), "budget_min": minutes, **status, "log_tail": tail}
 
 
@@ -310,7 +310,7 @@ def window(a: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     chosen = [p for p in PARTS if a.parts is None or p.name in a.parts]
     res = {"issue": 35, "start": _now(), "budget_s": a.budget_s, "reserve_s": a.reserve_s, "parts": {}}
-    with (out / LOG_NAME).open("w") as log:
+    with (out / LOG_NAME).open("w", encoding="utf-8") as log:
         w = Window(out, a.budget_s, a.reserve_s, log)
         res["machine"] = machine(out, a.cpu_dry_run)
         res["provenance"] = provenance(DRY_PARAMS if a.cpu_dry_run else ["profile=paper"])

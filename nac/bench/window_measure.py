@@ -219,7 +219,7 @@ def machine(out: Path, dry: bool) -> dict:
         except (OSError, subprocess.TimeoutExpired) as e:
             return f"nvidia-smi: {type(e).__name__}: {e}"
 
-    (out / SMI_NAME).write_text(smi())
+    (out / SMI_NAME).write_text(smi(), encoding="utf-8")
     query = smi("--query-gpu=name,driver_version,memory.total", "--format=csv,noheader").strip()
     try:
         import triton
