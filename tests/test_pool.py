@@ -40,6 +40,20 @@ def test_results_come_back_in_job_order_with_one_thread_per_job(monkeypatch, wor
         assert all(o[4] == {"position": line[o[2]], "leave": False} for o in out)
 
 
+def test_each_finished_job_says_its_outcome(monkeypatch, capsys):
+    """A line per finished job: ``done`` by default, or what ``outcome`` makes of its result (the
+    converged runner's pieces that the budget did not let start say so, not "done")."""
+    monkeypatch.setenv(pool.WORKERS_ENV, "2")
+    monkeypatch.delenv(pool.THREADS_ENV, raising=False)
+    jobs = [(x,) for x in range(3)]
+    pool.run_jobs(_square_and_threads, jobs, device="cpu", desc="t", outcome=lambda r: f"gave {r[0]}")
+    err = capsys.readouterr().err
+    assert all(f"t: {x} gave {x * x} (" in err for x in range(3)) and " done (" not in err, err
+    pool.run_jobs(_square_and_threads, jobs, device="cpu", desc="t")
+    err = capsys.readouterr().err
+    assert all(f"t: {x} done (" in err for x in range(3)), err
+
+
 def test_a_failing_job_stops_the_stage_with_its_message(monkeypatch):
     monkeypatch.setenv(pool.WORKERS_ENV, "2")
     with pytest.raises(SystemExit, match="job 2 stopped: the checkpoint of epoch 1 is intact"):

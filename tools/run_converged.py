@@ -180,6 +180,7 @@ def run(args: argparse.Namespace, params: dict) -> list[dict]:
             device=params.get("device", "auto"),
             desc="pieces",
             label=lambda job: job[1],
+            outcome=lambda r: f"not started ({r[piece_jobs.SKIPPED]})" if piece_jobs.SKIPPED in r else "done",
         )
     except (KeyboardInterrupt, SystemExit):
         if not over[0]:

@@ -205,11 +205,13 @@ def run_jobs(
     device: str = "auto",
     desc: str = "jobs",
     label: Callable[[tuple], str] = lambda job: "-".join(map(str, job)),
+    outcome: Callable[[Any], str] = lambda result: "done",
 ) -> list[Any]:
     """``[fn(*job, progress=...) for job in jobs]``, with the jobs spread over ``workers_for(device)``
     processes, in the given order (put the longest first). ``fn`` must be importable (a module
     function taking a keyword ``progress``, true when its own bars may show). A bar counts finished
-    jobs; in workers each job's own bars go on its worker's line (``nac.progress``). The first job
+    jobs; in workers each job's own bars go on its worker's line (``nac.progress``), and a line per
+    finished job says ``<label> <outcome(result)> (<seconds> s)`` (default: done). The first job
     that fails stops the rest: jobs not started are cancelled, running ones are stopped (their last
     per-epoch checkpoint stays, so a rerun resumes), and its error is raised here."""
     from tqdm.auto import tqdm
@@ -221,7 +223,9 @@ def run_jobs(
     if executor != "pool":
         from nac.pipeline import slurm
 
-        return slurm.run_jobs(fn, jobs, executor=executor, threads=threads, slots=slots, desc=desc, label=label)
+        return slurm.run_jobs(
+            fn, jobs, executor=executor, threads=threads, slots=slots, desc=desc, label=label, outcome=outcome
+        )
     where = f" on {', '.join(sorted({s.name for s in slots}))}" if slots[0] is not None else ""
     bar = tqdm(
         total=len(jobs), desc=f"{desc} ({n} worker{'s' if n > 1 else ''}{where})", unit="job", dynamic_ncols=True
@@ -264,7 +268,10 @@ def run_jobs(
                     pending |= {g for g in futures if not g.done()}
                     raise _killed(desc, procs, started, jobs, label) from None
                 bar.update()
-                tqdm.write(f"{desc}: {label(jobs[i])} done ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
+                tqdm.write(
+                    f"{desc}: {label(jobs[i])} {outcome(results[i])} ({time.perf_counter() - start:.0f} s)",
+                    file=sys.stderr,
+                )
     finally:
         bar.close()
         broken = bool(getattr(ex, "_broken", False))  # a worker died: its survivors must not go on

@@ -116,6 +116,7 @@ def run_jobs(
     slots: list[placement.Slot | None],
     desc: str,
     label: Callable[[tuple], str],
+    outcome: Callable[[Any], str] = lambda result: "done",
 ) -> list[Any]:
     """``[fn(*job, progress=False) for job in jobs]`` as submitit jobs, at most ``len(slots)``
     (local) or ``NAC_WORKERS`` (SLURM; default all) in flight; results in job order."""
@@ -175,7 +176,10 @@ def run_jobs(
                     continue
                 free.append(k)
                 bar.update()
-                tqdm.write(f"{desc}: {label(jobs[i])} done ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
+                tqdm.write(
+                    f"{desc}: {label(jobs[i])} {outcome(results[i])} ({time.perf_counter() - start:.0f} s)",
+                    file=sys.stderr,
+                )
     finally:
         bar.close()
         for job in running:  # interrupted or failed: stop the rest (their checkpoints stay)
