@@ -103,7 +103,7 @@ step's ``P``), one graph and one output module; eager outside it: loader, checks
 (``EAGER_PARTS_STEP``), the LRs' fills (2 groups) and the matching started from the ``P`` the last
 step returned (one copy of every layer's ``P``, one of the permutations back). Labels from
 ``after_whole_step`` on count SDPA with a float bias in the region as CUDA's fused kernel, one
-extern call each way (``_compiled_fused_sdpa``, the eager column's ``--sdpa fused``
+extern call each way (``nac.bench.sdpa_counting.compiled_fused_sdpa``, the eager column's ``--sdpa fused``
 convention): inductor on the CPU decomposes it (matrix products and softmax, forward and
 backward: +~60 launches at the ImageNet size, what ``whole_step_cpu_sdpa`` and the
 ``after_batched_kernel_fused_sdpa`` compiled rows count); Perceiver IO's SDPA has no bias and is

@@ -52,7 +52,8 @@ def _reference_impls(model) -> None:
     live in the tests, ``tests/reference_kernel.py``, and tests/test_speed_equivalence.py proves
     both give the same step); the regularizer's plain form, numpy's default BLAS threads, is
     each timed step's ``graph_regularizer(blas_threads=None)``."""
-    from tests.reference_kernel import use_reference_kernel
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # reference forms live there
+    from reference_kernel import use_reference_kernel
 
     use_reference_kernel(model)
 

@@ -21,6 +21,9 @@ from nac.pipeline.params import load_params
 
 OUT = Path("metrics/costs/ops.json")
 BATCH = 2  # ops per step do not depend on the batch
+# how the step is counted (nac.bench.step_ops.count_fit): CUDA's default AdamW, no augmentation,
+# SDPA with a bias as CUDA's one fused kernel each way
+OPTIONS = {"adamw": "foreach", "augment": False, "sdpa": "fused"}
 
 
 def count(out: Path, names: list[str], batch: int = BATCH) -> dict:
@@ -32,14 +35,12 @@ def count(out: Path, names: list[str], batch: int = BATCH) -> dict:
     res: dict[str, dict] = {pair: {} for pair in built}
     for pair, name in tqdm(todo, desc="costs: ops per step", unit="model"):
         models, size, classes, train = built[pair]
-        res[pair][name] = measure(models[name], batch, size, classes, train)
+        res[pair][name] = measure(models[name], batch, size, classes, train, **OPTIONS)
     settings = {
         "batch": batch,
         "profile": "paper",
         "torch": torch.__version__,
-        "adamw": "foreach",
-        "augment": False,
-        "sdpa": "fused",
+        **OPTIONS,
         "paths": "CUDA's (cpu_shortcuts off)",
         "precision": "fp32",
     }

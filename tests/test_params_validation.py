@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from nac.compose import load_all_params, main, validate_all, write_params
-from nac.pipeline.params import ParamsError, load_params
+from nac.pipeline.params import ParamsError, load_params, read_params
 from nac.tracks import common, fewshot_params, image
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -247,6 +247,12 @@ def test_params_yaml_reads_numbers_as_dvc_and_hydra_do(tmp_path):
     path.write_text(text + "profile: mini\n", encoding="utf-8")
     with pytest.raises(ParamsError, match=r"params\.yaml:\d+:1: YAML syntax error: found duplicate key profile"):
         load_params(path)
+    # nothing is interpolated (DVC tracks the text): a ``${...}`` is the string it is, and a bad one is named
+    path.write_text("a: '${oc.env:HOME}'\nb: '${x}'\n", encoding="utf-8")
+    assert read_params(path) == {"a": "${oc.env:HOME}", "b": "${x}"}
+    path.write_text("a: ${\n", encoding="utf-8")
+    with pytest.raises(ParamsError, match=r"params\.yaml: .*'\$\{'; fix that value"):
+        read_params(path)
 
 
 def test_the_composer_replaces_params_yaml_only_when_valid(tmp_path, monkeypatch, capsys):

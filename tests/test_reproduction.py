@@ -118,3 +118,19 @@ def test_the_report_writes_the_page_and_provenance_holds_every_package(tmp_path,
     assert "torch" in summary["provenance"]["packages"] and "numpy" in summary["provenance"]["packages"]
     outs = yaml.safe_load(Path(__file__).resolve().parents[1].joinpath("dvc.yaml").read_text())["stages"]["report"]
     assert any(isinstance(o, dict) and "reports/reproduction.md" in o for o in outs["outs"])
+
+
+def test_the_committed_lock_is_read_as_dvc_writes_it(monkeypatch, tmp_path):
+    """dvc.lock is YAML 1.2 (DVC writes ``min_lr: 1e-05``): read with PyYAML's YAML 1.1 that value
+    was the string '1e-05', so every committed run differed from itself in ``image.train`` and the
+    page said "not compared"; the committed repository's own run is compared now."""
+    lock = "stages:\n  report:\n    params:\n      params.yaml:\n        image.train:\n          min_lr: 1e-05\n"
+    monkeypatch.setattr(reproduction, "committed", lambda rel, root=".": lock)
+    assert reproduction.committed_params() == {"image.train": {"min_lr": 1e-05}}
+    monkeypatch.undo()
+    from nac.pipeline.params import read_params
+
+    root = Path(__file__).resolve().parents[1]  # HEAD's dvc.lock against HEAD's params.yaml
+    (tmp_path / "params.yaml").write_text(reproduction.committed("params.yaml", root), encoding="utf-8")
+    then = reproduction.committed_params(root)
+    assert then and reproduction.params_differ(read_params(tmp_path / "params.yaml"), then) == []

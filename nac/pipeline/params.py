@@ -46,8 +46,10 @@ def compose(overrides: list[str] | None = None, conf_dir: str | Path = CONF_DIR)
 
 def read_params(path: Path, shown_as: str | Path | None = None) -> dict[str, Any]:
     """Parse a params file as OmegaConf reads it (YAML 1.2's numbers, as DVC and Hydra read the
-    same file: ``1e-3`` is a float; a repeated key is refused; interpolations resolved); a YAML
-    syntax error, an empty file or a non-mapping is a ParamsError naming the file (and the line)."""
+    same file: ``1e-3`` is a float; a repeated key is refused). Nothing is interpolated: DVC
+    tracks params.yaml's text, so a ``${...}`` stays the string it is (and a typed key refuses
+    it). A YAML syntax error, an empty file, a non-mapping or a value OmegaConf refuses is a
+    ParamsError naming the file (and the line)."""
     from omegaconf import DictConfig, OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
@@ -67,6 +69,10 @@ def read_params(path: Path, shown_as: str | Path | None = None) -> dict[str, Any
         raise ParamsError(f"{name}: YAML error: {e}; recreate it with `python -m nac.compose`") from None
     except OSError:  # "Invalid loaded object type": a scalar document, not a mapping
         cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OmegaConfBaseException as e:  # e.g. a malformed ``${``, a null key
+        raise ParamsError(
+            f"{name}: {str(e).splitlines()[0]}; fix that value, or recreate the file with `python -m nac.compose`"
+        ) from None
     if cfg is None or (isinstance(cfg, DictConfig) and not cfg):
         raise ParamsError(
             f"{name} is empty; recreate it with `python -m nac.compose` "
@@ -78,14 +84,7 @@ def read_params(path: Path, shown_as: str | Path | None = None) -> dict[str, Any
             f"{name} must be a mapping of sections (profile, seeds, data, image, ...), got "
             f"{article(value)}: {str(value)[:60]!r}; recreate it with `python -m nac.compose`"
         )
-    try:
-        return OmegaConf.to_container(cfg, resolve=True)
-    except OmegaConfBaseException as e:
-        key = getattr(e, "full_key", None) or "?"
-        raise ParamsError(
-            f"{name}: {key}: {str(e).splitlines()[0]}; write the value itself, or recreate the file with "
-            "`python -m nac.compose`"
-        ) from None
+    return OmegaConf.to_container(cfg, resolve=False)
 
 
 def load_params(

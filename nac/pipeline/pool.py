@@ -211,7 +211,8 @@ def run_jobs(
     processes, in the given order (put the longest first). ``fn`` must be importable (a module
     function taking a keyword ``progress``, true when its own bars may show). A bar counts finished
     jobs; in workers each job's own bars go on its worker's line (``nac.progress``), and a line per
-    finished job says ``<label> <outcome(result)> (<seconds> s)`` (default: done). The first job
+    finished job says ``<label> <outcome(result)> (<seconds> s)`` (default: done; with one worker
+    the jobs run in this process, their own output in view, and no such line is written). The first job
     that fails stops the rest: jobs not started are cancelled, running ones are stopped (their last
     per-epoch checkpoint stays, so a rerun resumes), and its error is raised here."""
     from tqdm.auto import tqdm

@@ -74,13 +74,15 @@ def _describe(tp: Any) -> str:
 
 
 def _as_number(text: str) -> int | float | None:
-    """The number a string spells (``"5"``, ``"1e-3"``, ``"1_000"``), or None."""
+    """The finite number a string spells (``"5"``, ``"1e-3"``, ``"1_000"``), or None (``"nan"``,
+    ``"inf"``: YAML's own spellings of those are ``.nan`` and ``.inf``)."""
     t = text.strip()
     for cast in (int, float):
         try:
-            return cast(t)
+            number = cast(t)
         except ValueError:
-            pass
+            continue
+        return number if math.isfinite(number) else None
     return None
 
 

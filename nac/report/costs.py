@@ -108,6 +108,7 @@ def cost_section() -> dict:
         "label": label,
         "label_date": (when.get("date") or "")[:10] or None,
         "label_torch": when.get("torch"),
+        "label_scope": when.get("compile_scope") or "forward",  # bench_ops.py's default scope
         "table": None if table is None else table.to_markdown(index=False),
         "gpu": gpu_step_line(gpu) if gpu else None,
     }

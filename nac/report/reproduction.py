@@ -41,10 +41,14 @@ def committed(rel: str, root: str | Path = ".") -> str | None:
 def committed_params(root: str | Path = ".") -> dict[str, Any] | None:
     """The params the committed report ran with: ``dvc.lock`` at HEAD, the report stage's
     ``params.yaml`` entry (dotted key -> value), or None."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
     text = committed("dvc.lock", root)
-    try:
-        return dict(yaml.safe_load(text)["stages"]["report"]["params"]["params.yaml"])
-    except (TypeError, KeyError, AttributeError, yaml.YAMLError):
+    try:  # as DVC writes it, YAML 1.2 (PyYAML's YAML 1.1 reads its ``1e-05`` as a string)
+        lock = OmegaConf.to_container(OmegaConf.create(text), resolve=False)
+        return dict(lock["stages"]["report"]["params"]["params.yaml"])
+    except (TypeError, KeyError, AttributeError, ValueError, yaml.YAMLError, OmegaConfBaseException):
         return None
 
 
