@@ -33,13 +33,13 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from nac.bench.models import pretrain_model
+from nac.bench.models import PRETRAIN_CLASSES, pretrain_model
 from nac.model import build_model, count_parameters
 from nac.pipeline.params import compose
 from nac.tracks.image import image_model_config
 
 TRAIN_SIZES = {"tiny_imagenet": 100_000, "imagenet": 1_281_167}  # training images (docs/reference.md)
-CLASSES = {"tiny_imagenet": 200, "imagenet": 1000}
+CLASSES = PRETRAIN_CLASSES  # classes per dataset
 BATCH = 2
 
 

@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 
 from nac import build_model
-from nac.bench.models import pretrain_model
+from nac.bench.models import TINY_CLASSES, paper_model, pretrain_model
 from nac.bench.opcount import (
     PARTS,
     Images,
@@ -232,11 +232,8 @@ def pairs(names) -> dict:
     out = {}
     if "tiny" in names:
         size = params["image"]["model"]["tokenizer"]["image_size"]
-        models = {}
-        for run in ("perceiver_io", "nac-scale_free"):
-            torch.manual_seed(0)
-            models[run] = build_model(image_model_config(params, run, seed=0, num_classes=200))
-        out["tiny"] = (models, size, 200, train)
+        models = {run: paper_model(params, run) for run in ("perceiver_io", "nac-scale_free")}
+        out["tiny"] = (models, size, TINY_CLASSES, train)
     if "imagenet" in names:
         pre = params["fewshot"]["pretrain"]
         size = pre["model"]["tokenizer"]["image_size"]
