@@ -45,7 +45,7 @@ def timeit(fn, device: str, repeats: int, warmup: int = 2) -> float:
 
 def bench_readin(device: str, batch: int, U: int, T: int, d: int, heads: int, repeats: int) -> dict:
     torch.manual_seed(0)
-    readin = ReadIn(d, d, d, heads=heads).to(device)
+    readin = ReadIn(d_in=d, d=d, d_code=d, heads=heads).to(device)
     tokens = torch.randn(batch, T, d, device=device)
     states, codes = torch.randn(U, d, device=device), torch.randn(U, d, device=device)
     x, h = readin.norm_tokens(tokens).detach(), readin.norm_states(states).expand(batch, U, d).detach()

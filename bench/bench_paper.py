@@ -187,7 +187,7 @@ def bench_readin(repeats: int) -> dict:
     s = SIZES
     torch.manual_seed(0)
     d = s["width"]
-    readin = ReadIn(d, d, d, heads=1)
+    readin = ReadIn(d_in=d, d=d, d_code=d, heads=1)
     tokens = torch.randn(s["batch"], s["tokens"], d)
     states, codes = torch.randn(s["modules"], d), torch.randn(s["modules"], d)
     readins = {"fast": readin, "direct": copy.deepcopy(readin)}  # the same weights

@@ -19,7 +19,7 @@ from nac.circuits.generators import (
 )
 from nac.circuits.kernel import KERNEL_MODES
 from nac.circuits.layers import Propagator, ReadOut, cat_modules
-from nac.circuits.modfc import batched_modulations, configure_modfc, modfcs, name_modfcs
+from nac.circuits.modfc import ModFCForm, batched_modulations, modfcs, name_modfcs
 from nac.circuits.readin import ReadIn
 from nac.circuits.tokenizers import build_tokenizer
 from nac.config import ModelConfig
@@ -66,27 +66,27 @@ class NAC(CircuitGraph, nn.Module):
         self.cpu_shortcuts = cpu_shortcuts
         self.tokenizer = build_tokenizer(c.tokenizer)
         if c.variant == "perceiver_io":
-            self.generator = PerceiverLatents(c.n_processor, c.n_readout, c.d_model)
+            self.generator = PerceiverLatents(n_processor=c.n_processor, n_readout=c.n_readout, d=c.d_model)
         elif c.generator == "conditional":
             self.cond_tokenizer = build_tokenizer(c.cond_tokenizer)
             self.generator = ConditionalCircuitGenerator(
-                c.n_processor,
-                c.n_readout,
-                c.d_model,
-                c.d_code,
-                c.d_sig,
-                self.cond_tokenizer.d_out,
-                c.generator_heads,
-                c.ffn_mult,
+                n_processor=c.n_processor,
+                n_readout=c.n_readout,
+                d=c.d_model,
+                d_code=c.d_code,
+                d_sig=c.d_sig,
+                d_cond=self.cond_tokenizer.d_out,
+                heads=c.generator_heads,
+                ffn_mult=c.ffn_mult,
                 query_init=c.generator_query_init,
             )
         else:
             self.generator = UnconditionalCircuitGenerator(
-                c.n_processor,
-                c.n_readout,
-                c.d_model,
-                c.d_code,
-                c.d_sig,
+                n_processor=c.n_processor,
+                n_readout=c.n_readout,
+                d=c.d_model,
+                d_code=c.d_code,
+                d_sig=c.d_sig,
                 use_signatures=c.uses_kernel,
                 learn_signatures=c.variant == "nac",
                 initial_state=c.initial_state,
@@ -96,9 +96,9 @@ class NAC(CircuitGraph, nn.Module):
         has_kernel = c.uses_kernel or c.generator == "conditional"
         if c.input_latents:  # created only then: the default model's parameters and RNG draws are unchanged
             self.input_latents = InputLatents(
-                c.input_latents,
-                c.d_model,
-                c.d_code,
+                n=c.input_latents,
+                d=c.d_model,
+                d_code=c.d_code,
                 modulated=c.modulated,
                 initial_state=c.initial_state,
                 code_noise=c.code_noise,
@@ -110,14 +110,16 @@ class NAC(CircuitGraph, nn.Module):
         own_bw = dict(
             bandwidth=c.bandwidth if has_kernel and c.kernel_per_module else None, learn_bandwidth=c.learn_bandwidth
         )
-        common = dict(modulated=c.modulated, gated=c.gated_ffn, alpha_init=c.alpha_init)
-        self.read_in = ReadIn(self.tokenizer.d_out, c.d_model, c.d_code, c.readin_heads, ffn_mult=c.ffn_mult, **common)
+        # Every ModFC's form (eq. 1), one per model, given to each layer as it is built.
+        form = ModFCForm(
+            modulated=c.modulated, alpha_init=c.alpha_init, norm_affine=c.modfc_norm_affine, gain=c.modfc_gain
+        )
+        common = dict(d_code=c.d_code, ffn_mult=c.ffn_mult, gated=c.gated_ffn, form=form)
+        self.read_in = ReadIn(d_in=self.tokenizer.d_out, d=c.d_model, heads=c.readin_heads, **common)
         self.propagators = nn.ModuleList(
             Propagator(
-                c.d_model,
-                c.d_code,
-                c.heads,
-                c.ffn_mult,
+                d=c.d_model,
+                heads=c.heads,
                 drop_path=self.drop_path_rate(i),
                 layer_scale=c.layer_scale,
                 delta=c.delta,
@@ -128,11 +130,9 @@ class NAC(CircuitGraph, nn.Module):
             for i in range(c.depth)
         )
         self.read_out = ReadOut(
-            c.d_model,
-            c.d_code,
-            c.readout_heads,
-            c.num_classes,
-            c.ffn_mult,
+            d=c.d_model,
+            heads=c.readout_heads,
+            num_classes=c.num_classes,
             delta=c.delta,
             residual=c.readout_residual,
             norm=c.readout_norm,
@@ -142,7 +142,6 @@ class NAC(CircuitGraph, nn.Module):
             **common,
         )
         if c.modulated:
-            configure_modfc(self, c.modfc_norm_affine, c.modfc_gain)
             name_modfcs(self)
         if has_kernel and not c.kernel_per_module:
             bw = torch.tensor(float(c.bandwidth))

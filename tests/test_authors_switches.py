@@ -12,7 +12,7 @@ from tiny_models import TINY_KERNEL, make_tiny_config
 
 from nac.circuits.kernel import link_probabilities
 from nac.circuits.layers import ReadOut
-from nac.circuits.modfc import ModFC, configure_modfc
+from nac.circuits.modfc import ModFC, ModFCForm
 from nac.config import ModelConfig, NotImplementedSetting
 from nac.mechanism import mechanism_numbers
 from nac.model import build_model
@@ -151,7 +151,7 @@ def _pool(readout, y):
 
 def test_readout_without_residual_and_norm_is_pooling_on_raw_states():
     torch.manual_seed(0)
-    ro = ReadOut(16, 8, 2, num_classes=5, ffn_mult=2.0, residual=False, norm=False, layer_scale=0.1)
+    ro = ReadOut(d=16, d_code=8, heads=2, num_classes=5, ffn_mult=2.0, residual=False, norm=False, layer_scale=0.1)
     y0, proc = torch.randn(3, 16), torch.randn(4, 7, 16)
     c_o, c_p = torch.randn(3, 8), torch.randn(7, 8)
     K = torch.rand(3, 7)
@@ -160,7 +160,7 @@ def test_readout_without_residual_and_norm_is_pooling_on_raw_states():
     y = a + 0.1 * ro.ffn(ro.norm_ffn(a), c_o)
     torch.testing.assert_close(ro(y0, proc, c_o, c_p, K), _pool(ro, y))
     # nac v1: residual, no LayerScale, a LayerNorm before the pooling
-    v1 = ReadOut(16, 8, 2, num_classes=5, ffn_mult=2.0, residual=True, norm=True, layer_scale=None)
+    v1 = ReadOut(d=16, d_code=8, heads=2, num_classes=5, ffn_mult=2.0, residual=True, norm=True, layer_scale=None)
     a = v1.attn(v1.norm_recv(y0.expand(4, 3, 16)), v1.norm_send(proc), c_o, c_p, K)
     y = y0 + a
     y = y + v1.ffn(v1.norm_ffn(y), c_o)
@@ -183,7 +183,7 @@ def _plain_ln(v):
 
 @pytest.mark.parametrize("gain", ["one_plus_alpha", "ln_only"])
 def test_modfc_forms_match_the_direct_formulas(gain):
-    fc = ModFC(6, 5, d_code=4, norm_affine=False, gain=gain)
+    fc = ModFC(6, 5, d_code=4, form=ModFCForm(norm_affine=False, gain=gain))
     assert not any(n.startswith("code_norm") for n, _ in fc.named_parameters())  # no scale, no shift
     x, c = torch.randn(2, 3, 6), torch.randn(3, 4)
     h = _plain_ln(c @ fc.code_proj.weight.T)
@@ -198,8 +198,7 @@ def test_the_model_wide_modfc_switch_reaches_every_modfc():
     assert fcs and all(not m.code_norm.elementwise_affine and m.alpha is not None for m in fcs)
     v1 = build_model(make_tiny_config(modfc_norm_affine=True, modfc_gain="ln_only", signature_fit_steps=20))
     assert all(m.code_norm.elementwise_affine and m.alpha is None for m in v1.modules() if isinstance(m, ModFC))
-    configure_modfc(v1, False, "one_plus_alpha")
-    assert all(m.alpha.item() == pytest.approx(0.1) for m in v1.modules() if isinstance(m, ModFC))
+    assert all(m.alpha.item() == pytest.approx(0.1) for m in fcs)  # each built in its form, alpha at alpha_init
 
 
 # ------------------------------------------------------------- item 8: drop path, stochastic kernel, decay

@@ -12,7 +12,7 @@ from reference_kernel import plain_log_normalized_kernel
 from nac.circuits.attention import SKMDPA, log_normalized_kernel
 from nac.circuits.generators import ConditionalCircuitGenerator
 from nac.circuits.kernel import link_probabilities, sample_kernel
-from nac.circuits.modfc import ModFC, ModFFN
+from nac.circuits.modfc import ModFC, ModFCForm, ModFFN
 from nac.circuits.readin import ReadIn
 
 
@@ -26,7 +26,7 @@ def test_modfc_with_alpha_zero_is_a_linear_layer():
 
 
 def test_modfc_matches_equation_per_module_and_per_sample_codes():
-    fc = ModFC(6, 5, d_code=4, alpha_init=0.3)
+    fc = ModFC(6, 5, d_code=4, form=ModFCForm(alpha_init=0.3))
     x = torch.randn(2, 3, 6)
     for codes in (torch.randn(3, 4), torch.randn(2, 3, 4)):
         expected = torch.empty(2, 3, 5)
@@ -50,11 +50,11 @@ def test_modfc_alpha_initialised_to_0_1_and_codes_change_output():
 
 
 def test_modfc_unmodulated_ignores_code_and_modffn_shapes():
-    fc = ModFC(6, 5, d_code=4, modulated=False)
+    fc = ModFC(6, 5, d_code=4, form=ModFCForm(modulated=False))
     x = torch.randn(2, 3, 6)
     assert torch.equal(fc(x, None), fc.linear(x))
     for gated in (False, True):
-        ffn = ModFFN(6, 4, ffn_mult=2.0, gated=gated)
+        ffn = ModFFN(d=6, d_code=4, ffn_mult=2.0, gated=gated)
         assert ffn(x, torch.randn(2, 3, 4)).shape == (2, 3, 6)
 
 
@@ -145,7 +145,7 @@ def _plain_mha(attn: SKMDPA, xr, xs, cr, cs, bias=None):
 
 
 def test_skmdpa_with_all_ones_kernel_is_plain_attention():
-    attn = SKMDPA(16, 8, heads=4)
+    attn = SKMDPA(d=16, d_code=8, heads=4)
     xr, xs, cr, cs = torch.randn(2, 5, 16), torch.randn(2, 7, 16), torch.randn(5, 8), torch.randn(7, 8)
     ones = torch.ones(5, 7)
     expected = _plain_mha(attn, xr, xs, cr, cs)
@@ -154,7 +154,7 @@ def test_skmdpa_with_all_ones_kernel_is_plain_attention():
 
 
 def test_skmdpa_matches_equation_3_with_a_kernel():
-    attn = SKMDPA(16, 8, heads=2)
+    attn = SKMDPA(d=16, d_code=8, heads=2)
     xr, xs, cr, cs = torch.randn(3, 5, 16), torch.randn(3, 6, 16), torch.randn(3, 5, 8), torch.randn(3, 6, 8)
     K = torch.rand(3, 5, 6)
     delta = attn.delta
@@ -166,7 +166,7 @@ def test_skmdpa_matches_equation_3_with_a_kernel():
 
 
 def test_skmdpa_zero_kernel_entries_get_no_weight_and_empty_rows_stay_finite():
-    attn = SKMDPA(8, 4, heads=1)
+    attn = SKMDPA(d=8, d_code=4, heads=1)
     xr, xs, c = torch.randn(1, 3, 8), torch.randn(1, 3, 8), torch.randn(3, 4)
     K = torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
     W = attn.weights(xr, xs, c, c, K=K)[0, 0]
@@ -184,7 +184,9 @@ def test_skmdpa_zero_kernel_entries_get_no_weight_and_empty_rows_stay_finite():
 def test_fast_readin_equals_direct_readin(modulated, heads, per_sample_codes):
     torch.manual_seed(1)
     d_in, d, d_code, B, U, T = 12, 16, 8, 3, 5, 7
-    readin = ReadIn(d_in, d, d_code, heads=heads, modulated=modulated, alpha_init=0.5).double()
+    readin = ReadIn(
+        d_in=d_in, d=d, d_code=d_code, heads=heads, form=ModFCForm(modulated=modulated, alpha_init=0.5)
+    ).double()
     with torch.no_grad():  # non-trivial modulation and biases
         for p in readin.parameters():
             p.add_(0.1 * torch.randn_like(p))
@@ -210,7 +212,7 @@ def test_fast_readin_equals_direct_readin(modulated, heads, per_sample_codes):
 
 
 def test_readin_masked_tokens_are_ignored():
-    readin = ReadIn(6, 8, 4, heads=2)
+    readin = ReadIn(d_in=6, d=8, d_code=4, heads=2)
     tokens, states, codes = torch.randn(1, 5, 6), torch.randn(3, 8), torch.randn(3, 4)
     mask = torch.tensor([[True, True, True, False, False]])
     a = readin(tokens, states, codes, mask)
@@ -245,7 +247,9 @@ def test_conditional_generator_starts_sparse_and_sentence_dependent():
 
     def cut_graphs(query_init):
         torch.manual_seed(1)
-        gen = ConditionalCircuitGenerator(32, 4, d=64, d_code=64, d_sig=32, d_cond=24, heads=4, query_init=query_init)
+        gen = ConditionalCircuitGenerator(
+            n_processor=32, n_readout=4, d=64, d_code=64, d_sig=32, d_cond=24, heads=4, query_init=query_init
+        )
         with torch.no_grad():
             return link_probabilities(gen(cond).signatures, truncation=0.9)[:, off] > 0.5  # [B, U(U-1)]
 
@@ -254,11 +258,13 @@ def test_conditional_generator_starts_sparse_and_sentence_dependent():
     assert new.float().mean() < 0.75 and not new.all(dim=1).any()
     assert len(torch.unique(new, dim=0)) == len(new)  # every input its own graph
     with pytest.raises(ValueError, match="generator_query_init"):
-        ConditionalCircuitGenerator(4, 1, d=8, d_code=8, d_sig=4, d_cond=6, heads=2, query_init=0.0)
+        ConditionalCircuitGenerator(
+            n_processor=4, n_readout=1, d=8, d_code=8, d_sig=4, d_cond=6, heads=2, query_init=0.0
+        )
 
 
 def test_conditional_generator_respects_padding_mask():
-    gen = ConditionalCircuitGenerator(4, 1, d=8, d_code=8, d_sig=4, d_cond=6, heads=2)
+    gen = ConditionalCircuitGenerator(n_processor=4, n_readout=1, d=8, d_code=8, d_sig=4, d_cond=6, heads=2)
     cond = torch.randn(1, 5, 6)
     mask = torch.tensor([[True, True, False, False, False]])
     a = gen(cond, mask).signatures

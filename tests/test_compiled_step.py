@@ -52,7 +52,7 @@ def _args(model, seed=5, smoothing=0.1):
     """``objective_losses``' arguments for one batch, the permutations matched in advance."""
     x, y, _ = tiny_batch(model, seed=seed)
     obj = Objective(model)
-    perms = compiled.finish_matching(compiled.start_matching(obj), x.device)
+    perms = compiled.finish_matching(obj.matching_in_advance(), x.device)
     return (obj, {"inputs": x}, y, None, perms, smoothing, 0.1, False)
 
 
@@ -214,7 +214,7 @@ def test_the_overlapped_step_equals_eager():
             )
         else:
             obj = Objective(model)
-            pending = compiled.start_matching(obj)
+            pending = obj.matching_in_advance()
             logits, ce, reg, loss = compiled.overlapped_losses(
                 parts, obj, obj, {"inputs": x}, y, None, pending, 0.1, 0.1, False
             )

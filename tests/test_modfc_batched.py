@@ -24,7 +24,7 @@ from tiny_models import COND_TOKENIZER, TINY_KERNEL, make_tiny_config, tiny_batc
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from nac import build_model
-from nac.circuits.modfc import ModFC, Modulations, batched_modulations, modfcs, name_modfcs
+from nac.circuits.modfc import ModFC, ModFCForm, Modulations, batched_modulations, modfcs, name_modfcs
 from nac.pruning import attention_received, drop_modules
 
 CONFIGS = {
@@ -222,8 +222,8 @@ def test_batched_modulations_on_its_own():
             "a": ModFC(6, 5, 4),
             "b": ModFC(7, 3, 4),
             "c": ModFC(6, 2, 4),
-            "d": ModFC(6, 2, 4, norm_affine=True),
-            "e": ModFC(7, 2, 4, gain="ln_only"),
+            "d": ModFC(6, 2, 4, form=ModFCForm(norm_affine=True)),
+            "e": ModFC(7, 2, 4, form=ModFCForm(gain="ln_only")),
         }
     )
     name_modfcs(fcs)

@@ -139,7 +139,7 @@ def compiled_counts(
     permutations matched in advance, and its backward) compiled by inductor on the CPU, 3 steps;
     its kernels counted from the forward's and the backward's output code (``_calls``); plus
     the eager ops of the parts the compiled step leaves eager (``EAGER_PARTS``, from the eager
-    count ``eager``) and of the matching in advance (``start_matching``/``finish_matching``,
+    count ``eager``) and of the matching in advance (``Objective.matching_in_advance``/``finish_matching``,
     counted here); graphs and graph breaks from dynamo's counters."""
     import torch._dynamo as dynamo
     import torch._inductor.config as icfg
@@ -183,7 +183,7 @@ def compiled_counts(
         for _ in range(3):
             t = Tracker()
             with OpCounter(t):
-                perms = compiled.finish_matching(ahead or compiled.start_matching(objective), x.device)
+                perms = compiled.finish_matching(ahead or objective.matching_in_advance(), x.device)
                 if scope == "step":
                     lrs = compiled.step_lrs(optimizer, lrs, x.device)
             args = (objective, {"inputs": x}, y, None, perms, cfg.get("label_smoothing", 0.1))
@@ -191,7 +191,7 @@ def compiled_counts(
                 clip = cfg.get("grad_clip", 1.0)
                 next_P = step(args[0], groups, lrs, *args[1:], cfg.get("reg_weight", 0.1), False, clip)[-1]
                 with OpCounter(t):
-                    ahead = compiled.start_matching(objective, next_P) if next_P is not None else None
+                    ahead = objective.matching_in_advance(next_P) if next_P is not None else None
             else:
                 loss = losses(*args, cfg.get("reg_weight", 0.1), False)[-1]
                 loss.backward()

@@ -23,7 +23,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from nac.circuits.kernel import SparseKernel, cpu_shortcut
-from nac.circuits.modfc import ModFC
+from nac.circuits.modfc import ModFC, ModFCForm
 
 _LOG_FLOOR = 1e-30
 
@@ -128,13 +128,12 @@ class SKMDPA(nn.Module):
 
     def __init__(
         self,
+        *,
         d: int,
         d_code: int,
         heads: int,
-        modulated: bool = True,
+        form: ModFCForm = ModFCForm(),
         delta: float = 1e-6,
-        alpha_init: float = 0.1,
-        *,
         cpu_shortcuts: bool = True,
     ):
         super().__init__()
@@ -142,11 +141,11 @@ class SKMDPA(nn.Module):
             raise ValueError(f"state width {d} is not divisible by {heads} heads; choose heads that divide d_model")
         self.heads, self.d_head, self.delta = heads, d // heads, delta
         self.cpu_shortcuts = cpu_shortcuts
-        self.q = ModFC(d, d, d_code, modulated, alpha_init)
+        self.q = ModFC(d, d, d_code, form=form)
         # No key bias: it adds q_i . b_k to a whole row of scores, which softmax ignores.
-        self.k = ModFC(d, d, d_code, modulated, alpha_init, bias=False)
-        self.v = ModFC(d, d, d_code, modulated, alpha_init)
-        self.out = ModFC(d, d, d_code, modulated, alpha_init)
+        self.k = ModFC(d, d, d_code, form=form, bias=False)
+        self.v = ModFC(d, d, d_code, form=form)
+        self.out = ModFC(d, d, d_code, form=form)
 
     def code_readers(self) -> tuple[list[ModFC], list[ModFC]]:
         """The modulated ModFCs reading the receivers' codes (q, exit) and the senders' (k, v)."""

@@ -58,6 +58,7 @@ class UnconditionalCircuitGenerator(nn.Module):
 
     def __init__(
         self,
+        *,
         n_processor: int,
         n_readout: int,
         d: int,
@@ -149,6 +150,7 @@ class InputLatents(nn.Module):
 
     def __init__(
         self,
+        *,
         n: int,
         d: int,
         d_code: int,
@@ -204,7 +206,7 @@ class PerceiverLatents(nn.Module):
     """Perceiver IO's learned latent array and output queries, as a degenerate circuit design:
     no signatures (dense attention) and no codes (plain linear layers)."""
 
-    def __init__(self, n_processor: int, n_readout: int, d: int):
+    def __init__(self, *, n_processor: int, n_readout: int, d: int):
         super().__init__()
         # Unit scale like the NAC's code-derived states: with pre-LayerNorm residuals, near-zero
         # latents start as near-copies of one another and train markedly slower at small budgets.
@@ -236,6 +238,7 @@ class ConditionalCircuitGenerator(nn.Module):
 
     def __init__(
         self,
+        *,
         n_processor: int,
         n_readout: int,
         d: int,

@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 
 from nac.circuits.attention import SKMDPA
-from nac.circuits.modfc import ModFFN
+from nac.circuits.modfc import ModFCForm, ModFFN
 
 # timm's blocks are imported on use, where a model is built: importing timm loads torchvision (and
 # torch._dynamo), seconds that a stage building no model (validate, report) would pay for nothing.
@@ -71,27 +71,26 @@ class Propagator(nn.Module):
 
     def __init__(
         self,
+        *,
         d: int,
         d_code: int,
         heads: int,
         ffn_mult: float = 4.0,
-        modulated: bool = True,
         gated: bool = False,
+        form: ModFCForm = ModFCForm(),
         drop_path: float = 0.0,
         layer_scale: float | None = None,
         delta: float = 1e-6,
-        alpha_init: float = 0.1,
         bandwidth: float | None = None,
         learn_bandwidth: bool = True,
-        *,
         cpu_shortcuts: bool = True,
     ):
         super().__init__()
         register_bandwidth(self, bandwidth, learn_bandwidth)
         self.norm_attn = nn.LayerNorm(d)
-        self.attn = SKMDPA(d, d_code, heads, modulated, delta, alpha_init, cpu_shortcuts=cpu_shortcuts)
+        self.attn = SKMDPA(d=d, d_code=d_code, heads=heads, form=form, delta=delta, cpu_shortcuts=cpu_shortcuts)
         self.norm_ffn = nn.LayerNorm(d)
-        self.ffn = ModFFN(d, d_code, ffn_mult, modulated, gated, alpha_init=alpha_init)
+        self.ffn = ModFFN(d=d, d_code=d_code, ffn_mult=ffn_mult, gated=gated, form=form)
         self.scale_attn, self.scale_ffn = make_layer_scale(d, layer_scale), make_layer_scale(d, layer_scale)
         self.drop_path = make_drop_path(drop_path)
 
@@ -131,30 +130,29 @@ class ReadOut(nn.Module):
 
     def __init__(
         self,
+        *,
         d: int,
         d_code: int,
         heads: int,
         num_classes: int,
         ffn_mult: float = 4.0,
-        modulated: bool = True,
         gated: bool = False,
+        form: ModFCForm = ModFCForm(),
         delta: float = 1e-6,
-        alpha_init: float = 0.1,
         residual: bool = False,
         norm: bool = False,
         layer_scale: float | None = 0.1,
         bandwidth: float | None = None,
         learn_bandwidth: bool = True,
-        *,
         cpu_shortcuts: bool = True,
     ):
         super().__init__()
         register_bandwidth(self, bandwidth, learn_bandwidth)
         self.residual = residual
         self.norm_recv, self.norm_send = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.attn = SKMDPA(d, d_code, heads, modulated, delta, alpha_init, cpu_shortcuts=cpu_shortcuts)
+        self.attn = SKMDPA(d=d, d_code=d_code, heads=heads, form=form, delta=delta, cpu_shortcuts=cpu_shortcuts)
         self.norm_ffn = nn.LayerNorm(d)
-        self.ffn = ModFFN(d, d_code, ffn_mult, modulated, gated, alpha_init=alpha_init)
+        self.ffn = ModFFN(d=d, d_code=d_code, ffn_mult=ffn_mult, gated=gated, form=form)
         self.scale_attn, self.scale_ffn = make_layer_scale(d, layer_scale), make_layer_scale(d, layer_scale)
         self.norm_out = nn.LayerNorm(d) if norm else nn.Identity()
         self.confidence = nn.Linear(d, 1, bias=False)  # a shared bias would cancel in the softmax

@@ -24,6 +24,8 @@ passed directly keeps the per-layer form, the reference (``tests/reference_forms
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -31,40 +33,35 @@ import torch.nn.functional as F
 MODFC_GAINS = ("one_plus_alpha", "ln_only")
 
 
+@dataclass(frozen=True)
+class ModFCForm:
+    """How every ModFC of a model modulates (module doc): ``modulated=False`` is a plain
+    ``nn.Linear``; ``alpha_init`` the initial ``alpha``; ``norm_affine`` gives the LayerNorm a scale
+    and shift; ``gain`` one of ``MODFC_GAINS``. One per model (``NAC`` builds it from its config),
+    handed to each layer at construction."""
+
+    modulated: bool = True
+    alpha_init: float = 0.1
+    norm_affine: bool = False
+    gain: str = "one_plus_alpha"
+
+
 class ModFC(nn.Module):
     """Eq. 1. ``x``: ``[B, U, ..., d_in]`` (module axis second); ``code``: ``[U, d_code]`` or
     ``[B, U, d_code]``. Returns ``[B, U, ..., d_out]``."""
 
-    def __init__(
-        self,
-        d_in: int,
-        d_out: int,
-        d_code: int,
-        modulated: bool = True,
-        alpha_init: float = 0.1,
-        bias: bool = True,
-        norm_affine: bool = False,
-        gain: str = "one_plus_alpha",
-    ):
+    def __init__(self, d_in: int, d_out: int, d_code: int, *, form: ModFCForm = ModFCForm(), bias: bool = True):
         super().__init__()
-        self.d_in, self.d_out, self.modulated = d_in, d_out, modulated
+        if form.gain not in MODFC_GAINS:
+            raise ValueError(f"unknown ModFC gain {form.gain!r}; valid choices: {', '.join(MODFC_GAINS)}")
+        self.d_in, self.d_out, self.modulated = d_in, d_out, form.modulated
         self.modulation_key: str | None = None  # its name in the model (``name_modfcs``): its entry in a Modulations
         self.linear = nn.Linear(d_in, d_out, bias=bias)
-        if modulated:
+        if form.modulated:
             self.code_proj = nn.Linear(d_code, d_in, bias=False)  # W_c, no bias (authors' code)
-            self.alpha_init = float(alpha_init)
-            self.set_form(norm_affine, gain)
-
-    def set_form(self, norm_affine: bool, gain: str) -> None:
-        """Choose the LayerNorm's affine parameters and the gain form (module doc); rebuilds the
-        LayerNorm and ``alpha`` at their initial values (call before training)."""
-        if gain not in MODFC_GAINS:
-            raise ValueError(f"unknown ModFC gain {gain!r}; valid choices: {', '.join(MODFC_GAINS)}")
-        if not self.modulated:
-            return
-        self.gain = gain
-        self.code_norm = nn.LayerNorm(self.d_in, elementwise_affine=norm_affine)
-        self.alpha = nn.Parameter(torch.tensor(self.alpha_init)) if gain == "one_plus_alpha" else None
+            self.gain, self.alpha_init = form.gain, float(form.alpha_init)
+            self.code_norm = nn.LayerNorm(d_in, elementwise_affine=form.norm_affine)
+            self.alpha = nn.Parameter(torch.tensor(self.alpha_init)) if form.gain == "one_plus_alpha" else None
 
     def modulation(self, code: torch.Tensor) -> torch.Tensor:
         """``1 + alpha * LayerNorm(W_c c)`` (``ln_only``: ``LayerNorm(W_c c)``): ``[(B,) U, d_in]``."""
@@ -146,14 +143,6 @@ def batched_modulations(code: torch.Tensor, fcs: list[ModFC]) -> Modulations:
     return Modulations(code, table)
 
 
-def configure_modfc(module: nn.Module, norm_affine: bool, gain: str) -> None:
-    """``ModFC.set_form`` on every ModFC inside ``module`` (a whole NAC: read-in, propagators,
-    read-out), so the form is one model-wide switch without threading it through every layer."""
-    for m in module.modules():
-        if isinstance(m, ModFC):
-            m.set_form(norm_affine, gain)
-
-
 def broadcast_to_modules(m: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """View a per-module tensor ``[(B,) U, d]`` so it broadcasts against ``x = [B, U, ..., d]``
     (against ``[B, U, d]`` it does as it is: no view ops, in the forward or the backward)."""
@@ -173,19 +162,19 @@ class ModFFN(nn.Module):
 
     def __init__(
         self,
+        *,
         d: int,
         d_code: int,
         ffn_mult: float = 4.0,
-        modulated: bool = True,
         gated: bool = False,
         dropout: float = 0.0,
-        alpha_init: float = 0.1,
+        form: ModFCForm = ModFCForm(),
     ):
         super().__init__()
         hidden = max(1, round(ffn_mult * d))
         self.gated = gated
-        self.fc1 = ModFC(d, hidden * (2 if gated else 1), d_code, modulated, alpha_init)
-        self.fc2 = ModFC(hidden, d, d_code, modulated, alpha_init)
+        self.fc1 = ModFC(d, hidden * (2 if gated else 1), d_code, form=form)
+        self.fc2 = ModFC(hidden, d, d_code, form=form)
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, code: torch.Tensor | None) -> torch.Tensor:

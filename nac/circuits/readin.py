@@ -28,7 +28,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from nac.circuits.modfc import ModFC, ModFFN
+from nac.circuits.modfc import ModFC, ModFCForm, ModFFN
 
 
 class ReadIn(nn.Module):
@@ -38,14 +38,14 @@ class ReadIn(nn.Module):
 
     def __init__(
         self,
+        *,
         d_in: int,
         d: int,
         d_code: int,
         heads: int = 1,
-        modulated: bool = True,
         ffn_mult: float = 4.0,
         gated: bool = False,
-        alpha_init: float = 0.1,
+        form: ModFCForm = ModFCForm(),
     ):
         super().__init__()
         if d % heads:
@@ -53,13 +53,13 @@ class ReadIn(nn.Module):
         self.heads, self.d_head = heads, d // heads
         self.norm_tokens = nn.LayerNorm(d_in)
         self.norm_states = nn.LayerNorm(d)
-        self.q = ModFC(d, d, d_code, modulated, alpha_init)
+        self.q = ModFC(d, d, d_code, form=form)
         # A key bias adds q_u . b_k to every score of row u: softmax ignores it, so it is left out.
-        self.k = ModFC(d_in, d, d_code, modulated, alpha_init, bias=False)
-        self.v = ModFC(d_in, d, d_code, modulated, alpha_init)
-        self.out = ModFC(d, d, d_code, modulated, alpha_init)
+        self.k = ModFC(d_in, d, d_code, form=form, bias=False)
+        self.v = ModFC(d_in, d, d_code, form=form)
+        self.out = ModFC(d, d, d_code, form=form)
         self.norm_ffn = nn.LayerNorm(d)
-        self.ffn = ModFFN(d, d_code, ffn_mult, modulated, gated, alpha_init=alpha_init)
+        self.ffn = ModFFN(d=d, d_code=d_code, ffn_mult=ffn_mult, gated=gated, form=form)
 
     def forward(self, tokens, states, codes, mask=None) -> torch.Tensor:
         B = tokens.shape[0]

@@ -1,5 +1,6 @@
-"""Names of runs and where their files live (checkpoints under ``models/``, metrics under
-``metrics/``), for every track; imports no track, so a stage that only reads a checkpoint (the
+"""Names of runs and where their files live, for every track: checkpoints under a ``models``
+root, metrics under a ``metrics`` root, both arguments (dvc.yaml hands them to each stage,
+``--models models --metrics metrics``; the defaults are those folders of the working directory); imports no track, so a stage that only reads a checkpoint (the
 report, few-shot adaptation, the notebooks) does not depend on the code that trains it.
 
 An image-track *run* is a ladder entry: ``perceiver_io``, ``modfc``, ``frozen_graph``, a
@@ -52,21 +53,25 @@ def run_file(run: str, seed: int, suffix: str = ".json") -> str:
     return f"{run}-{int(seed)}{suffix}"
 
 
-def image_checkpoint(run: str, seed: int) -> Path:
-    return Path("models") / "image" / f"{run}-{seed}.pt"
+MODELS = Path("models")  # the checkpoints' root unless a stage is given another (``--models``)
 
 
-def track_checkpoint(track: str, run: str, seed: int) -> Path:
-    return Path("models") / track / f"{run}-{seed}.pt"
+def image_checkpoint(run: str, seed: int, models: str | Path = MODELS) -> Path:
+    return Path(models) / "image" / f"{run}-{seed}.pt"
+
+
+def track_checkpoint(track: str, run: str, seed: int, models: str | Path = MODELS) -> Path:
+    return Path(models) / track / f"{run}-{seed}.pt"
 
 
 def track_metrics(track: str, run: str, seed: int, root: str | Path = "metrics") -> Path:
     return Path(root) / "tracks" / track / f"{run}-{seed}.json"
 
 
-PRETRAIN_DIR = Path("models") / "fewshot_pretrain"
+def pretrain_dir(models: str | Path = MODELS) -> Path:
+    """The few-shot source models pre-trained by the ``pretrain`` stage (``fewshot.source: pretrain``)."""
+    return Path(models) / "fewshot_pretrain"
 
 
-def pretrain_checkpoint(run: str, seed: int) -> Path:
-    """The few-shot source model pre-trained by the ``pretrain`` stage (``fewshot.source: pretrain``)."""
-    return PRETRAIN_DIR / f"{run}-{seed}.pt"
+def pretrain_checkpoint(run: str, seed: int, models: str | Path = MODELS) -> Path:
+    return pretrain_dir(models) / f"{run}-{seed}.pt"

@@ -31,7 +31,7 @@ from nac.model import BASELINES, count_parameters
 from nac.pipeline import schema_models as schema
 from nac.pipeline.datasets import dataset_info, track_builder
 from nac.pipeline.io import write_json
-from nac.pipeline.paths import track_checkpoint, track_metrics
+from nac.pipeline.paths import MODELS, track_checkpoint, track_metrics
 from nac.pipeline.runs import prior_settings, start_run, train_config
 from nac.training.config import TrainConfig
 from nac.training.loop import fit
@@ -199,13 +199,21 @@ def train_track_jobs(params: dict, track: str) -> list[tuple[dict, str, str, int
 
 
 def train_track_run(
-    params: dict, track: str, run: str, seed: int, progress: bool = True, *, metrics: str | Path | None = None
+    params: dict,
+    track: str,
+    run: str,
+    seed: int,
+    progress: bool = True,
+    *,
+    metrics: str | Path | None = None,
+    models: str | Path = MODELS,
 ) -> dict[str, Any] | None:
     """Train one run of a track with one seed, then evaluate it on the validation and test
     splits. Returns the metrics (``None`` on non-main processes under torchrun). ``metrics`` (a
     ``train_<track>`` stage's job, ``metrics``): also write the curves under
     ``<metrics>/tracks/live/<track>/<run>-<seed>`` and the metrics to
-    ``<metrics>/tracks/<track>/<run>-<seed>.json`` (``track_metrics``)."""
+    ``<metrics>/tracks/<track>/<run>-<seed>.json`` (``track_metrics``). The checkpoint (resumed
+    from, written each epoch) is ``<models>/<track>/<run>-<seed>.pt`` (``track_checkpoint``)."""
     sec = params[track]
     ds = track_builder(params, track)
     cfg = track_train_config(params, track, seed)
@@ -217,10 +225,10 @@ def train_track_run(
     out = fit(
         model,
         train_set,
-        val if world.is_main else None,
+        val,
         cfg,
         world=world,
-        checkpoint=track_checkpoint(track, run, seed),
+        checkpoint=track_checkpoint(track, run, seed, models),
         live_dir=None if metrics is None else f"{metrics}/tracks/live/{track}/{run}-{seed}",
         progress=progress,
         desc=f"{track} {run}-{seed}",

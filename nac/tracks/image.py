@@ -85,7 +85,7 @@ def train_image_run(
     out = fit(
         model,
         train_set,
-        val_set if world.is_main else None,
+        val_set,
         cfg,
         world=world,
         checkpoint=image_checkpoint(run, seed),

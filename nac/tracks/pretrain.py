@@ -9,20 +9,22 @@ the stage's output exists in every profile.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch.nn as nn
 
 from nac.config import ModelConfig
 from nac.pipeline.datasets import builder
 from nac.pipeline.io import write_json
-from nac.pipeline.paths import PRETRAIN_DIR, pretrain_checkpoint
+from nac.pipeline.paths import MODELS, pretrain_checkpoint, pretrain_dir
 from nac.pipeline.runs import prior_settings, start_run, train_config
 from nac.training.loop import fit
 
 
-def pretrain(params: dict, run: str, seed: int, progress: bool = True) -> nn.Module:
+def pretrain(params: dict, run: str, seed: int, progress: bool = True, *, models: str | Path = MODELS) -> nn.Module:
     """Pre-train (or resume / reload) the source model of a few-shot run on ``fewshot.pretrain``.
     A finished checkpoint is reloaded at no cost, so the few-shot stages of several targets read
-    it without training."""
+    it without training. The checkpoint: ``<models>/fewshot_pretrain/<run>-<seed>.pt``."""
     pre = params["fewshot"]["pretrain"]
     ds = builder(params, pre["dataset"])
     cfg = dict(pre["model"], num_classes=int(ds.info()["num_classes"]))
@@ -38,10 +40,10 @@ def pretrain(params: dict, run: str, seed: int, progress: bool = True) -> nn.Mod
     fit(
         model,
         train_set,
-        val_set if world.is_main else None,
+        val_set,
         train_cfg,
         world=world,
-        checkpoint=pretrain_checkpoint(run, seed),
+        checkpoint=pretrain_checkpoint(run, seed, models),
         progress=progress,
         desc=f"pretrain {run}-{seed}",
         fingerprint=fingerprint,
@@ -49,16 +51,16 @@ def pretrain(params: dict, run: str, seed: int, progress: bool = True) -> nn.Mod
     return model
 
 
-def pretrain_all(params: dict, progress: bool = True) -> dict:
+def pretrain_all(params: dict, progress: bool = True, *, models: str | Path = MODELS) -> dict:
     """The stage: every few-shot run and seed when ``fewshot.source`` is ``pretrain``, nothing
-    otherwise; writes ``models/fewshot_pretrain/manifest.json``."""
+    otherwise; writes ``<models>/fewshot_pretrain/manifest.json``."""
     fs = params["fewshot"]
     done = []
     if fs["source"] == "pretrain":
         for run in fs["runs"]:
             for seed in params["seeds"]:
-                pretrain(params, run, seed, progress)
-                done.append(pretrain_checkpoint(run, seed).name)
+                pretrain(params, run, seed, progress, models=models)
+                done.append(pretrain_checkpoint(run, seed, models).name)
     manifest = {"source": fs["source"], "dataset": (fs.get("pretrain") or {}).get("dataset"), "checkpoints": done}
-    write_json(PRETRAIN_DIR / "manifest.json", manifest)
+    write_json(pretrain_dir(models) / "manifest.json", manifest)
     return manifest

@@ -109,7 +109,7 @@ def objective_parts(wrapped, kw: dict, labels, targets, label_smoothing: float, 
 def overlapped_losses(
     parts, objective: Objective, wrapped, kw: dict, labels, targets, pending: dict, label_smoothing, reg_weight, amp
 ):
-    """``objective_losses`` with the matching ``pending`` (``start_matching``) awaited only after
+    """``objective_losses`` with the matching ``pending`` (``Objective.matching_in_advance``) awaited only after
     ``parts`` (``objective_parts``, compiled) is launched: ``(logits, ce, reg, loss)``, the same
     values; the regularizer at the permutations computed eagerly from the region's ``Ps``."""
     logits, ce, Ps = parts(wrapped, kw, labels, targets, label_smoothing, amp)
@@ -128,13 +128,8 @@ def compile_losses(mode, fn=objective_losses):
     return torch.compile(fn, mode=mode, dynamic=False)
 
 
-def start_matching(objective: Objective, Ps: torch.Tensor | None = None) -> tuple | None:
-    """``objective.matching_in_advance(Ps)`` (``(layers, Future)``; None where a step matches nothing)."""
-    return objective.matching_in_advance(Ps)
-
-
 def finish_matching(pending: tuple | None, device) -> dict | None:
-    """The permutations of ``start_matching`` on ``device``, ``{layer: LongTensor [U_p]}`` (waits
+    """The permutations of ``Objective.matching_in_advance`` on ``device``, ``{layer: LongTensor [U_p]}`` (waits
     for the worker thread; one copy of the stacked permutations from pinned memory, which does
     not block; each layer's a view of it); None for None."""
     if pending is None:
@@ -278,7 +273,7 @@ class CompiledStep:
 
     def begin(self, objective: Objective) -> None:
         """Start this step's matching (or take the one started as the last whole step returned)."""
-        self.pending, self.ahead = self.ahead or start_matching(objective), None
+        self.pending, self.ahead = self.ahead or objective.matching_in_advance(), None
 
     def __call__(
         self, run, kw: dict, labels, targets, checks
@@ -300,7 +295,7 @@ class CompiledStep:
                     run.wrapped, self.adamw, self.lrs, kw, labels, targets, perms, *args, cfg.grad_clip
                 )
                 if next_P is not None:  # the next step's matching runs while the host goes on
-                    self.ahead = start_matching(run.objective, next_P)
+                    self.ahead = run.objective.matching_in_advance(next_P)
                 return logits, ce, reg, loss, grad_norm
             if pending is not None and self.parts is not None:  # the matching awaited while the device runs the forward
                 logits, ce, reg, loss = overlapped_losses(

@@ -82,7 +82,8 @@ def fit(
     aside to ``<name>.stale-<time>`` when this run writes its first checkpoint (one line says
     where, and which of config / train_config / fingerprint differ), never overwritten in place.
     The training holds an OS lock on ``<checkpoint>.lock``: a second one on the same checkpoint is
-    refused (``CheckpointBusyError``). ``val_set`` is held-out data: never the training set.
+    refused (``CheckpointBusyError``). ``val_set`` is held-out data: never the training set; only the
+    main process (``world.is_main``) evaluates it.
     ``on_epoch_end(epoch)`` is called after each checkpoint (tests use it).
 
     A model with its own training objective (a baseline trained by EM, say) defines
@@ -97,7 +98,9 @@ def fit(
     ``TrainingStopped`` (Ctrl-C, a full disk), naming ``desc``, the epoch and the checkpoint kept
     (``nac.training.errors``).
     """
-    run = build_run(model, train_set, val_set, cfg, world or World(), checkpoint, desc, on_epoch_end, fingerprint)
+    world = world or World()
+    val_set = val_set if world.is_main else None  # validation runs on the main process only
+    run = build_run(model, train_set, val_set, cfg, world, checkpoint, desc, on_epoch_end, fingerprint)
     state, world = run.state, run.world
     lock = CheckpointLock(state.ckpt_path, owner=desc).acquire() if state.ckpt_path and world.is_main else None
     start_epoch = 0

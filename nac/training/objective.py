@@ -83,7 +83,7 @@ class Objective(nn.Module):
         neither, or for a conditional design, ``NAC.graph_regularizer`` (matched here). The same loss
         either way; every layer's at once (the per-layer sum: ``tests/test_batched_kernels.py``)."""
         model = self.model
-        if model.prior_target is None or model.config.generator == "conditional" or (perms is None and pending is None):
+        if not self.matches() or (perms is None and pending is None):
             return model.graph_regularizer(design, Ps)
         P = next(iter(Ps.values()))
         found = [perms[i] if perms is not None else pending[i].result() for i in Ps]
