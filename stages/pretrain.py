@@ -1,15 +1,21 @@
 """DVC stage pretrain: pre-train the few-shot source models (``fewshot.source: pretrain``, the
-paper profile) into models/fewshot_pretrain/ (resumed when interrupted); with
-``fewshot.source: image`` it only writes models/fewshot_pretrain/manifest.json."""
+paper profile) into <models>/fewshot_pretrain/ (resumed when interrupted); with
+``fewshot.source: image`` it only writes <models>/fewshot_pretrain/manifest.json."""
+
+import argparse
 
 from nac.pipeline.lifeline import run_stage
 from nac.pipeline.params import load_params
+from nac.pipeline.paths import add_root_arguments
 from nac.tracks import fewshot_params
 from nac.tracks.pretrain import pretrain_all
 
 
-def main() -> None:
-    pretrain_all(load_params(check=[fewshot_params.validate], stage="pretrain"))
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    add_root_arguments(ap, "models")
+    args = ap.parse_args(argv)
+    pretrain_all(load_params(check=[fewshot_params.validate], stage="pretrain"), models=args.models)
 
 
 if __name__ == "__main__":

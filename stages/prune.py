@@ -1,6 +1,7 @@
 """DVC stage prune: drop processor modules by connectivity, and in random orders as the control,
 in steps (Figures 5a, 5b, 15)."""
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -10,14 +11,17 @@ import pandas as pd
 from nac import metrics_io
 from nac.pipeline.io import staged, write_json
 from nac.pipeline.params import load_params
+from nac.pipeline.paths import add_root_arguments
 from nac.tracks.image import prune_sweep, validate, validate_prune
 
-OUT = Path("metrics/image")
 
-
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    add_root_arguments(ap, "models", "metrics")
+    args = ap.parse_args(argv)
     params = load_params(check=[validate, validate_prune], stage="prune")
-    rows = prune_sweep(params)
+    rows = prune_sweep(params, models=args.models)
+    OUT = Path(args.metrics) / "image"
     # prune.json and prune.csv replace the previous ones together, and only once the rows are checked
     with staged(OUT) as (stage,), metrics_io.published_as(stage, OUT):
         write_json(stage / "prune.json", rows)

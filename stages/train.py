@@ -3,8 +3,8 @@
 
 The jobs run side by side in worker processes (``nac.pipeline.pool``: one per CPU core, one on a
 GPU; ``NAC_WORKERS`` overrides; the results do not depend on it). Each writes
-metrics/image/train/<run>-<seed>.json and metrics/image/eval/<run>-<seed>.json and resumes from
-models/image/<run>-<seed>.pt when a previous run was interrupted (a finished checkpoint written
+<metrics>/image/train/<run>-<seed>.json and <metrics>/image/eval/<run>-<seed>.json and resumes from
+<models>/image/<run>-<seed>.pt when a previous run was interrupted (a finished checkpoint written
 with the same settings is reloaded without training).
 
 ``--run R --seed S`` trains that one job in this process, e.g. under
@@ -17,6 +17,7 @@ from functools import partial
 
 from nac.pipeline.lifeline import run_stage
 from nac.pipeline.params import load_params
+from nac.pipeline.paths import add_root_arguments
 from nac.pipeline.pool import add_job_arguments, one_job, run_jobs
 from nac.tracks.image import train_image_jobs, train_image_run, validate
 
@@ -24,13 +25,13 @@ from nac.tracks.image import train_image_jobs, train_image_run, validate
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     add_job_arguments(ap, "one run: perceiver_io | modfc | frozen_graph | a baseline | nac-<prior>[-<control>]")
-    ap.add_argument("--metrics", default="metrics", help="the metrics directory (dvc.yaml's outs are under metrics/)")
+    add_root_arguments(ap, "models", "metrics")
     args = ap.parse_args()
     single = one_job(ap, args, "the whole ladder")
     params = load_params(check=[validate], stage="train")
     jobs = [(params, args.run, args.seed)] if single else train_image_jobs(params)
     run_jobs(
-        partial(train_image_run, metrics=args.metrics),
+        partial(train_image_run, metrics=args.metrics, models=args.models),
         jobs,
         device=params.get("device", "auto"),
         desc="train",

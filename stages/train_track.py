@@ -1,9 +1,9 @@
 """DVC stage train_<track> (points, listops, text, nlvr): train every run of the track with every
 seed from scratch, each then evaluated on the validation and test splits by the process that
-trained it; writes metrics/tracks/<track>/<run>-<seed>.json.
+trained it; writes <metrics>/tracks/<track>/<run>-<seed>.json.
 
 The jobs run side by side in worker processes (``nac.pipeline.pool``; ``NAC_WORKERS``
-overrides; the results do not depend on it). Each resumes from models/<track>/<run>-<seed>.pt
+overrides; the results do not depend on it). Each resumes from <models>/<track>/<run>-<seed>.pt
 when interrupted. ``--run R --seed S`` trains that one job in this process, e.g. under
 ``torchrun --nproc_per_node=N -m stages.train_track points --run nac --seed 0`` with DDP.
 """
@@ -13,6 +13,7 @@ from functools import partial
 
 from nac.pipeline.lifeline import run_stage
 from nac.pipeline.params import load_params
+from nac.pipeline.paths import add_root_arguments
 from nac.pipeline.pool import add_job_arguments, one_job, run_jobs
 from nac.tracks.common import TRACK_RUNS, train_track_jobs, train_track_run, validator
 
@@ -21,13 +22,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("track", choices=sorted(TRACK_RUNS))
     add_job_arguments(ap, "one run of the track")
-    ap.add_argument("--metrics", default="metrics", help="the metrics directory (dvc.yaml's outs are under metrics/)")
+    add_root_arguments(ap, "models", "metrics")
     args = ap.parse_args()
     single = one_job(ap, args, "every run of the track")
     params = load_params(check=[validator(args.track)], stage=f"train_{args.track}")
     jobs = [(params, args.track, args.run, args.seed)] if single else train_track_jobs(params, args.track)
     run_jobs(
-        partial(train_track_run, metrics=args.metrics),
+        partial(train_track_run, metrics=args.metrics, models=args.models),
         jobs,
         device=params.get("device", "auto"),
         desc=f"train_{args.track}",

@@ -281,10 +281,11 @@ def test_the_report_stage_interrupted_says_one_line(monkeypatch):
 
     monkeypatch.setattr(report_stage, "load_params", lambda **kw: {})
 
-    def build(params):
+    def build(params, **roots):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(report_stage, "build_report", build)
+    monkeypatch.setattr("sys.argv", ["stages.report"])
     monkeypatch.delenv("DVC_STAGE", raising=False)
     from nac.pipeline.lifeline import run_stage
 

@@ -263,11 +263,11 @@ def test_evaluate_image_run_refuses_a_stale_checkpoint(tmp_path, tiny_config, mo
     }
     params = {"device": "cpu", "image": {"model": model_params, "dataset": "toy", "train": {}}}
     monkeypatch.setattr(image, "builder", lambda p, name: types.SimpleNamespace(info=lambda: {"num_classes": 4}))
-    monkeypatch.setattr(image, "image_checkpoint", lambda run, seed: tmp_path / f"{run}-{seed}.pt")
-    save_checkpoint(tmp_path / "modfc-0.pt", build_model(image.image_model_config(params, "modfc", 0, 4)))
+    (tmp_path / "image").mkdir()
+    save_checkpoint(tmp_path / "image" / "modfc-0.pt", build_model(image.image_model_config(params, "modfc", 0, 4)))
     params["image"]["model"] = dict(model_params, d_model=64)
     with pytest.raises(CheckpointMismatchError, match=r"modfc-0\.pt was trained with another model config .*d_model"):
-        image.evaluate_image_run(params, "modfc", 0)
+        image.evaluate_image_run(params, "modfc", 0, models=tmp_path)
 
 
 # 4. one trainer per checkpoint, Ctrl-C, full disk ---------------------------------------------

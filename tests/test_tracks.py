@@ -118,26 +118,32 @@ def test_fewshot_learns_a_separable_task(tiny_config):
 @pytest.mark.parametrize("source", ["image", "pretrain"])
 def test_fewshot_reads_its_source_checkpoints_and_trains_nothing(tmp_path, monkeypatch, tiny_config, source):
     """The few-shot stage loads the image track's or the pretrain stage's checkpoint of each seed
-    (EMA weights where kept) and never writes under models/ (the pretrain stage owns
-    models/fewshot_pretrain/)."""
+    (EMA weights where kept) from the ``models`` root it is given, and never writes under it (the
+    pretrain stage owns <models>/fewshot_pretrain/)."""
     from nac.checkpoint_io import save_checkpoint
     from nac.pipeline.paths import image_checkpoint, pretrain_checkpoint
 
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.chdir(tmp_path)  # nothing may be read from, or written to, the working directory's models/
+    root = tmp_path / "elsewhere"
     params = {"seeds": [0, 1], "prior": {"name": "scale_free"}, "fewshot": {"source": source}}
     models = {}
     for seed in params["seeds"]:
         torch.manual_seed(seed)
         models[seed] = build_model(tiny_config(num_classes=10))
-        path = image_checkpoint("nac-scale_free", seed) if source == "image" else pretrain_checkpoint("nac", seed)
+        path = (
+            image_checkpoint("nac-scale_free", seed, root)
+            if source == "image"
+            else pretrain_checkpoint("nac", seed, root)
+        )
         save_checkpoint(path, models[seed])
-    before = sorted((p.as_posix(), p.stat().st_mtime_ns) for p in (tmp_path / "models").rglob("*"))
-    loaded = fs.load_pretrained(params, "nac", "cpu")
+    before = sorted((p.as_posix(), p.stat().st_mtime_ns) for p in tmp_path.rglob("*"))
+    loaded = fs.load_pretrained(params, "nac", "cpu", models=root)
     assert len(loaded) == 2
     for seed, model in zip(params["seeds"], loaded):
         want = models[seed].state_dict()
         assert all(torch.equal(v, want[k]) for k, v in model.state_dict().items())
-    assert sorted((p.as_posix(), p.stat().st_mtime_ns) for p in (tmp_path / "models").rglob("*")) == before
+    assert sorted((p.as_posix(), p.stat().st_mtime_ns) for p in tmp_path.rglob("*")) == before
+    assert not (tmp_path / "models").exists()
 
 
 def test_fewshot_config_rejects_bad_values():

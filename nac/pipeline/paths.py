@@ -1,7 +1,8 @@
 """Names of runs and where their files live, for every track: checkpoints under a ``models``
 root, metrics under a ``metrics`` root, both arguments (dvc.yaml hands them to each stage,
-``--models models --metrics metrics``; the defaults are those folders of the working directory); imports no track, so a stage that only reads a checkpoint (the
-report, few-shot adaptation, the notebooks) does not depend on the code that trains it.
+``--models models --metrics metrics``; the defaults are those folders of the working
+directory). Imports no track, so a stage that only reads a checkpoint (the report, few-shot
+adaptation, the notebooks) does not depend on the code that trains it.
 
 An image-track *run* is a ladder entry: ``perceiver_io``, ``modfc``, ``frozen_graph``, a
 baseline, ``nac-<prior>``, or a control of a NAC, ``nac-<prior>-noreg`` (the graph regularizer
@@ -75,3 +76,16 @@ def pretrain_dir(models: str | Path = MODELS) -> Path:
 
 def pretrain_checkpoint(run: str, seed: int, models: str | Path = MODELS) -> Path:
     return pretrain_dir(models) / f"{run}-{seed}.pt"
+
+
+_ROOTS = {
+    "models": "the checkpoints' root (dvc.yaml passes models; its persistent outs are under it)",
+    "metrics": "the metrics root (dvc.yaml passes metrics; its outs are under it)",
+}
+
+
+def add_root_arguments(ap, *roots: str) -> None:
+    """``--models`` / ``--metrics`` on a stage's argument parser (``roots``: which), each defaulting
+    to the folder of that name: the roots dvc.yaml hands a stage, which it hands to the library."""
+    for root in roots:
+        ap.add_argument(f"--{root}", default=root, help=_ROOTS[root])

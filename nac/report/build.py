@@ -22,7 +22,7 @@ from nac import metrics_io
 from nac.checkpoint_io import load_model
 from nac.pipeline.datasets import builder
 from nac.pipeline.io import staged, write_json
-from nac.pipeline.paths import image_checkpoint, parse_run
+from nac.pipeline.paths import MODELS, image_checkpoint, parse_run
 from nac.pipeline.pool import usable_cores
 from nac.report import bench_figures, costs, figures, graph_figures, mechanism, sections, switches, tables
 from nac.report.claims.metrics import CONVERGENCE
@@ -93,6 +93,7 @@ def build_report(
     metrics: str | Path = "metrics",
     provenance: dict | None = None,
     converged: str | Path | None = CONVERGED,
+    models: str | Path = MODELS,
 ) -> dict[str, Any]:
     """Every table, figure and the index README, then ``reports/claims.md``; returns summary.json.
 
@@ -101,7 +102,8 @@ def build_report(
     else this checkout's, and then the headline claims go to ``metrics/summary.json`` (a DVC
     metric), else beside the report (``tables/headline.json``): a kept result set is not rewritten.
     ``converged``: the converged result set, built into ``out/converged/`` and linked from the index
-    when it exists (one line saying how to make it when not); ``None`` for a result set's own report."""
+    when it exists (one line saying how to make it when not); ``None`` for a result set's own report.
+    ``models``: the checkpoints' root (the learned graphs of Figure 3 are read from ``<models>/image``)."""
     from nac.report.claims import (
         claims_metrics,
         evaluate_claims,
@@ -125,7 +127,7 @@ def build_report(
         prov = provenance or _provenance(params)
         md["caption_prov"] = prov  # type: ignore[assignment]
         md["caption"] = caption(prov, params["seeds"])  # every figure names profile, seeds and model version
-        summary = {"provenance": prov, **_image(params, stage, metrics, md, figs)}
+        summary = {"provenance": prov, **_image(params, stage, metrics, models, md, figs)}
         md["converged"] = converged_md
         sections.switches_section(params, metrics, stage, md)
         summary["table2"] = sections.comparison(params, stage, metrics, md, ["points"], TABLE2, "table2")
@@ -169,7 +171,9 @@ def validate_inputs(params: dict, metrics: str | Path = "metrics") -> None:
         metrics_io.fewshot_targets(metrics, params["fewshot"]["targets"])
 
 
-def _image(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dict[str, list[Path]]) -> dict[str, Any]:
+def _image(
+    params: dict, out: Path, metrics: Path, models: str | Path, md: dict[str, str], figs: dict[str, list[Path]]
+) -> dict[str, Any]:
     """Table 1, Figures 3, 5a, 5b, 15 and the image learning curves."""
     ladder, seeds = params["image"]["ladder"], params["seeds"]
     evals = metrics_io.image_runs(metrics, "eval", ladder, seeds)  # exactly the configured runs and seeds
@@ -192,7 +196,7 @@ def _image(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dic
     if styles is not None:
         md["table1_styles"] = tables.write_table(styles, out / "tables", "table1_ood_by_style")
 
-    learned = _learned_graphs(ladder, seeds[0], metrics)
+    learned = _learned_graphs(ladder, seeds[0], metrics, models)
     if learned is not None:
         figs["figure3"] = graph_figures.figure3(
             learned,
@@ -270,7 +274,7 @@ def _image(params: dict, out: Path, metrics: Path, md: dict[str, str], figs: dic
     }
 
 
-def _learned_graphs(ladder: list[str], seed: int, metrics: Path) -> dict[str, np.ndarray] | None:
+def _learned_graphs(ladder: list[str], seed: int, metrics: Path, models: str | Path) -> dict[str, np.ndarray] | None:
     """Figure 3's learned link probabilities of each prior's NAC (first seed): from the checkpoints
     (models/image/), or, for a kept result set (a ``provenance.json`` beside its metrics), only from
     its ``graphs.json`` (models/ holds another profile's checkpoints), ``None`` without one."""
@@ -288,8 +292,8 @@ def _learned_graphs(ladder: list[str], seed: int, metrics: Path) -> dict[str, np
         variant, prior, control = parse_run(run)
         # a checkpoint absent here (a report rebuilt from the committed metrics alone) leaves its panel
         # saying so; under `dvc repro` models/image is a dependency, so every one is there
-        if variant == "nac" and control is None and Path(image_checkpoint(run, seed)).is_file():
-            learned[prior] = load_model(image_checkpoint(run, seed)).link_probabilities().detach().numpy()
+        if variant == "nac" and control is None and image_checkpoint(run, seed, models).is_file():
+            learned[prior] = load_model(image_checkpoint(run, seed, models)).link_probabilities().detach().numpy()
     return learned
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -48,7 +49,7 @@ from nac.config import ConfigDict
 from nac.data.registry import get_builder
 from nac.model import NAC
 from nac.pipeline.io import write_json
-from nac.pipeline.paths import fewshot_image_run, image_checkpoint, pretrain_checkpoint
+from nac.pipeline.paths import MODELS, fewshot_image_run, image_checkpoint, pretrain_checkpoint
 from nac.training.distributed import resolve_device
 from nac.training.objective import Objective
 
@@ -340,24 +341,27 @@ def _labels(data) -> np.ndarray:
     return np.asarray([int(data[i]["label"]) for i in range(len(data))])
 
 
-def load_pretrained(params: dict, run: str, device, progress: bool = True) -> list[nn.Module]:
-    """The pre-trained models of one few-shot run, one per seed (see the module docstring)."""
+def load_pretrained(
+    params: dict, run: str, device, progress: bool = True, *, models: str | Path = MODELS
+) -> list[nn.Module]:
+    """The pre-trained models of one few-shot run, one per seed, from under ``models`` (see the
+    module docstring)."""
     fs = params["fewshot"]
     if fs["source"] == "image":
         return [
-            load_model(image_checkpoint(fewshot_image_run(params, run), s), map_location=device)
+            load_model(image_checkpoint(fewshot_image_run(params, run), s, models), map_location=device)
             for s in params["seeds"]
         ]
     return [
-        load_model(pretrain_checkpoint(run, s), map_location=device) for s in params["seeds"]
+        load_model(pretrain_checkpoint(run, s, models), map_location=device) for s in params["seeds"]
     ]  # the pretrain stage's
 
 
-def run_target(params: dict, target: str, out_dir: str = "metrics/fewshot", progress: bool = True) -> list[dict]:
+def run_target(
+    params: dict, target: str, out_dir: str = "metrics/fewshot", progress: bool = True, *, models: str | Path = MODELS
+) -> list[dict]:
     """The stage for one target: every episode, shot count and run; writes ``<target>.json``
     (protocol + rows) and ``<target>.csv`` (rows)."""
-    from pathlib import Path
-
     import pandas as pd
 
     fs = params["fewshot"]
@@ -366,7 +370,8 @@ def run_target(params: dict, target: str, out_dir: str = "metrics/fewshot", prog
     data = params["data"]
     b = get_builder(target, data.get("root", "data"), data.get(target) or {})
     pretrained = {
-        run: [m.to(device).eval() for m in load_pretrained(params, run, device, progress)] for run in fs["runs"]
+        run: [m.to(device).eval() for m in load_pretrained(params, run, device, progress, models=models)]
+        for run in fs["runs"]
     }
     rows = run_fewshot(pretrained, {target: b}, cfg, device=device, progress=progress, seed=int(fs.get("seed", 0)))
     for r in rows:

@@ -25,7 +25,7 @@ from nac.model import BASELINES, count_parameters
 from nac.pipeline import schema_models as schema
 from nac.pipeline.datasets import builder
 from nac.pipeline.io import write_json
-from nac.pipeline.paths import image_checkpoint, parse_run
+from nac.pipeline.paths import MODELS, image_checkpoint, parse_run
 from nac.pipeline.runs import start_run, train_config
 from nac.pipeline.schema import check_prune
 from nac.pruning import drop_modules, module_connectivity, random_connectivity
@@ -67,7 +67,13 @@ def image_train_config(params: dict, seed: int) -> TrainConfig:
 
 
 def train_image_run(
-    params: dict, run: str, seed: int, progress: bool = True, *, metrics: str | Path | None = None
+    params: dict,
+    run: str,
+    seed: int,
+    progress: bool = True,
+    *,
+    metrics: str | Path | None = None,
+    models: str | Path = MODELS,
 ) -> dict | None:
     """Train one ladder entry with one seed (resuming its checkpoint, or reloading a finished one);
     returns the training history and final metrics (on the main process; ``None`` on the others
@@ -88,7 +94,7 @@ def train_image_run(
         val_set,
         cfg,
         world=world,
-        checkpoint=image_checkpoint(run, seed),
+        checkpoint=image_checkpoint(run, seed, models),
         live_dir=None if metrics is None else f"{metrics}/image/live/{name}",
         progress=progress,
         desc=f"train {name}",
@@ -101,7 +107,7 @@ def train_image_run(
         res["mechanism"] = {"init": initial["numbers"], "final": mechanism_numbers(model, initial["P"])}
     if metrics is not None:
         write_json(f"{metrics}/image/train/{name}.json", res)
-        write_json(f"{metrics}/image/eval/{name}.json", evaluate_image_run(params, run, seed))
+        write_json(f"{metrics}/image/eval/{name}.json", evaluate_image_run(params, run, seed, models=models))
     return res
 
 
@@ -129,12 +135,13 @@ def _ood_classes(params: dict) -> list[int] | None:
     return builder(params, params["image"]["ood_dataset"]).info().get("class_indices")
 
 
-def evaluate_image_run(params: dict, run: str, seed: int) -> dict[str, Any]:
-    """IID validation and OOD Acc@1 / Acc@5, and OOD Acc@1 per rendition style."""
+def evaluate_image_run(params: dict, run: str, seed: int, *, models: str | Path = MODELS) -> dict[str, Any]:
+    """IID validation and OOD Acc@1 / Acc@5, and OOD Acc@1 per rendition style, of the checkpoint
+    ``<models>/image/<run>-<seed>.pt``."""
     image = params["image"]
     device = resolve_device(params.get("device", "auto"))
     model = load_model(
-        image_checkpoint(run, seed),
+        image_checkpoint(run, seed, models),
         map_location=device,
         expect_config=image_model_config(
             params, run, seed, builder(params, image["dataset"]).info()["num_classes"]
@@ -200,7 +207,7 @@ def throughput(model: torch.nn.Module, example: torch.Tensor, repeats: int, devi
     return rates
 
 
-def prune_sweep(params: dict, progress: bool = True) -> list[dict[str, Any]]:
+def prune_sweep(params: dict, progress: bool = True, *, models: str | Path = MODELS) -> list[dict[str, Any]]:
     """Drop processor modules at every fraction of ``prune.dropped_fraction``, least connected
     first (``order: "connectivity"``) and, as the control any ranking must beat, in
     ``prune.random_orders`` seeded random orders (``order: "random-<i>"``). Accuracy on IID
@@ -218,7 +225,7 @@ def prune_sweep(params: dict, progress: bool = True) -> list[dict[str, Any]]:
     for run, seed in tqdm(jobs, desc="prune", disable=not progress):
         model = (
             load_model(
-                image_checkpoint(run, seed),
+                image_checkpoint(run, seed, models),
                 map_location=device,
                 expect_config=image_model_config(params, run, seed, ds.info()["num_classes"]).to_dict(),
             )

@@ -24,6 +24,7 @@ over this control is learned.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,7 +35,7 @@ from nac.checkpoint_io import load_model
 from nac.model import build_model
 from nac.pipeline.datasets import track_builder
 from nac.pipeline.io import write_json
-from nac.pipeline.paths import track_checkpoint
+from nac.pipeline.paths import MODELS, track_checkpoint
 from nac.stats import t_half_width
 from nac.tracks.common import reasoning_types, sentences
 from nac.training.distributed import resolve_device
@@ -255,12 +256,12 @@ def graph_of(P: np.ndarray, threshold: float = 0.5):
     return G
 
 
-def run_analysis(params: dict, out_dir: str = "metrics/nlvr", progress: bool = True) -> dict[str, Any]:
+def run_analysis(
+    params: dict, out_dir: str = "metrics/nlvr", progress: bool = True, *, models: str | Path = MODELS
+) -> dict[str, Any]:
     """The stage: load the analysed model, compute ``P`` on the validation split, analyse, write
     ``analysis.json`` (measures), ``embedding.csv`` (t-SNE points with type and sentence) and
-    ``examples.json`` (``P`` of one typical sentence per type)."""
-    from pathlib import Path
-
+    ``examples.json`` (``P`` of one typical sentence per type). The model: ``<models>/nlvr/<run>-<seed>.pt``."""
     import pandas as pd
 
     sec = params["nlvr"]
@@ -268,7 +269,7 @@ def run_analysis(params: dict, out_dir: str = "metrics/nlvr", progress: bool = T
     run, seed = cfg.pop("run", "conditional"), int(cfg.pop("seed", params["seeds"][0]))
     split = sec.get("val_split", "val")
     device = resolve_device(params.get("device", "auto"))
-    model = load_model(track_checkpoint("nlvr", run, seed), map_location=device)
+    model = load_model(track_checkpoint("nlvr", run, seed, models), map_location=device)
     if model.config.generator != "conditional":
         raise ValueError(f"nlvr.analysis.run={run!r} has no conditional circuit generator; analyse 'conditional'")
     ds = track_builder(params, "nlvr")
