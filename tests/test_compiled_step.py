@@ -181,7 +181,7 @@ def test_compile_is_a_train_param():
     with pytest.raises(ValueError, match="valid choices: false, default, reduce-overhead"):
         TrainConfig(compile="fast")
     assert "compile_matching" not in TrainConfig(compile="default").to_dict()
-    with pytest.raises(ValueError, match="compile_matching='after'; valid choices: before, overlap"):
+    with pytest.raises(ValueError, match="compile_matching='after' is not a valid choice; valid choices: before, over"):
         TrainConfig(compile_matching="after")
 
 
@@ -386,7 +386,7 @@ def test_the_whole_step_equals_eager(clip):
 
 def test_what_the_whole_step_cannot_hold_is_refused():
     for kw, match in (
-        (dict(compile_scope="graph"), "compile_scope='graph'; valid choices: forward, step"),
+        (dict(compile_scope="graph"), "compile_scope='graph' is not a valid choice; valid choices: forward, step"),
         (dict(compile_scope="step"), "set train.compile"),
         (dict(compile="default", compile_scope="step", compile_matching="overlap"), "compile_matching=before"),
         (dict(compile="default", compile_scope="step", adamw="fused"), "set train.adamw=default"),

@@ -232,7 +232,7 @@ def test_conditional_regularizer_is_off_by_default_and_per_sample_when_on(tiny_c
         (dict(variant="transformer"), "perceiver_io, modfc, frozen_graph, nac"),
         (dict(prior="small_world"), "scale_free, planted_partition"),
         (dict(d_model=30, heads=4), "not divisible"),
-        (dict(n_processor=0), "positive"),
+        (dict(n_processor=0), "out of range: must be >= 1"),
         (dict(eval_kernel="mean"), "expectation, threshold, sample, dense"),
         (dict(truncation=2.5), "truncation"),
         (dict(signature_init="orthogonal"), "prior, random"),

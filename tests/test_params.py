@@ -71,7 +71,7 @@ def _broken(path: str, value):
     "path,value,match",
     [
         ("image.model.heads", 3, "not divisible"),
-        ("image.model.n_processor", 0, "positive"),
+        ("image.model.n_processor", 0, "out of range: must be >= 1"),
         ("image.train.batch_size", 0, "batch_size"),
         ("image.train.warmup_epochs", 99, "warmup_epochs"),
         ("image.ladder", ["nac-small_world"], "valid: perceiver_io"),

@@ -146,7 +146,7 @@ def test_pruning_a_baseline_is_refused_naming_the_entry(baseline):
         ({"tau": "hot"}, r"model\.tau='hot' is a str; expected float"),
         ({"n_processor": 8.0}, r"model\.n_processor=8\.0 is a float; expected int"),
         ({"gated_ffn": 1}, r"model\.gated_ffn=1 is an int; expected bool"),
-        ({"tokenizer": None}, r"model\.tokenizer=None is None; expected dict"),
+        ({"tokenizer": None}, r"model\.tokenizer=None is null; expected a mapping"),
     ],
 )
 def test_model_config_checks_types_before_arithmetic(kw, message):
@@ -162,7 +162,7 @@ def test_baseline_and_train_configs_check_types():
 
     with pytest.raises(TypeError, match=r"d_model='64' is a str; expected int"):
         NeuralInterpreterConfig(d_model="64")
-    with pytest.raises(TypeError, match=r"conv_layers=\['8'\] is a list; expected list\[int\]"):
+    with pytest.raises(TypeError, match=r"conv_layers=\['8'\] is a list; expected a list of int"):
         ModularNetworkConfig(conv_layers=["8"])
     with pytest.raises(ValueError, match=r"train\.epochs='3' is a str; expected int"):  # also a ValueError
         TrainConfig(epochs="3")

@@ -333,7 +333,7 @@ def _stub_image_and_claims(monkeypatch, calls: list) -> None:
     """The image track's tables and the claims stubbed (the image track is covered by the smoke
     pipeline test): ``calls`` receives each ``write_claims``' ``(metrics, out)``."""
 
-    def fake_image(params, out, metrics, md, figs):  # the image track is covered by the smoke pipeline test
+    def fake_image(params, out, metrics, models, md, figs):  # the image track is covered by the smoke pipeline test
         for key in ("table1", "table1_styles", "mechanism", "distance_init", "distance_final", "prune_random"):
             md[key] = f"| {key} |"
         for key in ("figure3", "figure5a", "figure5b", "figure15", "learning_curves"):
@@ -504,9 +504,10 @@ def test_a_kept_result_sets_figure_3_never_reads_models(tmp_path, monkeypatch):
     results = tmp_path / "results"
     (results / "metrics").mkdir(parents=True)
     (results / provenance.PROVENANCE).write_text("{}")
-    assert build._learned_graphs(["perceiver_io", "nac-scale_free"], 0, results / "metrics") is None
+    ladder, models = ["perceiver_io", "nac-scale_free"], tmp_path / "models"
+    assert build._learned_graphs(ladder, 0, results / "metrics", models) is None
     (results / build.GRAPHS).write_text(json.dumps({"scale_free": [[1.0, 0.5], [0.5, 1.0]]}))
-    graphs = build._learned_graphs(["perceiver_io", "nac-scale_free"], 0, results / "metrics")
+    graphs = build._learned_graphs(ladder, 0, results / "metrics", models)
     assert list(graphs) == ["scale_free"] and graphs["scale_free"].shape == (2, 2)
 
 

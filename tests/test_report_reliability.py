@@ -193,7 +193,7 @@ def test_a_failure_late_in_the_build_leaves_the_previous_report(tmp_path, monkey
     metrics = write_metrics(tmp_path)
     monkeypatch.chdir(tmp_path)
 
-    def fake_image(params, out, metrics, md, figs):  # the image track needs checkpoints; covered above
+    def fake_image(params, out, metrics, models, md, figs):  # the image track needs checkpoints; covered above
         for key in ("table1", "table1_styles", "mechanism", "distance_init", "distance_final", "prune_random"):
             md[key] = f"| {key} |"
         for key in ("figure3", "figure5a", "figure5b", "figure15", "learning_curves"):
@@ -285,15 +285,15 @@ def test_prune_refuses_a_non_finite_accuracy_and_keeps_the_previous_files(repo, 
     rows = json.loads((repo / "metrics/image/prune.json").read_text())
     rows[5]["acc1"] = float("nan")
     monkeypatch.setattr(mod, "load_params", lambda check=None, stage=None: read_params(repo / "params.yaml"))
-    monkeypatch.setattr(mod, "prune_sweep", lambda params: rows)
+    monkeypatch.setattr(mod, "prune_sweep", lambda params, models: rows)
     before = snapshot(repo)
     with pytest.raises(
         metrics_io.MetricsError, match=r"^metrics/image/prune\.json: \[5\]\.acc1 is not a finite number"
     ):
-        mod.main()
+        mod.main([])
     assert snapshot(repo) == before
     rows[5]["acc1"] = 12.5
-    mod.main()
+    mod.main([])
     assert json.loads((repo / "metrics/image/prune.json").read_text())[5]["acc1"] == 12.5
     assert pd.read_csv(repo / "metrics/image/prune.csv")["acc1"].iloc[5] == 12.5
 
@@ -303,7 +303,7 @@ def test_nlvr_analysis_publishes_its_three_files_together_or_none(repo, monkeypa
     mod = _stage("nlvr_analysis")
     monkeypatch.setattr(mod, "load_params", lambda check=None, stage=None: read_params(repo / "params.yaml"))
 
-    def fake_analysis(params, out_dir):
+    def fake_analysis(params, out_dir, models):
         out = Path(out_dir)
         for name in ("analysis.json", "examples.json"):
             shutil.copy(repo / "metrics/nlvr" / name, out / name)
@@ -314,7 +314,7 @@ def test_nlvr_analysis_publishes_its_three_files_together_or_none(repo, monkeypa
     monkeypatch.setattr(mod, "run_analysis", fake_analysis)
     before = snapshot(repo)
     with pytest.raises(metrics_io.MetricsError, match=r"^metrics/nlvr/embedding\.csv: column x row 1"):
-        mod.main()
+        mod.main([])
     assert snapshot(repo) == before
     assert not [p for p in (repo / "metrics").iterdir() if ".staging-" in p.name]
 

@@ -23,15 +23,17 @@ from __future__ import annotations
 
 import re
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Annotated, Any
+
+import annotated_types as at
 
 from nac.data.registry import _REGISTRY, available, embedded
+from nac.fields import NONNEGATIVE_INT, POSITIVE, POSITIVE_INT
 from nac.graphs import PRIOR_DEFAULTS, PRIORS
 from nac.pipeline.typecheck import (
     ParamsError,
     article,
     check_keys,
-    check_range,
     check_table,
     check_type,
     check_unique,
@@ -77,70 +79,38 @@ TRACK_MODEL_SET = {
 }
 TRAIN_SET = {"seed": "`seeds`", "device": "the top-level `device`"}
 
-# Ranges the dataclasses do not check themselves: key -> (lower, lower_inclusive, upper, upper_inclusive).
-# Bounds of plain sanity, not of taste: an lr above 1 or ten thousand epochs is a typo (1e+300, 100000000).
-TRAIN_RANGES = {
-    "epochs": (1, True, 10_000, True),
-    "batch_size": (1, True, None, False),
-    "eval_batch_size": (1, True, None, False),
-    "lr": (0, False, 1, True),
-    "warmup_epochs": (0, True, 10_000, True),
-    "ema": (0, False, 1, False),
-    "num_workers": (0, True, None, False),
-    "weight_decay": (0, True, None, False),
-    "label_smoothing": (0, True, 1, False),
-    "grad_clip": (0, True, None, False),
-    "reg_weight": (0, True, None, False),
-    "lr_batch_scaling": (1, True, None, False),
-    "min_lr": (0, True, None, False),
-}
-MODEL_RANGES = {
-    "ffn_mult": (0, False, None, False),
-    "layer_scale": (0, False, None, False),
-    "alpha_init": (0, True, None, False),
-    "frozen_graph_m": (1, True, None, False),
-    "frozen_graph_seed": (0, True, None, False),
-    "frozen_graph_fit_steps": (0, True, None, False),
-    "graph_seed": (0, True, None, False),
-    "signature_fit_steps": (0, True, None, False),
-}
-PROTOCOL_RANGES = {
-    "lr": (0, False, 1, True),
-    "weight_decay": (0, True, None, False),
-    "reg_weight": (0, True, None, False),
-}
-
-# Hand-written sections: key -> (type, range or None, required).
-POS = (1, True, None, False)
-NONNEG = (0, True, None, False)
+# Hand-written sections (no dataclass reads them): key -> (annotated type, required).
+AT_LEAST_2 = Annotated[int, at.Ge(2)]
 PRUNE_KEYS = {
-    "runs": (list[str], None, True),
-    "dropped_fraction": (list[float], None, True),
-    "calibration_size": (int, POS, True),
-    "throughput_batch": (int, POS, True),
-    "throughput_repeats": (int, POS, True),
-    "random_orders": (int, NONNEG, False),
+    "runs": (list[str], True),
+    "dropped_fraction": (list[float], True),
+    "calibration_size": (POSITIVE_INT, True),
+    "throughput_batch": (POSITIVE_INT, True),
+    "throughput_repeats": (POSITIVE_INT, True),
+    "random_orders": (NONNEGATIVE_INT, False),
 }
 NLVR_ANALYSIS_KEYS = {
-    "run": (str, None, False),
-    "seed": (int, NONNEG, False),
-    "pca_dim": (int, POS, False),
-    "knn_k": (int, POS, False),
-    "folds": (int, (2, True, None, False), False),
-    "shuffles": (int, POS, False),
-    "perplexity": (float, (0, False, None, False), False),
-    "clique_sentences": (int, (2, True, None, False), False),
+    "run": (str, False),
+    "seed": (NONNEGATIVE_INT, False),
+    "pca_dim": (POSITIVE_INT, False),
+    "knn_k": (POSITIVE_INT, False),
+    "folds": (AT_LEAST_2, False),
+    "shuffles": (POSITIVE_INT, False),
+    "perplexity": (POSITIVE, False),
+    "clique_sentences": (AT_LEAST_2, False),
 }
-NGRAM_KEYS = {"n": (int, POS, True), "buckets": (int, (2, True, None, False), True)}
+NGRAM_KEYS = {"n": (POSITIVE_INT, True), "buckets": (AT_LEAST_2, True)}
 
 
 # ------------------------------------------------------------------------------------- data
-def _data_range(key: str) -> tuple | None:
-    if key in ("seed", "workers", "n_val", "n_test"):
-        return NONNEG
+def _data_type(key: str, default: int | float) -> Any:
+    """A dataset param's annotated type, from its builder default: sizes >= 1; ``n_val``, ``n_test``,
+    seeds and worker counts >= 0; fractions in [0, 1)."""
     if key.endswith("fraction"):
-        return (0, True, 1, False)
-    return POS
+        return Annotated[type(default), at.Ge(0), at.Lt(1)]
+    if key in ("seed", "workers", "n_val", "n_test"):
+        return Annotated[type(default), at.Ge(0)]
+    return Annotated[type(default), at.Ge(1)]
 
 
 def check_downloads(downloads: Any, datasets: list[str]) -> None:
@@ -204,8 +174,7 @@ def check_data(params: dict) -> None:
             if isinstance(default, bool):
                 check_type(f"{where}.{key}", value, bool)
             elif isinstance(default, (int, float)):
-                check_type(f"{where}.{key}", value, type(default))
-                check_range(f"{where}.{key}", value, _data_range(key))
+                check_type(f"{where}.{key}", value, _data_type(key, default))
             elif isinstance(default, str):
                 check_type(f"{where}.{key}", value, str | list[str])
         merged = {**defaults, **sec}

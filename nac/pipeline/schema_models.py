@@ -8,22 +8,20 @@ from __future__ import annotations
 import inspect
 import typing
 from functools import lru_cache
-from typing import Any
+from typing import Annotated, Any
+
+import annotated_types as at
 
 from nac.circuits import tokenizers as T
 from nac.config import ModelConfig
 from nac.data.registry import _REGISTRY
+from nac.fields import NONNEGATIVE_INT
 from nac.model import BASELINES
 from nac.pipeline.schema import (
     IMAGE_MODEL_SET,
-    MODEL_RANGES,
     NGRAM_KEYS,
     NLVR_ANALYSIS_KEYS,
-    NONNEG,
-    POS,
-    PROTOCOL_RANGES,
     TRACK_MODEL_SET,
-    TRAIN_RANGES,
     TRAIN_SET,
     check_batch_fits,
     check_split_read,
@@ -32,7 +30,6 @@ from nac.pipeline.typecheck import (
     ParamsError,
     check_dataclass,
     check_keys,
-    check_range,
     check_table,
     check_type,
     check_unique,
@@ -80,11 +77,12 @@ def check_tokenizer(where: str, tok: Any) -> None:
     for key, value in tok.items():
         if key == "kind":
             continue
-        check_type(f"{where}.{key}", value, args[key])
+        tp = args[key]
         if key in ("dim", "pos_dim", "image_size", "width", "vocab_size", "max_length", "d_feat"):
-            check_range(f"{where}.{key}", value, POS)
+            tp = Annotated[tp, at.Ge(1)]
         if key == "n_freqs":
-            check_range(f"{where}.{key}", value, NONNEG)
+            tp = Annotated[tp, at.Ge(0)]
+        check_type(f"{where}.{key}", value, tp)
     if kind == "image_pair":
         check_tokenizer(f"{where}.image", tok.get("image"))
     size = tok.get("image_size")
@@ -100,14 +98,14 @@ def check_tokenizer(where: str, tok: Any) -> None:
 
 
 def check_model(where: str, model: Any, set_by: dict[str, str]) -> None:
-    check_dataclass(where, model, ModelConfig, set_by, MODEL_RANGES)
+    check_dataclass(where, model, ModelConfig, set_by)
     for key in ("tokenizer", "cond_tokenizer"):
         if model.get(key) is not None:
             check_tokenizer(f"{where}.{key}", model[key])
 
 
 def check_train(where: str, train: Any) -> None:
-    check_dataclass(where, train, TrainConfig, TRAIN_SET, TRAIN_RANGES)
+    check_dataclass(where, train, TrainConfig, TRAIN_SET)
 
 
 def check_image(params: dict) -> None:
@@ -164,10 +162,9 @@ def check_fewshot(params: dict, protocol: type) -> None:
         check_type("fewshot.targets", fs["targets"], list[str])
         check_unique("fewshot.targets", fs["targets"])
     if "seed" in fs:
-        check_type("fewshot.seed", fs["seed"], int)
-        check_range("fewshot.seed", fs["seed"], NONNEG)
+        check_type("fewshot.seed", fs["seed"], NONNEGATIVE_INT)
     if fs.get("protocol") is not None:
-        check_dataclass("fewshot.protocol", fs["protocol"], protocol, ranges=PROTOCOL_RANGES)
+        check_dataclass("fewshot.protocol", fs["protocol"], protocol)
     pre = fs.get("pretrain")
     if pre is not None:
         check_keys(
@@ -179,9 +176,7 @@ def check_fewshot(params: dict, protocol: type) -> None:
         check_type("fewshot.pretrain.dataset", pre["dataset"], str)
         check_model("fewshot.pretrain.model", pre["model"], TRACK_MODEL_SET)
         if pre.get("perceiver_io") is not None:
-            check_dataclass(
-                "fewshot.pretrain.perceiver_io", pre["perceiver_io"], ModelConfig, TRACK_MODEL_SET, MODEL_RANGES
-            )
+            check_dataclass("fewshot.pretrain.perceiver_io", pre["perceiver_io"], ModelConfig, TRACK_MODEL_SET)
         check_train("fewshot.pretrain.train", pre["train"])
 
 

@@ -37,16 +37,19 @@ import copy
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
+import annotated_types as at
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from nac.baselines.fewshot import MN_TRAIN
 from nac.checkpoint_io import load_model
-from nac.config import ConfigDict
+from nac.config import ConfigDict, check_field_types
 from nac.data.registry import get_builder
+from nac.fields import NONNEGATIVE, NONNEGATIVE_INT, POSITIVE_INT
 from nac.model import NAC
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import MODELS, fewshot_image_run, image_checkpoint, pretrain_checkpoint
@@ -57,38 +60,24 @@ from nac.training.objective import Objective
 @dataclass
 class FewShotConfig(ConfigDict):
     section = "fewshot protocol"
-    ways: int = 8
-    shots: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
-    episodes: int = 5
-    queries_per_class: int = 40
-    steps: int = 30
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    batch_size: int = 128
-    reg_weight: float = 0.1
+    ways: Annotated[int, at.Ge(2)] = 8
+    shots: Annotated[list[POSITIVE_INT], at.MinLen(1)] = field(default_factory=lambda: [1, 2, 4, 8, 16])
+    episodes: POSITIVE_INT = 5
+    queries_per_class: POSITIVE_INT = 40
+    steps: POSITIVE_INT = 30
+    lr: Annotated[float, at.Gt(0), at.Le(1)] = 1e-3
+    weight_decay: NONNEGATIVE = 0.0
+    batch_size: POSITIVE_INT = 128
+    reg_weight: NONNEGATIVE = 0.1
     freeze: list[str] = field(default_factory=lambda: ["tokenizer"])
     precompute_tokens: bool = True
     support_split: str = "train"
     query_split: str = "test"
-    ni_new_functions: int = 0  # Neural Interpreter: new functions per script (nac.baselines.fewshot)
-    mn_train: str = "modules"  # Modular Network: "modules" or "head" (nac.baselines.fewshot)
+    ni_new_functions: NONNEGATIVE_INT = 0  # Neural Interpreter: new functions per script (nac.baselines.fewshot)
+    mn_train: Literal[MN_TRAIN] = "modules"  # Modular Network: "modules" or "head" (nac.baselines.fewshot)
 
     def __post_init__(self) -> None:
-        if self.ways < 2:
-            raise ValueError(f"fewshot.ways must be >= 2, got {self.ways}")
-        if not self.shots or any(int(s) < 1 for s in self.shots):
-            raise ValueError(f"fewshot.shots must be positive counts, got {self.shots}")
-        for name in ("episodes", "queries_per_class", "steps", "batch_size"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"fewshot.{name} must be >= 1, got {getattr(self, name)}")
-        if self.lr <= 0:
-            raise ValueError(f"fewshot.lr must be > 0, got {self.lr}")
-        if int(self.ni_new_functions) < 0:
-            raise ValueError(f"fewshot.ni_new_functions must be >= 0, got {self.ni_new_functions}")
-        from nac.baselines.fewshot import MN_TRAIN
-
-        if self.mn_train not in MN_TRAIN:
-            raise ValueError(f"fewshot.mn_train={self.mn_train!r}; valid choices: {', '.join(MN_TRAIN)}")
+        check_field_types(self)  # each field's type, choices and bounds (its annotation)
 
 
 @dataclass

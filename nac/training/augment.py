@@ -41,9 +41,10 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler
 
+from nac.training.config import AUGMENT_RECIPES
+
 AUTHORS_TINYIMAGENET = "authors_tinyimagenet"
-RECIPES = (AUTHORS_TINYIMAGENET,)
-AUGMENT_CHOICES = (True, False) + RECIPES
+RECIPES = AUGMENT_RECIPES  # train.augment's recipes (TrainConfig declares them): AUTHORS_TINYIMAGENET
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
@@ -67,14 +68,6 @@ class Recipe:
 
 
 RECIPE_SETTINGS = {AUTHORS_TINYIMAGENET: Recipe()}
-
-
-def check_augment(value: Any) -> None:
-    if not (isinstance(value, bool) or value in RECIPES):
-        raise ValueError(
-            f"train.augment={value!r}; valid choices: true (flip + 4 px translation), false (none), "
-            + ", ".join(repr(r) for r in RECIPES)
-        )
 
 
 def recipe_of(augment: Any) -> Recipe | None:

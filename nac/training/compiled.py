@@ -41,16 +41,8 @@ import torch.nn.functional as F
 from torch.optim.adam import adam as functional_adam
 
 from nac.training.augment import soft_cross_entropy
+from nac.training.config import COMPILE_MATCHINGS, COMPILE_MODES, COMPILE_SCOPES
 from nac.training.objective import Objective
-
-COMPILE_MODES = (False, "default", "reduce-overhead", "aot_eager")
-# ``train.compile_matching``: where the compiled step waits for the matching. ``before``: before
-# the region, whose graph then holds the regularizer too (the whole forward one graph; the device
-# idles while the host matches). ``overlap``: the region returns ``P`` (``objective_parts``), the
-# host waits for the matching while the device runs it, and the regularizer's few ops
-# (``loss_from_permutation``, per layer) run eagerly after it. The same loss and gradients.
-COMPILE_MATCHINGS = ("before", "overlap")
-COMPILE_SCOPES = ("forward", "step")  # train.compile_scope: see the module's docstring
 
 
 def check_compile(value, matching: str = "before", scope: str = "forward", adamw: str = "default") -> None:

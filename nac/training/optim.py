@@ -21,9 +21,7 @@ import torch
 import torch.nn as nn
 from torch.optim.lr_scheduler import LambdaLR
 
-from nac.training.config import DECAY_FILTERS
-
-ADAMW_IMPLS = ("default", "foreach", "fused")  # train.adamw
+from nac.training.config import ADAMW_IMPLS, DECAY_FILTERS
 
 
 def make_adamw(param_groups, lr: float, impl: str | None = "default") -> torch.optim.AdamW:
