@@ -384,9 +384,9 @@ def write_metrics(root: Path, spec: dict, seeds=(0, 1, 2)) -> Path:
                     )
     _dump(root / "image/prune.json", rows)
     paper = spec.get("paper_speed", spec["speed"])
-    if paper is not None:  # bench/bench_throughput.py's paper-size timings, beside the metrics tree
+    if paper is not None:  # the throughput stage's paper-size timings, in the metrics tree
         _dump(
-            root.parent / "bench/results/throughput.json",
+            root / "costs/throughput.json",
             {
                 "figure5b_paper_size": {
                     "n_processor": 256,
@@ -828,7 +828,7 @@ def test_prune_speedup_is_judged_at_the_paper_size(tmp_path):
         spec["paper_speed"] = None
 
     row = _verdicts(tmp_path / "b", no_paper)["prune_speedup"]
-    assert row["verdict"] == NOT_MEASURED and "bench_throughput" in row["reason"], row["reason"]
+    assert row["verdict"] == NOT_MEASURED and "dvc repro throughput" in row["reason"], row["reason"]
 
     def one_repeat(spec):  # a single timed repeat: a single measurement against 8x
         spec["speed"] = [[100.0], [200.0], [400.0], [790.0]]

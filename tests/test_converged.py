@@ -350,8 +350,8 @@ def test_report_from_a_partial_set_judges_complete_claims_and_counts_the_missing
 
 
 def test_the_converged_report_judges_the_speedup_on_the_paper_size_timings_as_mini_does(tmp_path):
-    """prune_speedup reads bench/results/throughput.json beside the metrics (mini's report does): the
-    converged report puts the checkout's copy beside the pieces' metrics tree."""
+    """prune_speedup reads the throughput stage's metrics/costs/throughput.json (mini's report does):
+    the converged report puts the checkout's copy into the pieces' metrics tree."""
     from nac.report.converged import section
 
     params = _params()

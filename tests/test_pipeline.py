@@ -115,6 +115,10 @@ def test_smoke_pipeline_writes_every_table_figure_and_metric(smoke_repo):
                 assert (smoke_repo / "metrics/tracks" / track / f"{run}-{seed}.json").exists(), (track, run, seed)
     for name in ["fewshot/" + t for t in params["fewshot"]["targets"]] + ["nlvr/analysis"]:
         assert (smoke_repo / "metrics" / f"{name}.json").exists(), name
+    # the throughput stage: Figure 5b at the paper's size, timed over the profile's prune grid
+    timed = json.loads((smoke_repo / "metrics/costs/throughput.json").read_text())
+    assert [r["dropped_fraction"] for r in timed["figure5b_paper_size"]["rows"]] == params["prune"]["dropped_fraction"]
+    assert timed["machine"]["repeats"] == params["costs"]["throughput"]["repeats"]
     for fig in REPORT_FIGURES:
         for ext in ("png", "svg"):
             assert (smoke_repo / "reports/figures" / f"{fig}.{ext}").stat().st_size > 1000, fig

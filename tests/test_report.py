@@ -442,7 +442,7 @@ def test_build_report_writes_every_table_figure_and_section(tmp_path, monkeypatc
     ):
         assert link in readme, link
     assert not re.search(r"\bnan\b", readme.lower())  # a missing number never prints as nan
-    # no bench/bench_throughput.py results in this directory: the paper-size Figure 5b says it is skipped
+    # no throughput stage results in this metrics tree: the paper-size Figure 5b says it is skipped
     assert "Figure 5b (smoke, trained)" in readme and "Figure 5b at the paper's size: skipped" in readme
     headline = json.loads((metrics / "summary.json").read_text())  # the DVC metric: verdict counts, headline claims
     counts = {k: headline[k] for k in ("supported", "not_supported", "undecided", "not_measured")}

@@ -89,3 +89,11 @@ def add_root_arguments(ap, *roots: str) -> None:
     to the folder of that name: the roots dvc.yaml hands a stage, which it hands to the library."""
     for root in roots:
         ap.add_argument(f"--{root}", default=root, help=_ROOTS[root])
+
+
+PAPER_THROUGHPUT = Path("costs") / "throughput.json"  # under the metrics root
+
+
+def paper_throughput(metrics: str | Path = "metrics") -> Path:
+    """Figure 5b at the paper's size, the ``throughput`` stage's timings (``nac.bench.throughput``)."""
+    return Path(metrics) / PAPER_THROUGHPUT

@@ -284,11 +284,20 @@ def check_template(params: dict) -> None:
 COST_PAIRS = ("tiny", "imagenet")  # nac.bench.step_ops.pairs' paper-size pairs
 
 
+THROUGHPUT_KEYS = {
+    "repeats": (Annotated[int, at.Ge(2)], True),
+    "batch": (POSITIVE_INT, True),
+    "threads": (POSITIVE_INT, True),
+}
+
+
 def check_costs(params: dict) -> None:
-    """``costs.pairs``: which of the paper-size model pairs the ``costs`` stage counts."""
+    """``costs.pairs``: which of the paper-size model pairs the ``costs`` stage counts;
+    ``costs.throughput``: the ``throughput`` stage's timing (repeats >= 2: a CI needs two)."""
     if "costs" not in params:
         return
-    check_keys("costs", params["costs"], ["pairs"], ["pairs"])
+    check_keys("costs", params["costs"], ["pairs", "throughput"], ["pairs", "throughput"])
+    check_table("costs.throughput", params["costs"]["throughput"], THROUGHPUT_KEYS)
     pairs = params["costs"]["pairs"]
     if not isinstance(pairs, list) or not pairs:
         raise ParamsError(f"costs.pairs must be a non-empty list of {', '.join(COST_PAIRS)}, got {pairs!r}")

@@ -74,7 +74,8 @@ STAGE_PARAMS: dict[str, list[str] | None] = {
     ],
     "pretrain": [*_COMMON, "prior", "fewshot.source", "fewshot.runs", "fewshot.pretrain"],
     "fewshot": [*_COMMON, "prior.name", "fewshot", "data"],
-    "costs": ["costs"],
+    "costs": ["costs.pairs"],
+    "throughput": ["costs.throughput", "prune.dropped_fraction"],
     "report": [
         "profile",
         "seeds",

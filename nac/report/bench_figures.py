@@ -1,5 +1,5 @@
-"""Figures of the committed benchmark files: Figure 5b at the paper's size (``bench/bench_throughput.py``)
-and the image track's distance to a plateau (``bench/bench_convergence.py``). Each is saved as PNG and SVG."""
+"""Figures of timing results: Figure 5b at the paper's size (the ``throughput`` stage) and the image
+track's distance to a plateau (the committed ``bench/bench_convergence.py`` results). Each is saved as PNG and SVG."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from nac.report.style import legend_outside, save
 
 
 def figure_5b_paper_size(results: dict, out_dir) -> list[Path]:
-    """Figure 5b at the paper's size from ``bench/bench_throughput.py``'s results: inference
+    """Figure 5b at the paper's size from the ``throughput`` stage's results: inference
     throughput of the paper-profile NAC (untrained weights) against the fraction of processor
     modules dropped, for the executor alone and the whole model, mean and 95% CI over the timed
     repeats (left), and the speed-up over 0% dropped (right: ratio of means, the band the point's

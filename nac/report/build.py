@@ -22,7 +22,7 @@ from nac import metrics_io
 from nac.checkpoint_io import load_model
 from nac.pipeline.datasets import builder
 from nac.pipeline.io import staged, write_json
-from nac.pipeline.paths import MODELS, image_checkpoint, parse_run
+from nac.pipeline.paths import MODELS, image_checkpoint, paper_throughput, parse_run
 from nac.pipeline.pool import usable_cores
 from nac.report import bench_figures, costs, figures, graph_figures, mechanism, sections, switches, tables
 from nac.report.claims.metrics import CONVERGENCE
@@ -41,9 +41,6 @@ from nac.report.style import setup
 # The converged profile's kept result set (tools/run_converged.py) and its Figure 3 graphs
 CONVERGED = Path("results/converged")
 GRAPHS = "graphs.json"
-# bench/bench_throughput.py's results (Figure 5b at the paper's size); read from the working
-# directory (the repository root under `dvc repro`); the report says so when it is absent.
-PAPER_THROUGHPUT = Path("bench/results/throughput.json")
 # The report's prose: Markdown templates beside this file (templates/README.md.j2), filled with the
 # computed tables and numbers. A block tag alone on its line leaves no blank line behind; a name the
 # template uses but the code does not pass is an error, not an empty string.
@@ -213,9 +210,9 @@ def _image(
     figs["figure5b"] = figures.figure5b(
         prune, out / "figures", prune_runs, str(prune["device"].iloc[0]), caption=caption(md["caption_prov"], seeds[:1])
     )
-    if PAPER_THROUGHPUT.exists():
+    if paper_throughput(metrics).exists():  # the throughput stage's (absent: the report says so)
         figs["figure5b_paper_size"] = bench_figures.figure_5b_paper_size(
-            json.loads(PAPER_THROUGHPUT.read_text(encoding="utf-8")), out / "figures"
+            json.loads(paper_throughput(metrics).read_text(encoding="utf-8")), out / "figures"
         )
     figs["figure15"] = figures.figure15(prune, out / "figures", prune_runs, caption=cap)
     md["prune_random"] = tables.write_table(
@@ -384,7 +381,7 @@ def _write_readme(out: Path, params: dict, summary: dict, md: dict[str, str], fi
         prune_summary=pd.DataFrame(prune).to_markdown(index=False),
         FEWSHOT_CLAIM=FEWSHOT_CLAIM,
         LRA=LRA_LEADERBOARD_TRANSFORMER,
-        PAPER_THROUGHPUT=PAPER_THROUGHPUT,
+        PAPER_THROUGHPUT=paper_throughput(),
         CONVERGENCE=CONVERGENCE,
     )
     (out / "README.md").write_text(text, encoding="utf-8")

@@ -195,11 +195,11 @@ def section(results: str | Path, out: str | Path, root: str | Path, profile: str
         tmp = Path(tmp)
         metrics = tmp / "set" / "metrics"
         P.assemble(pieces_root, profile, params, sorted(done, key=lambda p: p.id), metrics)
-        from nac.report.claims.prune import PAPER_THROUGHPUT  # paper-size timings: a bench file, not a piece
+        from nac.pipeline.paths import paper_throughput  # paper-size timings: the throughput stage's, not a piece
 
-        if (root / PAPER_THROUGHPUT).is_file():  # read as mini's report reads it, beside metrics/
-            (metrics.parent / PAPER_THROUGHPUT).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(root / PAPER_THROUGHPUT, metrics.parent / PAPER_THROUGHPUT)
+        if paper_throughput(root / "metrics").is_file():  # read as mini's report reads it, under metrics/
+            paper_throughput(metrics).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(paper_throughput(root / "metrics"), paper_throughput(metrics))
         claims = judge(params, metrics, done, kinds)
         stage = tmp / "converged"
         complete = len(done) == len(rows)

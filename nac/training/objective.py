@@ -8,7 +8,7 @@ suite's (``nac.training.loop.train_step``) or a user's own::
 
 For a NAC it holds what the paper's model does not need and a fast step does, so that the model
 (``nac.model.NAC``) stays the paper's: each propagator's ``P`` (eq. 2) computed once for the
-executor and the regularizer; the regularizer's Hungarian matching started on a worker thread
+executor and the regularizer; the regularizer's Hungarian matching started on its own worker thread
 while the forward runs (``match_async``: ``P`` copied to pinned host memory without blocking,
 the prior's target read from a host copy made once), so the step never waits on a device-to-host
 copy; and, for a compiled step (``nac.training.compiled``), the matching done before the graph
@@ -18,6 +18,8 @@ permutations, the same loss and gradients (``tests/test_shared_link_probabilitie
 """
 
 from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 import torch.nn as nn
@@ -46,6 +48,13 @@ class Objective(nn.Module):
         super().__init__()
         self.model = model
         self._target_on_host = None  # (the prior's target tensor, its float64 host copy): host_target
+        self._matcher: ThreadPoolExecutor | None = None  # this objective's matching thread: matcher
+
+    def matcher(self) -> ThreadPoolExecutor:
+        """The one worker thread this objective's matchings run on (started at the first)."""
+        if self._matcher is None:
+            self._matcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nac-matching")
+        return self._matcher
 
     def forward(self, inputs, mask=None, cond=None, cond_mask=None, perms=None, **own):
         model = self.model
@@ -119,7 +128,7 @@ class Objective(nn.Module):
         if Ps is None or not self.matches():
             return None
         G = self.host_target()
-        return {i: match_async(P, G, self.model.config.matching) for i, P in Ps.items()}
+        return {i: match_async(P, G, self.model.config.matching, self.matcher()) for i, P in Ps.items()}
 
     def probabilities_in_advance(self) -> torch.Tensor | None:
         """Every propagator's ``P`` the next training forward computes, stacked ``[L, U_p, U_p]``
@@ -151,4 +160,4 @@ class Objective(nn.Module):
             return None
         c = self.model.config
         layers = list(range(c.depth)) if c.kernel_per_module else [None]
-        return layers, match_stacked_async(Ps, self.host_target(), c.matching)
+        return layers, match_stacked_async(Ps, self.host_target(), c.matching, self.matcher())

@@ -4,7 +4,6 @@ NAC vs Perceiver IO, and connectivity ranking vs random orders."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
@@ -22,7 +21,7 @@ from nac.report.claims.rules import (
 )
 from nac.stats import mean_ci, paired_ci
 
-PAPER_THROUGHPUT = Path("bench/results/throughput.json")  # Figure 5b at the paper's size, beside metrics/
+PAPER_THROUGHPUT = "costs/throughput.json"  # Figure 5b at the paper's size (the throughput stage), under metrics/
 PRUNE_MAX_LOSS = 3.0  # "losing less than 3 percent"
 PRUNE_COMPARE_AT = 0.75  # dropped fraction at which NAC and PIO degradation are compared
 PRUNE_CONTROL_AT = 0.875  # dropped fraction at which connectivity ranking meets the random-order control
@@ -87,15 +86,15 @@ def prune_fraction(c: Context) -> dict:
 
 
 def paper_size_speedup(c: Context, fraction: float):
-    """The whole-model speed-up measured at the paper's size (``bench/bench_throughput.py``) at
+    """The whole-model speed-up measured at the paper's size (the ``throughput`` stage) at
     ``fraction``: ``(Interval over timed repeats, row)``; Missing if not measured there."""
     try:
-        data = c.m.json(f"../{PAPER_THROUGHPUT}").get("figure5b_paper_size") or {}
+        data = c.m.json(PAPER_THROUGHPUT).get("figure5b_paper_size") or {}
     except Missing:
-        raise Missing(f"{PAPER_THROUGHPUT}, the paper-size timings (python bench/bench_throughput.py)") from None
+        raise Missing(f"{c.m.label(PAPER_THROUGHPUT)}, the paper-size timings (dvc repro throughput)") from None
     rows = {float(r["dropped_fraction"]): r for r in data.get("rows", [])}
     if 0.0 not in rows or fraction not in rows:
-        raise Missing(f"dropped fraction {fraction:g} in {PAPER_THROUGHPUT} (python bench/bench_throughput.py)")
+        raise Missing(f"dropped fraction {fraction:g} in {c.m.label(PAPER_THROUGHPUT)} (prune.dropped_fraction)")
     full = float(np.mean(rows[0.0]["whole_images_per_s"]["values"]))
     return mean_ci([float(v) / full for v in rows[fraction]["whole_images_per_s"]["values"]]), data
 
