@@ -219,8 +219,8 @@ def whole_step(wrapped, groups, lrs, kw: dict, labels, targets, perms, label_smo
     grads = list(torch.autograd.grad(loss, params, allow_unused=True))
     with torch.no_grad():
         present = [g for g in grads if g is not None]
-        grad_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(present)))
-        if grad_clip:
+        grad_norm = torch.nn.utils.get_total_norm(present)  # as the eager step's clip_grad_norm_
+        if grad_clip:  # clip_grads_with_norm_'s scale, on the gradients themselves (not .grad)
             scaled = iter(torch._foreach_mul(present, torch.clamp(grad_clip / (grad_norm + 1e-6), max=1.0)))
             grads = [None if g is None else next(scaled) for g in grads]
         adamw_update(groups, grads, lrs)
