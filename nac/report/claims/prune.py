@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from nac.pipeline import paths
 from nac.report.claims.metrics import PIO, Missing
 from nac.report.claims.registry import Context, claim
 from nac.report.claims.rules import (
@@ -21,7 +22,8 @@ from nac.report.claims.rules import (
 )
 from nac.stats import mean_ci, paired_ci
 
-PAPER_THROUGHPUT = "costs/throughput.json"  # Figure 5b at the paper's size (the throughput stage), under metrics/
+# Figure 5b at the paper's size (the throughput stage), relative to the metrics root
+PAPER_THROUGHPUT = paths.PAPER_THROUGHPUT.as_posix()
 PRUNE_MAX_LOSS = 3.0  # "losing less than 3 percent"
 PRUNE_COMPARE_AT = 0.75  # dropped fraction at which NAC and PIO degradation are compared
 PRUNE_CONTROL_AT = 0.875  # dropped fraction at which connectivity ranking meets the random-order control
