@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from nac.circuits.attention import layer_kernel_biases
 from nac.circuits.generators import CircuitDesign
-from nac.circuits.kernel import KernelSampler, cosine_distance, cpu_shortcut, link_probabilities
+from nac.circuits.kernel import KernelSampler, cosine_distance, cpu_shortcut, layer_kernel_biases, link_probabilities
 from nac.circuits.layers import cat_modules
 from nac.regularizer import graph_structure_loss
 
@@ -186,7 +185,7 @@ class CircuitGraph:
         """``_samplers``' propagator samplers for a shared design off the CPU's shortcuts: the
         first layer's call draws every layer's kernel ``[L, B, U, V]`` by one
         ``KernelSampler(layers=True)`` draw and computes every ``log K_hat`` by one chain of ops
-        (``layer_kernel_biases``); each layer's call returns its own ``KernelBias``. The same
+        (``layer_kernel_biases``); each layer's call returns its own ``Kernel(bias=...)``. The same
         formula per layer as its own sampler and bias; the uniforms of layers ``1..L-1`` are drawn
         with layer 0's, before the drop-path draws between layers, so with drop-path the random
         stream is consumed in another order: independent draws either way, the same distribution

@@ -4,7 +4,7 @@ the model (issue 24, item 4): what ``tests/test_speed_equivalence.py`` and
 times as "NAC, plain forms".
 
 * ``plain_log_normalized_kernel``: eq. 3's ``log K_hat`` as ``log(max(K_hat, 1e-30))`` (no
-  ``-inf`` on cut links; ``nac.circuits.attention.log_normalized_kernel`` is the fast form);
+  ``-inf`` on cut links; ``nac.circuits.kernel.log_normalized_kernel`` is the fast form);
 * the kernel drawn by ``sample_kernel`` itself at every layer (``RelaxedBernoulli``), not by
   ``KernelSampler``;
 * attention by ``F.scaled_dot_product_attention`` (CUDA's form) on every device, not
@@ -12,6 +12,8 @@ times as "NAC, plain forms".
 * each propagator's kernel drawn and its ``log K_hat`` computed by its own layer
   (``per_layer_samplers``), not every layer's at once (``NAC._layer_samplers``, CUDA's path).
 
+The first two reach the model through its public kernel type: ``PlainSampler`` draws a
+``PlainKernel``, a ``nac.circuits.kernel.Kernel`` whose ``log_normalized`` is the plain form.
 ``use_reference_kernel(model)`` switches one model to all four (instance attributes, so another
 model in the same process keeps the fast forms); ``per_layer_kernels(model)`` to the last only.
 """
@@ -21,50 +23,40 @@ from __future__ import annotations
 import types
 
 import torch
-import torch.nn.functional as F
 
-from nac.circuits.attention import _LOG_FLOOR, SKMDPA
-from nac.circuits.kernel import SparseKernel, sample_kernel
+from nac.circuits.attention import SKMDPA
+from nac.circuits.kernel import _LOG_FLOOR, Kernel, sample_kernel
 
 
 def plain_log_normalized_kernel(K: torch.Tensor, delta: float = 1e-6) -> torch.Tensor:
     """``log(max(K / (delta + sum_j K), 1e-30))``, ``[..., U, V]``: cut links get -69.1, not -inf."""
-    K = K.dense() if isinstance(K, SparseKernel) else K
     K = K.float()
     K_hat = K / (delta + K.sum(dim=-1, keepdim=True))
     return torch.log(K_hat.clamp_min(_LOG_FLOOR))
 
 
+class PlainKernel(Kernel):
+    """A kernel whose ``log K_hat`` is ``plain_log_normalized_kernel``."""
+
+    def log_normalized(self, delta: float = 1e-6, *, cpu_shortcuts: bool = True) -> torch.Tensor:
+        return plain_log_normalized_kernel(self.dense(), delta)
+
+
 class PlainSampler:
     """``sample_kernel(P, tau, B, mode)`` per draw: a ``RelaxedBernoulli`` built and sampled at
-    ``[B, U, V]`` every layer (what ``nac.circuits.kernel.KernelSampler`` replaces)."""
+    ``[B, U, V]`` every layer (what ``nac.circuits.kernel.KernelSampler`` replaces), as a
+    ``PlainKernel``."""
 
     def __init__(self, P: torch.Tensor, tau: float, mode: str):
         self.P, self.tau, self.mode = P, tau, mode
 
-    def __call__(self, batch_size: int | None = None):
-        return sample_kernel(self.P, self.tau, batch_size=batch_size, mode=self.mode)
+    def __call__(self, batch_size: int | None = None) -> PlainKernel | None:
+        K = sample_kernel(self.P, self.tau, batch_size=batch_size, mode=self.mode)
+        return None if K is None else PlainKernel(K)
 
 
 def _plain_sampler(self, P, readout: bool = False, eval_kernel=None):
     return None if P is None else PlainSampler(P, self.config.tau, self._kernel_mode(readout, eval_kernel))
-
-
-def _plain_bias(self, K, key_mask, dtype):
-    bias = None
-    if K is not None:
-        K = K.dense() if isinstance(K, SparseKernel) else K
-        bias = plain_log_normalized_kernel(K, self.delta)
-        bias = bias.unsqueeze(-3) if bias.dim() == 3 else bias
-    if key_mask is not None:
-        pad = torch.zeros(key_mask.shape, device=key_mask.device).masked_fill(~key_mask, float("-inf"))
-        pad = pad[:, None, None, :]
-        bias = pad if bias is None else bias + pad
-    return None if bias is None else bias.to(dtype)
-
-
-def _sdpa(q, k, v, bias, K, key_mask):
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
 
 
 def per_layer_samplers(self, design, Ps=None, eval_kernel=None):
@@ -91,7 +83,6 @@ def use_reference_kernel(model):
     model._sampler = types.MethodType(_plain_sampler, model)
     per_layer_kernels(model)
     for m in model.modules():
-        if isinstance(m, SKMDPA):
-            m._bias = types.MethodType(_plain_bias, m)
-            m._attend = _sdpa
+        if isinstance(m, SKMDPA):  # its CPU shortcut off: SDPA (its bias is the kernel's, plain)
+            m.cpu_shortcuts = False
     return model

@@ -28,7 +28,6 @@ import torch.nn.functional as F
 from tiny_models import TINY_KERNEL, make_tiny_config
 
 from nac import build_model
-from nac.circuits.attention import KernelBias
 from nac.circuits.kernel import KernelSampler, link_probabilities
 from nac.regularizer import layer_losses_from_permutations, loss_from_permutation, stacked_permutations
 from nac.training.objective import Objective
@@ -53,17 +52,17 @@ def test_one_draw_is_the_per_layer_draws_on_the_cpu():
     P = torch.stack([link_probabilities(s, bandwidth=bw, truncation=0.9, mode="direct") for bw in (0.5, 0.8, 1.3)])
     assert (P == 0).any()
     torch.manual_seed(3)
-    K = KernelSampler(P, 0.5, layers=True)(4)
+    K = KernelSampler(P, 0.5, layers=True)(4).dense()
     after = torch.rand(2)
     torch.manual_seed(3)
-    ref = torch.stack([KernelSampler(p, 0.5, impl="prepared")(4) for p in P])
+    ref = torch.stack([KernelSampler(p, 0.5, impl="prepared")(4).dense() for p in P])
     assert K.shape == (3, 4, 12, 12) and torch.equal(after, torch.rand(2))
     _close(K, ref)
     assert torch.equal(K == 0, ref == 0)
     for mode in ("expectation", "threshold", "dense"):  # no draw: every layer's kernel as it is
         out = KernelSampler(P, 0.5, mode=mode, layers=True)(4)
         ref = [KernelSampler(p, 0.5, mode)(4) for p in P]
-        assert (out is None and mode == "dense") or torch.equal(out, torch.stack(ref))
+        assert (out is None and mode == "dense") or torch.equal(out.dense(), torch.stack([r.dense() for r in ref]))
 
 
 CONFIGS = {
@@ -107,7 +106,7 @@ def _compare(fast, plain):
 @pytest.mark.parametrize("config", list(CONFIGS))
 def test_batched_kernels_give_the_per_layer_step(config, train, monkeypatch):
     """CUDA's path (the CPU's shortcuts off): logits, regularizer, loss and every gradient of the
-    batched form equal the per-layer form's; the batched form was taken (``KernelBias``)."""
+    batched form equal the per-layer form's; the batched form was taken (``Kernel(bias=...)``)."""
     model = _model(**CONFIGS[config]).train(train)
     seen = []
     real = type(model.propagators[0]).forward
@@ -121,10 +120,10 @@ def test_batched_kernels_give_the_per_layer_step(config, train, monkeypatch):
     y = torch.randint(0, 5, (3,))
     plain = per_layer_kernels(copy.deepcopy(model))
     fast = _step(model, x, y)
-    assert len(seen) == 3 and all(isinstance(K, KernelBias) for K in seen)
+    assert len(seen) == 3 and all(K.bias is not None for K in seen)
     seen.clear()
     ref = _step(plain, x, y)
-    assert len(seen) == 3 and not any(isinstance(K, KernelBias) for K in seen)
+    assert len(seen) == 3 and not any(K.bias is not None for K in seen)
     _compare(fast, ref)
 
 

@@ -9,9 +9,9 @@ import torch.nn.functional as F
 from reference_forms import direct_readin
 from reference_kernel import plain_log_normalized_kernel
 
-from nac.circuits.attention import SKMDPA, log_normalized_kernel
+from nac.circuits.attention import SKMDPA
 from nac.circuits.generators import ConditionalCircuitGenerator
-from nac.circuits.kernel import link_probabilities, sample_kernel
+from nac.circuits.kernel import Kernel, link_probabilities, log_normalized_kernel, sample_kernel
 from nac.circuits.modfc import ModFC, ModFCForm, ModFFN
 from nac.circuits.readin import ReadIn
 
@@ -149,7 +149,7 @@ def test_skmdpa_with_all_ones_kernel_is_plain_attention():
     xr, xs, cr, cs = torch.randn(2, 5, 16), torch.randn(2, 7, 16), torch.randn(5, 8), torch.randn(7, 8)
     ones = torch.ones(5, 7)
     expected = _plain_mha(attn, xr, xs, cr, cs)
-    assert torch.allclose(attn(xr, xs, cr, cs, K=ones), expected, atol=1e-5)
+    assert torch.allclose(attn(xr, xs, cr, cs, K=Kernel(ones)), expected, atol=1e-5)
     assert torch.allclose(attn(xr, xs, cr, cs, K=None), expected, atol=1e-5)
 
 
@@ -160,8 +160,8 @@ def test_skmdpa_matches_equation_3_with_a_kernel():
     delta = attn.delta
     K_hat = K / (delta + K.sum(-1, keepdim=True))
     expected = _plain_mha(attn, xr, xs, cr, cs, bias=torch.log(K_hat).unsqueeze(1))
-    assert torch.allclose(attn(xr, xs, cr, cs, K=K), expected, atol=1e-5)
-    W = attn.weights(xr, xs, cr, cs, K=K)
+    assert torch.allclose(attn(xr, xs, cr, cs, K=Kernel(K)), expected, atol=1e-5)
+    W = attn.weights(xr, xs, cr, cs, K=Kernel(K))
     assert torch.allclose(W.sum(-1), torch.ones(3, 2, 5), atol=1e-5)
 
 
@@ -169,9 +169,9 @@ def test_skmdpa_zero_kernel_entries_get_no_weight_and_empty_rows_stay_finite():
     attn = SKMDPA(d=8, d_code=4, heads=1)
     xr, xs, c = torch.randn(1, 3, 8), torch.randn(1, 3, 8), torch.randn(3, 4)
     K = torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
-    W = attn.weights(xr, xs, c, c, K=K)[0, 0]
+    W = attn.weights(xr, xs, c, c, K=Kernel(K))[0, 0]
     assert W[0, 1] < 1e-10 and W[1, 0] < 1e-10 and W[1, 1] > 0.999
-    assert torch.isfinite(attn(xr, xs, c, c, K=K)).all()
+    assert torch.isfinite(attn(xr, xs, c, c, K=Kernel(K))).all()
     assert torch.isfinite(plain_log_normalized_kernel(K)).all()
     bias = log_normalized_kernel(K)  # the default: exact zeros for cut links, the empty row as plain
     assert torch.isinf(bias[:2][K[:2] == 0]).all() and torch.isfinite(bias[2]).all()

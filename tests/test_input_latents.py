@@ -19,7 +19,7 @@ from reference_kernel import use_reference_kernel
 from tiny_models import TINY_KERNEL, make_tiny_config
 
 from nac.checkpoint_io import load_model, save_checkpoint
-from nac.circuits.kernel import link_probabilities
+from nac.circuits.kernel import Kernel, link_probabilities
 from nac.model import build_model
 from nac.pruning import attention_received, drop_modules
 from nac.training.optim import decay_groups
@@ -65,10 +65,10 @@ def _manual(model, x, perturb_layer=None, noise=None, latent_noise=None):
     states = design.states.expand(x.shape[0], *design.states.shape)
     for i, layer in enumerate(model.propagators):
         lat = latents + noise if perturb_layer == i else latents
-        K = _authors_P(model, design.signatures, i)
+        K = Kernel(_authors_P(model, design.signatures, i))
         states = layer(states, design.codes, K, latents=lat, latent_codes=codes_in)
     lat = latents + noise if perturb_layer == "readout" else latents
-    K = _authors_P(model, design.readout_signatures, "readout")
+    K = Kernel(_authors_P(model, design.readout_signatures, "readout"))
     send_codes = torch.cat([codes_in, design.codes], 0)
     return (
         model.read_out(design.readout_states, torch.cat([lat, states], 1), design.readout_codes, send_codes, K),

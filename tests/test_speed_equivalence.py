@@ -10,7 +10,7 @@ is consumed identically (the pipeline's reproducibility depends on it).
 * ``explicit_attention`` with the kernel bias (the CPU's) vs PyTorch's SDPA (CUDA's, the plain);
 * ``KernelSampler`` ``"prepared"`` (logit(P) once per forward; CUDA's) vs ``PlainSampler``
   (``sample_kernel`` per layer); ``"sparse"`` (the CPU's) draws the same sample as a
-  ``SparseKernel`` whose attention bias is computed on the linked entries only;
+  ``Kernel`` of the linked entries' values, whose attention bias is computed on those only;
 * the Neural Interpreter's ``ModLin``, ``ModAttn``, ``LOC`` (modulation folded into per-function
   weights, one q/k/v GEMM, eqs. 7-8 without the weights ``W``) vs the equations as printed
   (``reference_forms.plain_ni``: the package keeps only the fast forms);
@@ -30,8 +30,8 @@ from tiny_models import TINY_KERNEL
 
 from nac import build_model
 from nac.baselines.neural_interpreter import ModLin, NeuralInterpreter, NeuralInterpreterConfig
-from nac.circuits.attention import explicit_attention, log_normalized_kernel
-from nac.circuits.kernel import KernelSampler, SparseKernel, link_probabilities, sample_kernel
+from nac.circuits.attention import explicit_attention
+from nac.circuits.kernel import KernelSampler, link_probabilities, log_normalized_kernel, sample_kernel
 from tests.conftest import make_tiny_config
 from tests.reference_kernel import PlainSampler, plain_log_normalized_kernel, use_reference_kernel
 
@@ -123,7 +123,7 @@ def test_kernel_sampler_equals_sample_kernel_and_consumes_the_same_randomness(ba
     for impl in ("prepared", "plain"):
         torch.manual_seed(7)
         sampler = KernelSampler(P, 0.5, impl=impl) if impl == "prepared" else PlainSampler(P, 0.5, "sample")
-        Ks = [sampler(batch) for _ in range(3)]  # several layers from one P
+        Ks = [sampler(batch).dense() for _ in range(3)]  # several layers from one P
         after = torch.rand(5)  # where the generator was left
         grad = torch.autograd.grad(
             sum((K * torch.linspace(-1, 1, K.numel()).view_as(K)).sum() for K in Ks), s, retain_graph=True
@@ -151,13 +151,13 @@ def test_sparse_kernel_gives_the_dense_sample_bias_and_gradients(batch):
         sampler = KernelSampler(P, 0.5, impl=impl)
         Ks = [sampler(batch) for _ in range(2)]
         after = torch.rand(3)
-        dense = [K.dense() if isinstance(K, SparseKernel) else K for K in Ks]
-        biases = [log_normalized_kernel(K, delta=1e-6) for K in Ks]
+        dense = [K.dense() for K in Ks]
+        biases = [K.log_normalized(1e-6) for K in Ks]
         w = [torch.randn(b.shape, generator=torch.Generator().manual_seed(i)) for i, b in enumerate(biases)]
         loss = sum((b.masked_fill(b.isinf(), 0.0) * wi).sum() for b, wi in zip(biases, w))
         out[impl] = (Ks, dense, biases, after, torch.autograd.grad(loss, s, retain_graph=True)[0])
     (Ks, ds, bs, after_s, gs), (Kp, dp, bp, after_p, gp) = out["sparse"], out["prepared"]
-    assert all(isinstance(K, SparseKernel) for K in Ks) and not any(isinstance(K, SparseKernel) for K in Kp)
+    assert all(K.links is not None for K in Ks) and not any(K.links is not None for K in Kp)
     assert torch.equal(after_s, after_p)
     for a, b in zip(ds, dp):  # the same formula elementwise; vectorised log / log1p round by position
         assert torch.equal(a == 0, b == 0)
@@ -175,22 +175,21 @@ def test_sparse_kernel_bias_takes_the_dense_form_for_its_special_cases():
     P_empty = torch.cat([P, torch.zeros(1, P.shape[1])])
     torch.manual_seed(0)
     K = KernelSampler(P_empty, 0.5, impl="sparse")(3)
-    assert K.empty_rows
-    assert torch.equal(log_normalized_kernel(K), log_normalized_kernel(K.dense()))
+    assert K.links.empty_rows
+    assert torch.equal(K.log_normalized(), log_normalized_kernel(K.dense()))
     torch.manual_seed(0)
     K = KernelSampler(P, 0.5, impl="sparse")(3)
     K.values = K.values.clone()
     K.values[0, 1] = 1e-37  # K_hat below the 1e-30 floor
-    assert not K.empty_rows
-    assert torch.equal(log_normalized_kernel(K), log_normalized_kernel(K.dense()))
-    assert torch.equal(plain_log_normalized_kernel(K), plain_log_normalized_kernel(K.dense()))
+    assert not K.links.empty_rows
+    assert torch.equal(K.log_normalized(), log_normalized_kernel(K.dense()))
 
 
 @pytest.mark.parametrize("mode", ["expectation", "threshold", "dense"])
 def test_kernel_sampler_eval_modes_are_sample_kernel(mode):
     _, P = _truncated_P(requires_grad=False)
     out, ref = KernelSampler(P, 0.5, mode=mode)(4), sample_kernel(P, 0.5, batch_size=4, mode=mode)
-    assert (out is None and ref is None) or torch.equal(out, ref)
+    assert (out is None and ref is None) or torch.equal(out.dense(), ref)
 
 
 # ------------------------------------------------------------------ the whole model
@@ -201,12 +200,12 @@ def test_nac_fast_paths_give_the_plain_step(train, kernels, monkeypatch):
     truncation 0.9, straight-through, learnable bandwidth), signatures fitted to the prior and the
     regularizer: same logits, loss and parameter gradients, and the same random-number stream,
     with every optimisation on or off."""
-    from nac.circuits import attention
+    from nac.circuits import kernel
 
     sparse_biases = []
-    real = attention._sparse_log_normalized_kernel
+    real = kernel._sparse_log_normalized_kernel
     monkeypatch.setattr(
-        attention, "_sparse_log_normalized_kernel", lambda *a: sparse_biases.append(real(*a)) or sparse_biases[-1]
+        kernel, "_sparse_log_normalized_kernel", lambda *a: sparse_biases.append(real(*a)) or sparse_biases[-1]
     )
     torch.manual_seed(0)
     # the default (inet_baral), tiny_inet_nc_x's (a kernel per module, direct truncation) and nac v1's

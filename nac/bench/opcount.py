@@ -42,7 +42,7 @@ import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import nac.circuit_graph as circuit_graph
-import nac.circuits.attention as attention
+import nac.circuits.kernel as circuit_kernel
 import nac.model as nac_model
 from nac.training import augment, checks, compiled, loop
 from nac.training import objective as training_objective
@@ -310,7 +310,8 @@ def instrument(model: nn.Module, t: Tracker, stack: ExitStack) -> None:
         (circuit_graph.KernelSampler, "__call__", "kernel"),
         (circuit_graph, "layer_kernel_biases", "kernel"),
         (nac_model.NAC, "_samplers", "kernel"),
-        (attention, "log_normalized_kernel", "kernel"),
+        (circuit_kernel, "log_normalized_kernel", "kernel"),
+        (circuit_kernel.Kernel, "log_normalized", "kernel"),
         (nac_model.NAC, "graph_regularizer", "regularizer"),
         (training_objective.Objective, "regularizer", "regularizer"),
         (training_objective.Objective, "match_async", "regularizer"),

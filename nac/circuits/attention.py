@@ -5,8 +5,9 @@ and ``A_{i<-j} = q_i . k_j / sqrt(d)``; ``y_i = sum_j W_{i<-j} v_j``.
 
 Queries are ModFC projections of the receivers conditioned on the receivers' codes; keys and
 values are ModFC projections of the senders conditioned on the senders' codes; an exit ModFC
-(the authors' code) maps the heads back to the state width. One kernel ``K`` is shared by all
-heads. Passing ``K=None`` gives dense, all-to-all attention (the Perceiver IO and ``modfc``
+(the authors' code) maps the heads back to the state width. One kernel ``K`` (a
+``nac.circuits.kernel.Kernel``, which gives its ``log K_hat``) is shared by all heads. Passing
+``K=None`` gives dense, all-to-all attention (the Perceiver IO and ``modfc``
 rungs of the Table 1 ladder).
 
 Note: ``log K_hat`` differs from ``log K`` by a per-row constant, and softmax is invariant to
@@ -22,78 +23,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from nac.circuits.kernel import SparseKernel, cpu_shortcut
+from nac.circuits.kernel import Kernel, cpu_shortcut
 from nac.circuits.modfc import ModFC, ModFCForm
-
-_LOG_FLOOR = 1e-30
-
-
-def log_normalized_kernel(K: torch.Tensor, delta: float = 1e-6, *, cpu_shortcuts: bool = True) -> torch.Tensor:
-    """``log K_hat`` of eq. 3, ``[..., U, V]``.
-
-    The plain form is ``log(max(K_hat, 1e-30))`` (``tests/reference_kernel.py``): entries with
-    ``K = 0`` get a large negative finite value (-69.1, not ``-inf``) and a row with no links
-    attends like dense attention instead of giving NaN. This returns the same except that, in
-    rows with at least one entry above the floor, the floored entries are ``-inf``. Their
-    softmax weight was ``exp(-69.1 + A_ij - A_max) <~ 1e-30`` of the row's largest, below
-    float32 resolution unless scores differ by more than ~50, so outputs and gradients agree with
-    the plain form to float tolerance (``tests/test_speed_equivalence.py``); rows with no entry
-    above the floor are unchanged. Why it matters: those ~1e-30 weights turn into subnormal
-    floats in the attention backward, and CPU matrix products on subnormals run many times
-    slower. The dense form has no data-dependent shape and no host sync (the CUDA path;
-    ``tests/test_speed_sync.py``); a ``SparseKernel`` (CPU only) is computed on its linked
-    entries where ``cpu_shortcut(K.values, cpu_shortcuts)``, else made dense first."""
-    if isinstance(K, SparseKernel):  # (CPU only: its special-case checks sync with a device)
-        bias = _sparse_log_normalized_kernel(K, delta) if cpu_shortcut(K.values, cpu_shortcuts) else None
-        if bias is not None:
-            return bias
-        K = K.dense()
-    K = K.float()
-    K_hat = K / (delta + K.sum(dim=-1, keepdim=True))
-    bias = torch.log(K_hat.clamp_min(_LOG_FLOOR))
-    floored = K_hat.detach() <= _LOG_FLOOR
-    return bias.masked_fill(floored & ~floored.all(dim=-1, keepdim=True), float("-inf"))
-
-
-def _sparse_log_normalized_kernel(K: SparseKernel, delta: float) -> torch.Tensor | None:
-    """``log_normalized_kernel(K.dense(), delta)`` from the linked entries alone:
-    ``log(K_ij / (delta + sum_j K_ij))`` there, ``-inf`` on every cut link. The row sums run over
-    the linked values (the other entries are exactly 0), so the result agrees with the dense form
-    to float rounding (summation order). Where that form's special cases could arise (a row
-    without links, or a linked entry at or below the floor) it returns None and the caller takes
-    the dense form."""
-    if K.empty_rows:
-        return None
-    vals = K.values.float()
-    lead = vals.shape[:-1]
-    row_sum = vals.new_zeros(*lead, K.shape[-2]).index_add(-1, K.rows, vals)
-    K_hat = vals / (delta + row_sum.index_select(-1, K.rows))
-    if bool((K_hat.detach() <= _LOG_FLOOR).any()):
-        return None
-    bias = vals.new_full((*lead, K.shape[-2] * K.shape[-1]), float("-inf"))
-    return bias.index_copy(-1, K.flat_index, torch.log(K_hat)).view(K.shape)
-
-
-class KernelBias:
-    """One layer's attention bias ``log K_hat`` computed already (``layer_kernel_biases``):
-    ``bias`` ``[B, 1, U, V]`` (a sample, broadcast over heads) or ``[U, V]`` (a shared kernel).
-    Goes where a kernel ``K`` would; ``SKMDPA`` adds it
-    as it is."""
-
-    def __init__(self, bias: torch.Tensor):
-        self.bias = bias
-
-
-def layer_kernel_biases(K: torch.Tensor | None, delta: float = 1e-6) -> list:
-    """Every propagator's ``log K_hat`` from their kernels ``K`` ``[L, (B,) U, V]`` (one
-    ``KernelSampler(layers=True)`` draw) by one chain of ops: ``[KernelBias] * L``, layer ``l``'s
-    equal to what ``SKMDPA`` computes from ``K[l]`` (``log_normalized_kernel`` runs along the
-    last axis only, so each slice is computed as on its own). With input latents ``K`` covers
-    every sender, ``[input latents; processors]``. A dense graph (no ``K``) has no bias: the
-    caller passes ``None`` to each layer instead."""
-    bias = log_normalized_kernel(K, delta)
-    bias = bias.unsqueeze(-3) if bias.dim() == 4 else bias  # [L, B, 1, U, V]: broadcast over heads
-    return [KernelBias(b) for b in bias.unbind(0)]
 
 
 def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -116,12 +47,12 @@ class SKMDPA(nn.Module):
 
     ``code_recv``: ``[(B,) U, d_code]``, ``code_send``: ``[(B,) V, d_code]`` (either may be a
     ``Modulations`` of its code for the ModFCs reading it, ``code_readers``);
-    ``K``: ``[(B,) U, V]`` kernel over every sender (input latents included, the authors' kernel
+    ``K``: a ``Kernel`` ``[(B,) U, V]`` over every sender (input latents included, the authors' kernel
     over the concatenated signatures) or ``None`` (dense); ``key_mask``: ``[B, V]`` bool, True =
     keep. Returns ``[B, U, d]``.
 
     ``cpu_shortcuts`` (keyword; default True): whether the CPU-only fast forms may be taken on the
-    CPU (``nac.circuits.kernel.cpu_shortcut``): a ``SparseKernel``'s bias on its linked entries
+    CPU (``nac.circuits.kernel.cpu_shortcut``): a kernel's bias on its linked entries only
     and ``explicit_attention``; False takes CUDA's forms (the dense bias, SDPA) on every device.
     Set by the owner at construction (``NAC(..., cpu_shortcuts=)``), kept as ``self.cpu_shortcuts``.
     """
@@ -162,13 +93,13 @@ class SKMDPA(nn.Module):
             self._split(self.v(x_send, code_send)),
         )
 
-    def _bias(self, K: torch.Tensor | None, key_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-        bias = None
-        if isinstance(K, KernelBias):  # log K_hat computed with every layer's
-            bias = K.bias
-        elif K is not None:
-            bias = log_normalized_kernel(K, self.delta, cpu_shortcuts=self.cpu_shortcuts)
-            bias = bias.unsqueeze(-3) if bias.dim() == 3 else bias  # broadcast over heads
+    def _bias(self, K: Kernel | None, key_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+        if K is not None and not isinstance(K, Kernel):
+            raise TypeError(
+                f"SKMDPA takes its kernel as a nac.circuits.kernel.Kernel or None, got {type(K).__name__}; "
+                "wrap a tensor K [(B,) U, V] as Kernel(K)"
+            )
+        bias = None if K is None else K.attention_bias(self.delta, cpu_shortcuts=self.cpu_shortcuts)
         if key_mask is not None:
             pad = torch.zeros(key_mask.shape, device=key_mask.device).masked_fill(~key_mask, float("-inf"))
             pad = pad[:, None, None, :]

@@ -124,24 +124,118 @@ def sample_kernel(
     return torch.where(P > 0, K, torch.zeros((), dtype=K.dtype, device=K.device))
 
 
-class SparseKernel:
-    """A kernel sample ``K`` (``[*lead, U, V]``) held as its values on the linked entries of a
-    shared ``P`` (``P > 0``, row-major order), ``values [*lead, nnz]``; every other entry of ``K``
-    is exactly 0. What ``KernelSampler(impl="sparse")`` draws: with ~96% of the links cut (the
-    paper's truncation at 256 modules) the attention bias ``log K_hat`` is computed on the linked
-    entries only (``nac.circuits.attention.log_normalized_kernel``) instead of by ~20 passes
-    over ``[B, U, V]``. ``dense()`` is the ``[*lead, U, V]`` tensor ``impl="prepared"`` returns."""
+_LOG_FLOOR = 1e-30
 
-    def __init__(self, values: torch.Tensor, sampler: "KernelSampler", shape: tuple):
-        self.values, self.shape = values, tuple(shape)
-        self.flat_index, self.rows, self.empty_rows = sampler.flat_index, sampler.rows, sampler.empty_rows
+
+class Kernel:
+    """A kernel ``K`` (eq. 2) as attention reads it (eq. 3): the one type ``KernelSampler`` draws and
+    ``SKMDPA`` and the layers take (``None`` there: no kernel, dense attention). It holds one of
+    three forms of the same ``K``, and ``log_normalized`` gives eq. 3's ``log K_hat`` from each:
+
+    * ``Kernel(values)``: ``K`` itself, ``[*lead, U, V]`` (CUDA's path; a non-sample evaluation
+      kernel's ``P`` or ``P > 0.5``);
+    * ``Kernel(values, links=sampler, shape=...)``: ``K``'s values on a shared ``P``'s linked entries
+      only (``P > 0``, row-major; ``values [*lead, nnz]``, every other entry of ``K`` exactly 0),
+      what ``KernelSampler(impl="sparse")`` draws on the CPU: with ~96% of the links cut (the
+      paper's truncation at 256 modules) the bias is computed on the linked entries instead of by
+      ~20 passes over ``[B, U, V]``;
+    * ``Kernel(bias=...)``: ``log K_hat`` computed already, with every layer's
+      (``layer_kernel_biases``), ``[B, 1, U, V]`` (a sample, broadcast over heads) or ``[U, V]``.
+
+    ``dense()`` is ``K`` as a ``[*lead, U, V]`` tensor (the first two forms)."""
+
+    def __init__(
+        self,
+        values: torch.Tensor | None = None,
+        *,
+        links: "KernelSampler | None" = None,
+        shape: tuple | None = None,
+        bias: torch.Tensor | None = None,
+    ):
+        if (values is None) == (bias is None) or (links is None) != (shape is None):
+            raise ValueError("a Kernel holds values (with links and shape for the linked entries only) or a bias")
+        self.values, self.links, self.bias = values, links, bias
+        self.shape = tuple(shape) if shape is not None else tuple((values if bias is None else bias).shape)
 
     def dense(self) -> torch.Tensor:
+        """``K`` ``[*lead, U, V]``."""
+        if self.bias is not None:
+            raise ValueError("this Kernel holds its log K_hat only (layer_kernel_biases), not K")
+        if self.links is None:
+            return self.values
         zeros = self.values.new_zeros(*self.shape[:-2], self.shape[-2] * self.shape[-1])
-        return zeros.index_copy(-1, self.flat_index, self.values).view(self.shape)
+        return zeros.index_copy(-1, self.links.flat_index, self.values).view(self.shape)
 
-    def dim(self) -> int:
-        return len(self.shape)
+    def log_normalized(self, delta: float = 1e-6, *, cpu_shortcuts: bool = True) -> torch.Tensor:
+        """eq. 3's ``log K_hat`` ``[*lead, U, V]`` (``log_normalized_kernel``); for the linked
+        entries only form computed on those where ``cpu_shortcut(values, cpu_shortcuts)``
+        (``_sparse_log_normalized_kernel``), else made dense first."""
+        if self.bias is not None:
+            return self.bias
+        if self.links is not None and cpu_shortcut(self.values, cpu_shortcuts):
+            bias = _sparse_log_normalized_kernel(self, delta)  # (CPU only: its checks sync with a device)
+            if bias is not None:
+                return bias
+        return log_normalized_kernel(self.dense(), delta)
+
+    def attention_bias(self, delta: float = 1e-6, *, cpu_shortcuts: bool = True) -> torch.Tensor:
+        """``log_normalized``, broadcast over the attention heads: ``[B, 1, U, V]`` or ``[U, V]``."""
+        if self.bias is not None:
+            return self.bias
+        bias = self.log_normalized(delta, cpu_shortcuts=cpu_shortcuts)
+        return bias.unsqueeze(-3) if bias.dim() == 3 else bias
+
+
+def log_normalized_kernel(K: torch.Tensor, delta: float = 1e-6) -> torch.Tensor:
+    """``log K_hat`` of eq. 3, ``[..., U, V]``, from ``K`` as a tensor.
+
+    The plain form is ``log(max(K_hat, 1e-30))`` (``tests/reference_kernel.py``): entries with
+    ``K = 0`` get a large negative finite value (-69.1, not ``-inf``) and a row with no links
+    attends like dense attention instead of giving NaN. This returns the same except that, in
+    rows with at least one entry above the floor, the floored entries are ``-inf``. Their
+    softmax weight was ``exp(-69.1 + A_ij - A_max) <~ 1e-30`` of the row's largest, below
+    float32 resolution unless scores differ by more than ~50, so outputs and gradients agree with
+    the plain form to float tolerance (``tests/test_speed_equivalence.py``); rows with no entry
+    above the floor are unchanged. Why it matters: those ~1e-30 weights turn into subnormal
+    floats in the attention backward, and CPU matrix products on subnormals run many times
+    slower. No data-dependent shape and no host sync (the CUDA path; ``tests/test_speed_sync.py``)."""
+    K = K.float()
+    K_hat = K / (delta + K.sum(dim=-1, keepdim=True))
+    bias = torch.log(K_hat.clamp_min(_LOG_FLOOR))
+    floored = K_hat.detach() <= _LOG_FLOOR
+    return bias.masked_fill(floored & ~floored.all(dim=-1, keepdim=True), float("-inf"))
+
+
+def _sparse_log_normalized_kernel(K: Kernel, delta: float) -> torch.Tensor | None:
+    """``log_normalized_kernel(K.dense(), delta)`` from the linked entries alone:
+    ``log(K_ij / (delta + sum_j K_ij))`` there, ``-inf`` on every cut link. The row sums run over
+    the linked values (the other entries are exactly 0), so the result agrees with the dense form
+    to float rounding (summation order). Where that form's special cases could arise (a row
+    without links, or a linked entry at or below the floor) it returns None and the caller takes
+    the dense form."""
+    links = K.links
+    if links.empty_rows:
+        return None
+    vals = K.values.float()
+    lead = vals.shape[:-1]
+    row_sum = vals.new_zeros(*lead, K.shape[-2]).index_add(-1, links.rows, vals)
+    K_hat = vals / (delta + row_sum.index_select(-1, links.rows))
+    if bool((K_hat.detach() <= _LOG_FLOOR).any()):
+        return None
+    bias = vals.new_full((*lead, K.shape[-2] * K.shape[-1]), float("-inf"))
+    return bias.index_copy(-1, links.flat_index, torch.log(K_hat)).view(K.shape)
+
+
+def layer_kernel_biases(K: Kernel, delta: float = 1e-6) -> list:
+    """Every propagator's kernel as its ``log K_hat``, from their kernels ``K`` ``[L, (B,) U, V]``
+    (one ``KernelSampler(layers=True)`` draw) by one chain of ops: ``[Kernel(bias=...)] * L``,
+    layer ``l``'s equal to what ``SKMDPA`` computes from ``K[l]`` (``log_normalized_kernel`` runs
+    along the last axis only, so each slice is computed as on its own). With input latents ``K``
+    covers every sender, ``[input latents; processors]``. A dense graph (no ``K``) has no bias: the
+    caller passes ``None`` to each layer instead."""
+    bias = log_normalized_kernel(K.dense(), delta)
+    bias = bias.unsqueeze(-3) if bias.dim() == 4 else bias  # [L, B, 1, U, V]: broadcast over heads
+    return [Kernel(bias=b) for b in bias.unbind(0)]
 
 
 class KernelSampler:
@@ -154,18 +248,19 @@ class KernelSampler:
     sample's shape, same dtype and device) and computes the same formula, ``K = clamp(sigmoid(
     (logit(u) + logit(p)) / tau), tiny, 1 - eps)`` zeroed where ``P = 0``; only the summation
     order of the two logits differs, so samples and gradients agree to float rounding
-    (``tests/test_speed_equivalence.py``, against ``sample_kernel``, the plain form).
+    (``tests/test_speed_equivalence.py``, against ``sample_kernel``, the plain form). A draw is a
+    ``Kernel`` (``None`` for the ``dense`` mode).
     ``impl`` (``SAMPLER_IMPLS``; default: ``"sparse"`` where ``cpu_shortcut(P, cpu_shortcuts)``
     and ``P`` is shared, else ``"prepared"``): ``"prepared"`` (the CUDA path) computes the sample densely with
     fixed-shape masked ops, no data-dependent shape and no host sync (no ``nonzero``, boolean
     indexing or ``bool(tensor)``: ``tests/test_speed_sync.py``); ``"sparse"`` (a shared ``P``, on
-    the CPU) returns the same sample as a ``SparseKernel``. Both draw the same ``u`` and give the
-    same values on the linked entries (elementwise, the same formula), and 0 elsewhere.
-    ``"sparse"`` on another device than the CPU is taken as ``"prepared"`` (finding the linked
-    entries syncs).
+    the CPU) returns the same sample as its values on the linked entries (``Kernel(values,
+    links=)``). Both draw the same ``u`` and give the same values on the linked entries
+    (elementwise, the same formula), and 0 elsewhere. ``"sparse"`` on another device than the CPU
+    is taken as ``"prepared"`` (finding the linked entries syncs).
 
     ``layers=True``: ``P`` ``[L, U, V]`` holds the shared ``P`` of every propagator (one per
-    layer), and a draw is every layer's sample at once, ``[L, B, U, V]``: one ``torch.rand`` of
+    layer), and a draw is every layer's sample at once, a ``Kernel`` ``[L, B, U, V]``: one ``torch.rand`` of
     that shape and one chain of elementwise ops instead of ``L`` (always ``"prepared"``). Layer
     ``l``'s slice is the same formula of its own ``P`` and of ``L * B * U * V`` independent
     uniforms, so its distribution is that of a per-layer draw (``NAC._samplers``;
@@ -207,10 +302,11 @@ class KernelSampler:
             if layers:  # [L, 1, U, V]: broadcast over the batch axis of the draw
                 self.logits, self.linked = self.logits.unsqueeze(1), self.linked.unsqueeze(1)
 
-    def __call__(self, batch_size: int | None = None) -> torch.Tensor | SparseKernel | None:
+    def __call__(self, batch_size: int | None = None) -> Kernel | None:
         P = self.P
         if self.mode != "sample":  # (``layers``: P, P > 0.5 or None for every layer, [L, U, V])
-            return sample_kernel(P, self.tau, batch_size=None if self.layers else batch_size, mode=self.mode)
+            K = sample_kernel(P, self.tau, batch_size=None if self.layers else batch_size, mode=self.mode)
+            return None if K is None else Kernel(K)
         shape = (batch_size, *P.shape) if P.dim() == 2 and batch_size is not None else P.shape
         if self.layers:  # every layer's sample by one draw, [L, B, U, V]
             shape = (P.shape[0], batch_size, *P.shape[1:]) if batch_size is not None else P.shape
@@ -221,5 +317,5 @@ class KernelSampler:
         u = u.clamp(min=fi.eps, max=1 - fi.eps)
         K = torch.sigmoid((u.log() - (-u).log1p() + self.logits) / self.tau).clamp(min=fi.tiny, max=1.0 - fi.eps)
         if self.sparse:
-            return SparseKernel(K, self, shape)
-        return torch.where(self.linked, K, torch.zeros((), dtype=K.dtype, device=K.device))
+            return Kernel(K, links=self, shape=shape)
+        return Kernel(torch.where(self.linked, K, torch.zeros((), dtype=K.dtype, device=K.device)))
