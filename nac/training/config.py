@@ -12,7 +12,8 @@ from nac.fields import DECAY, FRACTION, NONNEGATIVE, NONNEGATIVE_INT, POSITIVE_I
 
 # The choices of the fields below, defined here (where the field is) and read by the code they select.
 DECAY_FILTERS = ("authors", "ours", "all")  # nac.training.optim.decays
-AUGMENT_RECIPES = ("authors_tinyimagenet",)  # nac.training.augment's recipes besides true / false
+AUTHORS_TINYIMAGENET = "authors_tinyimagenet"  # the authors' recipe (nac.training.augment)
+AUGMENT_RECIPES = (AUTHORS_TINYIMAGENET,)  # nac.training.augment's recipes besides true / false
 ADAMW_IMPLS = ("default", "foreach", "fused")  # nac.training.optim.make_adamw
 COMPILE_MODES = (False, "default", "reduce-overhead", "aot_eager")  # nac.training.compiled
 COMPILE_MATCHINGS = ("before", "overlap")  # where a compiled step waits for the matching (the field)
