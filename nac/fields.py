@@ -6,7 +6,7 @@ field's type and range are written once, where the field is, and checked by the 
 
 ``problem(value, tp)`` says what is wrong, as a ``Problem`` the caller words for its reader (a
 config's ``ConfigTypeError``, params.yaml's ``ParamsError``); what no annotation expresses (rules
-across fields) stays with each config. Strict means: a bool is no number, a string no number, a
+across fields) is in ``nac.rules``. Strict means: a bool is no number, a string no number, a
 float no int; an int is a float (JSON and YAML write ``1`` for ``1.0``); numpy scalars and tuples
 read as the Python numbers and lists they hold. Floats must be finite.
 """
