@@ -8,7 +8,6 @@ from typing import Any, Literal
 
 from nac.circuits.kernel import KERNEL_MODES, TRUNCATION_MODES
 from nac.circuits.modfc import MODFC_GAINS
-from nac.circuits.tokenizers import TOKENIZERS
 from nac.fields import (
     COSINE_DISTANCE,
     FRACTION,
@@ -23,6 +22,7 @@ from nac.fields import (
     value_message,
 )
 from nac.graphs import PRIORS
+from nac.rules import model_rules
 
 # The Table 1 ladder: settings of one executor.
 #   perceiver_io: plain linear layers, dense all-to-all attention, learned latents
@@ -158,35 +158,7 @@ class ModelConfig(ConfigDict):
         check_field_types(self)
         if self.d_code is None:
             self.d_code = self.d_model
-        self.validate()
-
-    def validate(self) -> None:
-        """The rules across fields (each field's type, choices and bounds: its annotation)."""
-        if self.tokenizer.get("kind") not in TOKENIZERS:
-            raise ValueError(
-                f"model.tokenizer.kind={self.tokenizer.get('kind')!r} is not a valid choice; "
-                f"valid choices: {', '.join(TOKENIZERS)}"
-            )
-        if self.initial_state == "code" and self.d_code != self.d_model:
-            raise ValueError(
-                f"model.initial_state='code' makes the initial states the codes, so it needs d_code == "
-                f"d_model; got d_code={self.d_code}, d_model={self.d_model} (set d_code: null)"
-            )
-        for name in ("heads", "readin_heads", "readout_heads", "generator_heads"):
-            if self.d_model % getattr(self, name):
-                raise ValueError(
-                    f"model.d_model={self.d_model} is not divisible by model.{name}={getattr(self, name)}; "
-                    "pick a head count that divides d_model"
-                )
-        if self.generator == "conditional":
-            if self.variant != "nac":
-                raise ValueError(
-                    f"a conditional circuit generator needs variant 'nac' (signatures and codes), got {self.variant!r}"
-                )
-            if not self.cond_tokenizer:
-                raise ValueError(
-                    "generator 'conditional' needs model.cond_tokenizer (what the circuit generator reads)"
-                )
+        model_rules(self)  # the rules across fields (nac.rules)
 
     @property
     def modulated(self) -> bool:

@@ -6,13 +6,14 @@ field's type and range are written once, where the field is, and checked by the 
 
 ``problem(value, tp)`` says what is wrong, as a ``Problem`` the caller words for its reader (a
 config's ``ConfigTypeError``, params.yaml's ``ParamsError``); what no annotation expresses (rules
-across fields) stays with each config. Strict means: a bool is no number, a string no number, a
+across fields) is in ``nac.rules``. Strict means: a bool is no number, a string no number, a
 float no int; an int is a float (JSON and YAML write ``1`` for ``1.0``); numpy scalars and tuples
 read as the Python numbers and lists they hold. Floats must be finite.
 """
 
 from __future__ import annotations
 
+import math
 import numbers
 import types
 import typing
@@ -25,6 +26,7 @@ from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 POSITIVE_INT = Annotated[int, at.Ge(1)]
 NONNEGATIVE_INT = Annotated[int, at.Ge(0)]
+AT_LEAST_2 = Annotated[int, at.Ge(2)]
 POSITIVE = Annotated[float, at.Gt(0)]
 NONNEGATIVE = Annotated[float, at.Ge(0)]
 COSINE_DISTANCE = Annotated[float, at.Gt(0), at.Lt(2)]  # 1 - cos of two distinct directions
@@ -187,5 +189,5 @@ def as_number(text: str) -> int | float | None:
             number = cast(t)
         except ValueError:
             continue
-        return number if number == number and abs(number) != float("inf") else None
+        return number if isinstance(number, int) or math.isfinite(number) else None  # an int is finite
     return None

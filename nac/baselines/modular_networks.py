@@ -49,6 +49,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from nac.config import ConfigDict, check_field_types
+from nac.rules import modular_network_rules
 
 VARIANT = "modular_network"
 
@@ -79,41 +80,9 @@ class ModularNetworkConfig(ConfigDict):
         self.conv_layers = [int(c) for c in self.conv_layers]
         self.dense_layers = [int(u) for u in self.dense_layers]
         self.pool_after = sorted(int(i) for i in self.pool_after)
-        self.validate()
-
-    def validate(self) -> None:
         if self.variant != VARIANT:
             raise ValueError(f"modular network variant must be {VARIANT!r}, got {self.variant!r}")
-        for name in (
-            "num_classes",
-            "image_size",
-            "in_channels",
-            "kernel_size",
-            "modules_per_layer",
-            "k",
-            "e_step_every",
-            "samples",
-        ):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"model.{name} must be a positive integer, got {getattr(self, name)!r}")
-        if self.dataset_size < 0:
-            raise ValueError(f"model.dataset_size must be >= 0, got {self.dataset_size}")
-        if not self.conv_layers and not self.dense_layers:
-            raise ValueError("a modular network needs at least one modular layer (conv_layers or dense_layers)")
-        if any(c < 1 for c in self.conv_layers + self.dense_layers):
-            raise ValueError(
-                f"layer widths must be positive: conv_layers={self.conv_layers}, dense_layers={self.dense_layers}"
-            )
-        bad = [i for i in self.pool_after if not 0 <= i < len(self.conv_layers)]
-        if bad:
-            raise ValueError(
-                f"model.pool_after names conv layers {bad} that do not exist "
-                f"({len(self.conv_layers)} conv layers, 0-based)"
-            )
-        if self.kernel_size % 2 == 0:
-            raise ValueError(f"model.kernel_size must be odd ('same' padding), got {self.kernel_size}")
-        if self.image_size >> len(self.pool_after) < 1:
-            raise ValueError(f"image_size={self.image_size} is too small for {len(self.pool_after)} 2x2 poolings")
+        modular_network_rules(self)  # sizes and the rules across fields (nac.rules)
 
     @property
     def num_layers(self) -> int:

@@ -53,8 +53,9 @@ from nac.baselines.ni_layers import (
     per_function_linear,
     truncated_kernel,
 )
-from nac.circuits.tokenizers import TOKENIZERS, build_tokenizer
+from nac.circuits.tokenizers import build_tokenizer
 from nac.config import ConfigDict, check_field_types
+from nac.rules import neural_interpreter_rules
 
 PRESET_TRUNCATION = 1.4202567871309753  # the authors' only preset (presets/digits.yml)
 
@@ -104,41 +105,9 @@ class NeuralInterpreterConfig(ConfigDict):
         if self.head_dim is None:
             self.head_dim = max(1, self.d_model // self.heads)
         self.added_functions = [int(n) for n in self.added_functions]
-        self.validate()
-
-    def validate(self) -> None:
         if self.variant != "neural_interpreter":
             raise ValueError(f"neural interpreter variant must be 'neural_interpreter', got {self.variant!r}")
-        if self.tokenizer.get("kind") not in TOKENIZERS:
-            raise ValueError(
-                f"tokenizer.kind={self.tokenizer.get('kind')!r} is not a valid choice; "
-                f"valid choices: {', '.join(TOKENIZERS)}"
-            )
-        for name in (
-            "num_classes",
-            "d_model",
-            "d_type",
-            "d_code",
-            "n_functions",
-            "n_scripts",
-            "n_iterations",
-            "loc_layers",
-            "heads",
-            "head_dim",
-            "n_cls_tokens",
-        ):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"neural_interpreter.{name} must be a positive integer, got {getattr(self, name)!r}")
-        if self.d_model % self.heads:
-            raise ValueError(
-                f"d_model={self.d_model} is not divisible by heads={self.heads} (values are split over heads)"
-            )
-        if not self.bandwidth > 0 or not self.mlp_mult > 0:
-            raise ValueError(f"need bandwidth > 0 and mlp_mult > 0, got {self.bandwidth}, {self.mlp_mult}")
-        if self.truncation is not None and not 0 < self.truncation <= 2:
-            raise ValueError(f"truncation is a cosine distance in (0, 2] (or null), got {self.truncation}")
-        if any(n < 1 for n in self.added_functions):
-            raise ValueError(f"added_functions must hold positive group sizes, got {self.added_functions}")
+        neural_interpreter_rules(self)  # sizes and the rules across fields (nac.rules)
 
     @property
     def total_functions(self) -> int:

@@ -28,7 +28,7 @@ from typing import Annotated, Any
 import annotated_types as at
 
 from nac.data.registry import _REGISTRY, available, embedded
-from nac.fields import NONNEGATIVE_INT, POSITIVE, POSITIVE_INT
+from nac.fields import AT_LEAST_2, NONNEGATIVE_INT, POSITIVE, POSITIVE_INT
 from nac.graphs import PRIOR_DEFAULTS, PRIORS
 from nac.pipeline.typecheck import (
     ParamsError,
@@ -80,7 +80,6 @@ TRACK_MODEL_SET = {
 TRAIN_SET = {"seed": "`seeds`", "device": "the top-level `device`"}
 
 # Hand-written sections (no dataclass reads them): key -> (annotated type, required).
-AT_LEAST_2 = Annotated[int, at.Ge(2)]
 PRUNE_KEYS = {
     "runs": (list[str], True),
     "dropped_fraction": (list[float], True),
@@ -285,7 +284,7 @@ COST_PAIRS = ("tiny", "imagenet")  # nac.bench.step_ops.pairs' paper-size pairs
 
 
 THROUGHPUT_KEYS = {
-    "repeats": (Annotated[int, at.Ge(2)], True),
+    "repeats": (AT_LEAST_2, True),
     "batch": (POSITIVE_INT, True),
     "threads": (POSITIVE_INT, True),
 }

@@ -49,7 +49,7 @@ from nac.baselines.fewshot import MN_TRAIN
 from nac.checkpoint_io import load_model
 from nac.config import ConfigDict, check_field_types
 from nac.data.registry import get_builder
-from nac.fields import NONNEGATIVE, NONNEGATIVE_INT, POSITIVE_INT
+from nac.fields import AT_LEAST_2, NONNEGATIVE, NONNEGATIVE_INT, POSITIVE_INT
 from nac.model import NAC
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import MODELS, fewshot_image_run, image_checkpoint, pretrain_checkpoint
@@ -60,7 +60,7 @@ from nac.training.objective import Objective
 @dataclass
 class FewShotConfig(ConfigDict):
     section = "fewshot protocol"
-    ways: Annotated[int, at.Ge(2)] = 8
+    ways: AT_LEAST_2 = 8
     shots: Annotated[list[POSITIVE_INT], at.MinLen(1)] = field(default_factory=lambda: [1, 2, 4, 8, 16])
     episodes: POSITIVE_INT = 5
     queries_per_class: POSITIVE_INT = 40

@@ -41,9 +41,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler
 
-from nac.training.config import AUGMENT_RECIPES
+from nac.training.config import AUGMENT_RECIPES, AUTHORS_TINYIMAGENET
 
-AUTHORS_TINYIMAGENET = "authors_tinyimagenet"
 RECIPES = AUGMENT_RECIPES  # train.augment's recipes (TrainConfig declares them): AUTHORS_TINYIMAGENET
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

@@ -40,33 +40,17 @@ import torch
 import torch.nn.functional as F
 from torch.optim.adam import adam as functional_adam
 
+from nac.rules import compile_rules
 from nac.training.augment import soft_cross_entropy
 from nac.training.config import COMPILE_MATCHINGS, COMPILE_MODES, COMPILE_SCOPES
 from nac.training.objective import Objective
 
 
 def check_compile(value, matching: str = "before", scope: str = "forward", adamw: str = "default") -> None:
-    """Refuse a ``train.compile`` value not in ``COMPILE_MODES``, a ``train.compile_matching`` not
-    in ``COMPILE_MATCHINGS``, a ``train.compile_scope`` not in ``COMPILE_SCOPES``, and a whole
-    compiled step with what it cannot hold (no compilation, the overlapped matching, another AdamW)."""
-    if value is not False and value not in COMPILE_MODES[1:]:
-        raise ValueError(f"train.compile={value!r}; valid choices: false, default, reduce-overhead, aot_eager")
-    if matching not in COMPILE_MATCHINGS:
-        raise ValueError(f"train.compile_matching={matching!r}; valid choices: {', '.join(COMPILE_MATCHINGS)}")
-    if scope not in COMPILE_SCOPES:
-        raise ValueError(f"train.compile_scope={scope!r}; valid choices: {', '.join(COMPILE_SCOPES)}")
-    if scope == "step":
-        if value is False:
-            raise ValueError("train.compile_scope=step compiles the step: set train.compile (default, say)")
-        if matching != "before":
-            raise ValueError(
-                "train.compile_scope=step holds the regularizer in the graph: set train.compile_matching=before"
-            )
-        if adamw != "default":
-            raise ValueError(
-                f"train.compile_scope=step compiles torch's foreach AdamW into the graph; train.adamw={adamw!r} "
-                "is an eager form: set train.adamw=default"
-            )
+    """``nac.rules.compile_rules`` on a compiled step's settings, with ``train``'s choices."""
+    compile_rules(
+        value, matching, scope, adamw, modes=COMPILE_MODES, matchings=COMPILE_MATCHINGS, scopes=COMPILE_SCOPES
+    )
 
 
 def objective_losses(wrapped, kw: dict, labels, targets, perms, label_smoothing: float, reg_weight: float, amp: bool):

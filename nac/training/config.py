@@ -9,10 +9,12 @@ import annotated_types as at
 
 from nac.config import ConfigDict, check_field_types
 from nac.fields import DECAY, FRACTION, NONNEGATIVE, NONNEGATIVE_INT, POSITIVE_INT
+from nac.rules import train_rules
 
 # The choices of the fields below, defined here (where the field is) and read by the code they select.
 DECAY_FILTERS = ("authors", "ours", "all")  # nac.training.optim.decays
-AUGMENT_RECIPES = ("authors_tinyimagenet",)  # nac.training.augment's recipes besides true / false
+AUTHORS_TINYIMAGENET = "authors_tinyimagenet"  # the authors' recipe (nac.training.augment)
+AUGMENT_RECIPES = (AUTHORS_TINYIMAGENET,)  # nac.training.augment's recipes besides true / false
 ADAMW_IMPLS = ("default", "foreach", "fused")  # nac.training.optim.make_adamw
 COMPILE_MODES = (False, "default", "reduce-overhead", "aot_eager")  # nac.training.compiled
 COMPILE_MATCHINGS = ("before", "overlap")  # where a compiled step waits for the matching (the field)
@@ -67,13 +69,7 @@ class TrainConfig(ConfigDict):
 
     def __post_init__(self) -> None:
         check_field_types(self)  # each field's type, choices and bounds (its annotation)
-        if self.min_lr > self.lr:
-            raise ValueError(f"need train.min_lr <= train.lr; got lr={self.lr}, min_lr={self.min_lr}")
-        if self.warmup_epochs > self.epochs:
-            raise ValueError(f"train.warmup_epochs must be in [0, epochs={self.epochs}], got {self.warmup_epochs}")
-        from nac.training.compiled import check_compile
-
-        check_compile(self.compile, self.compile_matching, self.compile_scope, self.adamw)
+        train_rules(self)  # the rules across fields (nac.rules)
 
     def to_dict(self) -> dict:
         """All fields, less ``adamw`` and the ``compile`` fields at their defaults:
