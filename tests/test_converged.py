@@ -99,7 +99,8 @@ class FakeWork:
     def now(self) -> float:
         return self.t
 
-    def compute(self, params, piece, out, progress=True):
+    def compute(self, params, piece, out, progress=True, *, models=None):
+        self.roots = (params["data"]["root"], models)
         (out / "eval.json").write_text(json.dumps({"run": piece.run, "seed": piece.seed}))
         if piece.id == self.fail_on:
             raise KeyboardInterrupt("stopped mid-piece")
@@ -208,6 +209,57 @@ def test_write_piece_is_atomic(tmp_path):
     P.write_piece(dest, lambda tmp: (tmp / P.RECORD).write_text('{"v": 1}'))
     P.write_piece(dest, lambda tmp: (tmp / P.RECORD).write_text('{"v": 2}'))  # a rerun replaces it whole
     assert json.loads((dest / P.RECORD).read_text()) == {"v": 2} and len(list(dest.parent.iterdir())) == 1
+
+
+def test_the_work_folder_is_handed_down_as_paths_and_never_entered(tmp_path, monkeypatch):
+    """No chdir: a real (smoke-sized) piece prepares its data and keeps its checkpoint in the work
+    folder's data/ and models/, as the runner's pieces always did, while the working directory is
+    neither changed (os.chdir refuses) nor written to."""
+    import argparse
+
+    tool = _tool()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+
+    def refuse(path):
+        raise AssertionError(f"os.chdir({path!r}): the work folder is to be handed down as paths")
+
+    monkeypatch.setattr(os, "chdir", refuse)
+    monkeypatch.setenv("NAC_WORKERS", "1")  # in this process, where os.chdir refuses
+    monkeypatch.setenv("NAC_QUIET", "1")
+    args = argparse.Namespace(
+        profile="converged_smoke",
+        budget=10.0,
+        workers=None,
+        only=["points/perceiver_io-0"],
+        rerun_stale=False,
+        keep_checkpoints=True,
+        workdir=str(tmp_path / "work"),
+        pieces=str(tmp_path / "pieces"),
+        argv=[],
+    )
+    params = _params("converged_smoke")
+    res = tool.run(args, params)
+    assert [r["id"] for r in res] == ["points/perceiver_io-0"] and res[0]["resumed_from_checkpoint"] is False
+    assert os.getcwd() == str(elsewhere) and list(elsewhere.iterdir()) == []
+    work = tmp_path / "work" / "converged_smoke"
+    assert (work / "models" / "points" / "perceiver_io-0.pt").is_file()
+    assert (work / params["data"]["root"] / "cache" / params["points"]["dataset"]).is_dir()
+    assert sorted(p.name for p in work.iterdir() if not p.name.startswith(".stop-")) == ["data", "models"]
+    assert params["data"]["root"] == "data"  # the composed params are not changed (nor fingerprinted changed)
+    rec = P.read(tmp_path / "pieces", "converged_smoke", P.Piece("points", "perceiver_io", 0))
+    assert rec["fingerprint"] == P.fingerprint(ROOT, params, P.Piece("points", "perceiver_io", 0))
+
+
+def test_the_fake_pieces_get_the_work_folders_roots(fake, monkeypatch):
+    work, pieces, go, _ = fake
+    monkeypatch.setattr(os, "chdir", lambda path: pytest.fail(f"os.chdir({path!r})"))
+    cwd = os.getcwd()
+    go("--budget", "60", "--only", "text/nac-0")
+    here = pieces.parent / "work" / "converged"
+    assert work.done == ["text/nac-0"] and work.roots == (str(here / "data"), here / "models")
+    assert os.getcwd() == cwd
 
 
 # ---------------------------------------------------------------------------------- staleness
@@ -401,7 +453,7 @@ def test_run_converged_smoke_end_to_end_and_an_interrupted_piece_resumes(tmp_pat
     assert "nothing to run" in out.stdout
 
     # interrupted after training (its evaluation fails), then resumed: the checkpoint is reused
-    os.chdir(work / "converged_smoke")
+    cwd = os.getcwd()
     try:
         import nac.tracks.image as image
 
@@ -434,7 +486,7 @@ def test_run_converged_smoke_end_to_end_and_an_interrupted_piece_resumes(tmp_pat
 
         line = section(pieces.parent, tmp_path / "reports", ROOT, "converged_smoke")
     finally:
-        os.chdir(ROOT)
+        assert os.getcwd() == cwd  # the work folder is handed down as paths, never entered
     assert f"{len(rows)} of {len(rows)} done (0 stale)" in line
     assert (tmp_path / "reports" / "converged" / "tables").is_dir()  # the whole report once complete
 

@@ -255,3 +255,15 @@ def test_slurm_executor_takes_the_nac_slurm_settings(clean_env, tmp_path):
     clean_env.setenv("NAC_SLURM_TIME", "1:30")
     with pytest.raises(EnvError, match="NAC_SLURM_TIME='1:30' is not a positive integer"):
         slurm.make_executor("slurm", "train")
+
+
+def test_the_submitit_folder_is_under_the_callers_workdir(clean_env, tmp_path):
+    """tools/run_converged.py hands its work folder down (no chdir): submitit's logs and pickles go
+    under it, as a relative ``NAC_SUBMITIT_DIR`` does; an absolute one stays where it is."""
+    from nac.pipeline import slurm
+
+    assert slurm._folder() == Path(".submitit") and slurm._folder(tmp_path) == tmp_path / ".submitit"
+    clean_env.setenv("NAC_SUBMITIT_DIR", "logs")
+    assert slurm._folder(tmp_path) == tmp_path / "logs" and slurm._folder() == Path("logs")
+    clean_env.setenv("NAC_SUBMITIT_DIR", str(tmp_path / "abs"))
+    assert slurm._folder(tmp_path / "work") == tmp_path / "abs"

@@ -22,8 +22,10 @@ pieces are rerun only with ``--rerun-stale``. ``--prove-equal COMMIT`` shows tha
 ``COMMIT`` computes the same pieces and records it, so that they stay done (``nac.converged.equal``).
 Workers: ``--workers N`` (``NAC_WORKERS``), and on a GPU ``NAC_JOBS_PER_GPU`` / ``NAC_DEVICES``;
 ``NAC_EXECUTOR=slurm`` submits each piece through submitit (docs/scale-out.md). Checkpoints and
-data live in ``--workdir`` (git-ignored) and a piece's checkpoint is deleted once the piece is
-written (``--keep-checkpoints`` keeps it).
+data live in ``--workdir``/<profile> (git-ignored; its ``data/`` and ``models/``, and submitit's
+``.submitit/``), handed to each piece as paths (``nac.converged.jobs.in_work``): the working
+directory is never changed. A piece's checkpoint is deleted once the piece is written
+(``--keep-checkpoints`` keeps it).
 """
 
 from __future__ import annotations
@@ -104,7 +106,8 @@ def list_pieces(rows, params: dict, device_kind: str, root: Path) -> str:
 
 
 def prepare_data(params: dict, todo: list[P.Piece]) -> None:
-    """The datasets the pieces read, generated (embedded) or prepared into the work folder's data/."""
+    """The datasets the pieces read, generated (embedded) or prepared under ``data.root`` (the run
+    passes the params of its work folder, ``nac.converged.jobs.in_work``: its data/)."""
     from nac.pipeline.datasets import builder
 
     names = set()
@@ -157,8 +160,6 @@ def run(args: argparse.Namespace, params: dict) -> list[dict]:
         "commit": source_commit(),
         "command": " ".join(["python tools/run_converged.py", *(args.argv or [])]),
     }
-    cwd = os.getcwd()
-    os.chdir(work)
     over = [False]
 
     def end_of_budget(signum, frame):
@@ -168,7 +169,7 @@ def run(args: argparse.Namespace, params: dict) -> list[dict]:
     previous = signal.signal(signal.SIGALRM, end_of_budget)
     results: list[dict] = []
     try:
-        prepare_data(params, todo)
+        prepare_data(piece_jobs.in_work(params, work)[0], todo)
         left = deadline - piece_jobs.now()
         if left <= 0:
             raise BudgetOver("budget over")
@@ -181,6 +182,7 @@ def run(args: argparse.Namespace, params: dict) -> list[dict]:
             desc="pieces",
             label=lambda job: job[1],
             outcome=lambda r: f"not started ({r[piece_jobs.SKIPPED]})" if piece_jobs.SKIPPED in r else "done",
+            workdir=work,
         )
     except (KeyboardInterrupt, SystemExit):
         if not over[0]:
@@ -193,7 +195,6 @@ def run(args: argparse.Namespace, params: dict) -> list[dict]:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
         stop.unlink(missing_ok=True)
-        os.chdir(cwd)
     done = [r for r in results if r and piece_jobs.SKIPPED not in r]
     skipped = [r for r in results if r and piece_jobs.SKIPPED in r]
     for r in done:

@@ -10,8 +10,11 @@ piece folder with its provenance.
 - a run of another track: ``nac.tracks.common.train_track_run``; the NLVR run and seed of
   ``nlvr.analysis`` also ``nac.tracks.nlvr.run_analysis``.
 
-The checkpoint stays in the work folder (``models/``), so an interrupted piece resumes from it;
-``keep_checkpoint=False`` deletes it once the piece is written.
+Every path is an argument; nothing changes the working directory. The work folder ``work`` is
+handed down as the roots a stage is given (``in_work``): the datasets under ``work/<data.root>``
+(``data/``), the checkpoints under ``work/models`` (the library functions' ``models=``). The
+checkpoint stays there, so an interrupted piece resumes from it; ``keep_checkpoint=False`` deletes
+it once the piece is written.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 
 from nac.converged import pieces as P
 from nac.pipeline.io import write_json
+from nac.pipeline.paths import MODELS
 
 SKIPPED = "skipped"
 
@@ -51,34 +55,44 @@ def device_of(params: dict) -> tuple[str, str]:
     return "CPU", f"CPU ({platform.machine()}, {torch.get_num_threads()} threads)"
 
 
-def checkpoint_of(piece: P.Piece) -> Path:
+def in_work(params: dict, work: str | Path) -> tuple[dict, Path]:
+    """``(params, models)`` of a piece run in work folder ``work``: the params with ``data.root``
+    taken under ``work`` (``work/data``), and the checkpoints' root ``work/models``. Only what the
+    piece computes reads them; its fingerprint reads the params as composed (``data.root`` is in
+    no piece's ``params_part`` either way)."""
+    work = Path(work)
+    data = params["data"]
+    return dict(params, data=dict(data, root=str(work / data.get("root", "data")))), work / MODELS
+
+
+def checkpoint_of(piece: P.Piece, models: str | Path = MODELS) -> Path:
     from nac.pipeline.paths import image_checkpoint, track_checkpoint
 
     return (
-        image_checkpoint(piece.run, piece.seed)
+        image_checkpoint(piece.run, piece.seed, models)
         if piece.track == "image"
-        else track_checkpoint(piece.track, piece.run, piece.seed)
+        else track_checkpoint(piece.track, piece.run, piece.seed, models)
     )
 
 
-def _image(params: dict, piece: P.Piece, out: Path, progress: bool) -> None:
+def _image(params: dict, piece: P.Piece, out: Path, progress: bool, models: Path) -> None:
     from nac.checkpoint_io import load_model
     from nac.pipeline.paths import image_checkpoint, parse_run
     from nac.tracks.image import evaluate_image_run, prune_sweep, train_image_run
 
     run, seed = piece.run, piece.seed
-    write_json(out / "train.json", train_image_run(params, run, seed, progress=progress))
-    write_json(out / "eval.json", evaluate_image_run(params, run, seed))
+    write_json(out / "train.json", train_image_run(params, run, seed, progress=progress, models=models))
+    write_json(out / "eval.json", evaluate_image_run(params, run, seed, models=models))
     if P.prunes(params, piece):
         one = dict(params, seeds=[seed], prune=dict(params["prune"], runs=[run]))
-        rows = prune_sweep(one, progress=progress)
+        rows = prune_sweep(one, progress=progress, models=models)
         if seed != int(params["seeds"][0]):  # the pipeline times the first seed only
             for r in rows:
                 r.pop("images_per_s", None)
         write_json(out / "prune.json", rows)
     variant, prior, control = parse_run(run)
     if variant == "nac" and control is None:  # Figure 3: the learned graph
-        p = load_model(image_checkpoint(run, seed)).link_probabilities().detach()
+        p = load_model(image_checkpoint(run, seed, models)).link_probabilities().detach()
         write_json(out / "graph.json", [[round(float(x), 6) for x in row] for row in p])
     fs_runs, episodes = P.fewshot_runs(params, piece), []
     if fs_runs:
@@ -96,7 +110,7 @@ def _image(params: dict, piece: P.Piece, out: Path, progress: bool) -> None:
             )
         cfg = FewShotConfig.from_dict(dict(fs.get("protocol") or {}))
         device = resolve_device(params.get("device", "auto"))
-        model = load_model(image_checkpoint(run, seed), map_location=device).to(device).eval()
+        model = load_model(image_checkpoint(run, seed, models), map_location=device).to(device).eval()
         data = params["data"]
         res: dict[str, Any] = {}
         for target in fs["targets"]:
@@ -116,19 +130,21 @@ def _image(params: dict, piece: P.Piece, out: Path, progress: bool) -> None:
         write_json(out / "fewshot.json", res)
 
 
-def _track(params: dict, piece: P.Piece, out: Path, progress: bool) -> None:
+def _track(params: dict, piece: P.Piece, out: Path, progress: bool, models: Path) -> None:
     from nac.tracks.common import train_track_run
 
-    write_json(out / "metrics.json", train_track_run(params, piece.track, piece.run, piece.seed, progress=progress))
+    got = train_track_run(params, piece.track, piece.run, piece.seed, progress=progress, models=models)
+    write_json(out / "metrics.json", got)
     if P.analyses(params, piece):
         from nac.tracks.nlvr import run_analysis
 
-        run_analysis(params, out_dir=str(out), progress=progress)
+        run_analysis(params, out_dir=str(out), progress=progress, models=models)
 
 
-def compute(params: dict, piece: P.Piece, out: Path, progress: bool = True) -> None:
-    """The piece's metrics files into ``out`` (run in the work folder)."""
-    (_image if piece.track == "image" else _track)(params, piece, out, progress)
+def compute(params: dict, piece: P.Piece, out: Path, progress: bool = True, *, models: str | Path = MODELS) -> None:
+    """The piece's metrics files into ``out``: the datasets under ``params``' ``data.root``, the
+    checkpoint under ``models`` (``in_work`` gives both for a work folder)."""
+    (_image if piece.track == "image" else _track)(params, piece, out, progress, Path(models))
 
 
 def run_piece(
@@ -137,17 +153,19 @@ def run_piece(
     ctx: dict[str, Any],
     progress: bool = True,
 ) -> dict[str, Any]:
-    """One job of ``tools/run_converged.py`` (a ``nac.pipeline.pool.run_jobs`` job): in
-    ``ctx["workdir"]``, unless the budget is over, compute the piece and write it atomically to
-    ``ctx["pieces"]/<profile>/...`` with its record. Returns the record, or ``{"id", "skipped"}``.
+    """One job of ``tools/run_converged.py`` (a ``nac.pipeline.pool.run_jobs`` job): unless the
+    budget is over, compute the piece with the data and checkpoint of the work folder
+    ``ctx["workdir"]`` (``in_work``; the working directory is not changed) and write it
+    atomically to ``ctx["pieces"]/<profile>/...`` with its record. Returns the record, or
+    ``{"id", "skipped"}``.
 
-    ``ctx``: ``workdir``, ``pieces``, ``code_root`` (the checkout whose code runs: fingerprinted),
+    ``ctx``: ``workdir``, ``pieces`` (absolute paths), ``code_root`` (the checkout whose code runs: fingerprinted),
     ``deadline`` (epoch seconds), ``predicted`` ({piece id: seconds} where a prediction exists),
     ``stop`` (a file: once a piece does not fit, no later piece starts), ``keep_checkpoint``,
     ``commit``, ``command``."""
     piece = next(p for p in P.plan(params) if p.id == piece_id)
     stop = Path(ctx["stop"])
-    os.chdir(ctx["workdir"])
+    rooted, models = in_work(params, ctx["workdir"])
     predicted = ctx["predicted"].get(piece_id)
     start = now()
     if stop.exists():
@@ -160,11 +178,11 @@ def run_piece(
             SKIPPED: f"predicted {predicted / 60:.1f} min, {left / 60:.1f} min of the budget left",
         }
     kind, device = device_of(params)
-    resumed = checkpoint_of(piece).exists()
+    resumed = checkpoint_of(piece, models).exists()
     profile = params["profile"]
 
     def write(tmp: Path) -> None:
-        compute(params, piece, tmp, progress)
+        compute(rooted, piece, tmp, progress, models=models)
         end = now()
         record = {
             "id": piece_id,
@@ -189,7 +207,7 @@ def run_piece(
 
     dest = P.write_piece(piece.path(ctx["pieces"], profile), write)
     if not ctx.get("keep_checkpoint"):
-        ckpt = checkpoint_of(piece)
+        ckpt = checkpoint_of(piece, models)
         for f in (ckpt, ckpt.with_name(ckpt.name + ".lock")):
             f.unlink(missing_ok=True)
     return P.read(ctx["pieces"], profile, piece) or {"id": piece_id, "written": str(dest)}

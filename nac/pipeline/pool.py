@@ -206,6 +206,7 @@ def run_jobs(
     desc: str = "jobs",
     label: Callable[[tuple], str] = lambda job: "-".join(map(str, job)),
     outcome: Callable[[Any], str] = lambda result: "done",
+    workdir: str | os.PathLike | None = None,
 ) -> list[Any]:
     """``[fn(*job, progress=...) for job in jobs]``, with the jobs spread over ``workers_for(device)``
     processes, in the given order (put the longest first). ``fn`` must be importable (a module
@@ -214,7 +215,9 @@ def run_jobs(
     finished job says ``<label> <outcome(result)> (<seconds> s)`` (default: done; with one worker
     the jobs run in this process, their own output in view, and no such line is written). The first job
     that fails stops the rest: jobs not started are cancelled, running ones are stopped (their last
-    per-epoch checkpoint stays, so a rerun resumes), and its error is raised here."""
+    per-epoch checkpoint stays, so a rerun resumes), and its error is raised here. ``workdir``: the
+    folder submitit's logs and pickles go under (``NAC_EXECUTOR`` ``local`` / ``slurm``;
+    ``nac.pipeline.slurm``), the working directory unless given."""
     from tqdm.auto import tqdm
 
     jobs = list(jobs)
@@ -225,7 +228,15 @@ def run_jobs(
         from nac.pipeline import slurm
 
         return slurm.run_jobs(
-            fn, jobs, executor=executor, threads=threads, slots=slots, desc=desc, label=label, outcome=outcome
+            fn,
+            jobs,
+            executor=executor,
+            threads=threads,
+            slots=slots,
+            desc=desc,
+            label=label,
+            outcome=outcome,
+            workdir=workdir,
         )
     where = f" on {', '.join(sorted({s.name for s in slots}))}" if slots[0] is not None else ""
     bar = tqdm(

@@ -11,7 +11,8 @@ without a result (killed, node failure) is resubmitted up to ``NAC_RETRIES`` tim
 and resumes the same way; a job that raises fails the stage with its last line.
 
 Settings (environment variables; none changes a result): ``NAC_SUBMITIT_DIR`` (logs and
-pickles, default ``.submitit/``), ``NAC_SLURM_PARTITION``, ``NAC_SLURM_ACCOUNT``,
+pickles, default ``.submitit/``; a relative one under the caller's ``workdir``, else the working
+directory), ``NAC_SLURM_PARTITION``, ``NAC_SLURM_ACCOUNT``,
 ``NAC_SLURM_QOS``, ``NAC_SLURM_TIME`` (minutes per job, default 240), ``NAC_SLURM_GPUS``
 (GPUs per job, default 1; 0: CPU-only jobs, each on ``NAC_THREADS`` threads, default 1),
 ``NAC_SLURM_CPUS`` (CPU cores per job, default 8),
@@ -63,8 +64,9 @@ class Job:
         return submitit.helpers.DelayedSubmission(self)
 
 
-def _folder() -> Path:
-    return Path(raw("NAC_SUBMITIT_DIR") or ".submitit")
+def _folder(workdir: str | Path | None = None) -> Path:
+    """``NAC_SUBMITIT_DIR`` (default ``.submitit``), a relative one under ``workdir`` when given."""
+    return Path(workdir or "") / (raw("NAC_SUBMITIT_DIR") or ".submitit")
 
 
 def _gpus() -> int:
@@ -72,11 +74,12 @@ def _gpus() -> int:
     return 1 if gpus is None else gpus
 
 
-def make_executor(kind: str, desc: str):
-    """A submitit executor: ``local`` (this machine) or ``slurm`` with the ``NAC_SLURM_*`` settings."""
+def make_executor(kind: str, desc: str, workdir: str | Path | None = None):
+    """A submitit executor: ``local`` (this machine) or ``slurm`` with the ``NAC_SLURM_*`` settings;
+    its logs and pickles under ``_folder(workdir)``."""
     import submitit
 
-    folder = _folder() / desc / "%j"
+    folder = _folder(workdir) / desc / "%j"
     if kind == "local":
         ex = submitit.LocalExecutor(folder=folder)
         ex.update_parameters(timeout_min=positive_int("NAC_SLURM_TIME", "240") or 24 * 60, gpus_per_node=0)
@@ -117,13 +120,15 @@ def run_jobs(
     desc: str,
     label: Callable[[tuple], str],
     outcome: Callable[[Any], str] = lambda result: "done",
+    workdir: str | Path | None = None,
 ) -> list[Any]:
     """``[fn(*job, progress=False) for job in jobs]`` as submitit jobs, at most ``len(slots)``
-    (local) or ``NAC_WORKERS`` (SLURM; default all) in flight; results in job order."""
+    (local) or ``NAC_WORKERS`` (SLURM; default all) in flight; results in job order. ``workdir``:
+    where a relative ``NAC_SUBMITIT_DIR`` is (``_folder``)."""
     from submitit.core.utils import FailedJobError, UncompletedJobError
     from tqdm.auto import tqdm
 
-    ex = make_executor(executor, desc)
+    ex = make_executor(executor, desc, workdir)
     retries = positive_int("NAC_RETRIES", "2", minimum=0)
     retries = 2 if retries is None else retries
     if executor == "slurm":  # SLURM places each job on its node's GPUs; threads as the node's device wants
