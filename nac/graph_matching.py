@@ -7,6 +7,7 @@ numpy's BLAS threads are limited by ``_blas_limit`` while a matching runs."""
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import numpy as np
 import torch
@@ -18,19 +19,21 @@ _WL_DIM = 16  # random Fourier features per Weisfeiler-Lehman round
 # None: the library's default, one per core). Its products are n x n with n <= ~1000: a second
 # thread saves nothing and, on a loaded machine, spins, costing several times the CPU time of one
 # thread. The products are bitwise the same (tests/test_speed_equivalence.py).
-_BLAS = None  # threadpoolctl's ThreadpoolController, created on first use (a cache, not a setting)
+
+
+@functools.cache
+def _blas_controller():
+    """threadpoolctl's ``ThreadpoolController``, made on first use (it inspects the loaded libraries)."""
+    from threadpoolctl import ThreadpoolController  # a scikit-learn dependency
+
+    return ThreadpoolController()
 
 
 def _blas_limit(threads: int | None):
     """A context limiting numpy's BLAS to ``threads`` (a no-op context for None)."""
-    global _BLAS
     if threads is None:
         return contextlib.nullcontext()
-    if _BLAS is None:
-        from threadpoolctl import ThreadpoolController  # a scikit-learn dependency
-
-        _BLAS = ThreadpoolController()
-    return _BLAS.limit(limits=threads, user_api="blas")
+    return _blas_controller().limit(limits=threads, user_api="blas")
 
 
 # ----------------------------------------------------------------------------- building blocks

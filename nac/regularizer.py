@@ -16,7 +16,7 @@ can take the matching off the critical path and finish with ``loss_from_permutat
 
 from __future__ import annotations
 
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 
 import numpy as np
 import torch
@@ -101,15 +101,12 @@ def match_permutation(
     return closest_permutation(P, torch.as_tensor(G).to(P.device), blas_threads=blas_threads, **match_kwargs)
 
 
-_EXECUTOR: ThreadPoolExecutor | None = None
-
-
 def match_async(
     P: torch.Tensor,
     G,
     matching: str = "hungarian",
-    executor: Executor | None = None,
     *,
+    executor: Executor,
     blas_threads: int | None = 1,
     **match_kwargs,
 ) -> Future:
@@ -121,11 +118,12 @@ def match_async(
     to it do not reach the matching: on CUDA into pinned host memory without blocking (the worker
     waits for the copy on a CUDA event, the caller does not), elsewhere a clone. G is the target:
     pass it on the host (a numpy array or CPU tensor; a device tensor is copied, blocking). The
-    numpy and scipy work then runs on ``executor`` (default: one shared worker thread) while the
-    caller goes on, e.g. with the forward pass. Finish with ``loss_from_permutation(P, G,
-    future.result(), kind)``: the same permutation and loss as ``graph_structure_loss`` (float64
-    on the host either way; ``tests/test_regularizer.py``). ``match_stacked_async``: several
-    ``P`` with one copy each way. ``blas_threads``: ``closest_permutation``'s, on the worker.
+    numpy and scipy work then runs on ``executor`` (keyword; the caller's worker, e.g. the training
+    objective's own thread, ``nac.training.objective.Objective.matcher``) while the caller goes on,
+    e.g. with the forward pass. Finish with ``loss_from_permutation(P, G, future.result(), kind)``:
+    the same permutation and loss as ``graph_structure_loss`` (float64 on the host either way;
+    ``tests/test_regularizer.py``). ``match_stacked_async``: several ``P`` with one copy each way.
+    ``blas_threads``: ``closest_permutation``'s, on the worker.
     """
     return _submit_matching(P, G, matching, executor, match_kwargs, blas_threads)
 
@@ -134,8 +132,8 @@ def match_stacked_async(
     Ps: torch.Tensor,
     G,
     matching: str = "hungarian",
-    executor: Executor | None = None,
     *,
+    executor: Executor,
     blas_threads: int | None = 1,
     **match_kwargs,
 ) -> Future:
@@ -152,12 +150,11 @@ def _submit_matching(
     P: torch.Tensor,
     G,
     matching: str,
-    executor: Executor | None,
+    executor: Executor,
     match_kwargs: dict,
     blas_threads: int | None = 1,
 ) -> Future:
     """``match_async``'s work for ``P`` ``[n, n]`` or stacked ``[L, n, n]`` (then ``[L, n]``)."""
-    global _EXECUTOR
     _check_matching(matching, match_kwargs)
     _check_pair(P[0] if P.dim() == 3 else P, G if isinstance(G, torch.Tensor) else torch.from_numpy(np.asarray(G)))
     Gn = G.detach().to("cpu", torch.float64).numpy() if isinstance(G, torch.Tensor) else np.asarray(G, np.float64)
@@ -170,10 +167,6 @@ def _submit_matching(
         event.record()
     else:
         host = P.clone()
-    if executor is None:
-        if _EXECUTOR is None:
-            _EXECUTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nac-matching")
-        executor = _EXECUTOR
 
     def work() -> torch.Tensor:
         if event is not None:

@@ -126,7 +126,7 @@ def test_bad_arguments_raise_with_the_fix():
     with pytest.raises(ValueError, match="takes no search settings.*matching='search'"):
         graph_structure_loss(P, P, wl_rounds=0)
     with pytest.raises(ValueError, match="same n"):
-        match_async(P, torch.rand(9, 9))
+        match_async(P, torch.rand(9, 9), executor=ThreadPoolExecutor(max_workers=1))
 
 
 # ------------------------------------------------------------------ the authors' default, directly
@@ -200,11 +200,9 @@ def test_async_matching_gives_the_synchronous_loss_and_gradient(matching, kind):
     sig = torch.randn(n, 8, generator=torch.Generator().manual_seed(7), requires_grad=True)
     sig2 = sig.detach().clone().requires_grad_(True)
     P = link_probabilities(sig, truncation=0.9)
-    future = match_async(P, G, matching)  # the default shared worker thread
     with ThreadPoolExecutor(max_workers=1) as pool:
-        own = match_async(P, G, matching, executor=pool).result()
-    perm = future.result()
-    assert torch.equal(perm, own) and torch.equal(perm, match_permutation(P, G, matching))
+        perm = match_async(P, G, matching, executor=pool).result()
+    assert torch.equal(perm, match_permutation(P, G, matching))
     loss = loss_from_permutation(P, G, perm, kind)
     sync = graph_structure_loss(link_probabilities(sig2, truncation=0.9), G, kind=kind, matching=matching)
     assert torch.equal(loss.detach(), sync.detach())
@@ -221,14 +219,15 @@ def test_stacked_matching_gives_each_layers_own_permutation(matching):
     G = prior_target("scale_free", n)
     gen = torch.Generator().manual_seed(3)
     Ps = torch.stack([link_probabilities(torch.randn(n, 8, generator=gen), truncation=0.9) for _ in range(4)])
-    want = torch.stack([match_async(P, G, matching).result() for P in Ps])
-    future = match_stacked_async(Ps, G, matching)
-    Ps.zero_()
-    got = future.result()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        want = torch.stack([match_async(P, G, matching, executor=pool).result() for P in Ps])
+        future = match_stacked_async(Ps, G, matching, executor=pool)
+        Ps.zero_()
+        got = future.result()
     assert got.shape == (4, n) and got.dtype == torch.long and torch.equal(got, want)
     assert len({tuple(r.tolist()) for r in got}) > 1  # the layers' permutations differ: rows not mixed up
     with pytest.raises(ValueError, match=r"stacked \[L, n, n\]"):
-        match_stacked_async(Ps[0], G, matching)
+        match_stacked_async(Ps[0], G, matching, executor=None)
 
 
 def test_async_matching_copies_P_before_returning():
@@ -252,7 +251,8 @@ def test_async_matching_on_cuda_gives_the_host_permutation_through_pinned_memory
     n = 32
     G = prior_target("ring_of_cliques", n)
     P = link_probabilities(torch.randn(n, 8, generator=torch.Generator().manual_seed(7)), truncation=0.9)
-    perm = match_async(P.cuda(), G).result()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        perm = match_async(P.cuda(), G, executor=pool).result()
     assert perm.is_pinned() and torch.equal(perm, match_permutation(P, G))
     loss = loss_from_permutation(P.cuda(), torch.from_numpy(G).cuda(), perm)
     torch.testing.assert_close(loss.cpu(), loss_from_permutation(P, G, perm))

@@ -128,7 +128,7 @@ class Objective(nn.Module):
         if Ps is None or not self.matches():
             return None
         G = self.host_target()
-        return {i: match_async(P, G, self.model.config.matching, self.matcher()) for i, P in Ps.items()}
+        return {i: match_async(P, G, self.model.config.matching, executor=self.matcher()) for i, P in Ps.items()}
 
     def probabilities_in_advance(self) -> torch.Tensor | None:
         """Every propagator's ``P`` the next training forward computes, stacked ``[L, U_p, U_p]``
@@ -160,4 +160,4 @@ class Objective(nn.Module):
             return None
         c = self.model.config
         layers = list(range(c.depth)) if c.kernel_per_module else [None]
-        return layers, match_stacked_async(Ps, self.host_target(), c.matching, self.matcher())
+        return layers, match_stacked_async(Ps, self.host_target(), c.matching, executor=self.matcher())
