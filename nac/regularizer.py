@@ -157,6 +157,11 @@ def _submit_matching(
     """``match_async``'s work for ``P`` ``[n, n]`` or stacked ``[L, n, n]`` (then ``[L, n]``)."""
     _check_matching(matching, match_kwargs)
     _check_pair(P[0] if P.dim() == 3 else P, G if isinstance(G, torch.Tensor) else torch.from_numpy(np.asarray(G)))
+    if not callable(getattr(executor, "submit", None)):
+        raise TypeError(
+            f"the matching needs executor=, the worker it runs on (e.g. ThreadPoolExecutor(max_workers=1)), "
+            f"got {executor!r}"
+        )
     Gn = G.detach().to("cpu", torch.float64).numpy() if isinstance(G, torch.Tensor) else np.asarray(G, np.float64)
     P = P.detach()
     event = None

@@ -83,7 +83,7 @@ def compile_rules(value, matching: str, scope: str, adamw: str, *, modes, matchi
     a compiled step checks its settings with no ``TrainConfig``), and a whole compiled step with what
     it cannot hold (no compilation, the overlapped matching, another AdamW)."""
     if value is not False and value not in modes[1:]:
-        raise ValueError(f"train.compile={value!r}; valid choices: false, default, reduce-overhead, aot_eager")
+        raise ValueError(f"train.compile={value!r}; valid choices: {', '.join(['false', *modes[1:]])}")
     if matching not in matchings:
         raise ValueError(f"train.compile_matching={matching!r}; valid choices: {', '.join(matchings)}")
     if scope not in scopes:

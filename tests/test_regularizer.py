@@ -228,6 +228,8 @@ def test_stacked_matching_gives_each_layers_own_permutation(matching):
     assert len({tuple(r.tolist()) for r in got}) > 1  # the layers' permutations differ: rows not mixed up
     with pytest.raises(ValueError, match=r"stacked \[L, n, n\]"):
         match_stacked_async(Ps[0], G, matching, executor=None)
+    with pytest.raises(TypeError, match="needs executor="):
+        match_stacked_async(Ps, G, matching, executor=None)
 
 
 def test_async_matching_copies_P_before_returning():

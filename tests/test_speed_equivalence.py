@@ -33,7 +33,7 @@ from nac.baselines.neural_interpreter import ModLin, NeuralInterpreter, NeuralIn
 from nac.circuits.attention import explicit_attention
 from nac.circuits.kernel import KernelSampler, link_probabilities, log_normalized_kernel, sample_kernel
 from tests.conftest import make_tiny_config
-from tests.reference_kernel import PlainSampler, plain_log_normalized_kernel, use_reference_kernel
+from tests.reference_kernel import PlainKernel, PlainSampler, plain_log_normalized_kernel, use_reference_kernel
 
 
 def _close(a, b, rtol=1e-4, scale=None):
@@ -207,6 +207,11 @@ def test_nac_fast_paths_give_the_plain_step(train, kernels, monkeypatch):
     monkeypatch.setattr(
         kernel, "_sparse_log_normalized_kernel", lambda *a: sparse_biases.append(real(*a)) or sparse_biases[-1]
     )
+    plain_biases = []  # the plain form's bias was what the reference model attended with
+    real_plain = PlainKernel.log_normalized
+    monkeypatch.setattr(
+        PlainKernel, "log_normalized", lambda *a, **k: plain_biases.append(real_plain(*a, **k)) or plain_biases[-1]
+    )
     torch.manual_seed(0)
     # the default (inet_baral), tiny_inet_nc_x's (a kernel per module, direct truncation) and nac v1's
     # (one learnable bandwidth, masked truncation)
@@ -241,6 +246,7 @@ def test_nac_fast_paths_give_the_plain_step(train, kernels, monkeypatch):
         assert len(sparse_biases) == 4 and all(b is not None for b in sparse_biases)
     else:
         assert not sparse_biases
+    assert len(plain_biases) == cfg.depth + 1  # every propagator's and the read-out's, in the plain run
     _close(lf, lp)
     _close(Lf, Lp)
     bandwidths = [n for n in gf if n.endswith("bandwidth")]

@@ -5,12 +5,12 @@ step, on the code paths CUDA takes.
 Counting: a ``TorchDispatchMode`` (``OpCounter``) sees every aten op. Parts: forward hooks on the
 model's children (tokenizer, generator, read-in, propagators, read-out) and wrappers around the
 kernel (``NAC.kernel_probabilities``, ``link_probabilities``, ``KernelSampler``,
-``log_normalized_kernel``), the ModFCs' batched code modulation (``NAC.code_modulations``), the
-regularizer (``NAC.graph_regularizer``, ``Objective.regularizer``, ``Objective.match_async``), the
-loss, the optimizer, gradient norm, the loop's checks, the EMA and the data loader
-(``instrument``); ops of the backward pass are given to the part whose forward created their
-autograd node (by sequence number). Host syncs, as CUDA would have them: data-dependent ops
-(``nonzero``, ``_local_scalar_dense`` (``.item()``), ``is_nonzero`` (``bool(t)``),
+``layer_kernel_biases``, ``log_normalized_kernel``, ``Kernel.log_normalized``), the ModFCs' batched
+code modulation (``NAC.code_modulations``), the regularizer (``NAC.graph_regularizer``,
+``Objective.regularizer``, ``Objective.match_async``), the loss, the optimizer, gradient norm, the
+loop's checks, the EMA and the data loader (``instrument``); ops of the backward pass are given to
+the part whose forward created their autograd node (by sequence number). Host syncs, as CUDA would
+have them: data-dependent ops (``nonzero``, ``_local_scalar_dense`` (``.item()``), ``is_nonzero`` (``bool(t)``),
 ``masked_select``, boolean-mask indexing, ``unique``, ``equal``, ...), copies to the host
 (``.to("cpu")``, ``.cpu()``, ``.tolist()``; ``.numpy()`` calls, host-side work, are counted
 apart) and blocking copies from the host (a tensor made from Python or numpy data on the device,

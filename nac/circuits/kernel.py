@@ -169,7 +169,8 @@ class Kernel:
     def log_normalized(self, delta: float = 1e-6, *, cpu_shortcuts: bool = True) -> torch.Tensor:
         """eq. 3's ``log K_hat`` ``[*lead, U, V]`` (``log_normalized_kernel``); for the linked
         entries only form computed on those where ``cpu_shortcut(values, cpu_shortcuts)``
-        (``_sparse_log_normalized_kernel``), else made dense first."""
+        (``_sparse_log_normalized_kernel``), else made dense first; the bias form's as it is (its
+        ``[B, 1, U, V]`` already broadcast over heads, as is its ``shape``)."""
         if self.bias is not None:
             return self.bias
         if self.links is not None and cpu_shortcut(self.values, cpu_shortcuts):

@@ -57,8 +57,8 @@ def cat_modules(first: torch.Tensor | None, second: torch.Tensor | None) -> torc
 class Propagator(nn.Module):
     """One round of communication (SKMDPA among processor modules) then computation (ModFFN),
     each a pre-LayerNorm residual branch. states ``[B, U, d]``, codes ``[(B,) U, d_code]`` (or a
-    ``Modulations`` of them for the ModFCs of ``code_readers``), K ``[(B,) U, U]`` or ``None``
-    (dense). Returns ``[B, U, d]``. ``bandwidth``: this layer's own kernel bandwidth
+    ``Modulations`` of them for the ModFCs of ``code_readers``), K a ``Kernel`` ``[(B,) U, U]`` or
+    ``None`` (dense). Returns ``[B, U, d]``. ``bandwidth``: this layer's own kernel bandwidth
     (``register_bandwidth``), or None.
 
     ``latents`` ``[B, N, d]`` with ``latent_codes`` ``[N, d_code]`` (or ``None``): the input latents
@@ -123,7 +123,7 @@ class ReadOut(nn.Module):
     (``norm=False``). ``nac`` v1: ``residual=True, norm=True, layer_scale=None``.
 
     readout_states ``[(B,) U_o, d]``, processor_states ``[B, U_p, d]``, codes as SKMDPA,
-    K ``[(B,) U_o, U_p]`` or ``None``. Returns logits ``[B, num_classes]``. With input latents the
+    K a ``Kernel`` ``[(B,) U_o, U_p]`` or ``None``. Returns logits ``[B, num_classes]``. With input latents the
     senders are ``[latents; processors]`` and ``K`` covers them all, ``[(B,) U_o, N + U_p]``.
     ``cpu_shortcuts`` (keyword): the attention's (``SKMDPA``).
     """
