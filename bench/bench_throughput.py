@@ -10,10 +10,10 @@ with settings of your choice. The ``throughput`` DVC stage runs the same measure
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from nac.bench.throughput import figure5b, table
+from nac.pipeline.io import write_json
 from nac.pipeline.params import read_params
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,8 +29,7 @@ def main() -> None:
     a = ap.parse_args()
     fractions = a.fractions or [float(f) for f in read_params(ROOT / "params.yaml")["prune"]["dropped_fraction"]]
     res = figure5b(a.repeats, a.batch, fractions, a.threads)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(res, indent=1))
+    write_json(a.out, res)
     m = res["machine"]
     print(
         f"threads={m['threads']} repeats={a.repeats} wall={m['wall_s']:.0f}s "
