@@ -69,37 +69,26 @@ def train_rules(cfg: Any) -> None:
         cfg.compile,
         cfg.compile_matching,
         cfg.compile_scope,
-        cfg.adamw,
         modes=choices(kinds["compile"]),
         matchings=choices(kinds["compile_matching"]),
         scopes=choices(kinds["compile_scope"]),
     )
 
 
-def compile_rules(value, matching: str, scope: str, adamw: str, *, modes, matchings, scopes) -> None:
+def compile_rules(value, matching: str, scope: str, *, modes, matchings, scopes) -> None:
     """Refuse a ``train.compile`` value not in ``modes`` (``False`` itself, not a number equal to it:
     pydantic takes ``0`` for ``False``), a ``train.compile_matching`` not in ``matchings``, a
     ``train.compile_scope`` not in ``scopes`` (the choices are ``nac.training.config``'s, passed in:
-    a compiled step checks its settings with no ``TrainConfig``), and a whole compiled step with what
-    it cannot hold (no compilation, the overlapped matching, another AdamW)."""
+    a compiled step checks its settings with no ``TrainConfig``), and ``compile_scope: step`` with
+    nothing compiled."""
     if value is not False and value not in modes[1:]:
         raise ValueError(f"train.compile={value!r}; valid choices: {', '.join(['false', *modes[1:]])}")
     if matching not in matchings:
         raise ValueError(f"train.compile_matching={matching!r}; valid choices: {', '.join(matchings)}")
     if scope not in scopes:
         raise ValueError(f"train.compile_scope={scope!r}; valid choices: {', '.join(scopes)}")
-    if scope == "step":
-        if value is False:
-            raise ValueError("train.compile_scope=step compiles the step: set train.compile (default, say)")
-        if matching != "before":
-            raise ValueError(
-                "train.compile_scope=step holds the regularizer in the graph: set train.compile_matching=before"
-            )
-        if adamw != "default":
-            raise ValueError(
-                f"train.compile_scope=step compiles torch's foreach AdamW into the graph; train.adamw={adamw!r} "
-                "is an eager form: set train.adamw=default"
-            )
+    if scope == "step" and value is False:
+        raise ValueError("train.compile_scope=step compiles the step: set train.compile (default, say)")
 
 
 def _positive(where: str, cfg: Any, names: tuple[str, ...]) -> None:

@@ -318,6 +318,7 @@ def instrument(model: nn.Module, t: Tracker, stack: ExitStack) -> None:
         (nac_model.NAC, "code_modulations", "modulation"),
         (loop.F, "cross_entropy", "loss"),
         (compiled, "soft_cross_entropy", "loss"),
+        (training_objective, "soft_cross_entropy", "loss"),
         (torch.optim.AdamW, "step", "optimizer"),
         (torch.optim.Optimizer, "zero_grad", "optimizer"),
         (nn.utils, "get_total_norm", "grad norm"),

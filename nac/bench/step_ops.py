@@ -104,8 +104,8 @@ def measure(model: nn.Module, batch: int, size: int, classes: int, cfg: dict, **
 # the gradient norm, the optimizer, the checks, the EMA, the loop's own ops and "backward (other)"
 # (one ``detach`` per parameter in AccumulateGrad, which runs after the compiled backward)
 EAGER_PARTS = ("data", "augment", "grad norm", "optimizer", "checks", "ema", "loop", "backward (other)")
-# what ``train.compile_scope: step`` leaves eager: the gradients, their norm and AdamW are in its graph
-EAGER_PARTS_STEP = ("data", "augment", "checks", "ema", "loop")
+# what ``train.compile_scope: step`` leaves eager: the gradients' norm, clipping and AdamW are compiled too
+EAGER_PARTS_STEP = ("data", "augment", "checks", "ema", "loop", "backward (other)")
 
 
 def _calls(code: str) -> tuple[int, int]:
@@ -131,10 +131,9 @@ def compiled_counts(
     sdpa="fused",
 ):
     """The compiled column: what one steady-state step with ``train.compile: mode`` launches.
-    ``scope="step"`` (``train.compile_scope: step``): the region is ``compiled.whole_step``
-    (forward, gradients, clipping, AdamW and the next step's ``P``: one graph, one output
-    module), the eager parts ``EAGER_PARTS_STEP`` plus the LRs' fills (``step_lrs``) and the
-    matching started from the ``P`` the step returned, counted with the matching.
+    ``scope="step"`` (``train.compile_scope: step``): the update (``clip_and_step``: the
+    gradients' norm, clipping and AdamW, torch's compiled optimizer with a tensor LR) is compiled
+    too, two more output modules; the eager parts are then ``EAGER_PARTS_STEP``.
     The region (``nac.training.compiled.objective_losses``: forward, loss, regularizer at the
     permutations matched in advance, and its backward) compiled by inductor on the CPU, 3 steps;
     its kernels counted from the forward's and the backward's output code (``_calls``); plus
@@ -172,54 +171,43 @@ def compiled_counts(
         dynamo.reset()
         counters.clear()
         losses = compiled.compile_losses(mode)
-        if scope == "step":
-            step = compiled.compile_step(mode)
+        update = compiled.compile_update(mode) if scope == "step" else None
+        if update is not None:
             decay, no_decay = decay_groups(model, cfg.get("decay_filter", "authors"))
             wd, lr = cfg.get("weight_decay", 0.05), cfg.get("lr", 1e-3)
             param_groups = [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}]
-            optimizer = make_adamw(param_groups, lr=lr)
-            groups, lrs = compiled.adamw_groups(optimizer), None
-        ahead = None  # scope step: the next matching, started from the P the last step returned
+            optimizer = make_adamw(param_groups, lr=lr, compiled=True)
+            params = list(model.parameters())
         for _ in range(3):
             t = Tracker()
             with OpCounter(t):
-                perms = compiled.finish_matching(ahead or objective.matching_in_advance(), x.device)
-                if scope == "step":
-                    lrs = compiled.step_lrs(optimizer, lrs, x.device)
+                perms = compiled.finish_matching(objective.matching_in_advance(), x.device)
             args = (objective, {"inputs": x}, y, None, perms, cfg.get("label_smoothing", 0.1))
-            if scope == "step":
-                clip = cfg.get("grad_clip", 1.0)
-                next_P = step(args[0], groups, lrs, *args[1:], cfg.get("reg_weight", 0.1), False, clip)[-1]
-                with OpCounter(t):
-                    ahead = objective.matching_in_advance(next_P) if next_P is not None else None
-            else:
-                loss = losses(*args, cfg.get("reg_weight", 0.1), False)[-1]
-                loss.backward()
-                model.zero_grad(set_to_none=True)
+            loss = losses(*args, cfg.get("reg_weight", 0.1), False)[-1]
+            model.zero_grad(set_to_none=True)
+            loss.backward()
+            if update is not None:
+                update(params, optimizer, cfg.get("grad_clip", 1.0))
             graphs.append(counters["stats"]["unique_graphs"])
         breaks = sum(counters["graph_break"].values())
         dynamo.reset()
     matching = sum(t.ops.values())
+    expected = 4 if scope == "step" else 2  # forward, backward (and the clipping's, AdamW's)
+    if len(codes) != expected:
+        raise RuntimeError(f"expected {expected} graphs (forward, backward, update), inductor compiled {len(codes)}")
+    (fk, fx), (bk, bx) = _calls(codes[0]), _calls(codes[1])
+    region = {"forward kernels": fk, "forward extern": fx, "backward kernels": bk, "backward extern": bx}
     if scope == "step":
-        if len(codes) != 1:
-            raise RuntimeError(f"expected one graph for the whole step, inductor compiled {len(codes)}")
-        (fk, fx), (bk, bx) = _calls(codes[0]), (0, 0)
-        region = {"step kernels": fk, "step extern": fx}
-        outside = {p: n for p, n in eager["ops"].items() if p in EAGER_PARTS_STEP}
-        extra = {"matching and LRs (eager)": matching} if matching else {}
-    else:
-        if len(codes) != 2:
-            raise RuntimeError(f"expected a forward and a backward graph, inductor compiled {len(codes)}")
-        (fk, fx), (bk, bx) = _calls(codes[0]), _calls(codes[1])
-        region = {"forward kernels": fk, "forward extern": fx, "backward kernels": bk, "backward extern": bx}
-        outside = {p: n for p, n in eager["ops"].items() if p in EAGER_PARTS}
-        extra = {"matching (eager)": matching} if matching else {}
+        (ck, cx), (ak, ax) = _calls(codes[2]), _calls(codes[3])
+        region.update({"clip kernels": ck, "clip extern": cx, "adamw kernels": ak, "adamw extern": ax})
+    outside = {p: n for p, n in eager["ops"].items() if p in (EAGER_PARTS_STEP if scope == "step" else EAGER_PARTS)}
+    extra = {"matching (eager)": matching} if matching else {}
     return {
         "mode": mode,
         "scope": scope,
         "region": region,
         "eager": {**outside, **extra},
-        "launches_total": fk + fx + bk + bx + sum(outside.values()) + matching,
+        "launches_total": sum(region.values()) + sum(outside.values()) + matching,
         "graphs": graphs[-1],
         "recompiles": graphs[-1] - graphs[0],
         "graph_breaks": breaks,

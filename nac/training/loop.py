@@ -27,7 +27,8 @@ optimizer and schedule, EMA, sampler, loader), takes the lock, resumes, then run
 batch is one call of ``train_step``, which reads from the batch to ``optimizer.step()`` (the LR,
 the forward with the regularizer, the loss, backward, clipping, AdamW, the checks, the EMA and the
 epoch's sums); ``_end_epoch`` then evaluates, saves the checkpoint and logs. ``train.compile``
-replaces the forward (or the whole step) by its compiled form (``nac.training.compiled``).
+runs the step's forward and loss (and with ``compile_scope: step`` its update) compiled
+(``nac.training.compiled``): the same functions.
 """
 
 from __future__ import annotations
@@ -47,11 +48,11 @@ from nac.evaluation import model_kwargs, predict, topk_accuracy
 from nac.model import NAC
 from nac.progress import bar_kwargs
 from nac.training import live as dvclive_log
-from nac.training.augment import soft_cross_entropy
 from nac.training.config import TrainConfig
 from nac.training.distributed import World, all_reduce_, barrier
 from nac.training.ema import ema_update
 from nac.training.errors import TrainingInterrupted
+from nac.training.objective import objective_losses
 from nac.training.resume import resume_from, save_epoch
 from nac.training.run import Run, build_run
 
@@ -179,44 +180,30 @@ def train_step(run: Run, batch: dict, epoch: int, i: int) -> torch.Tensor:
 
     The learning rate of this step, the batch on the device (augmented, mixed), the forward with
     the graph regularizer computed from the same link probabilities, cross-entropy + ``reg_weight``
-    x regularizer, backward, gradient clipping, AdamW; then the device-side finiteness record
-    (read by the host every ``SYNC_EVERY`` steps), the EMA and the epoch's metric sums. Nothing here
-    waits on the device. ``train.compile`` runs the forward and loss compiled, or with
-    ``compile_scope: step`` the whole step to AdamW in one graph (``nac.training.compiled``)."""
-    cfg, device, optimizer = run.cfg, run.world.device, run.optimizer
+    x regularizer, backward, gradient clipping and AdamW (``clip_and_step``); then the device-side
+    finiteness record (read by the host every ``SYNC_EVERY`` steps), the EMA and the epoch's metric
+    sums. Nothing here waits on the device. ``train.compile`` runs these same functions compiled:
+    ``objective_losses`` (``run.compiled.losses``, the matching started before the batch) and with
+    ``compile_scope: step`` ``clip_and_step`` (``run.update``; ``nac.training.compiled``)."""
+    cfg = run.cfg
     step = epoch * run.steps_per_epoch + i
     if step:  # the scheduler's count becomes this step's (it starts at 0; a resumed one at the last step)
         run.scheduler.step()
     if run.compiled is not None:  # its matching runs on the worker thread while the host prepares the batch
         run.compiled.begin(run.objective)
     kw, labels, targets = batch_inputs(run, batch, epoch, step)
-    if run.compiled is not None:
-        logits, ce, reg, loss, grad_norm = run.compiled(run, kw, labels, targets, run.checks)
-    else:
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=run.use_amp), run.checks.guard(run.state):
-            if run.own_objective:  # a baseline's own loss (training_loss), e.g. a Modular Network's EM
-                indices = batch["index"].to(device, non_blocking=True).long() if "index" in batch else None
-                logits, loss = run.wrapped(
-                    **kw, labels=labels, indices=indices, step=step, label_smoothing=cfg.label_smoothing
-                )
-                ce = loss = loss.float()
-                reg = torch.zeros((), device=device)
-            else:  # the logits and the graph regularizer from one circuit design (Objective)
-                logits, reg = run.wrapped(**kw)
-                if targets is not None:  # mixup/cutmix: soft targets, label smoothing included
-                    ce = soft_cross_entropy(logits.float(), targets)
-                else:
-                    ce = F.cross_entropy(logits.float(), labels, label_smoothing=cfg.label_smoothing)
-                loss = ce + cfg.reg_weight * reg.float()
-        grad_norm = None
-    if grad_norm is None:  # not the whole step compiled: backward, clipping and AdamW here
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if cfg.grad_clip:
-            grad_norm = nn.utils.clip_grad_norm_(run.model.parameters(), cfg.grad_clip)
-        else:  # the same norm, nothing rescaled
-            grad_norm = nn.utils.get_total_norm([p.grad for p in run.model.parameters() if p.grad is not None])
-        optimizer.step()
+    with run.checks.guard(run.state):
+        if run.own_objective:  # a baseline's own loss (training_loss), e.g. a Modular Network's EM
+            logits, ce, reg, loss = own_losses(run, kw, labels, batch, step)
+        elif run.compiled is not None:  # objective_losses compiled, at the matching started above
+            logits, ce, reg, loss = run.compiled.losses(run, kw, labels, targets)
+        else:  # the logits and the graph regularizer from one circuit design (Objective), and the loss
+            logits, ce, reg, loss = objective_losses(
+                run.wrapped, kw, labels, targets, None, cfg.label_smoothing, cfg.reg_weight, run.use_amp
+            )
+    run.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = run.update(run.params, run.optimizer, cfg.grad_clip)  # clip_and_step, or it compiled
     run.checks.record(i, loss, grad_norm)
     if run.ema is not None:
         ema_update(run.ema, run.ema_groups, cfg.ema, copy=run.ema_copy)
@@ -228,10 +215,24 @@ def train_step(run: Run, batch: dict, epoch: int, i: int) -> torch.Tensor:
                 ce.detach().double() * n,
                 reg.detach().double() * n,
                 (logits.argmax(-1) == labels).sum().double(),
-                torch.full((), float(n), dtype=torch.float64, device=device),
+                torch.full((), float(n), dtype=torch.float64, device=run.world.device),
             ]
         )
     return loss
+
+
+def own_losses(run: Run, kw: dict, labels: torch.Tensor, batch: dict, step: int) -> tuple:
+    """``(logits, loss, 0, loss)`` of a model with its own training objective (``training_loss``, a
+    baseline trained by EM, say): its loss is both the step's cross-entropy entry and what is
+    minimised; no regularizer. ``indices``: the items' positions (``needs_example_index``)."""
+    device = run.world.device
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=run.use_amp):
+        indices = batch["index"].to(device, non_blocking=True).long() if "index" in batch else None
+        logits, loss = run.wrapped(
+            **kw, labels=labels, indices=indices, step=step, label_smoothing=run.cfg.label_smoothing
+        )
+        loss = loss.float()
+    return logits, loss, torch.zeros((), device=device), loss
 
 
 def batch_inputs(run: Run, batch: dict, epoch: int, step: int) -> tuple[dict, torch.Tensor, torch.Tensor | None]:
@@ -298,7 +299,7 @@ def _end_epoch(run: Run, epoch: int, sums: torch.Tensor) -> None:
         "train_loss": means[0],
         "train_reg": means[1],
         "train_acc": means[2],
-        "lr": run.optimizer.param_groups[0]["lr"],
+        "lr": float(run.optimizer.param_groups[0]["lr"]),  # (a tensor for a compiled update)
     }
     if world.is_main:
         if run.val_set is not None:

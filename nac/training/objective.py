@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from nac.model import NAC
 from nac.regularizer import (
@@ -32,6 +33,7 @@ from nac.regularizer import (
     match_stacked_async,
     stacked_permutations,
 )
+from nac.training.augment import soft_cross_entropy
 
 
 class Objective(nn.Module):
@@ -161,3 +163,20 @@ class Objective(nn.Module):
         c = self.model.config
         layers = list(range(c.depth)) if c.kernel_per_module else [None]
         return layers, match_stacked_async(Ps, self.host_target(), c.matching, executor=self.matcher())
+
+
+def objective_losses(wrapped, kw: dict, labels, targets, perms, label_smoothing: float, reg_weight: float, amp: bool):
+    """One step's forward and loss: ``(logits [B, classes], ce, reg, loss)`` (scalars) of
+    ``wrapped`` (``Objective``, or DDP around it) on the batch ``kw`` (``model_kwargs``), with
+    hard ``labels [B]`` or soft ``targets [B, classes]`` (mixup/cutmix; else None), the
+    regularizer at ``perms`` (``Objective.matching_in_advance``'s permutations on the device; None:
+    matched inside, on the worker thread) and bf16 autocast when ``amp``. The eager step calls it
+    as it is, a compiled one compiled (``nac.training.compiled.compile_losses``)."""
+    with torch.autocast(labels.device.type, dtype=torch.bfloat16, enabled=amp):
+        logits, reg = wrapped(**kw) if perms is None else wrapped(**kw, perms=perms)
+        if targets is not None:
+            ce = soft_cross_entropy(logits.float(), targets)
+        else:
+            ce = F.cross_entropy(logits.float(), labels, label_smoothing=label_smoothing)
+        loss = ce + reg_weight * reg.float()
+    return logits, ce, reg, loss

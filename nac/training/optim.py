@@ -24,19 +24,41 @@ from torch.optim.lr_scheduler import LambdaLR
 from nac.training.config import ADAMW_IMPLS, DECAY_FILTERS
 
 
-def make_adamw(param_groups, lr: float, impl: str | None = "default") -> torch.optim.AdamW:
+def make_adamw(param_groups, lr: float, impl: str | None = "default", *, compiled: bool = False) -> torch.optim.AdamW:
     """``torch.optim.AdamW(param_groups, lr=lr)`` in implementation ``impl`` (``ADAMW_IMPLS``;
-    None is ``default``; see the module's docstring)."""
+    None is ``default``; see the module's docstring).
+
+    ``compiled`` (``train.compile_scope: step``: ``clip_and_step`` under ``torch.compile``): the
+    LR a tensor on the parameters' device and the optimizer ``capturable`` (its step counts
+    there too), torch's recipe for a compiled optimizer step: the scheduler fills the LR tensor in
+    place, so the compiled step neither recompiles as the LR changes nor reads the host. The same
+    update to float rounding (``tests/test_compiled_step.py``)."""
     impl = "default" if impl is None else impl
     if impl not in ADAMW_IMPLS:
         raise ValueError(f"unknown AdamW impl {impl!r}; valid choices: {', '.join(ADAMW_IMPLS)}")
     kw = {"foreach": True} if impl == "foreach" else {"fused": True} if impl == "fused" else {}
-    if impl == "fused":
+    if impl == "fused" or compiled:
         groups = list(param_groups)
         params = [p for g in groups for p in (g["params"] if isinstance(g, dict) else [g])]
-        kw["capturable"] = bool(params) and params[0].device.type == "cuda"
+        device = params[0].device if params else torch.device("cpu")
+        kw["capturable"] = compiled or device.type == "cuda"
         param_groups = groups
+        if compiled:
+            lr = torch.tensor(float(lr), device=device)
     return torch.optim.AdamW(param_groups, lr=lr, **kw)
+
+
+def clip_and_step(params: list[torch.Tensor], optimizer: torch.optim.Optimizer, grad_clip: float) -> torch.Tensor:
+    """A training step's update once ``loss.backward()`` has filled the gradients: their total norm
+    (clipped to ``grad_clip`` by ``clip_grad_norm_``; 0: only measured) and ``optimizer.step()``;
+    returns the norm (before clipping; on the device). ``train.compile_scope: step`` runs this same
+    function under ``torch.compile`` (``nac.training.compiled.compile_update``)."""
+    if grad_clip:
+        grad_norm = nn.utils.clip_grad_norm_(params, grad_clip)
+    else:  # the same norm, nothing rescaled
+        grad_norm = nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+    optimizer.step()
+    return grad_norm
 
 
 def warmup_cosine(optimizer: torch.optim.Optimizer, total: int, warmup: int, peak: float, floor: float) -> LambdaLR:

@@ -22,7 +22,7 @@ from nac.training.config import TrainConfig
 from nac.training.distributed import World
 from nac.training.ema import ema_groups, make_ema
 from nac.training.objective import Objective
-from nac.training.optim import decay_groups, make_adamw, warmup_cosine
+from nac.training.optim import clip_and_step, decay_groups, make_adamw, warmup_cosine
 from nac.training.resume import RunState
 
 
@@ -64,7 +64,9 @@ class Run:
     checks: StepChecks  # the device-side finiteness record of the epoch's steps
     fingerprint: str | None
     on_epoch_end: Callable[[int], None] | None
-    compiled: CompiledStep | None = None  # train.compile: the step's compiled form
+    params: list = field(default_factory=list)  # the model's parameters, what clip_and_step clips
+    update: Callable = clip_and_step  # the step's update: clip_and_step, or it compiled (compile_scope: step)
+    compiled: CompiledStep | None = None  # train.compile: the step's compiled forms
     ema_groups: dict | None = None  # the EMA's tensors and the model's, paired (ema.ema_groups)
     ema_copy: bool = False  # the next EMA update is the first: it copies
     sums: torch.Tensor | None = None  # this epoch's loss, reg, correct, count, summed on the device
@@ -94,21 +96,17 @@ def build_run(
     objective = Objective(model)
     wrapped = DistributedDataParallel(objective) if world.distributed else objective
     decay, no_decay = decay_groups(model, cfg.decay_filter)
-    optimizer = make_adamw(
-        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.peak_lr,
-        impl=getattr(cfg, "adamw", None),
-    )
-    ema = make_ema(model, cfg.ema) if cfg.ema else None
     mode = getattr(cfg, "compile", False)
     if mode is not False and hasattr(model, "training_loss"):
         raise ValueError(f"train.compile={mode!r} compiles the NAC objective; this model defines its own: set false")
     compiled = CompiledStep(mode, cfg.compile_scope, cfg.compile_matching) if mode is not False else None
-    if compiled is not None and compiled.whole and world.distributed:
-        raise ValueError(
-            "train.compile_scope=step takes the gradients inside the graph, where DDP cannot reduce them: "
-            "set train.compile_scope=forward to train on several processes"
-        )
+    optimizer = make_adamw(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.peak_lr,
+        impl=getattr(cfg, "adamw", None),
+        compiled=compiled is not None and compiled.update is not None,
+    )
+    ema = make_ema(model, cfg.ema) if cfg.ema else None
 
     if cfg.batch_size % world.world_size:
         raise ValueError(
@@ -175,6 +173,8 @@ def build_run(
         checks=StepChecks(model, device),
         fingerprint=fingerprint,
         on_epoch_end=on_epoch_end,
+        params=list(model.parameters()),
+        update=compiled.update if compiled is not None and compiled.update is not None else clip_and_step,
         compiled=compiled,
         ema_groups=ema_groups(ema, model) if ema is not None else None,
     )
