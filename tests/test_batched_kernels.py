@@ -152,7 +152,7 @@ def test_with_drop_path_only_the_order_of_independent_draws_differs():
     x = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
     y = torch.randint(0, 5, (4,))
     reordered = copy.deepcopy(model)
-    reordered._samplers = types.MethodType(_kernels_first, reordered)
+    reordered.kernel_samplers = types.MethodType(_kernels_first, reordered)
     _compare(_step(model, x, y), _step(reordered, x, y))
 
 
