@@ -192,7 +192,7 @@ class CircuitGraph:
         formula per layer as its own sampler and bias; the uniforms of layers ``1..L-1`` are drawn
         with layer 0's, before the drop-path draws between layers, so with drop-path the random
         stream is consumed in another order: independent draws either way, the same distribution
-        (``tests/test_batched_kernels.py``; the per-layer form: ``tests/reference_kernel.py``)."""
+        (``tests/test_batched_kernels.py``; the per-layer form: ``nac/testing/reference_kernel.py``)."""
         c = self.config
         P = torch.stack(list(Ps.values())) if c.kernel_per_module else next(iter(Ps.values())).expand(c.depth, -1, -1)
         sampler = KernelSampler(

@@ -278,7 +278,7 @@ class NAC(CircuitGraph, nn.Module):
         Each is a ``Modulations``, the modulations of every ModFC that reads that tensor in this
         forward computed together (``batched_modulations``: one matrix product per code tensor
         instead of a chain of ops per ModFC). The reference form, the tensors themselves with each
-        ModFC computing its own, is ``tests/reference_forms.py``'s ``per_layer_code_modulations``.
+        ModFC computing its own, is ``nac/testing/reference_forms.py``'s ``per_layer_code_modulations``.
         Unmodulated models (Perceiver IO): the codes are ``None``."""
         with_latents = latent_codes is not None
         send = cat_modules(latent_codes, design.codes) if with_latents else design.codes

@@ -14,8 +14,10 @@ times as "NAC, plain forms".
 
 The first two reach the model through its public kernel type: ``PlainSampler`` draws a
 ``PlainKernel``, a ``nac.circuits.kernel.Kernel`` whose ``log_normalized`` is the plain form.
-``use_reference_kernel(model)`` switches one model to all four (instance attributes, so another
-model in the same process keeps the fast forms); ``per_layer_kernels(model)`` to the last only.
+``use_reference_kernel(model)`` switches one model to all four, giving these forms in place of
+its public kernel draws ``NAC.kernel_sampler`` and ``NAC.kernel_samplers`` (instance attributes, so
+another model in the same process keeps the fast forms); ``per_layer_kernels(model)`` to the last
+only.
 """
 
 from __future__ import annotations
