@@ -1,5 +1,5 @@
 """Benchmark (not a test): the read-in's fast path against the direct per-module form (the
-reference, ``tests/reference_forms.py``'s ``direct_readin``), and a
+reference, ``nac/testing/reference_forms.py``'s ``direct_readin``), and a
 NAC training step against a Perceiver IO training step at equal width, modules and depth.
 
     python bench/bench_circuits.py [--device cpu|cuda] [--out bench/results/circuits.json]
@@ -14,7 +14,6 @@ import copy
 import json
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -23,9 +22,7 @@ import torch.nn.functional as F
 
 from nac import ModelConfig, build_model
 from nac.circuits.readin import ReadIn
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from reference_forms import direct_readin  # noqa: E402  (the plain forms live with the tests)
+from nac.testing.reference_forms import direct_readin
 
 
 def timeit(fn, device: str, repeats: int, warmup: int = 2) -> float:

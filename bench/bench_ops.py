@@ -20,8 +20,8 @@ the host are patched rather than seen by the dispatch mode: ``nac/bench/opcount.
                               [--label after]
 
 Writes ``ops.json`` (every label kept: run it before and after a change) and ``ops.md``.
-``--modulation per_layer`` times the ModFCs' per-layer form, a reference form that lives with the
-tests (``tests/reference_forms.py``): only that switch imports from ``tests/``.
+``--modulation per_layer`` times the ModFCs' per-layer form, a reference form
+(``nac/testing/reference_forms.py``): only that switch imports ``nac.testing``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import sys
 from pathlib import Path
 
 import torch
@@ -183,7 +182,7 @@ def main() -> None:
         "--modulation",
         choices=["batched", "per_layer"],
         default="batched",
-        help="the ModFCs' code modulation (per_layer: the form before issue 21, tests/reference_forms.py)",
+        help="the ModFCs' code modulation (per_layer: the form before issue 21, nac/testing/reference_forms.py)",
     )
     ap.add_argument(
         "--augment",
@@ -216,9 +215,8 @@ def main() -> None:
     out = Path(a.out)
     results = json.loads(out.read_text()) if out.exists() else {}
     prepare = None
-    if a.modulation == "per_layer":  # NAC.code_modulations' reference form, from the tests
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-        from reference_forms import per_layer_modulation as prepare
+    if a.modulation == "per_layer":  # NAC.code_modulations' reference form
+        from nac.testing.reference_forms import per_layer_modulation as prepare
     res = {}
     for pair, (models, size, classes, train) in pairs(a.pairs).items():
         res[pair] = {}

@@ -3,7 +3,7 @@
 (a) NAC / Perceiver IO training-step time at bench/bench_circuits.py's sizes (batch 8, 256
     modules, width 384, depth 8, 32 px conv32 tokenizer), interleaved repeats, a 95% t CI of the
     per-repeat ratio;
-(b) the read-in's fast path vs the direct per-module form (``tests/reference_forms.py``'s
+(b) the read-in's fast path vs the direct per-module form (``nac/testing/reference_forms.py``'s
     ``direct_readin``) at the same sizes (64 tokens), forward + backward, a 95% t CI of the per-repeat ratio;
 (c) Figure 5b at the paper's size: inference throughput of the paper-profile Tiny-ImageNet NAC
     (256 processor modules, ConvNeXt 3/3/9 tokenizer, 64 px, batch 32, one thread) with 0% and
@@ -27,7 +27,6 @@ import datetime
 import json
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 
@@ -41,6 +40,8 @@ from nac.bench.timing import fmt
 from nac.bench.timing import time_call as _time
 from nac.circuits.readin import ReadIn
 from nac.pipeline.params import read_params
+from nac.testing.reference_forms import direct_readin
+from nac.testing.reference_kernel import use_reference_kernel
 from nac.training.optim import make_adamw
 
 # bench/bench_circuits.py's defaults
@@ -49,12 +50,9 @@ SIZES = {"batch": 8, "modules": 256, "tokens": 64, "width": 384, "depth": 8}
 
 def _reference_impls(model) -> None:
     """Switch a NAC to the plain forms of its step optimisations (the code before issue 14; they
-    live in the tests, ``tests/reference_kernel.py``, and tests/test_speed_equivalence.py proves
-    both give the same step); the regularizer's plain form, numpy's default BLAS threads, is
-    each timed step's ``graph_regularizer(blas_threads=None)``."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # reference forms live there
-    from reference_kernel import use_reference_kernel
-
+    live in ``nac/testing/reference_kernel.py``, and tests/test_speed_equivalence.py proves both
+    give the same step); the regularizer's plain form, numpy's default BLAS threads, is each timed
+    step's ``graph_regularizer(blas_threads=None)``."""
     use_reference_kernel(model)
 
 
@@ -181,9 +179,6 @@ def bench_mini_step(blocks: int, steps_per_block: int = 5, num_classes: int = 10
 
 
 def bench_readin(repeats: int) -> dict:
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    from reference_forms import direct_readin  # the plain forms live with the tests (imported here only)
-
     s = SIZES
     torch.manual_seed(0)
     d = s["width"]

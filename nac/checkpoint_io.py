@@ -35,7 +35,7 @@ from nac.model import NAC, build_model
 FORMAT = 1
 
 # Model-config keys that older checkpoints store but that select nothing now, dropped when a stored
-# config is read: readin_impl chose the read-in's reference form (tests/reference_forms.py).
+# config is read: readin_impl chose the read-in's reference form (nac/testing/reference_forms.py).
 RETIRED_CONFIG_KEYS = ("readin_impl",)
 
 

@@ -151,45 +151,48 @@ class CircuitGraph:
             ]
         ).mean()
 
-    def _sampler(
+    def kernel_sampler(
         self, P: torch.Tensor | None, readout: bool = False, eval_kernel: str | None = None
     ) -> KernelSampler | None:
-        """``sample_kernel(P, tau, B, mode)`` as ``sampler(B)``, ``P``'s logits computed once for
-        all the draws from it (``KernelSampler``: sparse on the CPU with ``cpu_shortcuts``, else
-        fixed-shape)."""
+        """The model's kernel draw from one ``P``: ``sample_kernel(P, tau, B, mode)`` as
+        ``sampler(B)``, ``P``'s logits computed once for all the draws from it (``KernelSampler``:
+        sparse on the CPU with ``cpu_shortcuts``, else fixed-shape). Public so that a reference
+        form may be given in its place (an instance attribute; ``nac.testing.reference_kernel``)."""
         if P is None:
             return None
         mode = self._kernel_mode(readout, eval_kernel)
         return KernelSampler(P, self.config.tau, mode=mode, cpu_shortcuts=self.cpu_shortcuts)
 
-    def _samplers(
+    def kernel_samplers(
         self, design: CircuitDesign, Ps: dict | None = None, eval_kernel: str | None = None
     ) -> tuple[list, KernelSampler | None]:
-        """The propagators' kernel samplers (one per layer) and the read-out's (``None`` for a
-        dense graph): each propagator draws from its own kernel (``kernel_per_module``), or from
-        one ``P`` whose logits are computed once, a fresh sample per layer. ``Ps``: the design's
-        ``kernel_probabilities``, computed here if not given; ``eval_kernel``: ``execute``'s."""
+        """The model's kernel draws for every layer: the propagators' kernel samplers (one per
+        layer) and the read-out's (``None`` for a dense graph): each propagator draws from its own
+        kernel (``kernel_per_module``), or from one ``P`` whose logits are computed once, a fresh
+        sample per layer. ``Ps``: the design's ``kernel_probabilities``, computed here if not
+        given; ``eval_kernel``: ``execute``'s. Public so that a reference form may be given in its
+        place (an instance attribute; ``nac.testing.reference_kernel``)."""
         c = self.config
         if design.signatures is None:
             return [None] * c.depth, None
         Ps, P_out = self._executor_probabilities(design, Ps)
-        sample_op = self._sampler(P_out, readout=True, eval_kernel=eval_kernel)
+        sample_op = self.kernel_sampler(P_out, readout=True, eval_kernel=eval_kernel)
         P0 = next(iter(Ps.values()))
         if P0.dim() == 2 and not cpu_shortcut(P0, self.cpu_shortcuts):  # CUDA's path: every layer's kernel at once
             return self._layer_samplers(Ps, eval_kernel), sample_op
-        samplers = [self._sampler(P, eval_kernel=eval_kernel) for P in Ps.values()]
+        samplers = [self.kernel_sampler(P, eval_kernel=eval_kernel) for P in Ps.values()]
         samplers = samplers if c.kernel_per_module else samplers * c.depth
         return samplers, sample_op
 
     def _layer_samplers(self, Ps: dict, eval_kernel: str | None = None) -> list:
-        """``_samplers``' propagator samplers for a shared design off the CPU's shortcuts: the
+        """``kernel_samplers``' propagator samplers for a shared design off the CPU's shortcuts: the
         first layer's call draws every layer's kernel ``[L, B, U, V]`` by one
         ``KernelSampler(layers=True)`` draw and computes every ``log K_hat`` by one chain of ops
         (``layer_kernel_biases``); each layer's call returns its own ``Kernel(bias=...)``. The same
         formula per layer as its own sampler and bias; the uniforms of layers ``1..L-1`` are drawn
         with layer 0's, before the drop-path draws between layers, so with drop-path the random
         stream is consumed in another order: independent draws either way, the same distribution
-        (``tests/test_batched_kernels.py``; the per-layer form: ``tests/reference_kernel.py``)."""
+        (``tests/test_batched_kernels.py``; the per-layer form: ``nac/testing/reference_kernel.py``)."""
         c = self.config
         P = torch.stack(list(Ps.values())) if c.kernel_per_module else next(iter(Ps.values())).expand(c.depth, -1, -1)
         sampler = KernelSampler(

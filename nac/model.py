@@ -262,7 +262,7 @@ class NAC(CircuitGraph, nn.Module):
             return self._execute_with_input_latents(tokens, mask, design, Ps, eval_kernel)
         codes = self.code_modulations(design)
         states = self.read_in(tokens, design.states, codes["processors"], mask)
-        samplers, sample_op = self._samplers(design, Ps, eval_kernel)
+        samplers, sample_op = self.kernel_samplers(design, Ps, eval_kernel)
         for layer, sample in zip(self.propagators, samplers):
             K = None if sample is None else sample(B)
             states = layer(states, codes["processors"], K)
@@ -278,7 +278,7 @@ class NAC(CircuitGraph, nn.Module):
         Each is a ``Modulations``, the modulations of every ModFC that reads that tensor in this
         forward computed together (``batched_modulations``: one matrix product per code tensor
         instead of a chain of ops per ModFC). The reference form, the tensors themselves with each
-        ModFC computing its own, is ``tests/reference_forms.py``'s ``per_layer_code_modulations``.
+        ModFC computing its own, is ``nac/testing/reference_forms.py``'s ``per_layer_code_modulations``.
         Unmodulated models (Perceiver IO): the codes are ``None``."""
         with_latents = latent_codes is not None
         send = cat_modules(latent_codes, design.codes) if with_latents else design.codes
@@ -308,7 +308,7 @@ class NAC(CircuitGraph, nn.Module):
         codes = self.code_modulations(design, latent_codes)
         latents = self.read_in(tokens, latent_states, codes["latents"], mask)  # [B, N, d]
         states = design.states.expand(B, *design.states.shape[-2:])  # [B, U_p, d]
-        samplers, sample_op = self._samplers(design, Ps, eval_kernel)
+        samplers, sample_op = self.kernel_samplers(design, Ps, eval_kernel)
         for layer, sample in zip(self.propagators, samplers):
             K = None if sample is None else sample(B)
             states = layer(

@@ -3,7 +3,7 @@ once, on CUDA's path (issue 21, item 1), against the per-layer forms.
 
 * ``KernelSampler(P [L, U, V], layers=True)`` draws ``[L, B, U, V]`` by one ``torch.rand``;
   ``layer_kernel_biases`` computes every layer's ``log K_hat`` by one chain of ops
-  (``NAC._layer_samplers``). The plain form, ``tests/reference_kernel.py``'s
+  (``NAC._layer_samplers``). The plain form, ``nac/testing/reference_kernel.py``'s
   ``per_layer_kernels``, draws ``[B, U, V]`` and computes the bias in each layer.
 * ``layer_losses_from_permutations`` (every layer's regularizer term from ``[L, n, n]``) against
   the sum of ``loss_from_permutation`` per layer.
@@ -30,8 +30,8 @@ from tiny_models import TINY_KERNEL, make_tiny_config
 from nac import build_model
 from nac.circuits.kernel import KernelSampler, link_probabilities
 from nac.regularizer import layer_losses_from_permutations, loss_from_permutation, stacked_permutations
+from nac.testing.reference_kernel import per_layer_kernels, per_layer_samplers
 from nac.training.objective import Objective
-from tests.reference_kernel import per_layer_kernels, per_layer_samplers
 
 
 def _close(a, b, rtol=1e-5, scale=None):
@@ -152,7 +152,7 @@ def test_with_drop_path_only_the_order_of_independent_draws_differs():
     x = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
     y = torch.randint(0, 5, (4,))
     reordered = copy.deepcopy(model)
-    reordered._samplers = types.MethodType(_kernels_first, reordered)
+    reordered.kernel_samplers = types.MethodType(_kernels_first, reordered)
     _compare(_step(model, x, y), _step(reordered, x, y))
 
 

@@ -26,7 +26,7 @@ def test_pruned_model_checkpoint_round_trip(tmp_path, tiny_config):
 
 
 def test_a_checkpoint_storing_the_retired_readin_impl_still_loads(tmp_path, tiny_config):
-    """``readin_impl`` (the read-in's reference form, now in tests/reference_forms.py) is no model
+    """``readin_impl`` (the read-in's reference form, now in nac/testing/reference_forms.py) is no model
     config key any more; a checkpoint that stores it loads, and matches the config without it."""
     model = build_model(tiny_config()).eval()
     path = save_checkpoint(tmp_path / "old.pt", model)

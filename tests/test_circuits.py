@@ -6,14 +6,14 @@ from contextlib import nullcontext
 import pytest
 import torch
 import torch.nn.functional as F
-from reference_forms import direct_readin
-from reference_kernel import plain_log_normalized_kernel
 
 from nac.circuits.attention import SKMDPA
 from nac.circuits.generators import ConditionalCircuitGenerator
 from nac.circuits.kernel import Kernel, link_probabilities, log_normalized_kernel, sample_kernel
 from nac.circuits.modfc import ModFC, ModFCForm, ModFFN
 from nac.circuits.readin import ReadIn
+from nac.testing.reference_forms import direct_readin
+from nac.testing.reference_kernel import plain_log_normalized_kernel
 
 
 # ---------------------------------------------------------------- eq. 1: ModFC

@@ -14,14 +14,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from reference_forms import per_layer_modulation
-from reference_kernel import use_reference_kernel
 from tiny_models import TINY_KERNEL, make_tiny_config
 
 from nac.checkpoint_io import load_model, save_checkpoint
 from nac.circuits.kernel import Kernel, link_probabilities
 from nac.model import build_model
 from nac.pruning import attention_received, drop_modules
+from nac.testing.reference_forms import per_layer_modulation
+from nac.testing.reference_kernel import use_reference_kernel
 from nac.training.optim import decay_groups
 
 N = 6
@@ -264,9 +264,11 @@ def _old_execute(model, tokens):
     states = model.read_in(tokens, design.states, design.codes, None)
     # P as the executor computes it (every layer's at once, issue 21; equal to each layer's own to
     # float rounding in the backward: tests/test_shared_link_probabilities.py)
-    samplers = [model._sampler(P) for P in model.kernel_probabilities(design).values()]
+    samplers = [model.kernel_sampler(P) for P in model.kernel_probabilities(design).values()]
     samplers = samplers if model.config.kernel_per_module else samplers * model.config.depth  # one shared P
-    sample_op = model._sampler(model._P(design.readout_signatures, design.signatures, layer="readout"), readout=True)
+    sample_op = model.kernel_sampler(
+        model._P(design.readout_signatures, design.signatures, layer="readout"), readout=True
+    )
     for layer, sample in zip(model.propagators, samplers):
         states = layer(states, design.codes, sample(B))
     return model.read_out(design.readout_states, states, design.readout_codes, design.codes, sample_op(B))

@@ -17,15 +17,15 @@ import copy
 from contextlib import nullcontext
 
 import pytest
-import reference_forms
 import torch
-from reference_forms import per_layer_modulation
 from tiny_models import COND_TOKENIZER, TINY_KERNEL, make_tiny_config, tiny_batch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from nac import build_model
 from nac.circuits.modfc import ModFC, ModFCForm, Modulations, batched_modulations, modfcs, name_modfcs
 from nac.pruning import attention_received, drop_modules
+from nac.testing import reference_forms
+from nac.testing.reference_forms import per_layer_modulation
 
 CONFIGS = {
     "mini_nac": dict(),

@@ -1,16 +1,16 @@
-"""The reference forms of tests/reference_forms.py take effect where the equality tests rely on them
+"""The reference forms of nac/testing/reference_forms.py take effect where the equality tests rely on them
 (else a fast-vs-plain comparison would compare the fast path with itself), on deep copies too, and
 are taken off again after a ``with`` block."""
 
 import copy
 
 import torch
-from reference_forms import direct_readin, per_layer_modulation, plain_ni
 from tiny_models import make_tiny_config
 
 from nac import build_model
 from nac.baselines.neural_interpreter import NeuralInterpreter, NeuralInterpreterConfig
 from nac.circuits.modfc import ModFC
+from nac.testing.reference_forms import direct_readin, per_layer_modulation, plain_ni
 
 
 def _calls(module: torch.nn.Module, run) -> int:

@@ -167,7 +167,7 @@ def test_sharing_adds_no_graph_break():
         explained = dynamo.explain(Objective(model))(x)
     finally:
         dynamo.reset()
-    ours = {"kernel_probabilities", "_samplers", "_layer_samplers", "sample", "layer_kernel_biases"}
+    ours = {"kernel_probabilities", "kernel_samplers", "_layer_samplers", "sample", "layer_kernel_biases"}
     ours |= {"link_probabilities", "code_modulations", "batched_modulations", "of"}
     for reason in explained.break_reasons:
         assert not {frame.name for frame in reason.user_stack} & ours, reason

@@ -1,6 +1,6 @@
 """The NAC step's optimised paths against their plain forms (issue 14, item 1).
 
-The plain forms of the kernel's optimisations live in ``tests/reference_kernel.py`` (not as
+The plain forms of the kernel's optimisations live in ``nac/testing/reference_kernel.py`` (not as
 switches in the model); each test here runs both on the same inputs and seed:
 outputs and gradients agree to float tolerance, and the random-number stream
 is consumed identically (the pipeline's reproducibility depends on it).
@@ -25,15 +25,15 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from reference_forms import plain_ni
 from tiny_models import TINY_KERNEL
 
 from nac import build_model
 from nac.baselines.neural_interpreter import ModLin, NeuralInterpreter, NeuralInterpreterConfig
 from nac.circuits.attention import explicit_attention
 from nac.circuits.kernel import KernelSampler, link_probabilities, log_normalized_kernel, sample_kernel
+from nac.testing.reference_forms import plain_ni
+from nac.testing.reference_kernel import PlainKernel, PlainSampler, plain_log_normalized_kernel, use_reference_kernel
 from tests.conftest import make_tiny_config
-from tests.reference_kernel import PlainKernel, PlainSampler, plain_log_normalized_kernel, use_reference_kernel
 
 
 def _close(a, b, rtol=1e-4, scale=None):

@@ -15,6 +15,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from nac import build_model
 from nac.checkpoint_io import load_checkpoint
+from nac.testing.reference_forms import lr_at
 from nac.training.config import TrainConfig
 from nac.training.errors import NonFiniteLossError
 from nac.training.loop import fit
@@ -22,7 +23,6 @@ from nac.training.optim import warmup_cosine
 
 sys.path.insert(0, str(Path(__file__).parent))
 from interrupted_runs import Interrupt, interrupt_then_resume, stop_after  # noqa: E402
-from reference_forms import lr_at  # noqa: E402
 from test_overfit import Quadrants  # noqa: E402
 
 

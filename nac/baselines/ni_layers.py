@@ -7,7 +7,7 @@ over functions (eq. 11). The model (functions, scripts, CLS read-out, fine-tunin
 Shapes: ``B`` batch, ``V`` variables, ``U`` functions, ``d`` = ``d_model``, ``H`` heads.
 
 Speed: ``ModLin``, ``ModAttn`` and ``LOC`` compute the same equations in fewer, larger kernels than
-as printed; the printed forms are the reference, in ``tests/reference_forms.py`` (``plain_ni``).
+as printed; the printed forms are the reference, in ``nac/testing/reference_forms.py`` (``plain_ni``).
 The fast forms: ModLin folds the modulation into a per-function
 weight (``W diag(m_u)``, one batched matmul, no ``x * m_u`` tensor); ModAttn projects q, k, v in
 one matmul, and a stream that is one input broadcast over the functions (the first LOC's input,

@@ -309,7 +309,7 @@ def instrument(model: nn.Module, t: Tracker, stack: ExitStack) -> None:
         (circuit_graph.KernelSampler, "__init__", "kernel"),
         (circuit_graph.KernelSampler, "__call__", "kernel"),
         (circuit_graph, "layer_kernel_biases", "kernel"),
-        (nac_model.NAC, "_samplers", "kernel"),
+        (nac_model.NAC, "kernel_samplers", "kernel"),
         (circuit_kernel, "log_normalized_kernel", "kernel"),
         (circuit_kernel.Kernel, "log_normalized", "kernel"),
         (nac_model.NAC, "graph_regularizer", "regularizer"),

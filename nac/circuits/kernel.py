@@ -190,7 +190,7 @@ class Kernel:
 def log_normalized_kernel(K: torch.Tensor, delta: float = 1e-6) -> torch.Tensor:
     """``log K_hat`` of eq. 3, ``[..., U, V]``, from ``K`` as a tensor.
 
-    The plain form is ``log(max(K_hat, 1e-30))`` (``tests/reference_kernel.py``): entries with
+    The plain form is ``log(max(K_hat, 1e-30))`` (``nac/testing/reference_kernel.py``): entries with
     ``K = 0`` get a large negative finite value (-69.1, not ``-inf``) and a row with no links
     attends like dense attention instead of giving NaN. This returns the same except that, in
     rows with at least one entry above the floor, the floored entries are ``-inf``. Their
@@ -264,7 +264,7 @@ class KernelSampler:
     layer), and a draw is every layer's sample at once, a ``Kernel`` ``[L, B, U, V]``: one ``torch.rand`` of
     that shape and one chain of elementwise ops instead of ``L`` (always ``"prepared"``). Layer
     ``l``'s slice is the same formula of its own ``P`` and of ``L * B * U * V`` independent
-    uniforms, so its distribution is that of a per-layer draw (``NAC._samplers``;
+    uniforms, so its distribution is that of a per-layer draw (``NAC.kernel_samplers``;
     ``tests/test_batched_kernels.py``).
 
     ``cpu_shortcuts`` (keyword; default True): whether the default ``impl`` may be the CPU's

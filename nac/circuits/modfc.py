@@ -18,7 +18,7 @@ row u), so one forward's modulations of every ModFC that reads the same code ten
 computed together (``batched_modulations``: one product with every ``W_c`` stacked, one
 LayerNorm per width, one ``alpha`` product) and handed to each ModFC as a ``Modulations`` in
 place of the code tensor. ``NAC.execute`` does this (``NAC.code_modulations``); a code tensor
-passed directly keeps the per-layer form, the reference (``tests/reference_forms.py``,
+passed directly keeps the per-layer form, the reference (``nac/testing/reference_forms.py``,
 ``tests/test_modfc_batched.py``).
 """
 

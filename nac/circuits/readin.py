@@ -13,7 +13,7 @@ rescaling followed by one shared matrix, the same numbers come out of a cheaper 
 
 So the fast path attends over raw tokens (``[B, H, U, T]`` scores, ``[B, H, U, d_in]``
 summaries) and never materialises per-module keys or values. The per-module form (eq. 4
-literally) is the reference, in ``tests/reference_forms.py`` (``direct_attend``); tests assert
+literally) is the reference, in ``nac/testing/reference_forms.py`` (``direct_attend``); tests assert
 both agree (outputs and gradients).
 
 Eq. 5 as printed has no softmax over tokens; we use softmax attention (the authors' code, and

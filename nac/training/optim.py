@@ -65,7 +65,7 @@ def warmup_cosine(optimizer: torch.optim.Optimizer, total: int, warmup: int, pea
     """The LR schedule as torch's ``LambdaLR`` over the optimizer's groups (their lr is ``peak``):
     at scheduler step ``t`` (the optimizer step about to be taken), a linear warm-up
     ``peak * (t + 1) / warmup`` for ``t < warmup``, then cosine decay from ``peak`` to ``floor`` at
-    ``t = total``. Equal to the formula to float rounding (tests/reference_forms.py ``lr_at``).
+    ``t = total``. Equal to the formula to float rounding (nac/testing/reference_forms.py ``lr_at``).
     A closed form: SequentialLR(LinearLR, CosineAnnealingLR) updates recursively (its rounding
     drifts with the step count) and has no form for ``warmup = 0`` or ``total = warmup``."""
     span = max(1, total - warmup)

@@ -1,6 +1,6 @@
 """The plain forms the package's fast paths are proven equal to (issue 24, item 4). The package
-keeps only the fast path; each plain form lives here, where the equality tests run it beside the
-fast one (and bench/ scripts import it to time it):
+keeps only the fast path; each plain form lives here (``nac.testing``), where the equality tests
+import it to run it beside the fast one (and bench/ scripts import it to time it):
 
 - ``per_layer_modulation``: every ModFC computes its own code modulation, instead of
   ``NAC.code_modulations`` computing them together (tests/test_modfc_batched.py);

@@ -14,8 +14,10 @@ times as "NAC, plain forms".
 
 The first two reach the model through its public kernel type: ``PlainSampler`` draws a
 ``PlainKernel``, a ``nac.circuits.kernel.Kernel`` whose ``log_normalized`` is the plain form.
-``use_reference_kernel(model)`` switches one model to all four (instance attributes, so another
-model in the same process keeps the fast forms); ``per_layer_kernels(model)`` to the last only.
+``use_reference_kernel(model)`` switches one model to all four, giving these forms in place of
+its public kernel draws ``NAC.kernel_sampler`` and ``NAC.kernel_samplers`` (instance attributes, so
+another model in the same process keeps the fast forms); ``per_layer_kernels(model)`` to the last
+only.
 """
 
 from __future__ import annotations
@@ -60,27 +62,27 @@ def _plain_sampler(self, P, readout: bool = False, eval_kernel=None):
 
 
 def per_layer_samplers(self, design, Ps=None, eval_kernel=None):
-    """``NAC._samplers`` as it was before every layer's kernel was drawn at once: one sampler
+    """``NAC.kernel_samplers`` as it was before every layer's kernel was drawn at once: one sampler
     per propagator (one ``P``'s sampler ``depth`` times with a shared bandwidth), each drawing
     ``[B, U, V]`` when its layer runs; the layer computes its own ``log K_hat``."""
     c = self.config
     if design.signatures is None:
         return [None] * c.depth, None
     Ps, P_out = self._executor_probabilities(design, Ps)  # (with input latents: [latents; processors])
-    samplers = [self._sampler(P, eval_kernel=eval_kernel) for P in Ps.values()]
+    samplers = [self.kernel_sampler(P, eval_kernel=eval_kernel) for P in Ps.values()]
     samplers = samplers if c.kernel_per_module else samplers * c.depth
-    return samplers, self._sampler(P_out, readout=True, eval_kernel=eval_kernel)
+    return samplers, self.kernel_sampler(P_out, readout=True, eval_kernel=eval_kernel)
 
 
 def per_layer_kernels(model):
     """Switch ``model`` (a NAC) to ``per_layer_samplers``, in place; returns it."""
-    model._samplers = types.MethodType(per_layer_samplers, model)
+    model.kernel_samplers = types.MethodType(per_layer_samplers, model)
     return model
 
 
 def use_reference_kernel(model):
     """Switch ``model`` (a NAC) to the plain forms above, in place; returns it."""
-    model._sampler = types.MethodType(_plain_sampler, model)
+    model.kernel_sampler = types.MethodType(_plain_sampler, model)
     per_layer_kernels(model)
     for m in model.modules():
         if isinstance(m, SKMDPA):  # its CPU shortcut off: SDPA (its bias is the kernel's, plain)
