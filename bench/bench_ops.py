@@ -68,8 +68,9 @@ CPU's math path; Perceiver IO's SDPA (no bias) was one op each way already.
 The NAC/PIO ops goal (<= 1.3) is not reached eagerly: what is left is mostly the ModFCs' own ops
 (the modulation's product in every ModFC, forward and backward: propagators, read-in and read-out),
 the optimizer's and AccumulateGrad's per-parameter ops (the NAC has more parameter tensors) and the
-read-out's kernel. Compiled as one whole step (``train.compile_scope: step``, label
-``after_whole_step``, "Compiled step" below) it is: 1.15 at the Tiny size and 1.19 at the ImageNet size.
+read-out's kernel. Compiled as one whole step (``train.compile_scope: step`` until issue 32, label
+``after_whole_step``, "Compiled step" below) it was 1.15 at the Tiny size and 1.19 at the ImageNet
+size; the scope's present form (the update compiled apart): label ``after_compiled_update``.
 """
 # the counter since the loop's labels (bench/results/ops_loop.md); appended to NOTES in the .md
 NOTES_COUNTING = """
@@ -95,12 +96,14 @@ NAC the matching in advance (``Objective.matching_in_advance``: ``P`` without gr
 permutations' copies). "graphs", "graph breaks", "recompiles": dynamo's counters over the 3
 steps (``unique_graphs``, ``graph_break``; recompiles = graphs after step 3 - after step 1).
 
-Scope "step" (``--compile-scope step``, ``train.compile_scope: step``): the region is the whole
-step (``nac.training.compiled.whole_step``: forward, loss, gradients by a traced
-``torch.autograd.grad``, clipping, torch's functional AdamW on the optimizer's state and the next
-step's ``P``), one graph and one output module; eager outside it: loader, checks, EMA, the loop
-(``EAGER_PARTS_STEP``), the LRs' fills (2 groups) and the matching started from the ``P`` the last
-step returned (one copy of every layer's ``P``, one of the permutations back). Labels from
+Scope "step" (``--compile-scope step``, ``train.compile_scope: step``): the update is compiled too
+(``nac.training.optim.clip_and_step``: the gradients' norm, clipping and ``optimizer.step()``,
+torch's compiled optimizer with a tensor LR and foreach AdamW, CUDA's form): two more output
+modules, "clip" and "adamw"; eager outside: loader, checks, EMA, the loop, AccumulateGrad
+(``EAGER_PARTS_STEP``) and the matching in advance. Until issue 32 (labels ``whole_step_cpu_sdpa``
+and ``after_whole_step``) the scope was a second step function, ``whole_step`` (forward, loss,
+gradients by a traced ``torch.autograd.grad``, clipping, torch's functional AdamW on the
+optimizer's state and the next step's ``P``, one graph; its column "step kernels + extern"). Labels from
 ``after_whole_step`` on count SDPA with a float bias in the region as CUDA's fused kernel, one
 extern call each way (``nac.bench.sdpa_counting.compiled_fused_sdpa``, the eager column's ``--sdpa fused``
 convention): inductor on the CPU decomposes it (matrix products and softmax, forward and
@@ -132,11 +135,16 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+# the compiled region's graphs, in the order inductor compiles them (compiled_counts)
+PARTS = ("forward", "backward", "clip", "adamw")
+
+
 def compiled_table(results: dict) -> str:
     """The compiled column of every label that has one."""
     lines = [
         "| label | pair | model | scope | eager ops/step | compiled launches/step | NAC/PIO (compiled) | compiled "
-        "region: forward kernels + extern, backward kernels + extern (scope step: the one graph's) | eager outside "
+        "region: kernels + extern of the forward, backward (scope step: clipping, AdamW; "
+        "until issue 32 the one graph's) | eager outside "
         "the region | graphs | graph breaks | recompiles |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -152,12 +160,8 @@ def compiled_table(results: dict) -> str:
                 pc = (pio or {}).get("compiled")
                 ratio = f"{c['launches_total'] / pc['launches_total']:.2f}" if pc and r is not pio else ""
                 g = c["region"]
-                region = (
-                    f"{g['step kernels']} + {g['step extern']}"
-                    if "step kernels" in g
-                    else f"{g['forward kernels']} + {g['forward extern']}, "
-                    f"{g['backward kernels']} + {g['backward extern']}"
-                )
+                parts = ("step",) if "step kernels" in g else [p for p in PARTS if f"{p} kernels" in g]
+                region = ", ".join(f"{g[f'{p} kernels']} + {g[f'{p} extern']}" for p in parts)
                 lines.append(
                     f"| {label} | {pair} | {name} | {c.get('scope', 'forward')} | {r['ops_total']} | "
                     f"{c['launches_total']} | {ratio} | {region} | "
@@ -207,7 +211,7 @@ def main() -> None:
         "--compile-scope",
         choices=["forward", "step"],
         default="forward",
-        help="the compiled column's train.compile_scope (step: the whole step, AdamW included, one graph)",
+        help="the compiled column's train.compile_scope (step: the update compiled too, clip_and_step)",
     )
     ap.add_argument("--out", default="bench/results/ops.json")
     a = ap.parse_args()

@@ -176,7 +176,7 @@ def compiled_counts(
             decay, no_decay = decay_groups(model, cfg.get("decay_filter", "authors"))
             wd, lr = cfg.get("weight_decay", 0.05), cfg.get("lr", 1e-3)
             param_groups = [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}]
-            optimizer = make_adamw(param_groups, lr=lr, compiled=True)
+            optimizer = make_adamw(param_groups, lr=lr, impl="foreach", compiled=True)  # CUDA's form
             params = list(model.parameters())
         for _ in range(3):
             t = Tracker()

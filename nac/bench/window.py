@@ -64,11 +64,11 @@ class Part:
 
 
 # Shares for one H100 (not measured yet: from bench/results/gpu.json's eager steps, 75 and
-# 196 ms, and room for inductor to compile each model's whole step once; the step parts fit
+# 196 ms, and room for inductor to compile each model's step once; the step parts fit
 # their blocks to what is left of their share, so a slower compilation costs blocks, not the part).
 PARTS = (
     Part("step_eager", 45, 90, "bf16 step at batch 128, eager"),
-    Part("step_compiled", 75, 150, "the same, whole step compiled (train.compile: default, compile_scope: step)"),
+    Part("step_compiled", 75, 150, "the same, compiled with its update (train.compile: default, compile_scope: step)"),
     Part("step_cudagraphs", 75, 150, "the same with CUDA graphs (train.compile: reduce-overhead, compile_scope: step)"),
     Part("throughput", 30, 60, "module dropping: whole model and executor, 0% and 87.5% dropped"),
     Part("converged", 105, None, "pieces of the converged run: tools/run_converged.py --budget <minutes>"),

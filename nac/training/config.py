@@ -64,7 +64,7 @@ class TrainConfig(ConfigDict):
     # overlap (while the device runs the forward; the regularizer's few ops then run eagerly)
     compile_matching: Literal[COMPILE_MATCHINGS] = "before"
     # what train.compile compiles (nac/training/compiled.py): forward (forward and loss; backward,
-    # clipping and AdamW eager) | step (the whole step, AdamW included, one graph)
+    # clipping and AdamW eager) | step (the update too: clip_and_step compiled, torch's compiled optimizer)
     compile_scope: Literal[COMPILE_SCOPES] = "forward"
 
     def __post_init__(self) -> None:
