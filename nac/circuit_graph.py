@@ -119,7 +119,7 @@ class CircuitGraph:
             return self._P(sig, layer=list(range(self.config.depth)), distance=cosine_distance(sig))
         return self._P(sig, layer=None, distance=cosine_distance(sig))[None]
 
-    def _kernel_mode(self, readout: bool = False, eval_kernel: str | None = None) -> str:
+    def kernel_mode(self, readout: bool = False, eval_kernel: str | None = None) -> str:
         """How the kernel is drawn: a Concrete sample in training with ``stochastic_kernel`` (the
         paper's SKMDPA; the read-out's only with ``sample_readout``), else ``P`` itself; at
         evaluation ``eval_kernel`` (this call's, from ``forward``), else the config's."""
@@ -160,7 +160,7 @@ class CircuitGraph:
         form may be given in its place (an instance attribute; ``nac.testing.reference_kernel``)."""
         if P is None:
             return None
-        mode = self._kernel_mode(readout, eval_kernel)
+        mode = self.kernel_mode(readout, eval_kernel)
         return KernelSampler(P, self.config.tau, mode=mode, cpu_shortcuts=self.cpu_shortcuts)
 
     def kernel_samplers(
@@ -175,7 +175,7 @@ class CircuitGraph:
         c = self.config
         if design.signatures is None:
             return [None] * c.depth, None
-        Ps, P_out = self._executor_probabilities(design, Ps)
+        Ps, P_out = self.executor_probabilities(design, Ps)
         sample_op = self.kernel_sampler(P_out, readout=True, eval_kernel=eval_kernel)
         P0 = next(iter(Ps.values()))
         if P0.dim() == 2 and not cpu_shortcut(P0, self.cpu_shortcuts):  # CUDA's path: every layer's kernel at once
@@ -196,7 +196,7 @@ class CircuitGraph:
         c = self.config
         P = torch.stack(list(Ps.values())) if c.kernel_per_module else next(iter(Ps.values())).expand(c.depth, -1, -1)
         sampler = KernelSampler(
-            P, c.tau, mode=self._kernel_mode(eval_kernel=eval_kernel), layers=True, cpu_shortcuts=self.cpu_shortcuts
+            P, c.tau, mode=self.kernel_mode(eval_kernel=eval_kernel), layers=True, cpu_shortcuts=self.cpu_shortcuts
         )
         drawn = []
 
@@ -211,7 +211,7 @@ class CircuitGraph:
 
         return [layer(i) for i in range(c.depth)]
 
-    def _executor_probabilities(self, design: CircuitDesign, Ps: dict | None = None) -> tuple[dict, torch.Tensor]:
+    def executor_probabilities(self, design: CircuitDesign, Ps: dict | None = None) -> tuple[dict, torch.Tensor]:
         """The ``P`` the executor samples its kernels from: ``({layer: P}, P_readout)``. Without
         input latents, the propagators' ``kernel_probabilities`` (``Ps`` if given) and the
         read-out's ``[(B,) U_o, U_p]``. With input latents that have signatures, the authors'

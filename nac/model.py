@@ -44,7 +44,7 @@ class NAC(CircuitGraph, nn.Module):
     attentions has one kernel over the concatenated signatures: the links from the input latents
     are gated by ``P = exp(-d / eps)`` of their signatures with the same bandwidth, truncation
     (the read-out's only with ``truncate_readout``), Concrete sampling and eq. 3 normalisation
-    (over the whole row) as the processors' links (``_executor_probabilities``). The input
+    (over the whole row) as the processors' links (``executor_probabilities``). The input
     latents' signatures are random and learnable (the authors' ``input_latent_kwargs: null``;
     fixed for the frozen-graph rung), not fitted to a prior; the graph, the regularizer (the
     authors' ``regularize_input_latents: false``), the mechanism numbers and module dropping
@@ -302,7 +302,7 @@ class NAC(CircuitGraph, nn.Module):
     ) -> torch.Tensor:
         """``execute`` with ``input_latents = N > 0``: tokens ``[B, T, d_in]`` read into the input
         latents ``[B, N, d]``, which every propagator and the read-out receive from, through their
-        kernels (``_executor_probabilities``; dense without signatures)."""
+        kernels (``executor_probabilities``; dense without signatures)."""
         B = tokens.shape[0]
         latent_codes, latent_states = self.input_latents()
         codes = self.code_modulations(design, latent_codes)

@@ -212,14 +212,14 @@ def test_drop_path_schedule(schedule):
 
 def test_stochastic_kernel_off_trains_with_P_itself():
     model = build_model(make_tiny_config(stochastic_kernel=False, signature_fit_steps=20)).train()
-    assert model._kernel_mode() == "expectation"
+    assert model.kernel_mode() == "expectation"
     x = torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8)
     torch.manual_seed(1)
     a = model(x)
     torch.manual_seed(2)
     assert torch.equal(a, model(x))  # no sample drawn (drop path 0)
     on = build_model(make_tiny_config(sample_readout=False, signature_fit_steps=20)).train()
-    assert on._kernel_mode() == "sample" and on._kernel_mode(readout=True) == "expectation"
+    assert on.kernel_mode() == "sample" and on.kernel_mode(readout=True) == "expectation"
 
 
 @pytest.mark.parametrize("decay_filter", ["authors", "ours", "all"])

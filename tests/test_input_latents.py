@@ -116,7 +116,7 @@ def test_the_executor_gates_input_latent_links_by_the_kernel_of_the_concatenated
             if "bandwidth" in m._parameters or "bandwidth" in m._buffers:
                 m.bandwidth.fill_(0.7 + 0.1 * i)
     design = model.design()
-    Ps, P_out = model._executor_probabilities(design)
+    Ps, P_out = model.executor_probabilities(design)
     graph = model.kernel_probabilities(design)
     for layer, P in Ps.items():
         assert P.shape == (16, N + 16)
@@ -333,7 +333,7 @@ def test_module_dropping_keeps_the_input_latents():
     smaller = drop_modules(model, 4)
     assert smaller.config.n_processor == 12 and smaller.input_latents.codes.shape == (N, 32)
     assert torch.equal(smaller.input_latents.signatures, model.input_latents.signatures)
-    Ps, P_out = smaller._executor_probabilities(smaller.design())
+    Ps, P_out = smaller.executor_probabilities(smaller.design())
     assert all(P.shape == (12, N + 12) for P in Ps.values()) and P_out.shape == (3, N + 12)
     assert smaller(_images()).shape == (3, 5)
     dense = _model(variant="modfc").eval()
@@ -380,7 +380,7 @@ def test_fast_paths_give_the_plain_step_with_input_latents(train):
     cut links, of processors and of input latents, exercise the sparse and masked paths."""
     model = _model(n_processor=24, depth=3, signature_fit_steps=50, **TINY_KERNEL).train(train)
     assert (model.link_probabilities().detach() == 0).float().mean() > 0.1  # cut links: the masked path matters
-    P_in = next(iter(model._executor_probabilities(model.design())[0].values()))[:, :N].detach()
+    P_in = next(iter(model.executor_probabilities(model.design())[0].values()))[:, :N].detach()
     assert (P_in == 0).any() and (P_in > 0).any()  # and cut input-latent links
     x, y = _images(), torch.tensor([0, 1, 2])
     results = {}

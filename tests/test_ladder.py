@@ -176,7 +176,7 @@ def test_eval_kernel_per_call_is_the_config_field_without_changing_the_model(tin
     got, want = predict(model, data, batch_size=2, eval_kernel="dense"), predict(ref, data, batch_size=2)
     assert np.array_equal(got["logits"], want["logits"]) and model.config.eval_kernel == "expectation"
     model.train()
-    assert model._kernel_mode(eval_kernel="dense") == model._kernel_mode()
+    assert model.kernel_mode(eval_kernel="dense") == model.kernel_mode()
     with pytest.raises(ValueError, match="unknown eval_kernel 'none'"):
         model(x, eval_kernel="none")
 

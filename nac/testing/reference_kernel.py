@@ -58,7 +58,7 @@ class PlainSampler:
 
 
 def _plain_sampler(self, P, readout: bool = False, eval_kernel=None):
-    return None if P is None else PlainSampler(P, self.config.tau, self._kernel_mode(readout, eval_kernel))
+    return None if P is None else PlainSampler(P, self.config.tau, self.kernel_mode(readout, eval_kernel))
 
 
 def per_layer_samplers(self, design, Ps=None, eval_kernel=None):
@@ -68,7 +68,7 @@ def per_layer_samplers(self, design, Ps=None, eval_kernel=None):
     c = self.config
     if design.signatures is None:
         return [None] * c.depth, None
-    Ps, P_out = self._executor_probabilities(design, Ps)  # (with input latents: [latents; processors])
+    Ps, P_out = self.executor_probabilities(design, Ps)  # (with input latents: [latents; processors])
     samplers = [self.kernel_sampler(P, eval_kernel=eval_kernel) for P in Ps.values()]
     samplers = samplers if c.kernel_per_module else samplers * c.depth
     return samplers, self.kernel_sampler(P_out, readout=True, eval_kernel=eval_kernel)
