@@ -27,6 +27,11 @@ def link_threshold(truncation: float | None, bandwidth: float) -> float:
 def graph_agreement(signatures: torch.Tensor, adjacency: np.ndarray, threshold: float) -> float:
     """Fraction of off-diagonal pairs on the right side of ``threshold``: linked pairs closer
     (cosine distance ``<= threshold``), unlinked pairs farther."""
+    if threshold is None:
+        raise ValueError(
+            "graph_agreement needs a distance threshold (the kernel's truncation, or the fit's "
+            "signature_fit_threshold): an untruncated kernel links every pair, so no threshold is implied"
+        )
     d = cosine_distance(signatures.detach()).numpy()
     A = np.asarray(adjacency) != 0
     A = A | A.T

@@ -284,3 +284,10 @@ def test_fit_rejects_bad_arguments():
         fit_signatures_to_graph(np.eye(4), d_sig=4, margin=0.1)
     with pytest.raises(ValueError, match="unknown signature fit 'balanced'; valid choices: authors, margin"):
         prior_signatures("scale_free", 8, 4, seed=0, fit="balanced")
+
+
+def test_graph_agreement_without_a_threshold_is_refused_by_name():
+    """An untruncated kernel implies no threshold: a missing one is named, not a TypeError from numpy."""
+    sig = torch.nn.functional.normalize(torch.randn(4, 3), dim=-1)
+    with pytest.raises(ValueError, match="graph_agreement needs a distance threshold"):
+        graph_agreement(sig, np.eye(4), None)

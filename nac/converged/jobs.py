@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from nac.converged import pieces as P
+from nac.pipeline.datasets import builder, data_root
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import MODELS
 
@@ -62,7 +63,7 @@ def in_work(params: dict, work: str | Path) -> tuple[dict, Path]:
     no piece's ``params_part`` either way)."""
     work = Path(work)
     data = params["data"]
-    return dict(params, data=dict(data, root=str(work / data.get("root", "data")))), work / MODELS
+    return dict(params, data=dict(data, root=str(work / data_root(data)))), work / MODELS
 
 
 def checkpoint_of(piece: P.Piece, models: str | Path = MODELS) -> Path:
@@ -77,7 +78,7 @@ def checkpoint_of(piece: P.Piece, models: str | Path = MODELS) -> Path:
 
 def _image(params: dict, piece: P.Piece, out: Path, progress: bool, models: Path) -> None:
     from nac.checkpoint_io import load_model
-    from nac.pipeline.paths import image_checkpoint, parse_run
+    from nac.pipeline.paths import parse_run
     from nac.tracks.image import evaluate_image_run, prune_sweep, train_image_run
 
     run, seed = piece.run, piece.seed
@@ -92,13 +93,12 @@ def _image(params: dict, piece: P.Piece, out: Path, progress: bool, models: Path
         write_json(out / "prune.json", rows)
     variant, prior, control = parse_run(run)
     if variant == "nac" and control is None:  # Figure 3: the learned graph
-        p = load_model(image_checkpoint(run, seed, models)).link_probabilities().detach()
+        p = load_model(checkpoint_of(piece, models)).link_probabilities().detach()
         write_json(out / "graph.json", [[round(float(x), 6) for x in row] for row in p])
     fs_runs, episodes = P.fewshot_runs(params, piece), []
     if fs_runs:
         episodes = P.fewshot_episodes(params, piece)
     if fs_runs and episodes:
-        from nac.data.registry import get_builder
         from nac.tracks.fewshot import FewShotConfig, run_fewshot
         from nac.training.distributed import resolve_device
 
@@ -110,11 +110,10 @@ def _image(params: dict, piece: P.Piece, out: Path, progress: bool, models: Path
             )
         cfg = FewShotConfig.from_dict(dict(fs.get("protocol") or {}))
         device = resolve_device(params.get("device", "auto"))
-        model = load_model(image_checkpoint(run, seed, models), map_location=device).to(device).eval()
-        data = params["data"]
+        model = load_model(checkpoint_of(piece, models), map_location=device).to(device).eval()
         res: dict[str, Any] = {}
         for target in fs["targets"]:
-            b = get_builder(target, data.get("root", "data"), data.get(target) or {})
+            b = builder(params, target)
             rows = run_fewshot(
                 {r: [model] * len(params["seeds"]) for r in fs_runs},  # episode e reads models[e % len(seeds)]
                 {target: b},

@@ -7,10 +7,15 @@ from typing import Any
 from nac.data.registry import get_builder
 
 
+def data_root(data: dict) -> str:
+    """params.yaml's ``data.root`` (where the datasets are downloaded and cached; default ``data``)."""
+    return data.get("root", "data")
+
+
 def builder(params: dict, name: str):
     """The builder of dataset ``name`` with its ``data.<name>`` params under ``data.root``."""
     data = params["data"]
-    return get_builder(name, data.get("root", "data"), data.get(name) or {})
+    return get_builder(name, data_root(data), data.get(name) or {})
 
 
 def track_builder(params: dict, section: str):

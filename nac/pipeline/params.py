@@ -21,8 +21,9 @@ from typing import Any
 
 import yaml
 
-from nac.data.registry import available, get_builder
+from nac.data.registry import available
 from nac.graphs import PRIORS
+from nac.pipeline.datasets import builder
 from nac.pipeline.schema import ParamsError, check_schema
 from nac.pipeline.stage_params import project
 from nac.pipeline.typecheck import article
@@ -182,7 +183,7 @@ def validate(params: dict[str, Any]) -> None:
         if ds not in names:
             raise ParamsError(f"data.datasets lists unknown dataset {ds!r}; valid choices: {', '.join(names)}")
         try:
-            get_builder(ds, data.get("root", "data"), data.get(ds) or {})
+            builder({"data": data}, ds)
         except ValueError as e:
             raise ParamsError(f"data.{ds}: {e}") from e
 

@@ -48,9 +48,9 @@ import torch.nn.functional as F
 from nac.baselines.fewshot import MN_TRAIN
 from nac.checkpoint_io import load_model
 from nac.config import ConfigDict, check_field_types
-from nac.data.registry import get_builder
 from nac.fields import AT_LEAST_2, NONNEGATIVE, NONNEGATIVE_INT, POSITIVE_INT
 from nac.model import NAC
+from nac.pipeline.datasets import builder
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import MODELS, fewshot_image_run, image_checkpoint, pretrain_checkpoint
 from nac.training.distributed import resolve_device
@@ -356,8 +356,7 @@ def run_target(
     fs = params["fewshot"]
     cfg = FewShotConfig.from_dict(dict(fs.get("protocol") or {}))
     device = resolve_device(params.get("device", "auto"))
-    data = params["data"]
-    b = get_builder(target, data.get("root", "data"), data.get(target) or {})
+    b = builder(params, target)
     pretrained = {
         run: [m.to(device).eval() for m in load_pretrained(params, run, device, progress, models=models)]
         for run in fs["runs"]
