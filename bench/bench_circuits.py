@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import platform
 import statistics
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from nac import ModelConfig, build_model
 from nac.circuits.readin import ReadIn
+from nac.pipeline.io import write_json
 from nac.testing.reference_forms import direct_readin
 
 
@@ -156,8 +155,7 @@ def main() -> None:
         f"Perceiver IO {t['perceiver_io_s'] * 1e3:.0f} ms, "
         f"NAC {t['nac_s'] * 1e3:.0f} ms, NAC / PIO = {t['nac_over_pio']:.2f}"
     )
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(res, indent=1))
+    write_json(a.out, res)
 
 
 if __name__ == "__main__":

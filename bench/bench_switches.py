@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from nac.bench.scratch import train_in_scratch
+from nac.pipeline.io import write_json
 from nac.pipeline.params import read_params
 from nac.report.switches import SWITCHES, bench_params
 
@@ -89,9 +90,7 @@ def _merge(out_path: Path, name: str, seed: int, entry: dict, machine: dict, par
             results = {}
         results.update(machine=machine, profile=params["profile"], params=bench_params(params))
         results.setdefault("switches", {}).setdefault(name, {})[str(seed)] = entry
-        tmp = out_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
-        tmp.replace(out_path)
+        write_json(out_path, results)  # atomic: temporary file + rename
 
 
 if __name__ == "__main__":

@@ -3,9 +3,7 @@ flip + translate (``augment: true``)."""
 
 import contextlib
 import random
-import sys
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +12,9 @@ import torch.nn.functional as F
 from torch.utils.data import Dataset
 
 pytest.importorskip("timm")
+
+from interrupted_runs import interrupt_then_resume  # noqa: E402
+from test_overfit import quadrant_batch  # noqa: E402
 
 from nac import build_model  # noqa: E402
 from nac.training import loop  # noqa: E402
@@ -26,10 +27,6 @@ from nac.training.augment import (
     soft_cross_entropy,
 )
 from nac.training.config import TrainConfig  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).parent))
-from interrupted_runs import interrupt_then_resume  # noqa: E402
-from test_overfit import quadrant_batch  # noqa: E402
 
 RECIPE = recipe_of(AUTHORS_TINYIMAGENET)
 

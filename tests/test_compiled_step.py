@@ -10,8 +10,6 @@ runs before the compiled region (``Objective.matching_in_advance``) and its perm
 """
 
 import copy
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -235,7 +233,6 @@ def test_a_compiled_fit_trains_as_the_eager_one(matching, scope):
     """Through the loop (matching in advance, the compiled forward and loss, the optimizer step
     eager, or with ``scope="step"`` compiled too): after 3 steps the same weights and
     losses as the eager fit, to float rounding."""
-    sys.path.insert(0, str(Path(__file__).parent))
     from test_overfit import Quadrants
     from test_training import small_train
 
@@ -283,7 +280,6 @@ def test_what_cannot_be_compiled_is_refused():
         def training_loss(self, *a, **k):
             raise AssertionError("not reached")
 
-    sys.path.insert(0, str(Path(__file__).parent))
     from test_overfit import Quadrants
     from test_training import small_train
 

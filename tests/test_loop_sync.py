@@ -4,11 +4,11 @@ non-finite step still stops training before a checkpoint is written, the EMA giv
 bits."""
 
 import copy
-import sys
-from pathlib import Path
 
 import pytest
 import torch
+from test_overfit import Quadrants
+from test_training import small_train
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from nac import build_model
@@ -20,10 +20,6 @@ from nac.training.ema import ema_groups, ema_update
 from nac.training.errors import NonFiniteLossError, NonFiniteWeightsError
 from nac.training.loop import fit
 from nac.training.optim import make_adamw
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_overfit import Quadrants  # noqa: E402
-from test_training import small_train  # noqa: E402
 
 SYNCS = {"nonzero", "_local_scalar_dense", "is_nonzero", "masked_select", "equal"}
 

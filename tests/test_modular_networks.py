@@ -3,13 +3,13 @@
 controller's mode, and the training loop's generic hook."""
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from interrupted_runs import interrupt_then_resume
+from test_overfit import Quadrants, quadrant_batch
 
 from nac.baselines import ModularNetwork, ModularNetworkConfig
 from nac.baselines.modular_networks import ConvModules, DenseModules
@@ -17,10 +17,6 @@ from nac.evaluation import predict
 from nac.training.config import TrainConfig
 from nac.training.loop import fit
 from nac.training.run import WithIndex
-
-sys.path.insert(0, str(Path(__file__).parent))
-from interrupted_runs import interrupt_then_resume  # noqa: E402
-from test_overfit import Quadrants, quadrant_batch  # noqa: E402
 
 
 def tiny_config(**kw):

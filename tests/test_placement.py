@@ -6,7 +6,6 @@ with an error that names its variable."""
 
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -32,7 +31,6 @@ TWO_CORES = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two fak
 def toy_job(seed: int, out: str, epochs: int = 2, progress: bool = True) -> dict:
     """One training job as a stage runs it: a tiny NAC trained on a toy task with a per-epoch
     checkpoint, its metrics written to ``out/toy-<seed>.json``. Returns where it ran."""
-    sys.path.insert(0, str(TESTS))
     import torch
     from test_overfit import Quadrants
     from tiny_models import make_tiny_config

@@ -17,11 +17,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_training import Quadrants, small_train
 
 from nac import build_model
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_training import Quadrants, small_train  # noqa: E402
 
 
 def tiny(tiny_config, **kw):

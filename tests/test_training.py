@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from interrupted_runs import Interrupt, interrupt_then_resume, stop_after
+from test_overfit import Quadrants
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from nac import build_model
@@ -20,10 +22,6 @@ from nac.training.config import TrainConfig
 from nac.training.errors import NonFiniteLossError
 from nac.training.loop import fit
 from nac.training.optim import warmup_cosine
-
-sys.path.insert(0, str(Path(__file__).parent))
-from interrupted_runs import Interrupt, interrupt_then_resume, stop_after  # noqa: E402
-from test_overfit import Quadrants  # noqa: E402
 
 
 def small_train(**kw):
