@@ -363,3 +363,25 @@ def test_the_compile_settings_are_checked():
             TrainConfig(**kw)
     assert TrainConfig(compile="default", compile_scope="step").to_dict()["compile_scope"] == "step"
     assert "compile_scope" not in TrainConfig(compile="default").to_dict()
+
+
+@pytest.mark.slow  # two short compiled fits (~20 s); CI's slow run
+def test_a_compiled_update_run_resumes_as_the_uninterrupted_one(tmp_path):
+    """``compile_scope: step`` keeps the LR as a tensor in the optimizer (``make_adamw(compiled=True)``):
+    the checkpoint holds it and the scheduler's state, and a run interrupted after epoch 1 and resumed
+    (a fresh process's optimizer, recompiled) logs exactly the uninterrupted run's history."""
+    from interrupted_runs import interrupt_then_resume
+    from test_overfit import Quadrants
+    from test_training import small_train
+
+    cfg = small_train(epochs=2, batch_size=8, compile="aot_eager", compile_scope="step")
+    train, val = Quadrants(24, 0), Quadrants(8, 1)
+
+    def make():
+        return build_model(make_tiny_config(variant="nac", num_classes=4, signature_fit_steps=20), cpu_shortcuts=False)
+
+    torch.manual_seed(0)
+    full = fit(make(), train, val, cfg, checkpoint=tmp_path / "a.pt", progress=False)
+    resumed = interrupt_then_resume(make, train, val, cfg, tmp_path / "b.pt")
+    assert resumed.result["history"] == full["history"]
+    assert all(isinstance(h["lr"], float) for h in full["history"])

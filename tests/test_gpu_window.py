@@ -210,7 +210,9 @@ def test_the_step_part_times_interleaved_blocks():
 @pytest.mark.slow
 def test_cpu_dry_run_of_the_whole_window(tmp_path):
     """Every part, tiny, in processes of their own, as the GPU machine runs them (40 to 100 s on 2
-    shared cores). The compiled parts stand in with aot_eager: each model's whole step is one graph."""
+    shared cores). The compiled parts stand in with aot_eager: each model's step (``compile_scope: step``)
+    compiles to three graphs, the forward and loss, the clipping and AdamW, with torch's two breaks in
+    the optimizer step (tests/test_compiled_step.py)."""
     out = tmp_path / "w"
     p = subprocess.run(
         [sys.executable, "bench/gpu_window.py", "--cpu-dry-run", "--out", str(out)],
@@ -229,7 +231,7 @@ def test_cpu_dry_run_of_the_whole_window(tmp_path):
         assert r["compile"] == mode and r["compile_used"] == ("aot_eager" if mode else False)
         assert r["nac_over_pio"]["n"] == r["blocks"] == 2
         for row in r["models"].values():
-            assert (row["graphs"], row["breaks"]) == ((1, 0) if mode else (0, 0))
+            assert (row["graphs"], row["breaks"]) == ((3, 2) if mode else (0, 0))
         assert r["recompiles_in_blocks"] == 0
     rows = res["parts"]["throughput"]["results"]["batch_4"]["rows"]
     assert [row["kept_modules"] for row in rows] == [16, 2]

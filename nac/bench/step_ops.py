@@ -133,8 +133,9 @@ def compiled_counts(
     """The compiled column: what one steady-state step with ``train.compile: mode`` launches.
     ``scope="step"`` (``train.compile_scope: step``): the update (``clip_and_step``: the
     gradients' norm, clipping and AdamW, torch's compiled optimizer with a tensor LR) is compiled
-    too, two more output modules; the eager parts are then ``EAGER_PARTS_STEP``.
-    The region (``nac.training.compiled.objective_losses``: forward, loss, regularizer at the
+    too, two more output modules; the eager parts are then ``EAGER_PARTS_STEP`` and the LR
+    schedule's step (its tensor LRs filled on the device, counted as "LR schedule (eager)").
+    The region (``nac.training.objective.objective_losses``: forward, loss, regularizer at the
     permutations matched in advance, and its backward) compiled by inductor on the CPU, 3 steps;
     its kernels counted from the forward's and the backward's output code (``_calls``); plus
     the eager ops of the parts the compiled step leaves eager (``EAGER_PARTS``, from the eager
@@ -146,7 +147,7 @@ def compiled_counts(
     from torch._dynamo.utils import counters
 
     from nac.training.objective import Objective
-    from nac.training.optim import decay_groups, make_adamw
+    from nac.training.optim import decay_groups, make_adamw, warmup_cosine
 
     model = cuda_paths(copy.deepcopy(model)).train()
     objective = Objective(model)
@@ -177,7 +178,9 @@ def compiled_counts(
             wd, lr = cfg.get("weight_decay", 0.05), cfg.get("lr", 1e-3)
             param_groups = [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}]
             optimizer = make_adamw(param_groups, lr=lr, impl="foreach", compiled=True)  # CUDA's form
+            schedule = warmup_cosine(optimizer, 10, 2, lr, lr / 10)
             params = list(model.parameters())
+        lr_ops = Tracker()
         for _ in range(3):
             t = Tracker()
             with OpCounter(t):
@@ -188,6 +191,9 @@ def compiled_counts(
             loss.backward()
             if update is not None:
                 update(params, optimizer, cfg.get("grad_clip", 1.0))
+                lr_ops = Tracker()  # the last step's
+                with OpCounter(lr_ops):
+                    schedule.step()
             graphs.append(counters["stats"]["unique_graphs"])
         breaks = sum(counters["graph_break"].values())
         dynamo.reset()
@@ -201,13 +207,16 @@ def compiled_counts(
         (ck, cx), (ak, ax) = _calls(codes[2]), _calls(codes[3])
         region.update({"clip kernels": ck, "clip extern": cx, "adamw kernels": ak, "adamw extern": ax})
     outside = {p: n for p, n in eager["ops"].items() if p in (EAGER_PARTS_STEP if scope == "step" else EAGER_PARTS)}
+    schedule_ops = sum(lr_ops.ops.values())
     extra = {"matching (eager)": matching} if matching else {}
+    if schedule_ops:
+        extra["LR schedule (eager)"] = schedule_ops
     return {
         "mode": mode,
         "scope": scope,
         "region": region,
         "eager": {**outside, **extra},
-        "launches_total": sum(region.values()) + sum(outside.values()) + matching,
+        "launches_total": sum(region.values()) + sum(outside.values()) + matching + schedule_ops,
         "graphs": graphs[-1],
         "recompiles": graphs[-1] - graphs[0],
         "graph_breaks": breaks,
