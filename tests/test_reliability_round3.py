@@ -111,7 +111,10 @@ def _job(tag: str, out: str, progress: bool = True) -> str:
 
     Path(out, f"started-{tag}").write_text("")
     if tag == "kill":
-        time.sleep(0.5)  # let the other worker start its job
+        for _ in range(1200):  # let the other worker start its job (a fixed 0.5 s lost that race on a loaded machine)
+            if Path(out, "started-slow").exists():
+                break
+            time.sleep(0.05)
         os.kill(os.getpid(), signal.SIGKILL)
     if tag == "slow":
         for _ in range(600):
