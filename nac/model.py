@@ -19,7 +19,7 @@ from nac.circuits.generators import (
 )
 from nac.circuits.kernel import KERNEL_MODES
 from nac.circuits.layers import Propagator, ReadOut, cat_modules
-from nac.circuits.modfc import ModFCForm, batched_modulations, modfcs, name_modfcs
+from nac.circuits.modfc import ModFCForm, Modulations, batched_modulations, modfcs, name_modfcs
 from nac.circuits.readin import ReadIn
 from nac.circuits.tokenizers import build_tokenizer
 from nac.config import ModelConfig
@@ -263,9 +263,11 @@ class NAC(CircuitGraph, nn.Module):
         codes = self.code_modulations(design)
         states = self.read_in(tokens, design.states, codes["processors"], mask)
         samplers, sample_op = self.kernel_samplers(design, Ps, eval_kernel)
-        for layer, sample in zip(self.propagators, samplers):
+        procs = codes["processors"]
+        for i, (layer, sample) in enumerate(zip(self.propagators, samplers)):
             K = None if sample is None else sample(B)
-            states = layer(states, codes["processors"], K)
+            # each layer its own entries by the same keys (Modulations.scope): one compiled graph for all
+            states = layer(states, procs.scope(f"propagators.{i}.") if isinstance(procs, Modulations) else procs, K)
         K_out = None if sample_op is None else sample_op(B)
         return self.read_out(design.readout_states, states, codes["readout"], codes["processors"], K_out)
 

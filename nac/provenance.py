@@ -58,8 +58,15 @@ def code_fingerprint(root: str | Path = ".") -> dict[str, str]:
 
 
 def git_commit(root: str | Path = ".") -> dict[str, Any]:
-    """``{"commit": <HEAD sha or None>, "dirty": <uncommitted changes in nac, stages, conf, dvc.yaml>}``."""
+    """``{"commit": <HEAD sha or None>, "dirty": <uncommitted changes in nac, stages, conf, dvc.yaml>}``.
+    ``root`` must be the top of its own repository: a copy without a ``.git`` of its own inside another
+    repository (the device tool's copy, say) gets ``None``, not the commit of the repository around it."""
     try:
+        top = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"], cwd=root, capture_output=True, text=True, check=True
+        )
+        if Path(top.stdout.strip()).resolve() != Path(root).resolve():
+            return {"commit": None, "dirty": None}
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no", "nac", "stages", "conf", "dvc.yaml"],

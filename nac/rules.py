@@ -87,8 +87,8 @@ def compile_rules(value, matching: str, scope: str, *, modes, matchings, scopes)
         raise ValueError(f"train.compile_matching={matching!r}; valid choices: {', '.join(matchings)}")
     if scope not in scopes:
         raise ValueError(f"train.compile_scope={scope!r}; valid choices: {', '.join(scopes)}")
-    if scope == "step" and value is False:
-        raise ValueError("train.compile_scope=step compiles the step: set train.compile (default, say)")
+    if scope in ("step", "regional") and value is False:
+        raise ValueError(f"train.compile_scope={scope} compiles the step: set train.compile (default, say)")
 
 
 def _positive(where: str, cfg: Any, names: tuple[str, ...]) -> None:

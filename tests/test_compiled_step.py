@@ -355,10 +355,48 @@ def test_the_compiled_update_equals_eager(clip, impl):
     assert len(breaks) == 2 and all("lr_scheduler.py" in r or "graph_break()" in r for r in breaks), dict(breaks)
 
 
+@pytest.mark.parametrize("name", ["default", "perceiver_io"])
+def test_a_regionally_compiled_fit_trains_as_the_eager_one(name):
+    """``compile_scope: regional`` (issue 51): each propagator compiled on its own, one graph for all
+    of them (a NAC's propagators read their modulations by the same keys, ``Modulations.scope``; keyed
+    by the ModFCs' full names they compiled one graph each), no graph break (``float(reg)`` of the
+    host's constant 0 broke one before), and a 3-step fit under ``aot_eager`` equal to the eager fit
+    to float rounding."""
+    from test_overfit import Quadrants
+    from test_training import small_train
+
+    results = {}
+    for mode in (False, "aot_eager"):
+        dynamo.reset()
+        dynamo.utils.counters.clear()
+        torch.manual_seed(0)
+        model = build_model(
+            make_tiny_config(num_classes=4, signature_fit_steps=20, **CONFIGS[name]), cpu_shortcuts=False
+        )
+        cfg = small_train(epochs=1, batch_size=8, **(dict(compile=mode, compile_scope="regional") if mode else {}))
+        out = fit(model, Quadrants(24, 0), None, cfg, progress=False)
+        results[mode] = (out["final"], {k: v.clone() for k, v in model.state_dict().items()})
+        if mode:
+            regions = [n for n, m in model.named_modules() if getattr(m, "_compiled_call_impl", None) is not None]
+            assert regions == [f"propagators.{i}" for i in range(len(model.propagators))], regions
+            graphs = dynamo.utils.counters["stats"]["unique_graphs"]
+            assert graphs == 1, graphs  # every propagator the same compiled code (Modulations.scope)
+            assert not dynamo.utils.counters["graph_break"], dict(dynamo.utils.counters["graph_break"])
+    (fe, we), (fc, wc) = results[False], results["aot_eager"]
+    for k in fe:
+        assert fc[k] == pytest.approx(fe[k], rel=1e-5, abs=1e-6), k
+    for k in we:
+        torch.testing.assert_close(wc[k], we[k], msg=k)
+
+
 def test_the_compile_settings_are_checked():
     for kw, match in (
-        (dict(compile_scope="graph"), "compile_scope='graph' is not a valid choice; valid choices: forward, step"),
+        (
+            dict(compile_scope="graph"),
+            "compile_scope='graph' is not a valid choice; valid choices: forward, step, regional",
+        ),
         (dict(compile_scope="step"), "set train.compile"),
+        (dict(compile_scope="regional"), "set train.compile"),
     ):
         with pytest.raises(ValueError, match=match):
             TrainConfig(**kw)

@@ -184,57 +184,61 @@ def test_sync_counting_needs_its_probe_seen(monkeypatch):
 
 @pytest.mark.slow  # 2 s on a quiet 2-core machine, 10+ s under load: two models built and stepped
 def test_the_step_part_measures_both_models_first_and_fits_its_blocks_to_what_is_left():
-    """With its deadline passed after the compilations, the part still reports each model's first
+    """With its deadline passed after the first steps, the part still reports each model's first
     steps (what a window must not lose) and times no block."""
     saved = []
-    res = wm.measure_step(False, 2, 2, 1, time.time() - 1, True, lambda r: saved.append(json.loads(json.dumps(r))))
-    assert set(res["models"]) == {"perceiver_io", "nac"} and [set(r["models"]) for r in saved] == [
+    res = wm.measure_step("eager", 2, 2, 1, time.time() - 1, True, lambda r: saved.append(json.loads(json.dumps(r))))
+    out = res["sizes"]["tiny"]
+    assert set(out["models"]) == {"perceiver_io", "nac"} and [set(r["sizes"]["tiny"]["models"]) for r in saved[:2]] == [
         {"perceiver_io"},
         {"perceiver_io", "nac"},
     ]
-    for row in res["models"].values():
-        assert row["first_step_s"] > 0 and len(row["next_steps_s"]) == 2 and row["syncs_per_step"] is None
+    for row in out["models"].values():
+        assert row["first_step_s"] > 0 and len(row["first_steps_s"]) == 4 and row["syncs_per_step"] is None
         assert (row["graphs"], row["breaks"]) == (0, 0)  # eager: nothing compiled
-    assert res["blocks"] == 0 and "no block fitted" in res["timing"] and "nac_over_pio" not in res
+    assert out["blocks"] == 0 and "no block fitted" in out["timing"] and "nac_over_pio" not in out
 
 
 @pytest.mark.slow
 def test_the_step_part_times_interleaved_blocks():
-    res = wm.measure_step(False, 2, 3, 1, time.time() + 300, True, lambda r: None)
-    assert res["blocks"] == 3 and res["nac_over_pio"]["n"] == 3 and len(res["s_per_step"]["nac"]["values"]) == 3
-    ratios = [a / b for a, b in zip(res["s_per_step"]["nac"]["values"], res["s_per_step"]["perceiver_io"]["values"])]
-    assert res["nac_over_pio"]["values"] == pytest.approx(ratios)
-    assert res["images_per_s"]["nac"] == pytest.approx(2 / res["s_per_step"]["nac"]["mean"])
+    res = wm.measure_step("eager", 2, 3, 1, time.time() + 300, True, lambda r: None)
+    out = res["sizes"]["tiny"]
+    assert out["blocks"] == 3 and out["nac_over_pio"]["n"] == 3 and len(out["s_per_step"]["nac"]["values"]) == 3
+    ratios = [a / b for a, b in zip(out["s_per_step"]["nac"]["values"], out["s_per_step"]["perceiver_io"]["values"])]
+    assert out["nac_over_pio"]["values"] == pytest.approx(ratios)
+    assert out["images_per_s"]["nac"] == pytest.approx(2 / out["s_per_step"]["nac"]["mean"])
 
 
 @pytest.mark.slow
 def test_cpu_dry_run_of_the_whole_window(tmp_path):
-    """Every part, tiny, in processes of their own, as the GPU machine runs them (40 to 100 s on 2
-    shared cores). The compiled parts stand in with aot_eager: each model's step (``compile_scope: step``)
-    compiles to three graphs, the forward and loss, the clipping and AdamW, with torch's two breaks in
-    the optimizer step (tests/test_compiled_step.py)."""
+    """Every default part, tiny, in processes of their own, as the GPU machine runs them (about 160 s
+    on 2 shared cores). The graphed part runs the CPU stand-in of the captured step (``Replay``), the
+    compiled part ``aot_eager`` with ``compile_scope: regional``: one graph per model (its propagators
+    share it), no break; the CUDA graphs' equality test runs its CPU tests."""
     out = tmp_path / "w"
     p = subprocess.run(
         [sys.executable, "bench/gpu_window.py", "--cpu-dry-run", "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,
     )
     assert p.returncode == 0, p.stdout + p.stderr
     res = json.loads((out / gw.JSON_NAME).read_text())
-    assert list(res["parts"]) == [part.name for part in gw.PARTS]
-    for name, mode in gw.STEP_MODES.items():
+    assert list(res["parts"]) == list(gw.DEFAULT_PARTS)
+    assert res["parts"]["graphs_equal"]["rc"] == 0 and "passed" in res["parts"]["graphs_equal"]["summary"]
+    for name, form in gw.STEP_FORMS.items():
         rec = res["parts"][name]
         assert rec["rc"] == 0 and not rec["stopped"], rec
         r = rec["results"]
-        assert r["compile"] == mode and r["compile_used"] == ("aot_eager" if mode else False)
-        assert r["nac_over_pio"]["n"] == r["blocks"] == 2
-        for row in r["models"].values():
-            assert (row["graphs"], row["breaks"]) == ((3, 2) if mode else (0, 0))
-        assert r["recompiles_in_blocks"] == 0
-    rows = res["parts"]["throughput"]["results"]["batch_4"]["rows"]
-    assert [row["kept_modules"] for row in rows] == [16, 2]
-    assert res["parts"]["converged"].get("ran") is not None or res["parts"]["converged"].get("skipped")
+        assert r["form"] == form
+        out_tiny = r["sizes"]["tiny"]
+        assert out_tiny["nac_over_pio"]["n"] == out_tiny["blocks"] == 2
+        for row in out_tiny["models"].values():
+            assert (row["graphs"], row["breaks"]) == ((1, 0) if form == "compiled" else (0, 0))
+        assert out_tiny["recompiles_in_blocks"] == 0
+    rounds = res["parts"]["mini_workers"]["rounds"]
+    assert [(r["graphed"], r["workers"]) for r in rounds] == [(False, 1), (True, 2)]
+    assert all(len(r["steps_per_s_per_worker"]) == r["workers"] and r["steps_per_s_in_all"] > 0 for r in rounds)
     assert len(list(out.iterdir())) <= gw.MAX_FILES
     assert "window done" in p.stdout

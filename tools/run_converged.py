@@ -159,6 +159,7 @@ def run(args: argparse.Namespace, params: dict) -> list[dict]:
         "keep_checkpoint": args.keep_checkpoints,
         "commit": source_commit(),
         "command": " ".join(["python tools/run_converged.py", *(args.argv or [])]),
+        "cuda_graphs": bool(getattr(args, "cuda_graphs", False)) and device_kind == "cuda",
     }
     over = [False]
 
@@ -255,6 +256,12 @@ def main(argv: list[str] | None = None) -> None:
         help="start the pieces in the order of the --only patterns (default: the profile's priority order)",
     )
     ap.add_argument("--rerun-stale", action="store_true", help="rerun the pieces whose code or params changed")
+    ap.add_argument(
+        "--cuda-graphs",
+        action="store_true",
+        help="on a GPU, train each piece's models with train.cuda_graphs: true where they can be captured "
+        "(not the Modular Network: its own objective); not a piece's params, as the device is not",
+    )
     ap.add_argument("--keep-checkpoints", action="store_true", help="keep each piece's checkpoint in --workdir")
     ap.add_argument("--workdir", default=str(ROOT / "build" / "converged"), help="data/ and models/ (git-ignored)")
     ap.add_argument("--pieces", default=str(ROOT / P.PIECES), help="where pieces are written")

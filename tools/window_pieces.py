@@ -186,6 +186,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="each side starts its pieces in the order of its patterns (run_converged --pattern-order)",
     )
+    ap.add_argument(
+        "--cuda-graphs",
+        action="store_true",
+        help="the GPU side's pieces train with train.cuda_graphs: true where their model allows (run_converged "
+        "--cuda-graphs); each piece's record says whether it did",
+    )
     ap.add_argument("--test", action="store_true", help="both sides on the CPU (tests)")
     a = ap.parse_args(argv)
     if not a.out:
@@ -223,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [*TOOL, "--profile", a.profile, "--budget", f"{a.budget:g}", "--workdir", str(work / name)]
         cmd += ["--pieces", str(pieces)]
         cmd += ["--only", *pats] + (["--pattern-order"] if a.pattern_order else [])
+        cmd += ["--cuda-graphs"] if name == "gpu" and a.cuda_graphs else []
         log = work / f"{name}.log"
         proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
         sides[name] = {"workers": n, "only": pats, "command": " ".join(cmd[1:]), "proc": proc, "log": log}

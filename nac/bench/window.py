@@ -41,6 +41,7 @@ from nac.bench.window_measure import (
     machine,
     measure_step,
     measure_throughput,
+    mini_worker,
     provenance,
 )
 
@@ -63,18 +64,24 @@ class Part:
     what: str
 
 
-# Shares for one H100 (not measured yet: from bench/results/gpu.json's eager steps, 75 and
-# 196 ms, and room for inductor to compile each model's step once; the step parts fit
-# their blocks to what is left of their share, so a slower compilation costs blocks, not the part).
+# Shares on one H200 (issue 51's window; the eager steps of bench/results/gpu_window*.json, the
+# regional compilation's first step unknown): each step part measures the Tiny-ImageNet pair, then the
+# ImageNet pair with what is left of its share; the parts fit their blocks to what is left, so a slower
+# compilation costs blocks, not the part.
 PARTS = (
-    Part("step_eager", 45, 90, "bf16 step at batch 128, eager"),
-    Part("step_compiled", 75, 150, "the same, compiled with its update (train.compile: default, compile_scope: step)"),
-    Part("step_cudagraphs", 75, 150, "the same with CUDA graphs (train.compile: reduce-overhead, compile_scope: step)"),
+    Part("graphs_equal", 40, 60, "tests/test_cuda_graphs.py on the GPU: the captured step against the eager one"),
+    Part("step_eager", 40, 60, "bf16 step at batch 128, eager, Tiny-ImageNet then ImageNet size"),
+    Part("step_graphed", 40, 70, "the same, train.cuda_graphs: true (two eager steps, the capture, replays)"),
+    Part("step_compiled", 60, 120, "the same, train.compile: default, compile_scope: regional (each layer)"),
+    Part("mini_workers", 60, 145, "mini NAC pieces' steps/s per worker and in all, eager and graphed, 1 and 8 workers"),
     Part("throughput", 30, 60, "module dropping: whole model and executor, 0% and 87.5% dropped"),
     Part("converged", 105, None, "pieces of the converged run: tools/run_converged.py --budget <minutes>"),
 )
-STEP_MODES = {"step_eager": False, "step_compiled": "default", "step_cudagraphs": "reduce-overhead"}
-MEASURING = (*STEP_MODES, "throughput")  # the parts that run as ``--child``
+DEFAULT_PARTS = ("graphs_equal", "step_eager", "step_graphed", "step_compiled", "mini_workers")  # issue 51's
+STEP_FORMS = {"step_eager": "eager", "step_graphed": "graphed", "step_compiled": "compiled"}
+MEASURING = (*STEP_FORMS, "throughput")  # the parts that run as ``--child``
+WORKER_ROUNDS = ((False, 1), (True, 1), (False, 8), (True, 8))  # (graphed, workers) of mini_workers
+WORKER_READY_S, WORKER_MEASURE_S = 25.0, 8.0  # a round: its workers start, build and warm up; then measure
 CONVERGED_MARGIN_S = 45.0  # the converged tool's wrap-up after its budget (copying its results)
 
 
@@ -86,9 +93,11 @@ def decide(part: Part, left_s: float) -> tuple[float | None, str | None]:
     return (left_s if part.share_s is None else min(part.share_s, left_s)), None
 
 
-def plan(parts=PARTS, budget_s: float = BUDGET_S, reserve_s: float = RESERVE_S) -> list[dict]:
+def plan(parts=None, budget_s: float = BUDGET_S, reserve_s: float = RESERVE_S) -> list[dict]:
     """The window if every part took its whole share (the worst case; parts that end early leave
-    more to those after them): per part its start, the seconds allowed, or why it is skipped."""
+    more to those after them): per part its start, the seconds allowed, or why it is skipped. ``parts``:
+    the default parts (``DEFAULT_PARTS``) when None."""
+    parts = [p for p in PARTS if p.name in DEFAULT_PARTS] if parts is None else parts
     left, rows = budget_s - reserve_s, []
     for part in parts:
         allowed, why = decide(part, left)
@@ -127,8 +136,10 @@ def child(a: argparse.Namespace) -> None:
         _write_json(result, res)
 
     try:
-        if a.child in STEP_MODES:
-            res = measure_step(STEP_MODES[a.child], a.batch, a.blocks, a.steps, a.until, a.cpu_dry_run, save)
+        if a.child in STEP_FORMS:
+            res = measure_step(STEP_FORMS[a.child], a.batch, a.blocks, a.steps, a.until, a.cpu_dry_run, save)
+        elif a.child == "mini_worker":
+            res = mini_worker(a.graphed, a.run, a.start_at, a.end_at, a.cpu_dry_run, save)
         elif a.child == "throughput":
             res = measure_throughput(a.eval_batch, a.blocks, a.until, a.cpu_dry_run, save)
         else:
@@ -216,6 +227,65 @@ def run_part(part: Part, allowed: float, a: argparse.Namespace, w: Window) -> di
     return {**status, "results": res}
 
 
+def run_graphs_equal(allowed: float, a: argparse.Namespace, w: Window) -> dict:
+    """``pytest tests/test_cuda_graphs.py`` (its CUDA tests: the captured step against the eager one;
+    on the CPU dry run its CPU tests), output to the log; ``{"rc", "passed", "tail"}``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        log_path = Path(tmp) / "pytest.log"
+        cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/test_cuda_graphs.py"]
+        with log_path.open("w", encoding="utf-8") as log:
+            status = run_bounded(cmd, allowed - STOP_S, log)
+        text = log_path.read_text(encoding="utf-8", errors="replace")
+    w.log.write(f"--- graphs_equal: {' '.join(cmd)}\n{text}\n")
+    w.log.flush()
+    last = [line for line in text.splitlines() if line.strip()][-1:] or [""]
+    return {**status, "command": " ".join(cmd[1:]), "summary": last[0], "tail": text[-3000:]}
+
+
+def run_mini_workers(allowed: float, a: argparse.Namespace, w: Window) -> dict:
+    """``WORKER_ROUNDS``: per round its workers (processes of ``--child mini_worker``, each one the
+    mini NAC at mini's batch on the GPU, eager or graphed) start together, build and warm up for up
+    to ``WORKER_READY_S``, then step for ``WORKER_MEASURE_S``: steps/s per worker and in all."""
+    rounds, end = [], time.monotonic() + allowed - STOP_S
+    ready_s, measure_s = (60.0, 3.0) if a.cpu_dry_run else (WORKER_READY_S, WORKER_MEASURE_S)
+    for graphed, n in WORKER_ROUNDS if not a.cpu_dry_run else ((False, 1), (True, 2)):
+        if time.monotonic() + ready_s + measure_s + 10 > end:
+            rounds.append({"graphed": graphed, "workers": n, "skipped": "the part's share ran out"})
+            continue
+        start_at = time.time() + ready_s
+        with tempfile.TemporaryDirectory() as tmp:
+            procs = []
+            for i in range(n):
+                cmd = [sys.executable, str(SCRIPT), "--child", "mini_worker", "--result", f"{tmp}/{i}.json"]
+                cmd += ["--graphed", str(int(graphed)), "--run", "nac-scale_free"]
+                cmd += ["--start-at", str(start_at), "--end-at", str(start_at + measure_s)]
+                cmd += ["--cpu-dry-run"] if a.cpu_dry_run else []
+                env = dict(os.environ, OMP_NUM_THREADS="1")
+                procs.append(subprocess.Popen(cmd, cwd=ROOT, stdout=w.log, stderr=subprocess.STDOUT, env=env))
+            for proc in procs:
+                try:
+                    proc.wait(timeout=max(1.0, end - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+            got = []
+            for i in range(n):
+                f = Path(tmp) / f"{i}.json"
+                got.append(json.loads(f.read_text(encoding="utf-8")) if f.is_file() else {"error": "no result"})
+        rates = [g["steps_per_s"] for g in got if "steps_per_s" in g]
+        rounds.append(
+            {
+                "graphed": graphed,
+                "workers": n,
+                "per_worker": got,
+                "steps_per_s_per_worker": rates,
+                "steps_per_s_in_all": sum(rates) if len(rates) == n else None,
+                "late": sum(1 for g in got if g.get("ready_late")),
+            }
+        )
+        w.say(f"mini_workers: graphed={graphed} workers={n}: {[round(r, 1) for r in rates]} steps/s")
+    return {"rc": 0, "rounds": rounds, "run": "nac-scale_free (mini profile)", "mps": False}
+
+
 def run_converged(allowed: float, a: argparse.Namespace, w: Window) -> dict:
     """``tools/run_converged.py --budget <minutes>`` (``a.converged_cmd``) for what ``allowed``
     holds; its log and ``a.converged_keep`` tarred to ``converged.tar.gz``."""
@@ -259,13 +329,19 @@ def summary_line(name: str, rec: dict) -> str:
         bits.append(rec["note"])
     if r.get("error"):
         bits.append(f"error: {r['error'][:300]}")
-    if "nac_over_pio" in r:
-        iv = r["nac_over_pio"]
-        ci = f" [{iv['lo']:.2f}, {iv['hi']:.2f}]" if iv["lo"] is not None else ""
-        ms = ", ".join(f"{k} {v['mean'] * 1e3:.1f} ms" for k, v in r["s_per_step"].items())
-        bits.append(f"{ms}; NAC/PIO {iv['mean']:.2f}{ci}")
-    for k, m in r.get("models", {}).items():
-        bits.append(f"{k}: first step {m['first_step_s']:.1f} s, syncs/step {m.get('syncs_per_step')}")
+    for size, out in (r.get("sizes") or {}).items():
+        if "nac_over_pio" in out:
+            iv = out["nac_over_pio"]
+            ci = f" [{iv['lo']:.2f}, {iv['hi']:.2f}]" if iv["lo"] is not None else ""
+            ms = ", ".join(f"{k} {v['mean'] * 1e3:.1f} ms" for k, v in out["s_per_step"].items())
+            bits.append(f"{size}: {ms}; NAC/PIO {iv['mean']:.2f}{ci}")
+        for k, m in out.get("models", {}).items():
+            first = ", ".join(f"{t:.1f}" for t in m["first_steps_s"])
+            bits.append(f"{size} {k}: first steps {first} s, syncs/step {m.get('syncs_per_step')}")
+        if out.get("skipped"):
+            bits.append(f"{size}: {out['skipped']}")
+    if name == "graphs_equal":
+        bits.append(f"rc {rec.get('rc')}: {rec.get('summary')}")
     if name == "converged":
         bits.append(r.get("reason") or f"--budget {r.get('budget_min')} rc {r.get('rc')}")
     return "; ".join(bits)
@@ -276,8 +352,8 @@ def window(a: argparse.Namespace) -> int:
     if out.exists() and any(out.iterdir()):
         raise SystemExit(f"gpu_window.py: --out {out} is not empty; give an empty or new folder")
     out.mkdir(parents=True, exist_ok=True)
-    chosen = [p for p in PARTS if a.parts is None or p.name in a.parts]
-    res = {"issue": 35, "start": _now(), "budget_s": a.budget_s, "reserve_s": a.reserve_s, "parts": {}}
+    chosen = [p for p in PARTS if p.name in (a.parts or DEFAULT_PARTS)]
+    res = {"issue": 51, "start": _now(), "budget_s": a.budget_s, "reserve_s": a.reserve_s, "parts": {}}
     with (out / LOG_NAME).open("w", encoding="utf-8") as log:
         w = Window(out, a.budget_s, a.reserve_s, log)
         res["machine"] = machine(out, a.cpu_dry_run)
@@ -291,7 +367,12 @@ def window(a: argparse.Namespace) -> int:
             else:
                 w.say(f"{part.name}: {allowed:.0f} s allowed")
                 t0 = time.monotonic()
-                rec = run_converged(allowed, a, w) if part.name == "converged" else run_part(part, allowed, a, w)
+                special = {"converged": run_converged, "graphs_equal": run_graphs_equal}
+                special["mini_workers"] = run_mini_workers
+                if part.name in special:
+                    rec = special[part.name](allowed, a, w)
+                else:
+                    rec = run_part(part, allowed, a, w)
                 rec = {"what": part.what, "allowed_s": allowed, **rec, "wall_s": time.monotonic() - t0}
             res["parts"][part.name] = rec
             w.say(summary_line(part.name, rec))
@@ -310,7 +391,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", default=os.environ.get("OUT"), help="the output folder (default: $OUT)")
     ap.add_argument("--budget-s", type=float, default=BUDGET_S, help="the whole window in seconds (default 540)")
     ap.add_argument("--reserve-s", type=float, default=RESERVE_S, help="kept back for writing the results")
-    ap.add_argument("--parts", nargs="+", choices=[p.name for p in PARTS], help="a subset, in PARTS order")
+    ap.add_argument(
+        "--parts",
+        nargs="+",
+        choices=[p.name for p in PARTS],
+        help="the parts to run, in PARTS order (default: issue 51's)",
+    )
     ap.add_argument("--plan", action="store_true", help="print what would run in --budget-s and exit")
     ap.add_argument("--cpu-dry-run", action="store_true", help="every part, tiny, on the CPU (no numbers)")
     ap.add_argument("--batch", type=int, help="training batch (default 128; dry run 4)")
@@ -327,6 +413,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     ap.add_argument("--until", type=float, help=argparse.SUPPRESS)
+    ap.add_argument("--graphed", type=int, default=0, help=argparse.SUPPRESS)  # mini_worker
+    ap.add_argument("--run", default="nac-scale_free", help=argparse.SUPPRESS)
+    ap.add_argument("--start-at", type=float, help=argparse.SUPPRESS)
+    ap.add_argument("--end-at", type=float, help=argparse.SUPPRESS)
     return ap
 
 
@@ -350,7 +440,7 @@ def parse(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     a = parse(argv)
     if a.plan:
-        chosen = [p for p in PARTS if a.parts is None or p.name in a.parts]
+        chosen = [p for p in PARTS if p.name in (a.parts or DEFAULT_PARTS)]
         for row in plan(chosen, a.budget_s, a.reserve_s):
             state = row["skipped"] or f"up to {row['allowed_s']:.0f} s"
             print(f"{row['part']:16s} from {row['start_s']:5.0f} s: {state}")

@@ -47,36 +47,49 @@ def _sync(device):
     return torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
 
-def loop_step(model, params: dict, batch: int, mode, device):
+FORMS = ("eager", "graphed", "compiled")  # the step as train.cuda_graphs / train.compile take it
+SIZES = ("tiny", "imagenet")  # the paper's Tiny-ImageNet pair and its ImageNet pre-training pair
+IMAGENET_BLOCKS = (3, 3)  # blocks x steps at the ImageNet size (a NAC step there is near a second eager)
+
+
+def form_settings(form: str, dry: bool) -> dict:
+    """``train`` settings of a step ``form``: ``eager``; ``graphed`` (``train.cuda_graphs: true``;
+    the dry run: the CPU stand-in, set on the run by ``loop_step``); ``compiled`` (``train.compile:
+    default``, ``compile_scope: regional``: each repeated layer on its own; the dry run ``aot_eager``)."""
+    if form not in FORMS:
+        raise ValueError(f"unknown step form {form!r}; valid: {', '.join(FORMS)}")
+    if form == "graphed":
+        return {"cuda_graphs": not dry}
+    if form == "compiled":
+        return {"compile": "aot_eager" if dry else "default", "compile_scope": "regional"}
+    return {}
+
+
+def loop_step(model, train: dict, batch: int, form: str, device, size: int, classes: int, dry: bool = False):
     """A closure taking one training step of ``model`` as ``nac.training.loop.fit`` does
-    (``loop.train_step`` on the run ``nac.training.run.build_run`` makes) with the paper's ``image.train``
-    settings, ``train.compile: mode`` (scope ``step`` when compiled), on one fixed batch already on
-    ``device``; augmentation, EMA and the loader off (not the step's)."""
+    (``loop.train_step`` on the run ``nac.training.run.build_run`` makes) with the ``train``
+    settings (the paper's ``image.train``) in step ``form`` (``form_settings``), on one fixed batch
+    already on ``device``; augmentation, EMA and the loader off (not the step's)."""
     import torch
 
     from nac.bench.models import Synthetic, inputs
     from nac.training import loop
     from nac.training.config import TrainConfig
     from nac.training.distributed import World
+    from nac.training.graphed import GraphedStep
     from nac.training.run import build_run
 
-    tr = dict(params["image"]["train"], epochs=1, warmup_epochs=0, batch_size=batch, augment=False, num_workers=0)
-    tr.update(ema=None, device=device.type, compile=mode, compile_scope="step" if mode else "forward")
+    tr = dict(train, epochs=1, warmup_epochs=0, batch_size=batch, augment=False, num_workers=0)
+    tr.update(ema=None, device=device.type, compile=False, compile_scope="forward", cuda_graphs=False)
+    tr.update(form_settings(form, dry))
     tr.pop("lr_batch_scaling", None)
-    size = params["image"]["model"]["tokenizer"]["image_size"]
-    run = build_run(
-        model,
-        Synthetic(batch, size),
-        None,
-        TrainConfig.from_dict(tr),
-        World(0, 1, device),
-        None,
-        "gpu window",
-        None,
-        None,
-    )
+    cfg = TrainConfig.from_dict(tr)
+    data_set, world = Synthetic(batch, size, classes), World(0, 1, device)
+    run = build_run(model, data_set, None, cfg, world, None, "gpu window", None, None)
+    if form == "graphed" and dry:  # the CPU: the same step with each capture replaced by running it
+        run.graphed = GraphedStep(run, capture=False)
     run.sums = torch.zeros(4, dtype=torch.float64, device=device)  # the epoch's metric sums, as fit sets them
-    x, y = inputs(batch, size, device)
+    x, y = inputs(batch, size, device, classes)
     data, count = {"input": x, "label": y}, itertools.count()
     return lambda: loop.train_step(run, data, 0, next(count))
 
@@ -130,62 +143,130 @@ def count_syncs(step, n: int, device, probe=_known_sync) -> dict:
     return {"syncs_per_step": len(syncs) / n, "steps": n, "where": dict(where.most_common(10))}
 
 
-def measure_step(mode, batch: int, blocks: int, steps: int, until: float, dry: bool, save) -> dict:
-    """One ``STEP_MODES`` mode: per model the compilation, syncs and memory, then interleaved
-    blocks of steps fitted to ``until`` (a ``time.time()``); ``save(res)`` after each stage."""
+def _pair(size: str, dry: bool):
+    """``(models {"perceiver_io", "nac"}, image size, classes, train settings)`` of a size; the dry
+    run's: the smoke profile's tiny image models."""
+    if dry:
+        from nac.bench.models import paper_model
+        from nac.pipeline.params import compose
+        from nac.training.config import TrainConfig
+
+        params = compose(DRY_PARAMS)
+        train = {k: v for k, v in params["image"]["train"].items() if k in TrainConfig.__dataclass_fields__}
+        models = {"perceiver_io": paper_model(params, "perceiver_io"), "nac": paper_model(params, "nac-scale_free")}
+        return models, params["image"]["model"]["tokenizer"]["image_size"], 200, train
+    from nac.bench.step_ops import pairs
+
+    models, px, classes, train = pairs([size])[size]
+    pair = {"perceiver_io": models["perceiver_io"], "nac": models.get("nac", models.get("nac-scale_free"))}
+    return pair, px, classes, train
+
+
+def measure_step(form: str, batch: int, blocks: int, steps: int, until: float, dry: bool, save, sizes=SIZES) -> dict:
+    """One step ``form`` (``FORMS``) at each of ``sizes``: per model the first four steps (a compiled
+    form's compilation in the first, a graphed form's capture in the third: two eager warm-up steps
+    come first), dynamo's counts, host syncs and memory, then interleaved blocks of steps fitted to
+    ``until`` (a ``time.time()``); ``save(res)`` after each stage. The dry run: the tiny size only."""
     import torch
 
-    from nac.bench.models import paper_model
     from nac.bench.timing import ci, timed_blocks
 
-    device, params = _device_and_params(dry)
+    device = torch.device("cpu" if dry else "cuda")
     sync = _sync(device)
-    used = "aot_eager" if (dry and mode) else mode  # the CPU stands in with traced, uncompiled steps
-    res = {"compile": mode, "compile_used": used, "scope": "step" if mode else "eager", "batch": batch, "models": {}}
+    res = {"form": form, "settings": form_settings(form, dry), "batch": batch, "sizes": {}}
     res["amp"] = "bf16" if device.type == "cuda" else "fp32 (CPU)"
-    fns = {}
-    for name, run in (("perceiver_io", "perceiver_io"), ("nac", "nac-scale_free")):
-        before = _dynamo_counts()
-        step = loop_step(paper_model(params, run), params, batch, used, device)
-        times = []
-        for _ in range(3):  # the first: compilation; reduce-overhead records its graphs in the next
-            sync()
+    for size in sizes[:1] if dry else sizes:
+        if size != sizes[0] and time.time() > until - 10:  # the first size's first steps are always measured
+            res["sizes"][size] = {"skipped": "the part's share ran out"}
+            save(res)
+            continue
+        blocks_here, steps_here = (blocks, steps) if size == "tiny" or dry else IMAGENET_BLOCKS
+        out = res["sizes"][size] = {"models": {}}
+        models, px, classes, train = _pair(size, dry)
+        fns = {}
+        for name, model in models.items():
+            before = _dynamo_counts()
             t0 = time.perf_counter()
-            step()
-            sync()
-            times.append(time.perf_counter() - t0)
-        compiled = _dynamo_counts()
-        row = {"first_step_s": times[0], "next_steps_s": times[1:]}
-        row.update({k: compiled[k] - before[k] for k in compiled})
+            step = loop_step(model, train, batch, form, device, px, classes, dry)
+            times = []
+            for _ in range(4):  # compiled: the first compiles; graphed: two eager, then the capture
+                sync()
+                t0 = time.perf_counter()
+                step()
+                sync()
+                times.append(time.perf_counter() - t0)
+            counts = _dynamo_counts()
+            row = {"first_steps_s": times, "first_step_s": times[0]}
+            row.update({k: counts[k] - before[k] for k in counts})
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+            row.update(count_syncs(step, 3, device))
+            if device.type == "cuda":
+                row["memory_gib"] = {
+                    "peak_allocated": torch.cuda.max_memory_allocated() / 2**30,
+                    "peak_reserved": torch.cuda.max_memory_reserved() / 2**30,
+                    "note": "the process's, over 3 steps: models built before this one stay resident",
+                }
+            out["models"][name] = row
+            fns[name] = step
+            save(res)
+        per_block = steps_here * sum(r["first_steps_s"][-1] for r in out["models"].values())
+        warmup = 3 * per_block / steps_here  # timed_blocks's 3 warm-up steps of each
+        fit = int((until - time.time() - warmup) // per_block) if per_block > 0 else blocks_here
+        out["blocks_requested"], out["steps_per_block"] = blocks_here, steps_here
+        out["blocks"] = max(0, min(blocks_here, fit))
+        if out["blocks"] == 0:
+            out["timing"] = "no block fitted in the part's share after the first steps"
+            save(res)
+            continue
+        before = _dynamo_counts()
+        t = timed_blocks(fns, out["blocks"], steps_here, sync=sync)
+        out["recompiles_in_blocks"] = _dynamo_counts()["graphs"] - before["graphs"]
+        out["s_per_step"] = {k: ci(v) for k, v in t.items()}
+        out["images_per_s"] = {k: batch / v["mean"] for k, v in out["s_per_step"].items()}
+        out["nac_over_pio"] = ci([a / b for a, b in zip(t["nac"], t["perceiver_io"])])
+        if out["blocks"] < 2:
+            out["timing"] = "one block fitted: no CI"
+        del fns, models
         if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-            resident = torch.cuda.memory_allocated()
-        row.update(count_syncs(step, 3, device))
-        if device.type == "cuda":
-            row["memory_gib"] = {
-                "resident_before_step": resident / 2**30,
-                "peak_allocated": torch.cuda.max_memory_allocated() / 2**30,
-                "peak_reserved": torch.cuda.max_memory_reserved() / 2**30,
-                "note": "the process's: the models built before this one stay resident",
-            }
-        res["models"][name] = row
-        fns[name] = step
+            torch.cuda.empty_cache()
         save(res)
-    per_block = steps * sum(r["next_steps_s"][-1] for r in res["models"].values())
-    warmup = 3 * per_block / steps  # timed_blocks's 3 warm-up steps of each
-    fit = int((until - time.time() - warmup) // per_block) if per_block > 0 else blocks
-    res["blocks_requested"], res["blocks"], res["steps_per_block"] = blocks, max(0, min(blocks, fit)), steps
-    if res["blocks"] == 0:
-        res["timing"] = "no block fitted in the part's share after the compilations"
-        return res
-    before = _dynamo_counts()
-    t = timed_blocks(fns, res["blocks"], steps, sync=sync)
-    res["recompiles_in_blocks"] = _dynamo_counts()["graphs"] - before["graphs"]
-    res["s_per_step"] = {k: ci(v) for k, v in t.items()}
-    res["images_per_s"] = {k: batch / v["mean"] for k, v in res["s_per_step"].items()}
-    res["nac_over_pio"] = ci([a / b for a, b in zip(t["nac"], t["perceiver_io"])])
-    if res["blocks"] < 2:
-        res["timing"] = "one block fitted: no CI"
+    return res
+
+
+def mini_worker(graphed: bool, run_name: str, start_at: float, end_at: float, dry: bool, save) -> dict:
+    """One worker of ``measure_workers``: the mini profile's ``run_name`` at mini's batch, built and
+    warmed up (the capture included), then steps from ``start_at`` to ``end_at`` (epoch seconds,
+    shared by every worker of the round): ``{"steps", "seconds", "steps_per_s"}``."""
+    import torch
+
+    from nac.model import build_model
+    from nac.pipeline.params import compose
+    from nac.tracks.image import image_model_config
+    from nac.training.config import TrainConfig
+
+    torch.set_num_threads(1)
+    device = torch.device("cpu" if dry else "cuda")
+    params = compose(DRY_PARAMS if dry else ["profile=mini"])
+    train = {k: v for k, v in params["image"]["train"].items() if k in TrainConfig.__dataclass_fields__}
+    torch.manual_seed(0)
+    model = build_model(image_model_config(params, run_name, seed=0, num_classes=10))
+    px = params["image"]["model"]["tokenizer"]["image_size"]
+    step = loop_step(model, train, int(train["batch_size"]), "graphed" if graphed else "eager", device, px, 10, dry)
+    for _ in range(4):  # two eager warm-up steps and the capture
+        step()
+    _sync(device)()
+    res = {"run": run_name, "graphed": graphed, "ready_late": time.time() > start_at}
+    while time.time() < start_at:
+        time.sleep(0.01)
+    n, t0 = 0, time.perf_counter()
+    while time.time() < end_at:
+        step()
+        n += 1
+    _sync(device)()
+    seconds = time.perf_counter() - t0
+    res.update(steps=n, seconds=seconds, steps_per_s=n / seconds)
+    save(res)
     return res
 
 

@@ -56,6 +56,7 @@ class ModFC(nn.Module):
             raise ValueError(f"unknown ModFC gain {form.gain!r}; valid choices: {', '.join(MODFC_GAINS)}")
         self.d_in, self.d_out, self.modulated = d_in, d_out, form.modulated
         self.modulation_key: str | None = None  # its name in the model (``name_modfcs``): its entry in a Modulations
+        self.modulation_slot: str | None = None  # its name inside its layer (``name_modfcs``): in a layer's scope
         self.linear = nn.Linear(d_in, d_out, bias=bias)
         if form.modulated:
             self.code_proj = nn.Linear(d_code, d_in, bias=False)  # W_c, no bias (authors' code)
@@ -83,11 +84,19 @@ class Modulations:
     ModFCs that read it, computed together (``batched_modulations``), keyed by the ModFCs'
     ``modulation_key``. It goes wherever the code tensor would; each ModFC takes its own entry."""
 
-    def __init__(self, code: torch.Tensor, table: dict[str, torch.Tensor]):
-        self.code, self.table = code, table
+    def __init__(self, code: torch.Tensor, table: dict[str, torch.Tensor], scoped: bool = False):
+        self.code, self.table, self.scoped = code, table, scoped
+
+    def scope(self, prefix: str) -> Modulations:
+        """The entries of the layer named ``prefix`` (``"propagators.3."``), keyed by the ModFCs'
+        ``modulation_slot`` (their names inside the layer): what each propagator is handed, so that
+        every propagator reads its own entries by the same keys (one compiled graph serves them all,
+        ``train.compile_scope: regional``; the same tensors either way)."""
+        n = len(prefix)
+        return Modulations(self.code, {k[n:]: v for k, v in self.table.items() if k.startswith(prefix)}, scoped=True)
 
     def of(self, fc: ModFC) -> torch.Tensor:
-        m = self.table.get(fc.modulation_key)
+        m = self.table.get(fc.modulation_slot if self.scoped else fc.modulation_key)
         if m is None:
             raise KeyError(
                 f"ModFC {fc.modulation_key!r} was handed precomputed modulations that do not include it: "
@@ -98,10 +107,14 @@ class Modulations:
 
 
 def name_modfcs(module: nn.Module) -> None:
-    """Give every modulated ModFC inside ``module`` its qualified name as ``modulation_key``."""
+    """Give every modulated ModFC inside ``module`` its qualified name as ``modulation_key``, and its
+    name inside the outermost numbered layer that holds it (``propagators.3.ffn.fc1`` -> ``ffn.fc1``;
+    the whole name where none does) as ``modulation_slot`` (``Modulations.scope``)."""
     for name, m in module.named_modules():
         if isinstance(m, ModFC) and m.modulated:
-            m.modulation_key = name
+            parts = name.split(".")
+            first = next((i for i, part in enumerate(parts) if part.isdigit()), -1)
+            m.modulation_key, m.modulation_slot = name, ".".join(parts[first + 1 :])
 
 
 def modfcs(module: nn.Module) -> list[ModFC]:

@@ -146,6 +146,13 @@ def compute(params: dict, piece: P.Piece, out: Path, progress: bool = True, *, m
     (_image if piece.track == "image" else _track)(params, piece, out, progress, Path(models))
 
 
+def graphed(ctx: dict, piece: P.Piece) -> bool:
+    """Whether ``piece`` trains with ``train.cuda_graphs: true``: asked for (``--cuda-graphs`` on a
+    GPU, ``ctx["cuda_graphs"]``) and its model can be captured: every run but the Modular Network,
+    which trains with its own objective (``nac.training.graphed.graphs_refusal``)."""
+    return bool(ctx.get("cuda_graphs")) and piece.run != "modular_network"
+
+
 def run_piece(
     params: dict,
     piece_id: str,
@@ -177,6 +184,10 @@ def run_piece(
             SKIPPED: f"predicted {predicted / 60:.1f} min, {left / 60:.1f} min of the budget left",
         }
     kind, device = device_of(params)
+    graphs = graphed(ctx, piece)
+    if graphs:  # (params_part leaves train.cuda_graphs out: the piece's fingerprint is the eager one's)
+        sec = rooted[piece.track]
+        rooted = dict(rooted, **{piece.track: dict(sec, train=dict(sec["train"], cuda_graphs=True))})
     resumed = checkpoint_of(piece, models).exists()
     profile = params["profile"]
 
@@ -193,6 +204,7 @@ def run_piece(
             "fingerprint": P.fingerprint(ctx["code_root"], params, piece),
             "device_kind": kind,
             "device": device,
+            "cuda_graphs": graphs,
             "machine": f"{platform.node() or 'unknown host'} ({platform.platform()})",
             "workers": {k: v for k, v in os.environ.items() if k.startswith("NAC_")},
             "resumed_from_checkpoint": resumed,

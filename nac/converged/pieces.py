@@ -134,7 +134,8 @@ def params_part(params: dict, piece: Piece) -> dict[str, Any]:
     """The params a piece's result depends on: its track's section (without the list of runs),
     the data section of each dataset it reads, its seed; with the prune section where it is pruned,
     the few-shot section and the seeds list where it is adapted (which episodes it serves), the
-    analysis where it is analysed, the prior where its track's NACs read it."""
+    analysis where it is analysed, the prior where its track's NACs read it. ``train.cuda_graphs`` is
+    left out: it changes how a step runs (equal to the eager step to bf16 rounding), as the device does."""
     t, data = piece.track, params["data"]
     part: dict[str, Any] = {"seed": piece.seed}
     if t == "image":
@@ -160,6 +161,9 @@ def params_part(params: dict, piece: Piece) -> dict[str, Any]:
             part["neural_interpreter"] = (params.get("image", {}).get("baselines") or {}).get("neural_interpreter")
         datasets = [sec["dataset"]]
     part["data"] = {d: data.get(d) for d in datasets}
+    for sec in part.values():  # how the step runs, not what it computes (as the device): not a piece's params
+        if isinstance(sec, dict) and isinstance(sec.get("train"), dict):
+            sec["train"] = {k: v for k, v in sec["train"].items() if k != "cuda_graphs"}
     return part
 
 

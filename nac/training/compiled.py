@@ -33,6 +33,7 @@ compiling) leaves the update eager (foreach ops). ``loop.train_step`` reads the 
 from __future__ import annotations
 
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 
 from nac.rules import compile_rules
@@ -102,6 +103,33 @@ def compile_update(mode):
     if mode == "aot_eager":
         return torch.compile(clip_and_step, backend="aot_eager", dynamic=False)
     return torch.compile(clip_and_step, mode=mode, dynamic=False)
+
+
+def compile_regions(model: nn.Module, mode) -> list[str]:
+    """``train.compile_scope: regional``: each repeated layer of ``model`` compiled on its own
+    (``nn.Module.compile`` in place: its parameters and state_dict names unchanged), the step
+    around them eager. The layers are the items of every ``nn.ModuleList`` (a NAC's propagators, a
+    Neural Interpreter's scripts) and timm's ConvNeXt blocks (the paper tokenizer's stages), the
+    outermost only; layers of one kind share their compiled code (a NAC's propagators read their
+    ModFCs' modulations by the same keys, ``Modulations.scope``: one graph for all). What it buys: a
+    compilation of seconds per kind of layer instead of one of the whole forward, whose first step
+    did not end in 192 s on an H200 (issue 51); the regularizer's matching then runs where the eager
+    step runs it (on its worker thread during the forward). Returns the names compiled."""
+    check_compile(mode, scope="regional")
+    kw = {"backend": "aot_eager"} if mode == "aot_eager" else {"mode": mode}
+    kw["dynamic"] = False
+    names: list[str] = []
+    for name, m in model.named_modules():
+        if any(name.startswith(n + ".") for n in names):
+            continue  # inside a region already chosen
+        if isinstance(m, nn.ModuleList):
+            for i, layer in enumerate(m):
+                layer.compile(**kw)
+                names.append(f"{name}.{i}")
+        elif type(m).__name__ == "ConvNeXtBlock":
+            m.compile(**kw)
+            names.append(name)
+    return names
 
 
 class CompiledStep:

@@ -18,7 +18,7 @@ AUGMENT_RECIPES = (AUTHORS_TINYIMAGENET,)  # nac.training.augment's recipes besi
 ADAMW_IMPLS = ("default", "foreach", "fused")  # nac.training.optim.make_adamw
 COMPILE_MODES = (False, "default", "reduce-overhead", "aot_eager")  # nac.training.compiled
 COMPILE_MATCHINGS = ("before", "overlap")  # where a compiled step waits for the matching (the field)
-COMPILE_SCOPES = ("forward", "step")
+COMPILE_SCOPES = ("forward", "step", "regional")
 DEVICES = ("auto", "cpu", "cuda")
 # Bounds of plain sanity, not of taste: an lr above 1 or ten thousand epochs is a typo (1e+300, 100000000).
 EPOCHS = Annotated[int, at.Ge(1), at.Le(10_000)]
@@ -65,7 +65,12 @@ class TrainConfig(ConfigDict):
     compile_matching: Literal[COMPILE_MATCHINGS] = "before"
     # what train.compile compiles (nac/training/compiled.py): forward (forward and loss; backward,
     # clipping and AdamW eager) | step (the update too: clip_and_step compiled, torch's compiled optimizer)
+    # | regional (each repeated layer on its own, the step around them eager: compile_regions)
     compile_scope: Literal[COMPILE_SCOPES] = "forward"
+    # the step replayed as CUDA graphs, no inductor (nac/training/graphed.py): false | true. CUDA only;
+    # equal to the eager step to bf16 rounding (tests/test_cuda_graphs.py). How the step runs, not what
+    # it computes: a converged piece's params leave it out, as they leave out the device.
+    cuda_graphs: bool = False
 
     def __post_init__(self) -> None:
         check_field_types(self)  # each field's type, choices and bounds (its annotation)
@@ -83,6 +88,8 @@ class TrainConfig(ConfigDict):
             del d["compile_matching"]
         if d.get("compile_scope") == "forward":
             del d["compile_scope"]
+        if d.get("cuda_graphs") is False:
+            del d["cuda_graphs"]
         return d
 
     @property

@@ -184,26 +184,17 @@ def train_step(run: Run, batch: dict, epoch: int, i: int) -> torch.Tensor:
     finiteness record (read by the host every ``SYNC_EVERY`` steps), the EMA and the epoch's metric
     sums. Nothing here waits on the device. ``train.compile`` runs these same functions compiled:
     ``objective_losses`` (``run.compiled.losses``, the matching started before the batch) and with
-    ``compile_scope: step`` ``clip_and_step`` (``run.update``; ``nac.training.compiled``)."""
+    ``compile_scope: step`` ``clip_and_step`` (``run.update``; ``nac.training.compiled``);
+    ``train.cuda_graphs`` replays them captured as CUDA graphs (``run.graphed``,
+    ``nac.training.graphed``)."""
     cfg = run.cfg
     step = epoch * run.steps_per_epoch + i
     if step:  # the scheduler's count becomes this step's (it starts at 0; a resumed one at the last step)
         run.scheduler.step()
-    if run.compiled is not None:  # its matching runs on the worker thread while the host prepares the batch
-        run.compiled.begin(run.objective)
-    kw, labels, targets = batch_inputs(run, batch, epoch, step)
-    with run.checks.guard(run.state):
-        if run.own_objective:  # a baseline's own loss (training_loss), e.g. a Modular Network's EM
-            logits, ce, reg, loss = own_losses(run, kw, labels, batch, step)
-        elif run.compiled is not None:  # objective_losses compiled, at the matching started above
-            logits, ce, reg, loss = run.compiled.losses(run, kw, labels, targets)
-        else:  # the logits and the graph regularizer from one circuit design (Objective), and the loss
-            logits, ce, reg, loss = objective_losses(
-                run.wrapped, kw, labels, targets, None, cfg.label_smoothing, cfg.reg_weight, run.use_amp
-            )
-    run.optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    grad_norm = run.update(run.params, run.optimizer, cfg.grad_clip)  # clip_and_step, or it compiled
+    if run.graphed is not None:  # train.cuda_graphs: eager_update's work replayed as CUDA graphs
+        logits, ce, reg, loss, grad_norm, labels = run.graphed.step(run, batch, epoch, step, eager_update)
+    else:
+        logits, ce, reg, loss, grad_norm, labels = eager_update(run, batch, epoch, step)
     run.checks.record(i, loss, grad_norm)
     if run.ema is not None:
         ema_update(run.ema, run.ema_groups, cfg.ema, copy=run.ema_copy)
@@ -219,6 +210,30 @@ def train_step(run: Run, batch: dict, epoch: int, i: int) -> torch.Tensor:
             ]
         )
     return loss
+
+
+def eager_update(run: Run, batch: dict, epoch: int, step: int) -> tuple:
+    """The step's work from the batch to ``optimizer.step()``: ``(logits, ce, reg, loss, grad_norm,
+    labels)``. The batch on the device, the forward and the loss (``objective_losses``, or it
+    compiled, or a baseline's own), backward, clipping and AdamW (``run.update``: ``clip_and_step``,
+    or it compiled)."""
+    cfg = run.cfg
+    if run.compiled is not None:  # its matching runs on the worker thread while the host prepares the batch
+        run.compiled.begin(run.objective)
+    kw, labels, targets = batch_inputs(run, batch, epoch, step)
+    with run.checks.guard(run.state):
+        if run.own_objective:  # a baseline's own loss (training_loss), e.g. a Modular Network's EM
+            logits, ce, reg, loss = own_losses(run, kw, labels, batch, step)
+        elif run.compiled is not None:  # objective_losses compiled, at the matching started above
+            logits, ce, reg, loss = run.compiled.losses(run, kw, labels, targets)
+        else:  # the logits and the graph regularizer from one circuit design (Objective), and the loss
+            logits, ce, reg, loss = objective_losses(
+                run.wrapped, kw, labels, targets, None, cfg.label_smoothing, cfg.reg_weight, run.use_amp
+            )
+    run.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = run.update(run.params, run.optimizer, cfg.grad_clip)  # clip_and_step, or it compiled
+    return logits, ce, reg, loss, grad_norm, labels
 
 
 def own_losses(run: Run, kw: dict, labels: torch.Tensor, batch: dict, step: int) -> tuple:

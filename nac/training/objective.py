@@ -78,12 +78,14 @@ class Objective(nn.Module):
         else:
             logits, reg = model(inputs, mask=mask, design=design), model.graph_regularizer(design)
         if reg.device != inputs.device:  # a host value: the constant 0 of a model without the regularizer
-            # made on the device from the host's number (no copy for the host to wait on: a blocking
-            # copy from the host synchronises on CUDA); a differentiable one is copied non-blocking
+            # (``graph_regularizer``'s ``torch.zeros(())``, the only host value without a gradient) made
+            # on the device: no copy for the host to wait on (a blocking copy from the host synchronises
+            # on CUDA) and no read of its value (``float(reg)`` broke a compiled graph); a
+            # differentiable one is copied non-blocking
             reg = (
                 reg.to(inputs.device, non_blocking=True)
                 if reg.requires_grad
-                else torch.full_like(reg, float(reg), device=inputs.device)
+                else torch.zeros((), dtype=reg.dtype, device=inputs.device)
             )
         return logits, reg
 

@@ -1,6 +1,7 @@
 """What ``nac.training.loop.fit`` builds before its first step (``build_run``): the model on its
 device wrapped with its objective, the optimizer and LR schedule, the EMA, the sampler and loader,
-and the compiled step where ``train.compile`` asks for one: one ``Run``, the state a step reads."""
+the compiled step where ``train.compile`` asks for one, the CUDA graphs where ``train.cuda_graphs``
+does: one ``Run``, the state a step reads."""
 
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 from nac.model import NAC
 from nac.training.augment import AugmentedDataset, BatchMixer, RepeatedAugSampler, recipe_of
 from nac.training.checks import StepChecks
-from nac.training.compiled import CompiledStep
+from nac.training.compiled import CompiledStep, compile_regions
 from nac.training.config import TrainConfig
 from nac.training.distributed import World
 from nac.training.ema import ema_groups, make_ema
+from nac.training.graphed import GraphedStep, graphs_refusal
 from nac.training.objective import Objective
 from nac.training.optim import clip_and_step, decay_groups, make_adamw, warmup_cosine
 from nac.training.resume import RunState
@@ -67,6 +69,7 @@ class Run:
     params: list = field(default_factory=list)  # the model's parameters, what clip_and_step clips
     update: Callable = clip_and_step  # the step's update: clip_and_step, or it compiled (compile_scope: step)
     compiled: CompiledStep | None = None  # train.compile: the step's compiled forms
+    graphed: GraphedStep | None = None  # train.cuda_graphs: the step's CUDA graphs (nac.training.graphed)
     ema_groups: dict | None = None  # the EMA's tensors and the model's, paired (ema.ema_groups)
     ema_copy: bool = False  # the next EMA update is the first: it copies
     sums: torch.Tensor | None = None  # this epoch's loss, reg, correct, count, summed on the device
@@ -99,12 +102,18 @@ def build_run(
     mode = getattr(cfg, "compile", False)
     if mode is not False and hasattr(model, "training_loss"):
         raise ValueError(f"train.compile={mode!r} compiles the NAC objective; this model defines its own: set false")
+    graphs = getattr(cfg, "cuda_graphs", False)
+    if graphs and (why := graphs_refusal(model, device, world.distributed, mode)):
+        raise ValueError(why)
+    if mode is not False and cfg.compile_scope == "regional":  # the layers compiled, the step eager
+        compile_regions(model, mode)
+        mode = False
     compiled = CompiledStep(mode, cfg.compile_scope, cfg.compile_matching) if mode is not False else None
-    optimizer = make_adamw(
+    optimizer = make_adamw(  # a compiled update or a captured step: the LR a device tensor, capturable
         [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=cfg.peak_lr,
         impl=getattr(cfg, "adamw", None),
-        compiled=compiled is not None and compiled.update is not None,
+        compiled=graphs or (compiled is not None and compiled.update is not None),
     )
     ema = make_ema(model, cfg.ema) if cfg.ema else None
 
@@ -152,7 +161,7 @@ def build_run(
     if steps_per_epoch == 0:
         raise ValueError(f"training set of {len(train_set)} items is smaller than one global batch ({cfg.batch_size})")
     total, warmup = cfg.epochs * steps_per_epoch, round(cfg.warmup_epochs * steps_per_epoch)
-    return Run(
+    run = Run(
         model=model,
         wrapped=wrapped,
         optimizer=optimizer,
@@ -178,3 +187,5 @@ def build_run(
         compiled=compiled,
         ema_groups=ema_groups(ema, model) if ema is not None else None,
     )
+    run.graphed = GraphedStep(run) if graphs else None
+    return run
