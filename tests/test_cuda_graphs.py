@@ -7,8 +7,6 @@ parameters, the warm-up steps) with each capture replaced by running its functio
 rounding. On a GPU (skipped elsewhere): the real capture, bf16, against the eager step; the same
 file runs in the GPU window (``bench/gpu_window.py``, part ``graphs_equal``)."""
 
-import copy
-
 import pytest
 import torch
 from test_overfit import Quadrants
@@ -127,46 +125,82 @@ def test_a_changed_batch_shape_is_refused():
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
 
 
-def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-12))
+def _cuda_steps(name: str, graphed: bool, amp: bool):
+    """``_steps`` on the GPU with ``train.cuda_graphs: true``'s run (its capturable AdamW, the LR a
+    device tensor) either replayed (``graphed``) or taken by the eager step on that same run: only
+    the capture differs."""
+    model = _model(name, "cuda")
+    cfg = small_train(epochs=1, batch_size=4, cuda_graphs=True, device="cuda", amp=amp)
+    world = World(0, 1, torch.device("cuda"))
+    run = build_run(model, Quadrants(4 * STEPS, 0), None, cfg, world, None, "t", None, None)
+    if not graphed:
+        run.graphed = None
+    run.sums = torch.zeros(4, dtype=torch.float64, device="cuda")
+    torch.manual_seed(1)
+    losses, grads = [], []
+    for i, batch in enumerate(run.loader):
+        losses.append(float(loop.train_step(run, batch, 0, i).detach()))
+        grads.append({n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None})
+    return losses, grads, {k: v.detach().clone() for k, v in model.state_dict().items()}, run
+
+
+def _flat(tensors: dict, keys) -> torch.Tensor:
+    return torch.cat([tensors[k].detach().float().flatten() for k in keys])
 
 
 @CUDA
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_the_captured_step_equals_eager_on_the_gpu(name):
-    """The real capture (bf16 autocast, capturable AdamW with its LR a device tensor, the default CUDA
-    generator's graph-safe draws) against the eager step: per step the loss within 1e-2 relative,
-    each step's gradients within 2e-2 of their norm, and after the 3 replays every weight's change
-    from its start within 2e-2 of the eager change's norm (bf16 rounding: the forward's bits are
-    the same, the split backward's sums and the capturable AdamW's float32 bias corrections are not)."""
-    start = {k: v.detach().clone() for k, v in _model(name, "cuda").state_dict().items()}
-    le, ge, we, _ = _steps(name, None, "cuda")
-    lg, gg, wg, run = _steps(name, "cuda", "cuda")
+def test_the_captured_step_equals_eager_on_the_gpu_fp32(name):
+    """The real capture against the eager step of the same run, in float32 (``amp: false``): the
+    forward's kernels and random draws are the eager step's; what differs is the two-graph split of
+    the backward (the regularizer's gradient summed at the parameters, not at ``P``): per step the
+    loss to 1e-5, every gradient to 1e-3 of its norm, every weight after the 3 replays to 1e-4
+    relative."""
+    le, ge, we, _ = _cuda_steps(name, False, amp=False)
+    lg, gg, wg, run = _cuda_steps(name, True, amp=False)
     assert run.graphed.captured_at == 2 and isinstance(run.graphed.graphs[0].graph, torch.cuda.CUDAGraph)
-    assert lg == pytest.approx(le, rel=1e-2, abs=1e-3)
+    assert lg == pytest.approx(le, rel=1e-5, abs=1e-6)
     for step, (a, b) in enumerate(zip(gg, ge)):
         assert a.keys() == b.keys()
         for k in a:
-            if k not in BATCHNORMED_BIASES:  # (a gradient of rounding noise: no relative measure)
-                assert _relative(a[k], b[k]) <= 2e-2, (step, k)
+            if k not in BATCHNORMED_BIASES:
+                assert float((a[k] - b[k]).norm()) <= 1e-3 * float(b[k].norm()) + 1e-7, (step, k)
     for k in we:
-        if not we[k].is_floating_point():
-            assert torch.equal(wg[k], we[k]), k
-            continue
-        if k in BATCHNORMED_BIASES:
-            continue  # (see above: steps of about the LR whose signs follow rounding)
-        moved = (we[k].float() - start[k].float()).norm()
-        assert float((wg[k].float() - we[k].float()).norm()) <= 2e-2 * float(moved) + 1e-6, k
+        if k not in BATCHNORMED_BIASES:
+            torch.testing.assert_close(wg[k], we[k], rtol=1e-4, atol=1e-6, msg=k)
+
+
+@CUDA
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_the_captured_step_equals_eager_on_the_gpu_bf16(name):
+    """The same with bf16 autocast (the paper's setting): an ulp of a float32 weight can flip its
+    bf16 cast, so single small parameters (a ModFC's gain, say) move by a few percent; compared as
+    a whole: per step the loss within 1e-2 relative and all the gradients together within 2e-2 of
+    their norm, and the weights' change over the 6 steps within 2e-2 of the eager change."""
+    start = {k: v.detach().clone() for k, v in _model(name, "cuda").state_dict().items()}
+    le, ge, we, _ = _cuda_steps(name, False, amp=True)
+    lg, gg, wg, run = _cuda_steps(name, True, amp=True)
+    assert run.graphed.captured_at == 2
+    assert lg == pytest.approx(le, rel=1e-2, abs=1e-3)
+    for step, (a, b) in enumerate(zip(gg, ge)):
+        keys = sorted(k for k in b if k not in BATCHNORMED_BIASES)
+        ga, gb = _flat(a, keys), _flat(b, keys)
+        assert float((ga - gb).norm()) <= 2e-2 * float(gb.norm()), step
+    keys = sorted(k for k in we if we[k].is_floating_point() and k not in BATCHNORMED_BIASES)
+    moved = _flat(we, keys) - _flat(start, keys)
+    assert float((_flat(wg, keys) - _flat(we, keys)).norm()) <= 2e-2 * float(moved.norm())
 
 
 @CUDA
 def test_a_graphed_fit_trains_as_the_eager_one_on_the_gpu():
-    """Through ``fit`` (checks, sums, the epoch's end): the same metrics to bf16 rounding."""
+    """Through ``fit`` (checks, sums, the epoch's end; the eager fit with its default AdamW): the
+    same losses to bf16 rounding, accuracies within one image."""
     results = {}
     for graphs in (False, True):
         model = _model("nac", "cuda")
         cfg = small_train(epochs=2, batch_size=4, cuda_graphs=graphs, device="cuda")
-        out = loop.fit(copy.deepcopy(model), Quadrants(24, 0), Quadrants(64, 1), cfg, progress=False)
+        world = World(0, 1, torch.device("cuda"))
+        out = loop.fit(model, Quadrants(24, 0), Quadrants(64, 1), cfg, world=world, progress=False)
         results[graphs] = out["final"]
     assert results[True].keys() == results[False].keys()
     for k, v in results[False].items():

@@ -248,7 +248,10 @@ def run_mini_workers(allowed: float, a: argparse.Namespace, w: Window) -> dict:
     to ``WORKER_READY_S``, then step for ``WORKER_MEASURE_S``: steps/s per worker and in all."""
     rounds, end = [], time.monotonic() + allowed - STOP_S
     ready_s, measure_s = (60.0, 3.0) if a.cpu_dry_run else (WORKER_READY_S, WORKER_MEASURE_S)
-    for graphed, n in WORKER_ROUNDS if not a.cpu_dry_run else ((False, 1), (True, 2)):
+    chosen = WORKER_ROUNDS if not a.cpu_dry_run else ((False, 1), (True, 2))
+    if a.worker_rounds:  # FORM:WORKERS, e.g. graphed:8
+        chosen = [(r.split(":")[0] == "graphed", int(r.split(":")[1])) for r in a.worker_rounds]
+    for graphed, n in chosen:
         if time.monotonic() + ready_s + measure_s + 10 > end:
             rounds.append({"graphed": graphed, "workers": n, "skipped": "the part's share ran out"})
             continue
@@ -413,6 +416,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     ap.add_argument("--until", type=float, help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--worker-rounds",
+        nargs="+",
+        metavar="FORM:WORKERS",
+        help="mini_workers' rounds instead of its default four, e.g. graphed:8 eager:4 (FORM: eager | graphed)",
+    )
     ap.add_argument("--graphed", type=int, default=0, help=argparse.SUPPRESS)  # mini_worker
     ap.add_argument("--run", default="nac-scale_free", help=argparse.SUPPRESS)
     ap.add_argument("--start-at", type=float, help=argparse.SUPPRESS)
