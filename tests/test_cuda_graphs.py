@@ -154,8 +154,11 @@ def test_the_captured_step_equals_eager_on_the_gpu_fp32(name):
     """The real capture against the eager step of the same run, in float32 (``amp: false``): the
     forward's kernels and random draws are the eager step's; what differs is the two-graph split of
     the backward (the regularizer's gradient summed at the parameters, not at ``P``): per step the
-    loss to 1e-5, every gradient to 1e-3 of its norm, every weight after the 3 replays to 1e-4
-    relative."""
+    loss to 1e-5, every gradient to 1e-3 of its norm, and every weight's change over the 6 steps to
+    1e-3 of the eager change (per parameter: cuDNN's convolution gradients are not bitwise
+    repeatable, even eager against eager, and Adam turns an element's noise-sized gradient into a
+    step of about the LR, so single elements are no measure)."""
+    start = {k: v.detach().clone() for k, v in _model(name, "cuda").state_dict().items()}
     le, ge, we, _ = _cuda_steps(name, False, amp=False)
     lg, gg, wg, run = _cuda_steps(name, True, amp=False)
     assert run.graphed.captured_at == 2 and isinstance(run.graphed.graphs[0].graph, torch.cuda.CUDAGraph)
@@ -166,8 +169,10 @@ def test_the_captured_step_equals_eager_on_the_gpu_fp32(name):
             if k not in BATCHNORMED_BIASES:
                 assert float((a[k] - b[k]).norm()) <= 1e-3 * float(b[k].norm()) + 1e-7, (step, k)
     for k in we:
-        if k not in BATCHNORMED_BIASES:
-            torch.testing.assert_close(wg[k], we[k], rtol=1e-4, atol=1e-6, msg=k)
+        if k in BATCHNORMED_BIASES or not we[k].is_floating_point():
+            continue
+        moved = float((we[k].float() - start[k].float()).norm())
+        assert float((wg[k].float() - we[k].float()).norm()) <= 1e-3 * moved + 1e-7, k
 
 
 @CUDA
