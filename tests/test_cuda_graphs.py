@@ -213,3 +213,40 @@ def test_a_graphed_fit_trains_as_the_eager_one_on_the_gpu():
             assert abs(results[True][k] - v) <= 100 / (24 if k.startswith("train") else 64) + 1e-6, k
         else:
             assert results[True][k] == pytest.approx(v, rel=2e-2, abs=1e-4), k
+
+
+def test_the_converged_pieces_train_graphed_on_a_gpu_where_their_model_allows(monkeypatch, tmp_path):
+    """``tools/run_converged.py --cuda-graphs``: asked on a GPU (the device kind is the GPU's name), a
+    piece's track trains with ``train.cuda_graphs: true`` and its record says so; the Modular Network
+    (its own objective) and any piece on the CPU do not; the piece's params hash is the eager one's."""
+    import sys
+
+    from nac.converged import jobs, pieces
+    from nac.pipeline.params import compose
+
+    sys.path.insert(0, str(pieces.Path(__file__).resolve().parents[1] / "tools"))
+    import run_converged
+
+    params = compose(["profile=converged_smoke"])
+    nac0, mn0 = pieces.Piece("image", "nac-scale_free", 0), pieces.Piece("image", "modular_network", 0)
+    assert jobs.graphed({"cuda_graphs": True}, nac0) and not jobs.graphed({"cuda_graphs": True}, mn0)
+    assert not jobs.graphed({}, nac0)
+    graphed = {**params, "image": {**params["image"], "train": {**params["image"]["train"], "cuda_graphs": True}}}
+    assert pieces.params_part(graphed, nac0) == pieces.params_part(params, nac0)
+
+    seen = {}
+
+    def fake_jobs(fn, jobs_, **kw):
+        seen["ctx"] = jobs_[0][2]
+        return []
+
+    monkeypatch.setattr(run_converged.piece_jobs, "device_of", lambda p: ("NVIDIA H200", "NVIDIA H200 (cuda:0)"))
+    monkeypatch.setattr(run_converged, "prepare_data", lambda *a, **k: None)
+    monkeypatch.setattr("nac.pipeline.pool.run_jobs", fake_jobs)
+    argv = ["--profile", "converged_smoke", "--pieces", str(tmp_path / "p"), "--workdir", str(tmp_path / "w")]
+    argv += ["--budget", "5", "--only", "image/nac-scale_free-0"]
+    run_converged.main([*argv, "--cuda-graphs"])
+    assert seen["ctx"]["cuda_graphs"] is True
+    monkeypatch.setattr(run_converged.piece_jobs, "device_of", lambda p: ("CPU", "CPU (x86_64, 2 threads)"))
+    run_converged.main([*argv, "--cuda-graphs"])
+    assert seen["ctx"]["cuda_graphs"] is False

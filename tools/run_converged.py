@@ -159,7 +159,7 @@ def run(args: argparse.Namespace, params: dict) -> list[dict]:
         "keep_checkpoint": args.keep_checkpoints,
         "commit": source_commit(),
         "command": " ".join(["python tools/run_converged.py", *(args.argv or [])]),
-        "cuda_graphs": bool(getattr(args, "cuda_graphs", False)) and device_kind == "cuda",
+        "cuda_graphs": bool(getattr(args, "cuda_graphs", False)) and device_kind != "CPU",  # (kind: the GPU's name)
     }
     over = [False]
 
