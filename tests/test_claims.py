@@ -548,24 +548,20 @@ def test_gain_claims_near_the_plateau_read_the_longest_length_with_every_seed(tm
     )
 
 
-def test_a_profile_at_its_plateau_judges_the_long_claims_on_its_own_runs(tmp_path):
-    """converged: no bench runs; iid_gain_long / ood_gain_long / kernel_matters_long read the
-    profile's own image evaluations at its epoch count, the same numbers as the ordinary claims."""
+def test_a_profile_at_its_plateau_has_no_long_claims(tmp_path):
+    """converged (issue 46): a profile trained to its plateau has no runs longer than its own, so the
+    ``_long`` claims (iid_gain_long, ood_gain_long, kernel_matters_long) leave its count and its table
+    instead of judging its own runs a second time; mini keeps them (they read the longer bench runs)."""
     g = good_spec()
     params = make_params()
     params["profile"] = "converged"
     params["image"]["train"] = {**params["image"].get("train", {}), "epochs": 96}
     metrics = write_metrics(tmp_path / "metrics", g)
-    assert (tmp_path / "bench").is_dir()  # the spec's 24-epoch bench runs are there, and not read
     rows = by_id(C.evaluate_claims(params, metrics))
-    for long, short in (("iid_gain_long", "iid_gain"), ("ood_gain_long", "ood_gain")):
-        assert "after 96 epochs" in rows[long]["ours"] and not rows[long]["reason"].startswith("not measured")
-        assert rows[long]["estimate"] == pytest.approx(rows[short]["estimate"])
-        assert (rows[long]["lo"], rows[long]["hi"]) == (
-            pytest.approx(rows[short]["lo"]),
-            pytest.approx(rows[short]["hi"]),
-        )
-    assert rows["kernel_matters_long"]["n"] == 3
+    long = {"iid_gain_long", "ood_gain_long", "kernel_matters_long"}
+    assert not long & set(rows) and not long & set(C.claim_ids(params))
+    assert {"iid_gain", "ood_gain", "kernel_matters"} <= set(rows)
+    assert long <= set(C.claim_ids(make_params()))
 
 
 def test_type_structure_compares_with_the_untrained_control(tmp_path):
@@ -1266,10 +1262,10 @@ def test_registry_has_no_duplicate_names():
 
     again.__module__ = "nac.report.claims.image"
     with pytest.raises(ValueError, match="registered twice"):
-        R.claim("ood_gain", source="s", statement="s", paper="p", measure="m")(again)
+        R.claim("ood_gain", source="s", statement="s", paper="p", measure="m", delta="d")(again)
     again.__module__ = "somewhere.else"
     with pytest.raises(ValueError, match="not in a topic module"):
-        R.claim("a_new_claim", source="s", statement="s", paper="p", measure="m")(again)
+        R.claim("a_new_claim", source="s", statement="s", paper="p", measure="m", delta="d")(again)
     assert R.registered() == before
 
 

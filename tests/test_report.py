@@ -450,7 +450,17 @@ def test_build_report_writes_every_table_figure_and_section(tmp_path, monkeypatc
     assert headline["points_gap"] == {"estimate": 1.5, "lo": 0.5, "hi": 2.5, "n": 3}
     every = json.loads((metrics / "claims.json").read_text())  # `dvc metrics show`: every claim
     assert set(every) == {"points_gap", "iid_gain", "nlvr_vs_zeroshot"}
-    assert every["iid_gain"] == {"estimate": 0.1, "lo": -1.0, "hi": 1.2, "n": 3, "verdict": "undecided"}
+    assert every["iid_gain"] == {
+        "estimate": 0.1,
+        "lo": -1.0,
+        "hi": 1.2,
+        "n": 3,
+        "verdict": "undecided",
+        "deciding": {"estimate": None, "lo": None, "hi": None, "n": None, "test": ""},  # (a stub row: no tests)
+        "detectable": None,
+        "needed": None,
+        "effect": None,
+    }
     # the findings come first, one row per claim: words, paper, ours with CI and n, verdict, control
     findings = readme[readme.index("## Findings") : readme.index("## Table 1")]
     assert "1 supported, 0 not supported, 1 undecided, 1 not measured (3 claims)" in findings
@@ -462,7 +472,8 @@ def test_build_report_writes_every_table_figure_and_section(tmp_path, monkeypatc
     assert list(cells) == ["points_gap", "iid_gain", "nlvr_vs_zeroshot"]  # report order, every claim
     assert cells["points_gap"][1:4] == ["+5.6 pts", "+1.5 [+0.5, +2.5] pts, n = 3", "**supported**"]
     assert cells["iid_gain"][3] == "**undecided**" and cells["nlvr_vs_zeroshot"][2:4] == ["—", "**not measured**"]
-    assert cells["points_gap"][4] == "Perceiver IO, same seeds"  # the control it was judged against
+    assert cells["points_gap"][4] == "—"  # the evidence: no deciding test or power in these stub rows
+    assert cells["points_gap"][5] == "Perceiver IO, same seeds"  # the control it was judged against
     assert "inconclusive" not in readme
     reference = (reports / "reference.md").read_text()  # the engineering, apart
     assert "## Discrepancies" in reference and "## Discrepancies" not in readme

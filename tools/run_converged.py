@@ -44,7 +44,6 @@ sys.path.insert(0, str(ROOT))
 
 from nac.converged import jobs as piece_jobs  # noqa: E402
 from nac.converged import pieces as P  # noqa: E402
-from nac.provenance import git_commit  # noqa: E402
 
 
 class BudgetOver(KeyboardInterrupt):
@@ -52,13 +51,10 @@ class BudgetOver(KeyboardInterrupt):
 
 
 def source_commit() -> dict:
-    """The checkout's commit; where git cannot say (a copy without ``.git``, as the device tool
-    sends), the one ``NAC_SOURCE_COMMIT`` names, marked as such."""
-    got = git_commit(ROOT)
-    named = os.environ.get("NAC_SOURCE_COMMIT", "").strip()
-    if got["commit"] is None and named:
-        return {"commit": named, "dirty": None, "commit_from": "NAC_SOURCE_COMMIT (the copy had no .git)"}
-    return got
+    """The checkout's commit when the command starts (``nac.converged.jobs.source_commit``: where git
+    cannot say, ``NAC_SOURCE_COMMIT``, else "unknown"); each piece records its own, read when its
+    computation starts."""
+    return piece_jobs.source_commit({"code_root": str(ROOT)})
 
 
 def load(profile: str, conf: Path = ROOT / "conf") -> dict:
@@ -243,6 +239,62 @@ def prove_equal(args: argparse.Namespace) -> int:
     return 0
 
 
+def prove_gpu(args: argparse.Namespace, params: dict, root: Path) -> int:
+    """``--prove-gpu PIECE``: the GPU piece recomputed on the CPU, compared, the proof recorded (0 when
+    it holds, 1 when it does not or cannot be made; one line says why)."""
+    from nac.converged import gpu_proof
+
+    profile = params["profile"]
+    piece = next((p for p in P.plan(params) if p.id == args.prove_gpu), None)
+    rec = P.read(root, profile, piece) if piece is not None else None
+    if piece is None or piece.track != "image" or rec is None:
+        print(f"--prove-gpu {args.prove_gpu}: not a written image piece of {profile} under {root}", file=sys.stderr)
+        return 1
+    if rec.get("device_kind", "CPU") == "CPU":
+        print(f"--prove-gpu {piece.id}: it ran on the CPU ({rec.get('device')}); name a piece that ran on a GPU")
+        return 1
+    missing = [s for s in params["seeds"] if P.read(root, profile, P.Piece("image", piece.run, int(s))) is None]
+    if missing:
+        print(f"--prove-gpu {piece.id}: the rule needs every seed's piece of {piece.run}; missing seeds {missing}")
+        return 1
+    cpu_params = dict(params, device="cpu")
+    out = root.parent / gpu_proof.RECOMPUTED / "pieces"
+    work = Path(args.workdir).resolve().parent / "gpu_proof" / profile
+    work.mkdir(parents=True, exist_ok=True)
+    ctx = {
+        "workdir": str(work),
+        "pieces": str(out),
+        "code_root": str(ROOT),
+        "deadline": float("inf"),
+        "predicted": {},
+        "stop": str(work / ".stop-gpu-proof"),
+        "keep_checkpoint": False,
+        "commit": source_commit(),
+        "command": " ".join(["python tools/run_converged.py", *(args.argv or [])]),
+    }
+    if P.read(out, profile, piece) is None:
+        print(f"recomputing {piece.id} on the CPU into {out} (its checkpoint per epoch in {work}) ...")
+        prepare_data(piece_jobs.in_work(cpu_params, work)[0], [piece])
+        piece_jobs.run_piece(cpu_params, piece.id, ctx)
+    cpu_rec = P.read(out, profile, piece)
+    got = gpu_proof.compare(params, root, piece, piece.path(out, profile))
+    entry = {
+        "piece": piece.id,
+        "profile": profile,
+        "date": gpu_proof.now(),
+        "gpu_device": rec.get("device_kind"),
+        "gpu_record": {k: rec.get(k) for k in ("commit", "fingerprint", "device", "start", "end", "wall_s")},
+        "cpu_record": {k: cpu_rec.get(k) for k in ("commit", "dirty", "fingerprint", "device", "start", "end")},
+        **got,
+    }
+    f = gpu_proof.record(root.parent, entry)
+    for k, r in got["metrics"].items():
+        d = abs(r["difference"])
+        print(f"{k}: GPU {r['gpu']:.2f}, CPU {r['cpu']:.2f}, |d| {d:.2f}, tolerance {r['tolerance']:.2f}: {r['holds']}")
+    print(f"the proof {'holds' if got['holds'] else 'does not hold'}; recorded in {f}")
+    return 0 if got["holds"] else 1
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--profile", default="converged")
@@ -272,6 +324,12 @@ def main(argv: list[str] | None = None) -> None:
         "metric is equal record the proof so that pieces written under COMMIT's code stay done (nac.converged.equal)",
     )
     ap.add_argument("--proof-profile", default="converged_smoke", help="the profile --prove-equal runs (small)")
+    ap.add_argument(
+        "--prove-gpu",
+        metavar="PIECE",
+        help="recompute PIECE, an image piece that ran on a GPU, on this machine's CPU (into results/converged/"
+        "gpu_proof/, never over the piece) and compare the two by docs/convergence.md's rule (nac.converged.gpu_proof)",
+    )
     args = ap.parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else argv
     if args.workers is not None and args.workers < 1:
@@ -283,6 +341,8 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as e:  # Hydra: an unknown profile
         ap.error(f"--profile {args.profile}: {e}")
     root = Path(args.pieces).resolve()
+    if args.prove_gpu:
+        sys.exit(prove_gpu(args, params, root))
     for d in P.clean_partial(root, args.profile):
         print(f"removed {d} (an interrupted write)")
     if args.list:

@@ -332,8 +332,11 @@ def provenance(overrides: list[str]) -> dict:
     h = hashlib.sha256()
     for rel in BENCH_FILES:
         h.update(rel.encode() + b"\0" + (ROOT / rel).read_bytes() + b"\0")
+    commit = git_commit(ROOT)  # None where the copy has no .git of its own (not the repository around it)
+    if commit["commit"] is None:
+        commit = {"commit": "unknown", "dirty": None, "commit_from": "the copy has no .git of its own"}
     return {
-        **git_commit(ROOT),
+        **commit,
         "code": code_fingerprint(ROOT),
         "bench_sha256": h.hexdigest(),
         "params": overrides,

@@ -146,6 +146,67 @@ def compute(params: dict, piece: P.Piece, out: Path, progress: bool = True, *, m
     (_image if piece.track == "image" else _track)(params, piece, out, progress, Path(models))
 
 
+class CodeChanged(RuntimeError):
+    """The code on disk changed while a piece ran: its numbers would carry the new code's fingerprint."""
+
+
+def source_commit(ctx: dict) -> dict:
+    """The commit of the checkout whose code runs, read when a piece's computation starts
+    (``nac.provenance.git_commit``; where git cannot say, the one ``NAC_SOURCE_COMMIT`` names, marked
+    as such; ``{"commit": "unknown"}`` when neither can)."""
+    from nac.provenance import git_commit
+
+    got = git_commit(ctx["code_root"])
+    named = os.environ.get("NAC_SOURCE_COMMIT", "").strip()
+    if got["commit"] is None:
+        if named:
+            return {"commit": named, "dirty": None, "commit_from": "NAC_SOURCE_COMMIT (the copy had no .git)"}
+        return {"commit": "unknown", "dirty": None, "commit_from": "no .git of its own and no NAC_SOURCE_COMMIT"}
+    return got
+
+
+class Stretches:
+    """The stretches of work one piece took (``<checkpoint>.stretches.json`` beside its checkpoint,
+    which a resumed run continues): each the machine, device, commit, start, end and wall time. A
+    stretch that was killed before it could say when it ended gets the time of its checkpoint's last
+    write (``end_from`` says so) when the next stretch begins."""
+
+    def __init__(self, ckpt: Path):
+        self.ckpt, self.path = Path(ckpt), Path(ckpt).with_name(Path(ckpt).name + ".stretches.json")
+
+    def read(self) -> list[dict]:
+        import json
+
+        try:
+            got = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return []
+        return got if isinstance(got, list) else []
+
+    def _write(self, rows: list[dict]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(self.path, rows)
+
+    def begin(self, row: dict) -> int:
+        rows = self.read() if self.ckpt.exists() else []  # no checkpoint: a fresh start, no earlier stretch
+        for r in rows:
+            if r.get("end") is None:  # killed: its last checkpoint is when it last did work
+                if self.ckpt.exists():
+                    last = self.ckpt.stat().st_mtime
+                    r["end"], r["end_from"] = _utc(last), "its checkpoint's last write (the stretch was killed)"
+                    started = dt.datetime.strptime(r["start"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
+                    r["wall_s"] = round(max(0.0, last - started.timestamp()), 1)
+        rows.append({**row, "end": None, "wall_s": None})
+        self._write(rows)
+        return len(rows) - 1
+
+    def end(self, index: int, end: str, wall_s: float) -> None:
+        rows = self.read()
+        if 0 <= index < len(rows):
+            rows[index].update(end=end, wall_s=wall_s)
+            self._write(rows)
+
+
 def graphed(ctx: dict, piece: P.Piece) -> bool:
     """Whether ``piece`` trains with ``train.cuda_graphs: true``: asked for (``--cuda-graphs`` on a
     GPU, ``ctx["cuda_graphs"]``) and its model can be captured: every run but the Modular Network,
@@ -188,12 +249,36 @@ def run_piece(
     if graphs:  # (params_part leaves train.cuda_graphs out: the piece's fingerprint is the eager one's)
         sec = rooted[piece.track]
         rooted = dict(rooted, **{piece.track: dict(sec, train=dict(sec["train"], cuda_graphs=True))})
-    resumed = checkpoint_of(piece, models).exists()
+    ckpt = checkpoint_of(piece, models)
+    resumed = ckpt.exists()
     profile = params["profile"]
+    # the code that runs: the checkout's commit and the piece's code fingerprint when its computation starts
+    code = {**source_commit(ctx), "fingerprint": P.fingerprint(ctx["code_root"], params, piece)}
+    stretches = Stretches(ckpt)
+    stretch = stretches.begin(
+        {
+            "machine": f"{platform.node() or 'unknown host'} ({platform.platform()})",
+            "device": device,
+            "device_kind": kind,
+            "commit": code.get("commit"),
+            "dirty": code.get("dirty"),
+            "start": _utc(start),
+        }
+    )
 
     def write(tmp: Path) -> None:
-        compute(rooted, piece, tmp, progress, models=models)
-        end = now()
+        try:
+            compute(rooted, piece, tmp, progress, models=models)
+        finally:
+            end = now()
+            stretches.end(stretch, _utc(end), round(end - start, 1))
+        after = P.fingerprint(ctx["code_root"], params, piece)
+        if after != code["fingerprint"]:
+            raise CodeChanged(
+                f"{piece_id}: the code on disk changed while it ran (its fingerprint at the start and now differ): "
+                f"not written; the same command reruns it under the new code (its checkpoint is kept)"
+            )
+        every = stretches.read()
         record = {
             "id": piece_id,
             "profile": profile,
@@ -201,7 +286,8 @@ def run_piece(
             "run": piece.run,
             "seed": piece.seed,
             **ctx["commit"],
-            "fingerprint": P.fingerprint(ctx["code_root"], params, piece),
+            **{k: v for k, v in code.items() if k != "fingerprint"},  # the commit whose code ran (at its start)
+            "fingerprint": code["fingerprint"],
             "device_kind": kind,
             "device": device,
             "cuda_graphs": graphs,
@@ -211,14 +297,18 @@ def run_piece(
             "start": _utc(start),
             "end": _utc(end),
             "wall_s": round(end - start, 1),
+            "stretches": every,
+            "wall_s_total": round(sum(x.get("wall_s") or 0.0 for x in every), 1),
             "files": sorted(f.name for f in tmp.iterdir()),
             "command": ctx["command"],
         }
         write_json(tmp / P.RECORD, record)
 
-    dest = P.write_piece(piece.path(ctx["pieces"], profile), write)
+    try:
+        dest = P.write_piece(piece.path(ctx["pieces"], profile), write)
+    except CodeChanged as e:  # one line; the piece is left to rerun (its checkpoint kept)
+        return {"id": piece_id, SKIPPED: str(e)}
     if not ctx.get("keep_checkpoint"):
-        ckpt = checkpoint_of(piece, models)
-        for f in (ckpt, ckpt.with_name(ckpt.name + ".lock")):
+        for f in (ckpt, ckpt.with_name(ckpt.name + ".lock"), stretches.path):
             f.unlink(missing_ok=True)
     return P.read(ctx["pieces"], profile, piece) or {"id": piece_id, "written": str(dest)}

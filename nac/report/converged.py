@@ -123,6 +123,7 @@ def _esc(s: Any) -> str:
 
 
 def _claims_md(params: dict, rows: list[dict], n_done: int, n_all: int) -> str:
+    from nac.report.claims import power_text, test_text
     from nac.report.claims.rules import NOT_MEASURED, NOT_SUPPORTED, RULE, SUPPORTED, UNDECIDED
 
     verdicts = (SUPPORTED, NOT_SUPPORTED, UNDECIDED, NOT_MEASURED, NOT_JUDGED)
@@ -139,19 +140,33 @@ def _claims_md(params: dict, rows: list[dict], n_done: int, n_all: int) -> str:
         RULE,
         "## Claims",
         "",
-        "| id | verdict | claim | our measurement (95% CI) | pieces read | missing | devices differ | reason |",
-        "|---|---|---|---|---|---|---|---|",
+        "| id | verdict | claim | our measurement (95% CI) | deciding test | power | δ | pieces read | missing | "
+        "devices differ | reason |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         miss = f"{'>= ' if r['lower_bound'] else ''}{r['missing']}"
+        judged = r["verdict"] != NOT_JUDGED
+        test = _esc(test_text(r.get("deciding"))) if judged else "—"
+        power = _esc(power_text(r.get("power") or {}) or "—") if judged else "—"
         lines.append(
-            f"| {r['id']} | **{r['verdict']}** | {_esc(r['claim'])} | {_esc(r['ours'])} | {r['pieces']} | {miss} | "
-            f"{_esc('; '.join(r['devices'])) or '—'} | {_esc(r['reason'])} |"
+            f"| {r['id']} | **{r['verdict']}** | {_esc(r['claim'])} | {_esc(r['ours'])} | {test} | {power} | "
+            f"{_esc(r.get('delta') or '—')} | {r['pieces']} | {miss} | {_esc('; '.join(r['devices'])) or '—'} | "
+            f"{_esc(r['reason'])} |"
         )
     return "\n".join(lines) + "\n"
 
 
-def _pieces_md(params: dict, rows: list, claims: list[dict]) -> str:
+def _minutes(rec: dict) -> str:
+    """A piece's wall time: every stretch's when it resumed (``nac.converged.jobs.Stretches``), else its one."""
+    st = rec.get("stretches") or []
+    if len(st) > 1:
+        where = ", ".join(sorted({x.get("device_kind") or "?" for x in st}))
+        return f"{rec.get('wall_s_total', 0) / 60:.1f} ({len(st)} stretches: {where})"
+    return f"{rec['wall_s'] / 60:.1f}" if "wall_s" in rec else ""
+
+
+def _pieces_md(params: dict, rows: list, claims: list[dict], proofs: str = "") -> str:
     lines = [
         "# Converged pieces",
         "",
@@ -161,6 +176,7 @@ def _pieces_md(params: dict, rows: list, claims: list[dict]) -> str:
     ]
     counts = {s: sum(1 for r in rows if r[1] == s) for s in P.STATUSES}
     lines.append(f"{len(rows)} pieces: " + ", ".join(f"{n} {s}" for s, n in counts.items()) + ".")
+    lines += ["", "## What the equality proofs cover", "", proofs]
     mixed = [(c["id"], c["devices"]) for c in claims if c["devices"]]
     lines += ["", "## Pairs compared by seed on different kinds of device", ""]
     none = "None: each claim's pieces of a seed ran on one kind."
@@ -168,7 +184,7 @@ def _pieces_md(params: dict, rows: list, claims: list[dict]) -> str:
     lines += ["", "## Pieces", "", "| piece | status | device | minutes | commit | note |", "|---|---|---|---|---|---|"]
     for p, st, rec, why in rows:
         rec = rec or {}
-        mins = f"{rec['wall_s'] / 60:.1f}" if "wall_s" in rec else ""
+        mins = _minutes(rec)
         note = f"its {why} changed since" if st == "stale" else why
         commit = (rec.get("commit") or "")[:7] + (" (dirty)" if rec.get("dirty") else "")
         lines.append(f"| {p.id} | {st} | {rec.get('device_kind', '')} | {mins} | {commit} | {note} |")
@@ -231,16 +247,15 @@ def section(results: str | Path, out: str | Path, root: str | Path, profile: str
                 encoding="utf-8",
             )
             # the judged claims for the findings screen's converged column (the whole report writes its own)
-            import pandas as pd
-
-            from nac.report.claims import FIELDS
+            from nac.report.claims import csv_frame
 
             (stage / "tables").mkdir()
-            pd.DataFrame([{k: c.get(k) for k in FIELDS} for c in claims], columns=list(FIELDS)).to_csv(
-                stage / "tables" / "claims.csv", index=False
-            )
+            csv_frame(claims).to_csv(stage / "tables" / "claims.csv", index=False)
         (stage / "claims.md").write_text(_claims_md(params, claims, len(done), len(rows)), encoding="utf-8")
-        (stage / "pieces.md").write_text(_pieces_md(params, rows, claims), encoding="utf-8")
+        from nac.converged.gpu_proof import summary
+
+        proofs = summary(results, profile)
+        (stage / "pieces.md").write_text(_pieces_md(params, rows, claims, proofs), encoding="utf-8")
         shutil.rmtree(dest, ignore_errors=True)
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copytree(stage, dest)

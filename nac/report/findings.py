@@ -5,12 +5,14 @@ control it was judged against; a converged column where a converged result set h
 from __future__ import annotations
 
 import csv
+import json
 import re
 from pathlib import Path
 
 import pandas as pd
 import yaml
 
+from nac.report.claims.registry import JSON_FIELDS
 from nac.report.claims.rules import VERDICTS
 
 FINDINGS_FILE = Path(__file__).with_name("findings.yaml")
@@ -85,7 +87,36 @@ def read_rows(path: Path) -> list[dict] | None:
     if not Path(path).is_file():
         return None
     with open(path, newline="", encoding="utf-8") as f:
-        return list(csv.DictReader(f))
+        rows = list(csv.DictReader(f))
+    for r in rows:  # the deciding test, the power and the tests: JSON text in the CSV
+        for k in JSON_FIELDS:
+            r[k] = json.loads(r[k]) if r.get(k) else None
+    return rows
+
+
+def evidence_text(row: dict, unit: str) -> str:
+    """The test that decided the verdict (where the claim has several) and its power, one cell:
+    ``decided by <test>: +0.02 [+0.01, +0.03]; n = 5, detects 12.1 at 80%, the paper's 1.95 needs
+    about 110``; the other tests are one click away (the claim's section in claims.md)."""
+    bits = []
+    d = row.get("deciding") or {}
+    if d.get("name") and len(row.get("parts") or []) > 1:
+        est, lo, hi = (_num(d.get(k)) for k in ("estimate", "lo", "hi"))
+        ci = f" [{lo:+.3g}, {hi:+.3g}]" if lo is not None and hi is not None else ""
+        val = f": {est:+.3g}{ci}" if est is not None else f": {d.get('reason', '')}"
+        bits.append(f"decided by {d['name']}{val} ({len(row['parts'])} tests)")
+    pw = row.get("power") or {}
+    if pw.get("detectable") is not None:
+        det = pw["detectable"]
+        det_text = f"{det:.3g}" if det == det and det != float("inf") else "nothing"
+        need = pw.get("needed")
+        bits.append(
+            f"n = {pw['n']}: detects {det_text} at 80% power; {pw['effect_from']} ({pw['effect']:.3g}) needs "
+            + ("out of reach" if need is None else f"about {need}")
+        )
+    if row.get("verdict") == "undecided" and pw.get("why"):
+        bits.append(pw["why"])
+    return "; ".join(bits) or "—"
 
 
 def converged_judged(converged: list[dict] | None) -> list[dict]:
@@ -118,6 +149,12 @@ def findings_table(rows: list[dict], names: list[str], profile: str, converged: 
         line["verdict" if converged is None else f"verdict ({profile})"] = f"**{r['verdict']}**"
         if not first:
             line.update(at_plateau)
+        judged_at_plateau = converged is not None and first and conv.get(r["id"], {}).get("verdict") in VERDICTS
+        which = conv[r["id"]] if judged_at_plateau else r
+        said = evidence_text(which, e["unit"])
+        line["evidence: the deciding test, its power"] = (
+            f"at the plateau: {said}" if judged_at_plateau else f"{profile}: {said}" if converged else said
+        )
         line["judged against"] = control_text(r, e)
         out.append(line)
     return pd.DataFrame(out).to_markdown(index=False)

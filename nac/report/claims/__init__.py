@@ -25,6 +25,7 @@ claim the verdict "not measured" with the reason "not measured: <what is missing
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -35,8 +36,9 @@ from nac.report.claims.baselines import MN_COLLAPSE
 from nac.report.claims.fewshot import FEWSHOT_TARGETS, LOW_SHOTS
 from nac.report.claims.metrics import NAC, NLVR_CONTROLS, PIO
 from nac.report.claims.nlvr import SPREAD_MIN, ZERO_SHOT_RUN, knn_gap
+from nac.report.claims.power import power_text
 from nac.report.claims.prune import PRUNE_COMPARE_AT, PRUNE_CONTROL_AT, PRUNE_MAX_LOSS, max_fraction_within
-from nac.report.claims.registry import FIELDS, Claim, claim, claim_ids, evaluate_claims, registered
+from nac.report.claims.registry import FIELDS, JSON_FIELDS, Claim, claim, claim_ids, evaluate_claims, registered
 from nac.report.claims.rules import (
     DELTA,
     NOT_MEASURED,
@@ -69,7 +71,7 @@ def write_claims(
     out = Path(out)
     rows = evaluate_claims(params, metrics) if rows is None else rows
     (out / "tables").mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(rows, columns=list(FIELDS)).to_csv(out / "tables" / "claims.csv", index=False)
+    csv_frame(rows).to_csv(out / "tables" / "claims.csv", index=False)
     sections = []
     for r in rows:  # one short section per claim (anchor: its id), each field on its own line
         sections += [
@@ -79,8 +81,12 @@ def write_claims(
             "",
             f"- *Paper*: {r['paper']}",
             f"- *Measure*: {r['measure']}",
+            f"- *δ*: {r.get('delta') or '—'}",
             f"- *Ours*: {r['ours']}",
+            f"- *Deciding test*: {test_text(r.get('deciding'))}",
+            f"- *Power*: {power_text(r.get('power') or {}) or '—'}",
             f"- *Why*: {r['reason']}",
+            *other_tests(r),
             "",
         ]
     counts = pd.Series([r["verdict"] for r in rows]).value_counts()
@@ -147,15 +153,63 @@ def headline(rows: list[dict]) -> dict:
 
 def claims_metrics(rows: list[dict]) -> dict:
     """``metrics/claims.json``, the file `dvc metrics show` lists in full: every claim's estimate,
-    95% CI (lo, hi), n and verdict, by claim id in report order (numbers None where not measured)."""
-    return {
-        r["id"]: {**{k: _number(r[k], k == "n") for k in ("estimate", "lo", "hi", "n")}, "verdict": r["verdict"]}
-        for r in rows
-    }
+    95% CI (lo, hi), n and verdict, by claim id in report order (numbers None where not measured); its
+    deciding test's interval, and the power of that test: the effect it detects at 80% at this n
+    (``detectable``) and the units at which the effect of interest would be decided (``needed``)."""
+    out = {}
+    for r in rows:
+        d, pw = r.get("deciding") or {}, r.get("power") or {}
+        out[r["id"]] = {
+            **{k: _number(r[k], k == "n") for k in ("estimate", "lo", "hi", "n")},
+            "verdict": r["verdict"],
+            "deciding": {k: _number(d.get(k), k == "n") for k in ("estimate", "lo", "hi", "n")}
+            | {"test": d.get("name") or ""},
+            "detectable": _number(pw.get("detectable")),
+            "needed": _number(pw.get("needed"), True),
+            "effect": _number(pw.get("effect")),
+        }
+    return out
+
+
+def _fmt(v) -> str:
+    return "—" if v is None else f"{v:+.3g}"
+
+
+def test_text(t: dict | None) -> str:
+    """``name: d = +3.7 [-5.3, +12.7], n = 5 (difference, δ = 2.24): undecided``."""
+    if not t:
+        return "—"
+    ci = f" [{_fmt(t['lo'])}, {_fmt(t['hi'])}]" if t.get("lo") is not None else ""
+    target = {"difference": "δ", "equivalence": "±δ", "noninferiority": "−δ", "threshold": "x", "above": "chance"}
+    rule = f" ({t['kind']}, {target.get(t['kind'], '')} = {t['target']:g})" if t.get("kind") else ""
+    est = f"d = {_fmt(t['estimate'])}{ci}, n = {t['n']}" if t.get("estimate") is not None else t.get("reason", "")
+    return f"{(t.get('name') or 'the test') + ': '}{est}{rule}: {t['verdict']}"
+
+
+def other_tests(r: dict) -> list[str]:
+    """The claim's other tests (a claim of several), one line each, for claims.md."""
+    parts = r.get("parts") or []
+    if len(parts) < 2:
+        return []
+    deciding = (r.get("deciding") or {}).get("name")
+    return ["- *Every test*:"] + [
+        f"  - {test_text(t)}" + (" (decided)" if t.get("name") == deciding else "") for t in parts
+    ]
+
+
+def csv_frame(rows: list[dict]) -> pd.DataFrame:
+    """``rows`` as ``tables/claims.csv``'s frame: ``FIELDS``, the dicts and lists as JSON text."""
+    return pd.DataFrame(
+        [{k: (json.dumps(r.get(k), default=float) if k in JSON_FIELDS else r.get(k)) for k in FIELDS} for r in rows],
+        columns=list(FIELDS),
+    )
 
 
 __all__ = [
     "CLAIM_IDS",
+    "csv_frame",
+    "test_text",
+    "power_text",
     "FIELDS",
     "HEADLINE_CLAIMS",
     "claims_metrics",

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from nac.report.claims.deltas import accuracy_delta, delta_line
 from nac.report.claims.fewshot import LOW_SHOTS, lowshot_pairs
 from nac.report.claims.metrics import PIO, Missing, number
 from nac.report.claims.registry import Context, claim
 from nac.report.claims.rules import (
-    D1,
     NOT_SUPPORTED,
     SUPPORTED,
     _ci_text,
@@ -17,6 +17,7 @@ from nac.report.claims.rules import (
     combine,
     difference_verdict,
     noninferiority_verdict,
+    part,
     seed_ci,
     threshold_verdict,
 )
@@ -32,8 +33,11 @@ NI_SOURCE, MN_SOURCE = "Neural Interpreters (Rahaman et al. 2021)", "Modular Net
     source=NI_SOURCE,
     statement="Neural Interpreters match a non-modular baseline in distribution with fewer parameters",
     paper="their paper: on par with ViT-style baselines with fewer parameters",
-    measure=f"d = IID Acc@1 {NI} − {PIO}; paired-by-seed CI; non-inferiority (lower bound > −δ), {D1}; "
-    "and fewer parameters",
+    measure=lambda c: (
+        f"d = IID Acc@1 {NI} − {PIO}; paired-by-seed CI; non-inferiority (lower bound > −δ), "
+        f"δ = {accuracy_delta(c.params, 'iid'):g}; and fewer parameters"
+    ),
+    delta=lambda c: delta_line(c.params, "iid", why="the non-inferiority margin (a point)"),
 )
 def ni_matches_pio(c: Context) -> dict:
     m = c.m
@@ -46,23 +50,14 @@ def ni_matches_pio(c: Context) -> dict:
         for r in (NI, PIO)
     }
     iv = seed_ci(vals[NI], vals[PIO])
-    out = _result(
-        iv,
-        noninferiority_verdict(iv),
-        f"d = {_ci_text(iv)}; {NI} {np.mean(vals[NI]):.2f} vs {PIO} {np.mean(vals[PIO]):.2f}; n = {iv.n} seed(s)",
-    )
     fewer = params_of[NI][0] < params_of[PIO][0]
+    counts = f"{int(params_of[NI][0]):,} vs {int(params_of[PIO][0]):,}"
     parts = [
-        ("IID Acc@1 not worse by more than δ", out["verdict"], out["reason"]),
-        (
-            "fewer parameters",
-            SUPPORTED if fewer else NOT_SUPPORTED,
-            f"{int(params_of[NI][0]):,} vs {int(params_of[PIO][0]):,}",
-        ),
+        part("IID Acc@1 not worse by more than δ", noninferiority_verdict(iv, accuracy_delta(c.params, "iid"))),
+        part("fewer parameters", (SUPPORTED if fewer else NOT_SUPPORTED, counts)),
     ]
-    out["verdict"], out["reason"] = combine(parts, "criteria")
-    out["ours"] += f"; parameters {int(params_of[NI][0]):,} vs {int(params_of[PIO][0]):,}"
-    return out
+    ours = f"d = {_ci_text(iv)}; {NI} {np.mean(vals[NI]):.2f} vs {PIO} {np.mean(vals[PIO]):.2f}; n = {iv.n} seed(s)"
+    return _result(iv, combine(parts, "criteria"), ours + f"; parameters {counts}", parts=parts)
 
 
 @claim(
@@ -70,8 +65,12 @@ def ni_matches_pio(c: Context) -> dict:
     source=NI_SOURCE,
     statement="Neural Interpreters adapt with fewer samples than a non-modular baseline",
     paper="their paper: few-shot curves",
-    measure=f"d = few-shot Acc@1 {NI} − {PIO} (their fine-tuning protocol: new CLS token and head), averaged over "
-    f"shots ≤ {LOW_SHOTS} per episode, pooled over the targets; paired t CI over (target, episode); {D1}",
+    measure=lambda c: (
+        f"d = few-shot Acc@1 {NI} − {PIO} (their fine-tuning protocol: new CLS token and head), "
+        f"averaged over shots ≤ {LOW_SHOTS} per episode, pooled over the targets; paired t CI over (target, episode); "
+        f"δ = {accuracy_delta(c.params, 'fewshot'):g}"
+    ),
+    delta=lambda c: delta_line(c.params, "fewshot", why="a practical threshold (their paper gives no number)"),
 )
 def ni_fewshot(c: Context) -> dict:
     targets = list(c.params.get("fewshot", {}).get("targets", []))
@@ -86,7 +85,9 @@ def ni_fewshot(c: Context) -> dict:
         raise Missing("fewshot.targets is empty")
     iv = mean_ci(diffs)
     return _result(
-        iv, difference_verdict(iv), f"d = {_ci_text(iv)}; {'; '.join(per_target)}; n = {iv.n} (target, episode)"
+        iv,
+        difference_verdict(iv, accuracy_delta(c.params, "fewshot")),
+        f"d = {_ci_text(iv)}; {'; '.join(per_target)}; n = {iv.n} (target, episode)",
     )
 
 
@@ -97,6 +98,7 @@ def ni_fewshot(c: Context) -> dict:
     paper="their paper: modules specialise on input types",
     measure="per seed, mean over layers of I(controller's module; class) − the same with shuffled labels, on "
     "validation data; t CI over seeds; > 0",
+    delta="δ = 0: a mutual information in nats against its shuffled-label control, no test-set noise floor",
 )
 def mn_specialise(c: Context) -> dict:
     usage = c.m.image_eval(MN, "modular_usage")
@@ -119,6 +121,8 @@ def mn_specialise(c: Context) -> dict:
     f"t CI over seeds; threshold {MN_COLLAPSE:g} (1 = collapse); and, since uniform routing (every module "
     f"alike, whatever the input) passes that trivially, the choices depend on the input: I(module; class) − "
     f"shuffled-label control > 0 (mean over layers, t CI over seeds, δ = 0); both",
+    delta=f"the threshold {MN_COLLAPSE:g} (half a module's worth above 1 = collapse; a practical threshold) and δ = 0 "
+    "for the mutual information (no test-set noise floor)",
 )
 def mn_no_collapse(c: Context) -> dict:
     usage = c.m.image_eval(MN, "modular_usage")
@@ -126,12 +130,12 @@ def mn_no_collapse(c: Context) -> dict:
     iv = mean_ci(low)
     gap = mean_ci([float(np.mean(np.asarray(u["mi"]) - np.asarray(u["mi_shuffled"]))) for u in usage])
     parts = [
-        ("modules used", *threshold_verdict(iv, MN_COLLAPSE, fmt="{:.2f}".format)),
-        ("routing depends on the input (beats uniform routing)", *difference_verdict(gap, delta=0.0)),
+        part("modules used", threshold_verdict(iv, MN_COLLAPSE, fmt="{:.2f}".format)),
+        part("routing depends on the input (beats uniform routing)", difference_verdict(gap, delta=0.0)),
     ]
     ours = (
         f"smallest per-layer exp(selection entropy) {_ci_text(iv, '{:.2f}'.format)} "
         f"(seed {c.m.seeds[0]}: {', '.join(f'{v:.2f}' for v in usage[0]['exp_entropy'])}); "
         f"I(module; class) − shuffled {_ci_text(gap, '{:+.4f}'.format)} nats (uniform routing: 0)"
     )
-    return _result(iv, combine(parts, "criteria"), ours, threshold=True)
+    return _result(iv, combine(parts, "criteria"), ours, threshold=True, parts=parts)

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from nac.report.claims.deltas import accuracy_delta, delta_line
 from nac.report.claims.metrics import NAC, PIO, Missing, number
 from nac.report.claims.registry import Context, claim
-from nac.report.claims.rules import D1, _ci_text, _result, difference_verdict
+from nac.report.claims.rules import _ci_text, _result, difference_verdict
+from nac.report.published import FEWSHOT_CLAIM
 from nac.stats import mean_ci
 
 LOW_SHOTS = 4  # the "low-shot regime": 1-4 shots per class
@@ -63,8 +65,10 @@ def lowshot_pairs(c: Context, target: str, a: str, b: str) -> tuple[list[float],
     paper=f"~+10 (abstract; 1–{LOW_SHOTS} shots per class, 8-way)",
     measure=lambda c, t: (
         f"d = Acc@1 {NAC} − {PIO} on {t}, averaged over shots ≤ {LOW_SHOTS} per episode; paired t "
-        f"CI over episodes; {D1}"
+        f"CI over episodes; δ = {accuracy_delta(c.params, 'fewshot'):g}"
     ),
+    delta=lambda c, t: delta_line(c.params, "fewshot", why="a practical threshold below the paper's ~+10"),
+    effect=lambda c, t: FEWSHOT_CLAIM,
 )
 def fewshot(c: Context, target: str) -> dict:
     diffs, means, shots = lowshot_pairs(c, target, NAC, PIO)
@@ -73,4 +77,4 @@ def fewshot(c: Context, target: str) -> dict:
         f"d = {_ci_text(iv)}; {NAC} {means[NAC]:.2f} vs {PIO} {means[PIO]:.2f} "
         f"(shots {', '.join(map(str, shots))}; n = {iv.n} episodes)"
     )
-    return _result(iv, difference_verdict(iv), ours)
+    return _result(iv, difference_verdict(iv, accuracy_delta(c.params, "fewshot")), ours)

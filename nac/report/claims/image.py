@@ -7,12 +7,29 @@ from itertools import combinations
 
 import numpy as np
 
-from nac.report.claims.metrics import PIO, Missing
+from nac.report.claims.deltas import accuracy_delta, delta_line
+from nac.report.claims.metrics import AT_PLATEAU, PIO, Missing
 from nac.report.claims.registry import IID, OOD, Context, claim
-from nac.report.claims.rules import D1, PAIRED, _ci_text, _diff, _result, combine, equivalence_verdict, seed_ci
+from nac.report.claims.rules import PAIRED, _ci_text, _diff, _result, combine, equivalence_verdict, part, seed_ci
 from nac.report.published import TABLE1
 
 P = Context.paper
+
+
+def _d(c: Context, what: str) -> float:
+    """δ of an image accuracy claim (``iid`` or ``ood``): 1 point or the test set's noise floor."""
+    return accuracy_delta(c.params, what)
+
+
+def _dt(c: Context, what: str) -> str:
+    return f"δ = {_d(c, what):g}"
+
+
+def _longer_exists(params: dict) -> bool:
+    """The ``_long`` claims exist only where the runs they read are longer than the profile's own: a
+    profile trained to its plateau (``AT_PLATEAU``) has no longer runs, and its ``_long`` claims would
+    judge its own runs a second time."""
+    return params.get("profile") not in AT_PLATEAU
 
 
 def _ood_best() -> float:
@@ -27,10 +44,12 @@ def _ood_best() -> float:
         f"~+2.5 (abstract); Table 1 OOD Acc@1: {c.head} {P(c.head, OOD):.2f} vs PIO {P(PIO, OOD):.2f} = "
         f"{P(c.head, OOD) - P(PIO, OOD):+.2f} (best prior {_ood_best():+.2f})"
     ),
-    measure=lambda c: f"d = OOD Acc@1 {c.head} − {PIO}; {PAIRED}; {D1}",
+    measure=lambda c: f"d = OOD Acc@1 {c.head} − {PIO}; {PAIRED}; {_dt(c, 'ood')}",
+    delta=lambda c: delta_line(c.params, "ood", why="a practical threshold below the paper's +1.95"),
+    effect=lambda c: P(c.head, OOD) - P(PIO, OOD),
 )
 def ood_gain(c: Context) -> dict:
-    return _diff(c.m.image([c.head, PIO], "ood_acc1"), c.head, PIO)
+    return _diff(c.m.image([c.head, PIO], "ood_acc1"), c.head, PIO, delta=_d(c, "ood"))
 
 
 @claim(
@@ -40,15 +59,17 @@ def ood_gain(c: Context) -> dict:
     paper=lambda c: (
         f"Table 1 IID Acc@1: {P(c.head, IID):.2f} vs {P(PIO, IID):.2f} = {P(c.head, IID) - P(PIO, IID):+.2f}"
     ),
-    measure=lambda c: f"d = IID Acc@1 {c.head} − {PIO}; {PAIRED}; {D1}",
+    measure=lambda c: f"d = IID Acc@1 {c.head} − {PIO}; {PAIRED}; {_dt(c, 'iid')}",
+    delta=lambda c: delta_line(c.params, "iid", why="a practical threshold below the paper's +1.87"),
+    effect=lambda c: P(c.head, IID) - P(PIO, IID),
 )
 def iid_gain(c: Context) -> dict:
-    return _diff(c.m.image([c.head, PIO], "iid_acc1"), c.head, PIO)
+    return _diff(c.m.image([c.head, PIO], "iid_acc1"), c.head, PIO, delta=_d(c, "iid"))
 
 
 def _longer(c: Context, key: str) -> dict:
     epochs, vals = c.m.longer([c.head, PIO], key)
-    return _diff(vals[key], c.head, PIO, what=f"after {epochs} epochs: ")
+    return _diff(vals[key], c.head, PIO, delta=_d(c, key[:3]), what=f"after {epochs} epochs: ")
 
 
 LONGER = (
@@ -62,7 +83,10 @@ LONGER = (
     source="abstract, §4.1 (Table 1)",
     statement="NACs are more robust out of distribution than Perceiver IO, trained near the plateau",
     paper=lambda c: f"Table 1 OOD Acc@1 (400 epochs): {P(c.head, OOD) - P(PIO, OOD):+.2f}",
-    measure=lambda c: f"d = OOD Acc@1 {c.head} − {PIO}, {LONGER}; {PAIRED}; {D1}",
+    measure=lambda c: f"d = OOD Acc@1 {c.head} − {PIO}, {LONGER}; {PAIRED}; {_dt(c, 'ood')}",
+    delta=lambda c: delta_line(c.params, "ood", why="a practical threshold below the paper's +1.95"),
+    effect=lambda c: P(c.head, OOD) - P(PIO, OOD),
+    when=_longer_exists,
 )
 def ood_gain_long(c: Context) -> dict:
     return _longer(c, "ood_acc1")
@@ -73,7 +97,10 @@ def ood_gain_long(c: Context) -> dict:
     source="§4.1 (Table 1)",
     statement="NACs are better in distribution than Perceiver IO, trained near the plateau",
     paper=lambda c: f"Table 1 IID Acc@1 (400 epochs): {P(c.head, IID) - P(PIO, IID):+.2f}",
-    measure=lambda c: f"d = IID Acc@1 {c.head} − {PIO}, {LONGER}; {PAIRED}; {D1}",
+    measure=lambda c: f"d = IID Acc@1 {c.head} − {PIO}, {LONGER}; {PAIRED}; {_dt(c, 'iid')}",
+    delta=lambda c: delta_line(c.params, "iid", why="a practical threshold below the paper's +1.87"),
+    effect=lambda c: P(c.head, IID) - P(PIO, IID),
+    when=_longer_exists,
 )
 def iid_gain_long(c: Context) -> dict:
     return _longer(c, "iid_acc1")
@@ -86,10 +113,11 @@ def iid_gain_long(c: Context) -> dict:
     paper=lambda c: (
         f"Table 1 IID Acc@1: {P('modfc', IID):.2f} vs {P(PIO, IID):.2f} = {P('modfc', IID) - P(PIO, IID):+.2f}"
     ),
-    measure=f"d = IID Acc@1 modfc − {PIO}; {PAIRED}; equivalence, {D1}",
+    measure=lambda c: f"d = IID Acc@1 modfc − {PIO}; {PAIRED}; equivalence, {_dt(c, 'iid')}",
+    delta=lambda c: delta_line(c.params, "iid", why="the equivalence margin, half the paper's +1.87 rounded up"),
 )
 def modfc_alone(c: Context) -> dict:
-    return _diff(c.m.image(["modfc", PIO], "iid_acc1"), "modfc", PIO, equivalence=True)
+    return _diff(c.m.image(["modfc", PIO], "iid_acc1"), "modfc", PIO, delta=_d(c, "iid"), equivalence=True)
 
 
 @claim(
@@ -100,10 +128,12 @@ def modfc_alone(c: Context) -> dict:
         f"Table 1 IID Acc@1: {c.head} {P(c.head, IID):.2f} vs frozen {P('frozen_graph', IID):.2f} = "
         f"{P(c.head, IID) - P('frozen_graph', IID):+.2f}"
     ),
-    measure=lambda c: f"d = IID Acc@1 {c.head} − frozen_graph; {PAIRED}; {D1}",
+    measure=lambda c: f"d = IID Acc@1 {c.head} − frozen_graph; {PAIRED}; {_dt(c, 'iid')}",
+    delta=lambda c: delta_line(c.params, "iid", why="a practical threshold below the paper's +2.45"),
+    effect=lambda c: P(c.head, IID) - P("frozen_graph", IID),
 )
 def learned_graph(c: Context) -> dict:
-    return _diff(c.m.image([c.head, "frozen_graph"], "iid_acc1"), c.head, "frozen_graph")
+    return _diff(c.m.image([c.head, "frozen_graph"], "iid_acc1"), c.head, "frozen_graph", delta=_d(c, "iid"))
 
 
 @claim(
@@ -111,7 +141,10 @@ def learned_graph(c: Context) -> dict:
     source="§4.1 (Table 1)",
     statement="The graph priors perform similarly in distribution",
     paper="Table 1 IID Acc@1 60.33–60.76 (largest difference 0.43)",
-    measure=lambda c: f"every pair of {', '.join(c.priors)}: d = IID Acc@1 difference; {PAIRED}; equivalence, {D1}",
+    measure=lambda c: (
+        f"every pair of {', '.join(c.priors)}: d = IID Acc@1 difference; {PAIRED}; equivalence, {_dt(c, 'iid')}"
+    ),
+    delta=lambda c: delta_line(c.params, "iid", why="the equivalence margin, above the paper's largest gap 0.43"),
 )
 def priors_similar(c: Context) -> dict:
     vals = c.m.image(c.priors, "iid_acc1")
@@ -122,8 +155,9 @@ def priors_similar(c: Context) -> dict:
         a, b = (a, b) if np.mean(vals[a]) >= np.mean(vals[b]) else (b, a)
         pairs.append((f"{a} − {b}", seed_ci(vals[a], vals[b])))
     name, widest = max(pairs, key=lambda t: abs(t[1].estimate))
-    verdict = combine([(n, *equivalence_verdict(iv)) for n, iv in pairs], "pairs")
-    return _result(widest, verdict, f"largest absolute difference {name} = {_ci_text(widest)}; n = {widest.n} seed(s)")
+    tests = [part(n, equivalence_verdict(iv, _d(c, "iid"))) for n, iv in pairs]
+    ours = f"largest absolute difference {name} = {_ci_text(widest)}; n = {widest.n} seed(s)"
+    return _result(widest, combine(tests, "pairs"), ours, parts=tests)
 
 
 @claim(
@@ -133,12 +167,14 @@ def priors_similar(c: Context) -> dict:
     paper=lambda c: (
         f"Table 1 OOD Acc@1: 20.03 vs 19.52 = {P('nac-ring_of_cliques', OOD) - P('nac-scale_free', OOD):+.2f}"
     ),
-    measure=f"d = OOD Acc@1 nac-ring_of_cliques − nac-scale_free; {PAIRED}; δ = 0.5",
+    measure=lambda c: f"d = OOD Acc@1 nac-ring_of_cliques − nac-scale_free; {PAIRED}; {_dt(c, 'ood')}",
+    delta=lambda c: delta_line(c.params, "ood", practical=0.5, why="the paper's effect (+0.51, rounded)"),
+    effect=lambda c: P("nac-ring_of_cliques", OOD) - P("nac-scale_free", OOD),
 )
 def prior_tradeoff_ood(c: Context) -> dict:
     return _diff(
         c.m.image(["nac-ring_of_cliques", "nac-scale_free"], "ood_acc1"),
         "nac-ring_of_cliques",
         "nac-scale_free",
-        delta=0.5,
+        delta=accuracy_delta(c.params, "ood", practical=0.5),
     )

@@ -7,10 +7,10 @@ import math
 
 import numpy as np
 
+from nac.report.claims.deltas import accuracy_delta, delta_line, noise_floor
 from nac.report.claims.metrics import NLVR_CONTROLS, Missing, number
 from nac.report.claims.registry import Context, claim
 from nac.report.claims.rules import (
-    D1,
     NOT_SUPPORTED,
     PAIRED,
     SUPPORTED,
@@ -19,10 +19,12 @@ from nac.report.claims.rules import (
     _result,
     combine,
     difference_verdict,
+    part,
     seed_ci,
 )
 from nac.stats import Interval
 
+TYPE_DELTA = 1.0  # points of kNN accuracy of the reasoning type (nlvr_type_structure)
 SPREAD_MIN = 0.10  # fraction of sentences whose 0.5-cut graph must differ from the most common one
 ZERO_SHOT_RUN = "zero_shot"  # an nlvr run of that name, if ever configured, is the zero-shot row
 
@@ -49,13 +51,16 @@ def _has_zero_shot(params: dict) -> bool:
             if _has_zero_shot(c.params)
             else "not measured: this suite has no CLIP zero-shot row, and no other control stands in for it"
         )
-        + f"; {PAIRED}; {D1}"
+        + f"; {PAIRED}; δ = {accuracy_delta(c.params, 'nlvr'):g}"
     ),
+    delta=lambda c: delta_line(c.params, "nlvr", why="a practical threshold below the paper's +11"),
+    effect=lambda c: 11.0,
 )
 def nlvr_vs_zeroshot(c: Context) -> dict:
     if not _has_zero_shot(c.params):
         raise Missing("no CLIP zero-shot row in this suite (no CLIP weights offline); no substitute control is used")
-    return _diff(c.m.track("nlvr", ["conditional", ZERO_SHOT_RUN], "val_acc1"), "conditional", ZERO_SHOT_RUN)
+    vals = c.m.track("nlvr", ["conditional", ZERO_SHOT_RUN], "val_acc1")
+    return _diff(vals, "conditional", ZERO_SHOT_RUN, delta=accuracy_delta(c.params, "nlvr"))
 
 
 @claim(
@@ -63,16 +68,19 @@ def nlvr_vs_zeroshot(c: Context) -> dict:
     source="§4.4 (suite check)",
     statement="The conditional NAC beats each single-modality control",
     paper="no number",
-    measure=f"d = test Acc@1 conditional − text_only and − image_only (shown: the better control); "
-    f"{PAIRED}; {D1}; all controls",
+    measure=lambda c: (
+        f"d = test Acc@1 conditional − text_only and − image_only (shown: the better control); "
+        f"{PAIRED}; δ = {accuracy_delta(c.params, 'nlvr'):g}; all controls"
+    ),
+    delta=lambda c: delta_line(c.params, "nlvr", why="a practical threshold (no number in the paper)"),
 )
 def nlvr_uses_both(c: Context) -> dict:
     vals = c.m.track("nlvr", ["conditional", *NLVR_CONTROLS], "test_acc1")
     best = max(NLVR_CONTROLS, key=lambda r: np.mean(vals[r]))
-    parts = [(ctrl, *difference_verdict(seed_ci(vals["conditional"], vals[ctrl]))) for ctrl in NLVR_CONTROLS]
-    out = _diff(vals, "conditional", best)
-    out["verdict"], out["reason"] = combine(parts, "controls")
-    return out
+    d = accuracy_delta(c.params, "nlvr")
+    parts = [part(ctrl, difference_verdict(seed_ci(vals["conditional"], vals[ctrl]), d)) for ctrl in NLVR_CONTROLS]
+    out = _diff(vals, "conditional", best, delta=d)
+    return _result(seed_ci(vals["conditional"], vals[best]), combine(parts, "controls"), out["ours"], parts=parts)
 
 
 def _analysis(c: Context) -> tuple[dict, str]:
@@ -89,7 +97,11 @@ def _analysis(c: Context) -> tuple[dict, str]:
     paper="no number (types cluster in the t-SNE of P)",
     measure=f"d = kNN accuracy of the type from PCA(P) − the same for a freshly initialised model of the same config "
     f"(the untrained-generator control: structure inherited from the sentence alone); CI over CV folds, "
-    f"half-widths combined in quadrature; {D1}; and the silhouette of the types above the control's",
+    f"half-widths combined in quadrature; δ = {TYPE_DELTA:g}; and the silhouette of the types above the control's",
+    delta=lambda c: (
+        f"δ = {TYPE_DELTA:g} points: a practical threshold, a kNN accuracy on the analysed sentences "
+        f"(its folds' spread in the CI)"
+    ),
 )
 def nlvr_type_structure(c: Context) -> dict:
     a, where = _analysis(c)
@@ -105,14 +117,12 @@ def nlvr_type_structure(c: Context) -> dict:
     )
     sil, sil_u = number(a, "silhouette", where), number(u, "silhouette", where)
     parts = [
-        ("kNN excess over the untrained generator", *difference_verdict(iv)),
-        (
+        part("kNN excess over the untrained generator", difference_verdict(iv, TYPE_DELTA)),
+        part(
             "silhouette",
-            *(
-                (SUPPORTED, f"{sil:.3f} > untrained {sil_u:.3f}")
-                if sil > sil_u
-                else (NOT_SUPPORTED, f"{sil:.3f} ≤ untrained {sil_u:.3f}")
-            ),
+            (SUPPORTED, f"{sil:.3f} > untrained {sil_u:.3f}")
+            if sil > sil_u
+            else (NOT_SUPPORTED, f"{sil:.3f} ≤ untrained {sil_u:.3f}"),
         ),
     ]
     ours = (
@@ -120,7 +130,7 @@ def nlvr_type_structure(c: Context) -> dict:
         f"(shuffled types {a.get('knn_shuffled', float('nan')):.2f}); "
         f"silhouette trained {sil:.3f} vs untrained {sil_u:.3f}"
     )
-    return _result(iv, combine(parts, "measures"), ours)
+    return _result(iv, combine(parts, "measures"), ours, parts=parts)
 
 
 @claim(
@@ -134,6 +144,8 @@ def nlvr_type_structure(c: Context) -> dict:
     "untrained one's (p_spread: each link's standard deviation of P over sentences, averaged over links; the "
     "untrained generator: the same architecture at a fresh initialisation, same sentences) (single "
     "measurements, all three)",
+    delta="no δ: thresholds of one measurement each (half the graphs, the share of distinct graphs "
+    f"{100 * SPREAD_MIN:.0f}%, the untrained generator's spread), practical thresholds",
 )
 def nlvr_diversity(c: Context) -> dict:
     a, where = _analysis(c)
@@ -147,14 +159,14 @@ def nlvr_diversity(c: Context) -> dict:
     spread, spread_u = number(a, "p_spread", where), number(untrained, "p_spread", where)
     verdict = lambda ok, text: ((SUPPORTED if ok else NOT_SUPPORTED), text)  # noqa: E731
     parts = [
-        ("not complete at the 0.5 cut", *verdict(complete < 0.5, f"{100 * complete:.1f}% of graphs complete")),
-        (
+        part("not complete at the 0.5 cut", verdict(complete < 0.5, f"{100 * complete:.1f}% of graphs complete")),
+        part(
             "differ between sentences",
-            *verdict(distinct >= SPREAD_MIN, f"{100 * distinct:.1f}% differ from the most common graph"),
+            verdict(distinct >= SPREAD_MIN, f"{100 * distinct:.1f}% differ from the most common graph"),
         ),
-        (
+        part(
             "more sentence-dependent than the untrained generator",
-            *verdict(spread > spread_u, f"p_spread {spread:.3f} vs untrained {spread_u:.3f}"),
+            verdict(spread > spread_u, f"p_spread {spread:.3f} vs untrained {spread_u:.3f}"),
         ),
     ]
     iv = Interval(spread - spread_u, None, None, 1)
@@ -164,12 +176,25 @@ def nlvr_diversity(c: Context) -> dict:
         f"{100 * float(untrained.get('cut_distinct_fraction', float('nan'))):.1f}%); p_spread {spread:.3f} vs "
         f"untrained {spread_u:.3f} (n = {int(a.get('n', 0))} sentences, one model)"
     )
-    return _result(iv, combine(parts, "criteria"), ours, threshold=True)
+    return _result(iv, combine(parts, "criteria"), ours, threshold=True, parts=parts)
 
 
 TWO_CLIQUES_MIN = 0.5  # fraction of sentence graphs that must show two large clique-like communities
 MODULARITY_DELTA = 0.02  # smallest modularity excess over the degree-preserving shuffles of interest
 TWO_CLIQUES_DELTA = 5.0  # ... and of the two-clique fraction, in percentage points
+
+
+def _two_cliques_delta(params: dict) -> str:
+    n = ((params.get("nlvr") or {}).get("analysis") or {}).get("clique_sentences")
+    floor = (
+        f"the noise floor of a rate difference on {n} sentences ({noise_floor(int(n)):.2f} points)"
+        if n
+        else "a practical threshold (the number of sentences is not configured here)"
+    )
+    return (
+        f"δ = {MODULARITY_DELTA:g} of modularity (a practical threshold) and δ = {TWO_CLIQUES_DELTA:g} points of "
+        f"the two-clique rate: {floor}"
+    )
 
 
 @claim(
@@ -184,6 +209,7 @@ TWO_CLIQUES_DELTA = 5.0  # ... and of the two-clique fraction, in percentage poi
     f"{MODULARITY_DELTA:g}), d2 = [exactly two communities of ≥ 20% of the modules with ≥ 80% of their links] "
     f"minus the shuffles' rate, in points (δ = {TWO_CLIQUES_DELTA:g}); both paired by sentence, 95% t CI; and "
     f"that structure in at least {100 * TWO_CLIQUES_MIN:.0f}% of the graphs (single measurement); all three",
+    delta=lambda c: _two_cliques_delta(c.params),
 )
 def nlvr_two_cliques(c: Context) -> dict:
     a, where = _analysis(c)
@@ -207,15 +233,13 @@ def nlvr_two_cliques(c: Context) -> dict:
     q_iv, two_iv = interval("clique_modularity_gap"), interval("clique_two_gap")
     frac = number(a, "clique_two_fraction", where)
     parts = [
-        ("modularity above the degree-preserving shuffles", *difference_verdict(q_iv, MODULARITY_DELTA)),
-        ("two-clique rate above the shuffles", *difference_verdict(two_iv, TWO_CLIQUES_DELTA)),
-        (
+        part("modularity above the degree-preserving shuffles", difference_verdict(q_iv, MODULARITY_DELTA)),
+        part("two-clique rate above the shuffles", difference_verdict(two_iv, TWO_CLIQUES_DELTA)),
+        part(
             "two cliques in most graphs",
-            *(
-                (SUPPORTED, f"{100 * frac:.1f}% ≥ {100 * TWO_CLIQUES_MIN:.0f}%")
-                if frac >= TWO_CLIQUES_MIN
-                else (NOT_SUPPORTED, f"{100 * frac:.1f}% < {100 * TWO_CLIQUES_MIN:.0f}%")
-            ),
+            (SUPPORTED, f"{100 * frac:.1f}% ≥ {100 * TWO_CLIQUES_MIN:.0f}%")
+            if frac >= TWO_CLIQUES_MIN
+            else (NOT_SUPPORTED, f"{100 * frac:.1f}% < {100 * TWO_CLIQUES_MIN:.0f}%"),
         ),
     ]
     ours = (
@@ -223,4 +247,4 @@ def nlvr_two_cliques(c: Context) -> dict:
         f"{100 * number(a, 'clique_two_fraction_null', where):.1f}% of their shuffles; modularity excess d1 = "
         f"{_ci_text(q_iv, '{:+.3f}'.format)} (n = {n} sentences, one model)"
     )
-    return _result(two_iv, combine(parts, "criteria"), ours)
+    return _result(two_iv, combine(parts, "criteria"), ours, parts=parts)

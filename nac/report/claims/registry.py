@@ -25,10 +25,29 @@ from pathlib import Path
 
 from nac.graphs import PRIORS
 from nac.report.claims.metrics import Metrics, Missing
+from nac.report.claims.power import annotate
 from nac.report.claims.rules import NOT_MEASURED
 from nac.report.published import TABLE1
 
-FIELDS = ("id", "source", "claim", "paper", "measure", "ours", "estimate", "lo", "hi", "n", "verdict", "reason")
+FIELDS = (
+    "id",
+    "source",
+    "claim",
+    "paper",
+    "measure",
+    "ours",
+    "estimate",
+    "lo",
+    "hi",
+    "n",
+    "verdict",
+    "reason",
+    "delta",
+    "deciding",
+    "power",
+    "parts",
+)
+JSON_FIELDS = ("deciding", "power", "parts")  # dicts and lists: JSON text in claims.csv
 TOPICS = ("image", "mechanism", "prune", "fewshot", "tracks", "nlvr", "baselines")
 IID, OOD = 0, 2  # columns of published.TABLE1
 
@@ -70,9 +89,14 @@ class Claim:
     per: Callable[[dict], list[str]] | None = None
     topic: str = ""
     seq: int = 0
+    delta: Text = ""  # one line: why the claim's δ (or threshold) is what it is
+    effect: Callable[..., float] | None = None  # the paper's effect, in the claim's units, where it gives one
+    when: Callable[[dict], bool] | None = None  # the profiles the claim exists in (None: every one)
 
     def ids(self, params: dict) -> list[tuple[str, tuple[str, ...]]]:
         """``(claim id, extra arguments)`` of each claim this registration stands for."""
+        if self.when is not None and not self.when(params):
+            return []
         if self.per is None:
             return [(self.name, ())]
         return [(f"{self.name}_{key}", (key,)) for key in self.per(params)]
@@ -93,15 +117,26 @@ class Claim:
                 "n": 0,
                 "verdict": NOT_MEASURED,
                 "reason": f"not measured: {e}",
+                "parts": [],
+                "deciding": None,
             }
-        return {
+        effect = None if self.effect is None else self.effect(c, *args)
+        if res["verdict"] != NOT_MEASURED:
+            annotate(res, effect)
+            if res.get("power", {}).get("why"):
+                res["reason"] = f"{res['reason']}; {res['power']['why']}"
+        else:
+            res["power"] = {}
+        out = {
             "id": cid,
             "source": self.text(self.source, c, args),
             "claim": self.text(self.statement, c, args),
             "paper": self.text(self.paper, c, args),
             "measure": self.text(self.measure, c, args),
+            "delta": self.text(self.delta, c, args),
             **res,
         }
+        return {k: out.get(k) for k in FIELDS} | {k: v for k, v in out.items() if k not in FIELDS}
 
 
 _REGISTRY: dict[str, Claim] = {}
@@ -116,8 +151,15 @@ def claim(
     paper: Text,
     measure: Text,
     per: Callable[[dict], list[str]] | None = None,
+    delta: Text,
+    effect: Callable[..., float] | None = None,
+    when: Callable[[dict], bool] | None = None,
 ) -> Callable[[Callable[..., dict]], Callable[..., dict]]:
-    """Register the decorated function as the claim ``name`` (in a topic module of ``TOPICS``)."""
+    """Register the decorated function as the claim ``name`` (in a topic module of ``TOPICS``).
+    ``delta``: one line saying why its δ (or threshold) is what it is (the paper's effect, a practical
+    threshold or the noise floor: ``nac.report.claims.deltas``); ``effect``: the paper's effect in the
+    claim's units (the power's effect of interest, ``nac.report.claims.power``); ``when``: the
+    profiles (a function of params) the claim exists in."""
 
     def register(fn: Callable[..., dict]) -> Callable[..., dict]:
         topic = fn.__module__.rsplit(".", 1)[-1]
@@ -125,7 +167,8 @@ def claim(
             raise ValueError(f"claim {name!r} defined in {fn.__module__}, not in a topic module {TOPICS}")
         if name in _REGISTRY:
             raise ValueError(f"claim {name!r} registered twice")
-        _REGISTRY[name] = Claim(name, source, statement, paper, measure, fn, per, topic, next(_seq))
+        seq = next(_seq)
+        _REGISTRY[name] = Claim(name, source, statement, paper, measure, fn, per, topic, seq, delta, effect, when)
         return fn
 
     return register

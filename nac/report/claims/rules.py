@@ -42,6 +42,18 @@ RULE = f"""\
   if any is, else undecided.
 - *Missing metrics*: **not measured**, reason "not measured: <what is missing>"; inside a claim of
   several comparisons a missing part counts as undecided.
+- *δ of an accuracy claim*: never below the noise of one per-seed difference on the test set in use,
+  the largest binomial SE of a difference of two accuracies on n items, 100·√(0.5/n) points (2.24 on
+  1,000 images): δ = max(the claim's practical threshold, that floor). Each claim's δ line says why.
+- *The deciding test*: the test whose verdict is the claim's (the first, in the claim's order); for an
+  undecided claim of several, the undecided test that needs the most units. Its interval is the one
+  the findings show; the claim's section here lists every test.
+- *Power* (reported, never used to decide): of the deciding test, at its n and the standard deviation
+  its interval implies: the smallest effect it detects with 80% power (two-sided 0.05; the equivalence
+  and non-inferiority margins at 0.025 a side, as the 95% CI reads them), and the units (seeds,
+  episodes) at which the effect of interest would be decided: the paper's effect where it gives one,
+  else δ (where δ = 0, the effect observed; for a threshold, the estimate's distance from it). An
+  undecided verdict says whether it is underpowered (and needs about how many) or lies within δ.
 """
 
 
@@ -50,7 +62,38 @@ def _iv(iv: Interval) -> str:
     return f"[{iv.lo:+.2f}, {iv.hi:+.2f}]"
 
 
-def difference_verdict(iv: Interval, delta: float = DELTA) -> tuple[str, str]:
+class Verdict(tuple):
+    """A test's ``(verdict, reason)``, unpacked as before, that also keeps what it judged: the
+    interval ``iv``, the rule ``kind`` (``difference``, ``equivalence``, ``noninferiority``,
+    ``threshold``, ``above``) and its ``target`` (δ, or the threshold x): what the report shows as the
+    deciding interval and what the power of the claim is computed from (``nac.report.claims.power``)."""
+
+    def __new__(cls, verdict: str, reason: str, iv: Interval | None = None, kind: str = "", target: float = 0.0):
+        self = super().__new__(cls, (verdict, reason))
+        self.iv, self.kind, self.target = iv, kind, float(target)
+        return self
+
+
+class Part(tuple):
+    """One test of a claim made of several: ``(name, verdict, reason)`` for ``combine``, with its
+    ``Verdict``'s interval, kind and target."""
+
+    def __new__(cls, name: str, v: tuple):
+        self = super().__new__(cls, (name, v[0], v[1]))
+        self.iv, self.kind, self.target = getattr(v, "iv", None), getattr(v, "kind", ""), getattr(v, "target", 0.0)
+        return self
+
+
+def part(name: str, v: tuple) -> Part:
+    """``(name, verdict, reason)`` of a test named ``name``, keeping its interval (``Part``)."""
+    return Part(name, v)
+
+
+def difference_verdict(iv: Interval, delta: float = DELTA) -> Verdict:
+    return Verdict(*_difference(iv, delta), iv=iv, kind="difference", target=delta)
+
+
+def _difference(iv: Interval, delta: float) -> tuple[str, str]:
     if not iv.has_ci:
         return UNDECIDED, f"n < 2: no CI (d = {iv.estimate:+.2f} from n = {iv.n})"
     if iv.hi < 0:
@@ -62,7 +105,11 @@ def difference_verdict(iv: Interval, delta: float = DELTA) -> tuple[str, str]:
     return UNDECIDED, f"CI {_iv(iv)} contains 0 and reaches δ = {delta:g}"
 
 
-def equivalence_verdict(iv: Interval, delta: float = DELTA) -> tuple[str, str]:
+def equivalence_verdict(iv: Interval, delta: float = DELTA) -> Verdict:
+    return Verdict(*_equivalence(iv, delta), iv=iv, kind="equivalence", target=delta)
+
+
+def _equivalence(iv: Interval, delta: float) -> tuple[str, str]:
     if not iv.has_ci:
         return UNDECIDED, f"n < 2: no CI (d = {iv.estimate:+.2f} from n = {iv.n})"
     if -delta <= iv.lo and iv.hi <= delta:
@@ -72,9 +119,13 @@ def equivalence_verdict(iv: Interval, delta: float = DELTA) -> tuple[str, str]:
     return UNDECIDED, f"CI {_iv(iv)} contains 0 but reaches beyond ±{delta:g}"
 
 
-def noninferiority_verdict(iv: Interval, delta: float = DELTA) -> tuple[str, str]:
+def noninferiority_verdict(iv: Interval, delta: float = DELTA) -> Verdict:
     """ "A matches B" read as *not worse by more than δ* (a model that is better also matches):
     supported if the CI lower bound > −δ, not supported if the upper bound < −δ."""
+    return Verdict(*_noninferiority(iv, delta), iv=iv, kind="noninferiority", target=delta)
+
+
+def _noninferiority(iv: Interval, delta: float) -> tuple[str, str]:
     if not iv.has_ci:
         return UNDECIDED, f"n < 2: no CI (d = {iv.estimate:+.2f} from n = {iv.n})"
     if iv.lo > -delta:
@@ -86,8 +137,12 @@ def noninferiority_verdict(iv: Interval, delta: float = DELTA) -> tuple[str, str
 
 def threshold_verdict(
     iv: Interval, x: float, strict: bool = False, fmt: Callable[[float], str] = "{:.2f}".format
-) -> tuple[str, str]:
+) -> Verdict:
     """``strict``: the claim is "> x" (above chance) instead of "≥ x"."""
+    return Verdict(*_threshold(iv, x, strict, fmt), iv=iv, kind="above" if strict else "threshold", target=x)
+
+
+def _threshold(iv: Interval, x: float, strict: bool, fmt: Callable[[float], str]) -> tuple[str, str]:
     ge, lt = (">", "≤") if strict else ("≥", "<")
     if not iv.has_ci:
         ok = iv.estimate > x if strict else iv.estimate >= x
@@ -123,8 +178,15 @@ def combine(parts: Sequence[tuple[str, str, str]], what: str = "comparisons") ->
 
 
 # ---------------------------------------------------------------------------- a claim's result
-def _result(iv: Interval, verdict: tuple[str, str], ours: str, threshold: bool = False) -> dict:
+def _result(iv: Interval, verdict: tuple, ours: str, threshold: bool = False, parts=None) -> dict:
+    """A claim's result: its headline interval ``iv`` (the estimate, CI and n the tables show), the
+    verdict and reason, and the tests that made it (``parts``: ``Part``s of ``combine``'s claims; a
+    single test's ``Verdict`` otherwise) with the one that decided (``deciding``: the first whose
+    verdict is the claim's; its interval is what the findings screen shows)."""
     lo, hi = (iv.lo, iv.hi) if iv.has_ci else ((iv.estimate, iv.estimate) if threshold else (None, None))
+    tests = list(parts) if parts is not None else ([Part("", verdict)] if getattr(verdict, "iv", None) else [])
+    rows = [_part_row(t) for t in tests]
+    deciding = next((r for r in rows if r["verdict"] == verdict[0]), None)
     return {
         "ours": ours,
         "estimate": iv.estimate,
@@ -133,6 +195,23 @@ def _result(iv: Interval, verdict: tuple[str, str], ours: str, threshold: bool =
         "n": iv.n,
         "verdict": verdict[0],
         "reason": verdict[1],
+        "parts": rows,
+        "deciding": deciding,
+    }
+
+
+def _part_row(t: Part) -> dict:
+    iv = t.iv
+    return {
+        "name": t[0],
+        "verdict": t[1],
+        "reason": t[2],
+        "kind": t.kind,
+        "target": t.target,
+        "estimate": None if iv is None else iv.estimate,
+        "lo": None if iv is None or not iv.has_ci else iv.lo,
+        "hi": None if iv is None or not iv.has_ci else iv.hi,
+        "n": None if iv is None else iv.n,
     }
 
 
@@ -156,4 +235,3 @@ def _diff(
 
 # ---------------------------------------------------------------------------- words the claims' measures share
 PAIRED = "paired-by-seed 95% CI"
-D1 = f"δ = {DELTA:g}"
