@@ -269,10 +269,20 @@ def _checkout(dst: Path) -> Path:
     return dst
 
 
+def _whole(p: P.Piece, profile: str, files=("metrics.json",)) -> dict:
+    """The fields that make a record whole (``P.inspect``): its folder's id, seed, profile, track and files."""
+    return {"id": p.id, "seed": p.seed, "profile": profile, "track": p.track, "files": list(files)}
+
+
 def _written(root: Path, code: Path, params: dict, pieces: list) -> None:
     for p in pieces:
-        rec = {"id": p.id, "fingerprint": P.fingerprint(code, params, p), "device_kind": "CPU", "wall_s": 1.0}
-        write = lambda tmp, rec=rec: (tmp / P.RECORD).write_text(json.dumps(rec))  # noqa: E731
+        rec = {**_whole(p, params["profile"]), "fingerprint": P.fingerprint(code, params, p)}
+        rec.update(device_kind="CPU", wall_s=1.0)
+
+        def write(tmp, rec=rec):
+            (tmp / "metrics.json").write_text("{}")
+            (tmp / P.RECORD).write_text(json.dumps(rec))
+
         P.write_piece(p.path(root, params["profile"]), write)
 
 
@@ -326,7 +336,7 @@ def test_list_names_stale_pieces_and_only_rerun_stale_reruns_them(fake, monkeypa
     rows = P.status(pieces, "converged", _params(), ROOT, P.select(P.plan(_params()), ["points/*-0"]))
     listed = tool.list_pieces(rows, _params(), "CPU", pieces)
     assert "points/nac-0" in listed and "stale" in listed and "its code changed (--rerun-stale reruns it)" in listed
-    assert "2 pieces of profile converged: 1 done, 1 stale, 0 missing" in listed
+    assert "2 pieces of profile converged: 1 done, 1 stale, 0 damaged, 0 missing" in listed
     work.done.clear()
     assert go("--budget", "60", "--only", "points/*-0") == [] and work.done == []
     go("--budget", "60", "--only", "points/*-0", "--rerun-stale")
@@ -347,8 +357,9 @@ def test_bad_arguments_fail_with_one_line(capsys):
 # ---------------------------------------------------------------------------------- the report
 def _fake_image_piece(root: Path, params: dict, run: str, seed: int, acc: float, device: str) -> None:
     p = P.Piece("image", run, seed)
+    files = ["eval.json", "train.json", *(["prune.json"] if P.prunes(params, p) else [])]
     rec = {
-        "id": p.id,
+        **_whole(p, params["profile"], files),
         "fingerprint": P.fingerprint(ROOT, params, p),
         "device_kind": device,
         "wall_s": 60.0,
@@ -386,7 +397,7 @@ def test_report_from_a_partial_set_judges_complete_claims_and_counts_the_missing
     assert f"**{NOT_JUDGED}**" in row and "2 piece(s) missing: image/perceiver_io-3, image/perceiver_io-4" in row
     assert "seed 0: CPU, NVIDIA H100" in row  # the pair of seed 0 ran on two kinds of device
     pieces_md = (tmp_path / "reports" / "converged" / "pieces.md").read_text()
-    assert "105 pieces: 8 done, 0 stale, 97 missing." in pieces_md and "iid_gain: seed 0: CPU, NVIDIA H100" in pieces_md
+    assert "105 pieces: 8 done, 0 stale, 0 damaged, 97 missing." in pieces_md and "iid_gain: seed 0: CPU, NVIDIA H100" in pieces_md
     # the two missing pieces written: the claim is judged by its rule (NAC 80-84 vs 70 on every seed)
     for s in (3, 4):
         _fake_image_piece(root, params, "perceiver_io", s, 70.0, "CPU")

@@ -242,6 +242,7 @@ def test_the_converged_pieces_train_graphed_on_a_gpu_where_their_model_allows(mo
 
     monkeypatch.setattr(run_converged.piece_jobs, "device_of", lambda p: ("NVIDIA H200", "NVIDIA H200 (cuda:0)"))
     monkeypatch.setattr(run_converged, "prepare_data", lambda *a, **k: None)
+    monkeypatch.setattr(run_converged, "source_commit", lambda: {"commit": "abc", "dirty": False})
     monkeypatch.setattr("nac.pipeline.pool.run_jobs", fake_jobs)
     argv = ["--profile", "converged_smoke", "--pieces", str(tmp_path / "p"), "--workdir", str(tmp_path / "w")]
     argv += ["--budget", "5", "--only", "image/nac-scale_free-0"]

@@ -31,6 +31,7 @@ directory is never changed. A piece's checkpoint is deleted once the piece is wr
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import statistics
@@ -44,6 +45,14 @@ sys.path.insert(0, str(ROOT))
 
 from nac.converged import jobs as piece_jobs  # noqa: E402
 from nac.converged import pieces as P  # noqa: E402
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM: stop as Ctrl-C does (each piece's checkpoint is kept), with one line that says so."""
+
+
+def on_sigterm(signum, frame):
+    raise Terminated("SIGTERM")
 
 
 class BudgetOver(KeyboardInterrupt):
@@ -76,13 +85,34 @@ def predictions(root: Path, params: dict, device_kind: str) -> dict[str, float]:
     return {p.id: statistics.median(walls[(p.track, p.run)]) for p in P.plan(params) if (p.track, p.run) in walls}
 
 
+MIN_BUDGET = 0.1  # minutes: less cannot even prepare the data
+
+
+def unwritable(root: Path) -> str | None:
+    """Why pieces cannot be written under ``root`` (read-only, full, not a folder), or None."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / f".write-probe-{os.getpid()}"
+        probe.write_bytes(b"x" * 4096)
+        probe.unlink()
+    except OSError as e:
+        return e.strerror or type(e).__name__
+    return None
+
+
 def list_pieces(rows, params: dict, device_kind: str, root: Path) -> str:
     pred = predictions(root, params, device_kind)
     lines = [f"{'piece':40s} {'status':8s} {'device':28s} {'minutes':>8s}  note"]
     for p, st, rec, why in rows:
         dev = (rec or {}).get("device_kind", "")
         mins = f"{rec['wall_s'] / 60:.1f}" if rec and "wall_s" in rec else ""
-        note = f"its {why} changed (--rerun-stale reruns it)" if st == "stale" else why
+        note = (
+            f"its {why} changed (--rerun-stale reruns it)"
+            if st == "stale"
+            else f"damaged: {why} (--rerun-damaged reruns it)"
+            if st == "damaged"
+            else why
+        )
         if st == "missing" and p.id in pred:
             note = f"predicted {pred[p.id] / 60:.1f} min on {device_kind}"
         lines.append(f"{p.id:40s} {st:8s} {dev:28s} {mins:>8s}  {note}".rstrip())
@@ -128,7 +158,18 @@ def run(args: argparse.Namespace, params: dict) -> list[dict]:
 
     root, profile = Path(args.pieces).resolve(), params["profile"]
     rows = P.status(root, profile, params, ROOT, P.select(P.plan(params), args.only))
-    todo = [p for p, st, _, _ in rows if st == "missing" or (st == "stale" and args.rerun_stale)]
+    damaged = [(p, why) for p, st, _, why in rows if st == "damaged"]
+    rerun_damaged = getattr(args, "rerun_damaged", False)
+    todo = [
+        p
+        for p, st, _, _ in rows
+        if st == "missing" or (st == "stale" and args.rerun_stale) or (st == "damaged" and rerun_damaged)
+    ]
+    if damaged and not rerun_damaged:
+        print(
+            f"{len(damaged)} damaged piece(s) kept out of the report ({damaged[0][0].id}: {damaged[0][1]}); "
+            "--rerun-damaged reruns them"
+        )
     if getattr(args, "pattern_order", False) and args.only:
         todo = in_pattern_order(todo, args.only)
     stale = sum(1 for r in rows if r[1] == "stale")
@@ -169,6 +210,7 @@ def run(args: argparse.Namespace, params: dict) -> list[dict]:
         prepare_data(piece_jobs.in_work(params, work)[0], todo)
         left = deadline - piece_jobs.now()
         if left <= 0:
+            over[0] = True  # (the data preparation took the whole budget)
             raise BudgetOver("budget over")
         signal.setitimer(signal.ITIMER_REAL, left)
         print(f"{len(todo)} piece(s) to run on {device_kind}, budget {args.budget:g} min; first {todo[0].id}")
@@ -181,8 +223,14 @@ def run(args: argparse.Namespace, params: dict) -> list[dict]:
             outcome=lambda r: f"not started ({r[piece_jobs.SKIPPED]})" if piece_jobs.SKIPPED in r else "done",
             workdir=work,
         )
-    except (KeyboardInterrupt, SystemExit):
+    except (KeyboardInterrupt, SystemExit) as e:
         if not over[0]:
+            if isinstance(e, Terminated):
+                print(
+                    f"stopped by SIGTERM: the pieces still running were stopped; their checkpoints (per epoch) stay "
+                    f"in {work}, and the same command resumes them. Nothing half-written is kept."
+                )
+                raise SystemExit(143) from None
             raise
         print(
             f"budget of {args.budget:g} min over: the pieces still running were stopped; their checkpoints "
@@ -308,6 +356,12 @@ def main(argv: list[str] | None = None) -> None:
         help="start the pieces in the order of the --only patterns (default: the profile's priority order)",
     )
     ap.add_argument("--rerun-stale", action="store_true", help="rerun the pieces whose code or params changed")
+    ap.add_argument("--rerun-damaged", action="store_true", help="rerun the pieces --list calls damaged")
+    ap.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="run pieces from a checkout with uncommitted changes (their records say dirty; so does the report)",
+    )
     ap.add_argument(
         "--cuda-graphs",
         action="store_true",
@@ -334,6 +388,8 @@ def main(argv: list[str] | None = None) -> None:
     args.argv = sys.argv[1:] if argv is None else argv
     if args.workers is not None and args.workers < 1:
         ap.error(f"--workers must be >= 1, got {args.workers}")
+    if args.budget is not None and not (math.isfinite(args.budget) and args.budget >= MIN_BUDGET):
+        ap.error(f"--budget {args.budget:g}: give a finite number of minutes, at least {MIN_BUDGET:g}")
     if args.prove_equal:
         sys.exit(prove_equal(args))
     try:
@@ -343,9 +399,7 @@ def main(argv: list[str] | None = None) -> None:
     root = Path(args.pieces).resolve()
     if args.prove_gpu:
         sys.exit(prove_gpu(args, params, root))
-    for d in P.clean_partial(root, args.profile):
-        print(f"removed {d} (an interrupted write)")
-    if args.list:
+    if args.list:  # only reads: a partial folder another run is filling is its own
         try:
             sel = P.select(P.plan(params), args.only)
         except ValueError as e:
@@ -353,12 +407,24 @@ def main(argv: list[str] | None = None) -> None:
         rows = P.status(root, args.profile, params, ROOT, sel)
         print(list_pieces(rows, params, piece_jobs.device_of(params)[0], root))
         return
-    if args.budget is None or args.budget <= 0:
+    if args.budget is None:
         ap.error("--budget MINUTES (> 0) is required to run pieces; --list lists them")
     try:
         P.select(P.plan(params), args.only)
     except ValueError as e:
         ap.error(str(e))
+    if why := unwritable(root):
+        sys.exit(f"run_converged.py: cannot write pieces to {root}: {why}; give a writable folder (--pieces)")
+    commit = source_commit()
+    if commit.get("dirty") and not args.allow_dirty:
+        sys.exit(
+            "run_converged.py: the checkout has uncommitted changes to nac/, stages/, conf/ or dvc.yaml; a piece "
+            "records the commit whose code ran, so commit them first (or --allow-dirty: the report then marks every "
+            "claim such a piece enters as dirty)"
+        )
+    for d in P.clean_partial(root, args.profile):
+        print(f"removed {d} (an interrupted write whose writer is gone)")
+    signal.signal(signal.SIGTERM, on_sigterm)
     run(args, params)
 
 

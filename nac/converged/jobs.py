@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nac.checkpoint_lock import CheckpointBusyError
 from nac.converged import pieces as P
 from nac.pipeline.datasets import builder, data_root
 from nac.pipeline.io import write_json
@@ -299,7 +300,7 @@ def run_piece(
             "wall_s": round(end - start, 1),
             "stretches": every,
             "wall_s_total": round(sum(x.get("wall_s") or 0.0 for x in every), 1),
-            "files": sorted(f.name for f in tmp.iterdir()),
+            "files": sorted(f.name for f in tmp.iterdir() if not f.name.startswith(".")),
             "command": ctx["command"],
         }
         write_json(tmp / P.RECORD, record)
@@ -308,6 +309,15 @@ def run_piece(
         dest = P.write_piece(piece.path(ctx["pieces"], profile), write)
     except CodeChanged as e:  # one line; the piece is left to rerun (its checkpoint kept)
         return {"id": piece_id, SKIPPED: str(e)}
+    except CheckpointBusyError as e:  # a second runner on the same piece
+        return {"id": piece_id, SKIPPED: f"another run holds its checkpoint ({e}); it goes on there"}
+    except OSError as e:  # a read-only or full pieces or work folder
+        where = e.filename or ctx["pieces"]
+        return {
+            "id": piece_id,
+            SKIPPED: f"could not write {where}: {e.strerror or e}; free space or give a writable "
+            "folder (its checkpoint, if any, is kept)",
+        }
     if not ctx.get("keep_checkpoint"):
         for f in (ckpt, ckpt.with_name(ckpt.name + ".lock"), stretches.path):
             f.unlink(missing_ok=True)

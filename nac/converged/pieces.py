@@ -41,7 +41,8 @@ JOB_MODULES = {
     "nlvr_analysis": ("nac.tracks.common", "nac.tracks.nlvr"),
 }
 JOB_FILE = "nac/converged/jobs.py"  # the piece's own job (its bytes, not its imports: those are per kind)
-STATUSES = ("done", "stale", "missing")
+STATUSES = ("done", "stale", "damaged", "missing")
+OWNER = ".owner.json"  # in a partial folder: the process writing it (pid, its start time, the host)
 
 
 @dataclass(frozen=True)
@@ -190,9 +191,44 @@ def fingerprint(root: str | Path, params: dict, piece: Piece) -> dict[str, str]:
 
 # ------------------------------------------------------------------------------ the store
 def read(root: str | Path, profile: str, piece: Piece) -> dict | None:
-    """The record (``piece.json``) of a written piece, None when it has none."""
-    f = piece.path(root, profile) / RECORD
-    return json.loads(f.read_text(encoding="utf-8")) if f.is_file() else None
+    """The record (``piece.json``) of a whole piece (``damage`` finds nothing wrong), None otherwise."""
+    rec, damage = inspect(root, profile, piece)
+    return None if damage else rec
+
+
+def inspect(root: str | Path, profile: str, piece: Piece) -> tuple[dict | None, str]:
+    """``(record, damage)`` of a piece's folder: ``(None, "")`` where it has none; ``damage`` is ""
+    for a whole piece, else ``"<file>: <what is wrong>"``: a record that does not parse or is not
+    an object, one that names another id, seed, profile or track, a file it lists that is absent or
+    (JSON) does not parse. A piece is done only when it is whole (issue 47)."""
+    d = piece.path(root, profile)
+    f = d / RECORD
+    if not d.is_dir():
+        return None, ""
+    if not f.is_file():
+        return None, f"{RECORD}: absent from a piece folder"
+    try:
+        rec = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        return None, f"{RECORD}: does not parse ({type(e).__name__}: {str(e)[:80]})"
+    if not isinstance(rec, dict):
+        return None, f"{RECORD}: holds {type(rec).__name__}, not a record"
+    for key, want in (("id", piece.id), ("seed", piece.seed), ("profile", profile), ("track", piece.track)):
+        if rec.get(key) != want:
+            return rec, f"{RECORD}: names {key} {rec.get(key)!r}, the folder is {want!r}"
+    files = rec.get("files")
+    if not isinstance(files, list) or not files:
+        return rec, f"{RECORD}: lists no files"
+    for name in files:
+        g = d / name
+        if not g.is_file():
+            return rec, f"{name}: listed in {RECORD}, absent"
+        if name.endswith(".json"):
+            try:
+                json.loads(g.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as e:
+                return rec, f"{name}: does not parse ({type(e).__name__})"
+    return rec, ""
 
 
 def equal_code(root: str | Path) -> list[dict]:
@@ -221,12 +257,16 @@ def carried(proofs: list[dict], old: str, new: str) -> list[dict] | None:
 
 def status(root: str | Path, profile: str, params: dict, code_root: str | Path, pieces: list[Piece] | None = None):
     """``[(piece, status, record, why)]``: ``done`` (written under this code and these params),
-    ``stale`` (written, but ``why`` names what changed: its code, its params) or ``missing``. A
+    ``stale`` (written, but ``why`` names what changed: its code, its params), ``damaged`` (``why``:
+    ``inspect``'s "<file>: <what is wrong>") or ``missing``. A
     piece whose code changed is still ``done`` when a chain of proofs (``equal_code``) takes its
     code to this code; ``why`` then says so ("code carried over from ...")."""
     out, proofs = [], equal_code(root)
     for p in plan(params) if pieces is None else pieces:
-        rec = read(root, profile, p)
+        rec, damage = inspect(root, profile, p)
+        if damage:
+            out.append((p, "damaged", rec, damage))
+            continue
         if rec is None:
             out.append((p, "missing", None, ""))
             continue
@@ -246,18 +286,58 @@ def status(root: str | Path, profile: str, params: dict, code_root: str | Path, 
     return out
 
 
-def clean_partial(root: str | Path, profile: str) -> list[Path]:
-    """Remove what an interrupted write left (``.<name>.tmp-*`` folders) and put back a piece whose
-    replacement stopped between its two renames (``.<name>.old-*`` without ``<name>``). Returns what
-    was removed."""
-    removed = []
+def _owner() -> dict:
+    import platform
+
+    import psutil
+
+    return {"pid": os.getpid(), "started": psutil.Process().create_time(), "host": platform.node()}
+
+
+def writer_alive(d: Path) -> bool:
+    """Whether the process writing the partial folder ``d`` may still be at it: its owner (``OWNER``:
+    pid and start time) runs on this machine, or the folder was written on another machine (which
+    this one cannot see), or, without an owner file, a process of the pid in its name runs."""
+    import platform
+
+    import psutil
+
+    try:
+        owner = json.loads((d / OWNER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        owner = None
+    if isinstance(owner, dict) and "pid" in owner:
+        if owner.get("host") != platform.node():
+            return True
+        try:
+            return abs(psutil.Process(int(owner["pid"])).create_time() - float(owner["started"])) < 1.0
+        except (psutil.Error, ValueError, TypeError):
+            return False
+    tag = d.name.rsplit(".tmp-", 1)[-1] if ".tmp-" in d.name else ""
+    pid = tag.split("-", 1)[0]
+    return pid.isdigit() and psutil.pid_exists(int(pid))
+
+
+def partial(root: str | Path, profile: str) -> list[Path]:
+    """The partial folders an unfinished write left or is still filling (``.<name>.tmp-*``, ``.<name>.old-*``)."""
     base = Path(root) / profile
-    for d in sorted(base.glob("*/.*.tmp-*")) + sorted(base.glob("*/.*.old-*")):
+    return sorted(base.glob("*/.*.tmp-*")) + sorted(base.glob("*/.*.old-*"))
+
+
+def clean_partial(root: str | Path, profile: str) -> list[Path]:
+    """Remove what an interrupted write left (``.<name>.tmp-*`` folders whose writer is gone:
+    ``writer_alive``) and put back a piece whose replacement stopped between its two renames
+    (``.<name>.old-*`` without ``<name>``). A folder a live process is still writing is left alone.
+    Returns what was removed. (``tools/run_converged.py --list`` never calls it: listing only reads.)"""
+    removed = []
+    for d in partial(root, profile):
         if ".old-" in d.name:
             dest = d.parent / d.name[1:].split(".old-")[0]
             if not dest.exists() and (d / RECORD).is_file():
                 os.replace(d, dest)
                 continue
+        elif writer_alive(d):
+            continue
         shutil.rmtree(d, ignore_errors=True)
         removed.append(d)
     return removed
@@ -272,9 +352,11 @@ def write_piece(dest: Path, write: Any) -> Path:
     tmp = dest.parent / f".{dest.name}.tmp-{tag}"
     tmp.mkdir()
     try:
+        (tmp / OWNER).write_text(json.dumps(_owner()), encoding="utf-8")
         write(tmp)
         if not (tmp / RECORD).is_file():
             raise RuntimeError(f"piece {dest} was written without its {RECORD}")
+        (tmp / OWNER).unlink()
         if dest.exists():  # a stale piece rerun: old aside, new in, old removed
             old = dest.parent / f".{dest.name}.old-{tag}"
             os.replace(dest, old)

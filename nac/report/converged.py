@@ -81,9 +81,19 @@ def pieces_of(asked: set[str], params: dict) -> set[P.Piece]:
     return out
 
 
-def judge(params: dict, metrics: Path, done: set[P.Piece], kinds: dict[P.Piece, str]) -> list[dict]:
+def judge(
+    params: dict,
+    metrics: Path,
+    done: set[P.Piece],
+    kinds: dict[P.Piece, str],
+    damaged: dict[P.Piece, str] | None = None,
+    dirty: set[P.Piece] | None = None,
+) -> list[dict]:
     """One row per claim (``nac.report.claims`` FIELDS, plus ``pieces``, ``missing``, ``lower_bound``,
-    ``devices``): judged by its rule where every piece it reads is done, else ``NOT_JUDGED``."""
+    ``devices``): judged by its rule where every piece it reads is done, else ``NOT_JUDGED`` (the
+    reason names the missing pieces, and what is wrong with a damaged one). A judged claim that reads
+    a piece written from a dirty tree (``dirty``) says so first in its reason."""
+    damaged, dirty = damaged or {}, dirty or set()
     from nac.report.claims.registry import Context, registered
 
     rows = []
@@ -103,6 +113,7 @@ def judge(params: dict, metrics: Path, done: set[P.Piece], kinds: dict[P.Piece, 
             row.update(pieces=len(need), missing=len(missing), lower_bound=bool(missing) and stopped, devices=mixed)
             row["missing_ids"] = [p.id for p in missing]
             if missing:
+                hurt = [f"{p.id} (damaged: {damaged[p]})" for p in missing if p in damaged]
                 row.update(
                     verdict=NOT_JUDGED,
                     ours="—",
@@ -112,7 +123,13 @@ def judge(params: dict, metrics: Path, done: set[P.Piece], kinds: dict[P.Piece, 
                     n=0,
                     reason=f"{'at least ' if row['lower_bound'] else ''}{len(missing)} piece(s) missing: "
                     + ", ".join(row["missing_ids"][:6])
-                    + (" ..." if len(missing) > 6 else ""),
+                    + (" ..." if len(missing) > 6 else "")
+                    + (f"; {'; '.join(hurt[:3])}" if hurt else ""),
+                )
+            elif dirty_read := sorted(p.id for p in need if p in dirty):
+                row["reason"] = (
+                    f"dirty: {len(dirty_read)} piece(s) written from a checkout with uncommitted changes "
+                    f"({', '.join(dirty_read[:3])}{' ...' if len(dirty_read) > 3 else ''}); " + row["reason"]
                 )
             rows.append(row)
     return rows
@@ -206,6 +223,8 @@ def section(results: str | Path, out: str | Path, root: str | Path, profile: str
         return None
     done = {p for p, st, _, _ in rows if st == "done"}
     kinds = {p: rec["device_kind"] for p, st, rec, _ in rows if st == "done"}
+    damaged = {p: why for p, st, _, why in rows if st == "damaged"}
+    dirty = {p for p, st, rec, _ in rows if st == "done" and rec.get("dirty")}
     dest = out / "converged"
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -216,7 +235,7 @@ def section(results: str | Path, out: str | Path, root: str | Path, profile: str
         if paper_throughput(root / "metrics").is_file():  # read as mini's report reads it, under metrics/
             paper_throughput(metrics).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(paper_throughput(root / "metrics"), paper_throughput(metrics))
-        claims = judge(params, metrics, done, kinds)
+        claims = judge(params, metrics, done, kinds, damaged, dirty)
         stage = tmp / "converged"
         complete = len(done) == len(rows)
         if complete:  # the whole report, as any profile's, from the pieces' metrics
