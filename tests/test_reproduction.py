@@ -76,7 +76,7 @@ def test_a_rerun_in_another_environment_is_compared_claim_by_claim(committed_run
     text = reproduction.page(project(PARAMS, "report"), rows, "metrics", committed_run)
     assert "**1 of 2 verdicts changed** (`text_gap` not supported → inconclusive)" in text
     assert "1 estimate(s) outside the committed 95% CI" in text
-    assert "1 of 1 image runs differ (mean |difference| 1.00 points, at most 1.50)" in text
+    assert "1 of 1 image runs differ in accuracy (mean |difference| 1.00 points, at most 1.50)" in text
     assert "| `ood_gain` | 1.00 [-1.00, 3.00] | 1.50 | +0.50 | yes | inconclusive | inconclusive |" in text
     assert "| `text_gap` | -2.00 [-3.00, -1.00] | 0.50 | +2.50 | **no** | not supported | **inconclusive** |" in text
     assert "| `modfc-0` | +1.50 | -0.50 |" in text
@@ -84,7 +84,38 @@ def test_a_rerun_in_another_environment_is_compared_claim_by_claim(committed_run
 
 def test_the_same_run_is_reported_identical(committed_run):
     text = reproduction.page(project(PARAMS, "report"), _rows(), "metrics", committed_run)
-    assert "**0 of 2 verdicts changed**; 0 estimate(s) outside" in text and "0 of 1 image runs differ." in text
+    assert (
+        "**0 of 2 verdicts changed**; 0 estimate(s) outside" in text and "0 of 1 image runs differ in accuracy" in text
+    )
+    assert "0 of 2 metric numbers differ" in text
+
+
+def test_every_metric_is_compared_not_the_accuracies_alone(committed_run):
+    """Issue 47: equal accuracies, but a mechanism distance in the fourth decimal and the NLVR kNN
+    moved: the page names both files, how many numbers and by how much; a timing that moved is no
+    difference."""
+    train = committed_run / "metrics/image/train/modfc-0.json"
+    nlvr = committed_run / "metrics/nlvr/analysis.json"
+    for f in (train, nlvr):
+        f.parent.mkdir(parents=True, exist_ok=True)
+    train.write_text(json.dumps({"mechanism": {"final": {"distance": {"scale_free": 0.123444}}}, "images_per_s": 9.0}))
+    nlvr.write_text(json.dumps({"knn_shuffled": 26.0, "knn_shuffled_ci95": 1.2}))
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@e.invalid"]
+    subprocess.run([*git, "add", "-A"], cwd=committed_run, check=True)
+    subprocess.run([*git, "commit", "-qm", "more"], cwd=committed_run, check=True)
+    train.write_text(json.dumps({"mechanism": {"final": {"distance": {"scale_free": 0.123372}}}, "images_per_s": 12.0}))
+    nlvr.write_text(json.dumps({"knn_shuffled": 25.92, "knn_shuffled_ci95": 1.03}))
+    every = reproduction.compare_all("metrics", committed_run)
+    keys = {(d["file"], d["key"]) for d in every["differ"]}
+    assert keys == {
+        ("image/train/modfc-0.json", "mechanism.final.distance.scale_free"),
+        ("nlvr/analysis.json", "knn_shuffled"),
+        ("nlvr/analysis.json", "knn_shuffled_ci95"),
+    }
+    text = reproduction.page(project(PARAMS, "report"), _rows(), "metrics", committed_run)
+    assert "0 of 1 image runs differ in accuracy; 3 of 5 metric numbers differ" in text
+    assert "| `nlvr/analysis.json` | 2 | -0.17 (`knn_shuffled_ci95`) |" in text
+    assert "| `image/train/modfc-0.json` | 1 | -7.2e-05 (`mechanism.final.distance.scale_free`) |" in text
 
 
 def test_a_run_with_other_params_is_not_compared(committed_run):

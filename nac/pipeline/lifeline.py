@@ -24,6 +24,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 _SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "fish"}
@@ -210,10 +211,27 @@ def worker_process(parent_pid: int) -> None:
 CHECKPOINTS_KEPT = "every finished epoch's checkpoint is intact; rerun to resume"
 
 
+def foreign_nac(main, name: str) -> None:
+    """Refuse, in one line, a stage script whose ``nac`` is not its own checkout's: run by hand as
+    ``python stages/<name>.py``, Python puts ``stages/`` first on the path and imports whatever ``nac`` is
+    installed (another checkout's, say), where ``python -m stages.<name>`` from the checkout (dvc.yaml's
+    command) imports its own."""
+    import nac
+
+    script = Path(main.__code__.co_filename).resolve()
+    own, got = script.parents[1], Path(nac.__file__).resolve().parents[1]
+    if own != got:
+        raise SystemExit(
+            f"{name}: {script.name} imports nac from {got}, not from its own checkout {own}: run it as dvc.yaml "
+            f"does (python -m stages.{script.stem}, from {own}), or install this checkout (pip install -e {own})"
+        )
+
+
 def run_stage(main, name: str, kept: str = CHECKPOINTS_KEPT) -> None:
     """Run a stage script's ``main()`` as ``stage_process`` says; an interruption outside a
     training (which says its own line) ends the stage with one line, not a traceback, saying
     what is ``kept``."""
+    foreign_nac(main, name)
     try:
         stage_process()  # inside the try: a launcher already gone stops the stage with the one line
         main()

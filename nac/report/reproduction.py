@@ -4,7 +4,9 @@ The committed run is the one whose ``metrics/`` and ``reports/`` the checkout's 
 (read with ``git show HEAD:<path>``, so a run that has just overwritten them is still compared
 with what was committed). Per claim: the committed estimate and 95% CI, this run's estimate, the
 difference, whether this run's estimate lies inside the committed CI, and whether the verdict
-changed. Per image run and seed: the IID and OOD Acc@1 difference. The page names the
+changed. Per image run and seed: the IID and OOD Acc@1 difference. Then every number of every
+metrics file (mechanism numbers, the NLVR analysis, the claims' own; timings apart): which differ,
+by how much (``compare_all``). The page names the
 environment differences (``nac.environment``, against ``requirements.lock``) that explain a
 difference within the noise; a run with other params than the committed one is not compared.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -121,6 +124,76 @@ def compare_runs(metrics: str | Path, root: str | Path = ".") -> list[dict]:
     return out
 
 
+# timings: they differ from run to run by nature and are not compared (paths matched anywhere in the key)
+TIMED = re.compile(r"images_per|per_s\b|_per_cpu_s|speedup|load_average|seconds|wall_s|steps_per")
+TIMED_FILES = ("costs/throughput.json",)
+
+
+def _leaves(x: Any, at: str = "") -> dict[str, float]:
+    """Every number in a JSON value, by its path (``a.b[2].c``)."""
+    if isinstance(x, bool):
+        return {}
+    if isinstance(x, (int, float)):
+        return {at: float(x)}
+    if isinstance(x, dict):
+        return {k: v for key, val in x.items() for k, v in _leaves(val, f"{at}.{key}" if at else str(key)).items()}
+    if isinstance(x, list):
+        return {k: v for i, val in enumerate(x) for k, v in _leaves(val, f"{at}[{i}]").items()}
+    return {}
+
+
+def compare_all(metrics: str | Path, root: str | Path = ".") -> dict:
+    """Every number of every JSON file under ``metrics`` (the report's inputs: accuracies, mechanism
+    numbers, the NLVR analysis, the claims' own) against the committed file's, timings apart
+    (``TIMED``): ``{"files", "numbers", "differ": [{file, key, committed, this_run, difference}], "new"}``."""
+    metrics, out = Path(metrics), {"files": 0, "numbers": 0, "differ": [], "new": []}
+    for f in sorted(metrics.rglob("*.json")):
+        rel = f.relative_to(metrics).as_posix()
+        if rel in TIMED_FILES:
+            continue
+        text = committed(f"metrics/{rel}", root)
+        if text is None:
+            out["new"].append(rel)
+            continue
+        try:
+            now, then = _leaves(json.loads(f.read_text(encoding="utf-8"))), _leaves(json.loads(text))
+        except ValueError:
+            continue
+        out["files"] += 1
+        for key in sorted(set(now) | set(then)):
+            if TIMED.search(key):
+                continue
+            out["numbers"] += 1
+            a, b = now.get(key), then.get(key)
+            if a != b and not (a is not None and b is not None and math.isnan(a) and math.isnan(b)):
+                diff = None if a is None or b is None else a - b
+                out["differ"].append({"file": rel, "key": key, "committed": b, "this_run": a, "difference": diff})
+    return out
+
+
+def _every_metric_lines(every: dict) -> list[str]:
+    d = every["differ"]
+    lines = [
+        "",
+        "## Every metric (timings apart)",
+        "",
+        f"{len(d)} of {every['numbers']} numbers in {every['files']} committed metrics files differ"
+        + (f"; {len(every['new'])} file(s) new in this run" if every["new"] else "")
+        + ".",
+    ]
+    if not d:
+        return lines
+    by_file: dict[str, list[dict]] = {}
+    for row in d:
+        by_file.setdefault(row["file"], []).append(row)
+    lines += ["", "| file | numbers that differ | largest difference (key) |", "|---|---|---|"]
+    for f, rows in sorted(by_file.items(), key=lambda t: -len(t[1])):
+        big = max(rows, key=lambda r: abs(r["difference"]) if r["difference"] is not None else math.inf)
+        size = "absent in one run" if big["difference"] is None else f"{big['difference']:+.3g}"
+        lines.append(f"| `{f}` | {len(rows)} | {size} (`{big['key']}`) |")
+    return lines
+
+
 def _fmt(x: float | None, signed: bool = False) -> str:
     return "—" if x is None else (f"{x:+.2f}" if signed else f"{x:.2f}")
 
@@ -164,6 +237,7 @@ def page(params: dict, rows: list[dict], metrics: str | Path = "metrics", root: 
     changed = [c for c in claims if c["verdict_changed"]]
     outside = [c for c in claims if c["inside_committed_ci"] is False]
     runs = compare_runs(metrics, root)
+    every = compare_all(metrics, root)
     diffs = [abs(r[k]) for r in runs for k in ("iid_acc1", "ood_acc1") if r[k] is not None]
     differing = [r for r in runs if any(r[k] not in (None, 0.0) for k in ("iid_acc1", "ood_acc1"))]
     flips = ", ".join(f"`{c['claim']}` {c['committed_verdict']} → {c['verdict']}" for c in changed)
@@ -172,7 +246,8 @@ def page(params: dict, rows: list[dict], metrics: str | Path = "metrics", root: 
         f"**{len(changed)} of {len(claims)} verdicts changed**"
         + (f" ({flips})" if changed else "")
         + f"; {len(outside)} estimate(s) outside the committed 95% CI. "
-        + f"{len(differing)} of {len(runs)} image runs differ{spread}.",
+        + f"{len(differing)} of {len(runs)} image runs differ in accuracy{spread}; "
+        + f"{len(every['differ'])} of {every['numbers']} metric numbers differ (every metrics file, timings apart).",
         "",
         "## Claims",
         "",
@@ -190,6 +265,7 @@ def page(params: dict, rows: list[dict], metrics: str | Path = "metrics", root: 
         )
     lines += ["", "## Image runs (Acc@1, this run − committed, points)", "", "| run | IID | OOD |", "|---|---|---|"]
     lines += [f"| `{r['run']}` | {_fmt(r['iid_acc1'], True)} | {_fmt(r['ood_acc1'], True)} |" for r in runs]
+    lines += _every_metric_lines(every)
     return "\n".join([*lines, ""])
 
 
