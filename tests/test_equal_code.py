@@ -63,7 +63,13 @@ def test_a_piece_of_changed_code_is_done_only_under_a_proof_and_says_so(tmp_path
     piece = P.Piece("text", "nac", 0)
     root = tmp_path / "results" / "pieces"
     was = P.fingerprint(code, params, piece)
-    P.write_piece(piece.path(root, "converged"), lambda t: (t / P.RECORD).write_text(json.dumps({"fingerprint": was})))
+    whole = {"id": piece.id, "seed": piece.seed, "profile": "converged", "track": piece.track, "files": ["m.json"]}
+
+    def write(t):
+        (t / "m.json").write_text("{}")
+        (t / P.RECORD).write_text(json.dumps({**whole, "fingerprint": was}))
+
+    P.write_piece(piece.path(root, "converged"), write)
     f = code / "nac" / "tracks" / "common.py"
     f.write_text(f.read_text() + "\n# a refactor\n")
     assert P.status(root, "converged", params, code, [piece])[0][1:4:2] == ("stale", "code")

@@ -101,6 +101,11 @@ STAGE_PARAMS: dict[str, list[str] | None] = {
         "nlvr.runs",
         "nlvr.dataset",
         "nlvr.analysis",  # the analysed model's seed (Figure 6's caption)
+        # each track's test-set size: the noise floor under an accuracy claim's delta (nac.report.claims.deltas)
+        "data.${points.dataset}",
+        "data.${listops.dataset}",
+        "data.${text.dataset}",
+        "data.${nlvr.dataset}",
         "fewshot.targets",
         "fewshot.runs",
         "fewshot.source",
