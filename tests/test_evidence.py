@@ -197,9 +197,25 @@ def test_a_piece_whose_code_changes_while_it_runs_is_not_written(tmp_path, monke
     params = compose(["profile=converged_smoke"])
     prints = iter([{"code": "a", "params": "p"}, {"code": "b", "params": "p"}])
     monkeypatch.setattr(P, "fingerprint", lambda *a: next(prints))
+    monkeypatch.setattr(jobs, "_LOADED", {})  # this process has run no piece yet
     monkeypatch.setattr(jobs, "compute", lambda p_, pc, out, progress, models=None: (out / "x.json").write_text("{}"))
     rec = jobs.run_piece(params, "image/perceiver_io-0", _ctx(tmp_path), progress=False)
     assert jobs.SKIPPED in rec and "the code on disk changed while it ran" in rec[jobs.SKIPPED]
+    assert P.read(tmp_path / "pieces", "converged_smoke", P.Piece("image", "perceiver_io", 0)) is None
+
+
+def test_a_worker_whose_code_changed_on_disk_since_it_imported_it_starts_no_piece(tmp_path, monkeypatch):
+    """A worker runs the modules it imported with its first piece; a later piece whose files changed on
+    disk since would run the old code under the new fingerprint: it is not started (one line)."""
+    from nac.converged import jobs
+    from nac.converged import pieces as P
+    from nac.pipeline.params import compose
+
+    params = compose(["profile=converged_smoke"])
+    monkeypatch.setattr(jobs, "_LOADED", {(str(ROOT.resolve()), "image"): "the code of its first piece"})
+    monkeypatch.setattr(jobs, "compute", lambda *a, **k: pytest.fail("must not compute"))
+    rec = jobs.run_piece(params, "image/perceiver_io-0", _ctx(tmp_path), progress=False)
+    assert "the code on disk changed since this worker imported it" in rec[jobs.SKIPPED]
     assert P.read(tmp_path / "pieces", "converged_smoke", P.Piece("image", "perceiver_io", 0)) is None
 
 

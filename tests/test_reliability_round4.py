@@ -216,6 +216,31 @@ def test_sigterm_ends_with_one_line_and_exit_143(tmp_path, monkeypatch, capsys):
     assert e.value.code == 143 and "stopped by SIGTERM" in capsys.readouterr().out
 
 
+def test_sigterm_during_a_training_still_ends_with_its_line_and_exit_143(tmp_path, monkeypatch, capsys):
+    """With one worker the training runs in this process and turns the interruption into its own
+    SystemExit (``TrainingInterrupted``); the runner still says it was SIGTERM and exits 143."""
+    tool = _tool()
+    monkeypatch.setattr(tool, "prepare_data", lambda *a: None)
+    monkeypatch.setattr(tool, "source_commit", lambda: {"commit": "abc", "dirty": False})
+
+    def training(*a, **k):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+        except KeyboardInterrupt:
+            raise SystemExit(
+                "train perceiver_io-0: interrupted at epoch 3; the checkpoint of epoch 2 is intact"
+            ) from None
+
+    monkeypatch.setattr("nac.pipeline.pool.run_jobs", training)
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(SystemExit) as e:
+            tool.main(["--profile", PROFILE, "--pieces", str(tmp_path), "--budget", "5", "--only", "image/modfc-0"])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert e.value.code == 143 and "stopped by SIGTERM" in capsys.readouterr().out
+
+
 def _ctx(tmp_path) -> dict:
     return {
         "workdir": str(tmp_path / "work"),
@@ -249,3 +274,45 @@ def test_a_second_runner_or_a_full_disk_is_one_line(tmp_path, monkeypatch, error
     params = compose([f"profile={PROFILE}"])
     rec = jobs.run_piece(params, "image/perceiver_io-0", _ctx(tmp_path), progress=False)
     assert says in rec[jobs.SKIPPED] and "\n" not in rec[jobs.SKIPPED]
+
+
+def test_a_second_runner_leaves_the_first_runners_stretches_alone(tmp_path):
+    """The second runner finds the checkpoint's lock held before it reads or writes the piece's
+    stretches: the live runner's open stretch is not marked killed, and nothing is appended."""
+    from nac.checkpoint_lock import CheckpointLock
+
+    params = compose([f"profile={PROFILE}"])
+    piece = P.Piece("image", "perceiver_io", 0)
+    _, models = jobs.in_work(params, tmp_path / "work")
+    ckpt = jobs.checkpoint_of(piece, models)
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_bytes(b"c")
+    live = [{"machine": "m", "start": "2026-11-28T00:00:00Z", "end": None, "wall_s": None}]
+    jobs.Stretches(ckpt)._write(live)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"from nac.checkpoint_lock import CheckpointLock; import time; "
+         f"CheckpointLock({str(ckpt)!r}).acquire(); print('held', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True, cwd=ROOT,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        rec = jobs.run_piece(params, piece.id, _ctx(tmp_path), progress=False)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert "another run holds its checkpoint" in rec[jobs.SKIPPED]
+    assert jobs.Stretches(ckpt).read() == live
+    assert CheckpointLock(ckpt).acquire() is not None  # free again once the holder is gone
+
+
+def test_a_computation_error_is_raised_not_called_a_full_disk(tmp_path, monkeypatch):
+    """An OSError of the computation itself (a dataset file missing) is not a full or read-only
+    pieces folder: it is raised, not turned into a skipped piece."""
+
+    def compute(*a, **k):
+        raise FileNotFoundError(2, "No such file or directory", "/data/shapes/train.npz")
+
+    monkeypatch.setattr(jobs, "compute", compute)
+    params = compose([f"profile={PROFILE}"])
+    with pytest.raises(FileNotFoundError):
+        jobs.run_piece(params, "image/perceiver_io-0", _ctx(tmp_path), progress=False)

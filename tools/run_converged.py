@@ -51,7 +51,11 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM: stop as Ctrl-C does (each piece's checkpoint is kept), with one line that says so."""
 
 
+TERMINATED = [False]  # SIGTERM arrived (a training turns the interruption into its own SystemExit)
+
+
 def on_sigterm(signum, frame):
+    TERMINATED[0] = True
     raise Terminated("SIGTERM")
 
 
@@ -225,7 +229,7 @@ def run(args: argparse.Namespace, params: dict) -> list[dict]:
         )
     except (KeyboardInterrupt, SystemExit) as e:
         if not over[0]:
-            if isinstance(e, Terminated):
+            if isinstance(e, Terminated) or TERMINATED[0]:
                 print(
                     f"stopped by SIGTERM: the pieces still running were stopped; their checkpoints (per epoch) stay "
                     f"in {work}, and the same command resumes them. Nothing half-written is kept."
@@ -323,7 +327,10 @@ def prove_gpu(args: argparse.Namespace, params: dict, root: Path) -> int:
     if P.read(out, profile, piece) is None:
         print(f"recomputing {piece.id} on the CPU into {out} (its checkpoint per epoch in {work}) ...")
         prepare_data(piece_jobs.in_work(cpu_params, work)[0], [piece])
-        piece_jobs.run_piece(cpu_params, piece.id, ctx)
+        got = piece_jobs.run_piece(cpu_params, piece.id, ctx)
+        if piece_jobs.SKIPPED in got:
+            print(f"--prove-gpu {piece.id}: not recomputed: {got[piece_jobs.SKIPPED]}", file=sys.stderr)
+            return 1
     cpu_rec = P.read(out, profile, piece)
     got = gpu_proof.compare(params, root, piece, piece.path(out, profile))
     entry = {

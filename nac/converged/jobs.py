@@ -147,8 +147,43 @@ def compute(params: dict, piece: P.Piece, out: Path, progress: bool = True, *, m
     (_image if piece.track == "image" else _track)(params, piece, out, progress, Path(models))
 
 
+def _cannot_write(e: OSError, ctx: dict) -> bool:
+    """An OSError of a full, read-only or forbidden pieces or work folder (what ``run_piece`` says in
+    one line), not one of the computation itself (a missing dataset file, say)."""
+    import errno
+
+    if e.errno not in (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EPERM):
+        return False
+    where = Path(e.filename).resolve() if e.filename else None
+    roots = [Path(ctx["pieces"]).resolve(), Path(ctx["workdir"]).resolve()]
+    return where is None or any(where == r or r in where.parents for r in roots)
+
+
+# The code fingerprint of each kind of piece when this process first ran one (``loaded_code``): what its
+# imported modules hold, which a later edit of the files on disk does not change.
+_LOADED: dict[tuple[str, str], str] = {}
+
+
+def loaded_code(root: str, kind: str, now: str) -> str:
+    """The code fingerprint this process runs for pieces of ``kind`` from checkout ``root``: the one on
+    disk when it first ran such a piece (``now`` at that first call), since Python keeps the modules
+    it imported then."""
+    return _LOADED.setdefault((str(Path(root).resolve()), kind), now)
+
+
 class CodeChanged(RuntimeError):
     """The code on disk changed while a piece ran: its numbers would carry the new code's fingerprint."""
+
+
+def _held(ckpt: Path) -> bool:
+    """Whether another training holds ``ckpt``'s lock now (taken and released at once to find out)."""
+    from nac.checkpoint_lock import CheckpointLock
+
+    try:
+        CheckpointLock(ckpt, owner="run_converged: a check").acquire().release()
+    except CheckpointBusyError:
+        return True
+    return False
 
 
 def source_commit(ctx: dict) -> dict:
@@ -253,8 +288,18 @@ def run_piece(
     ckpt = checkpoint_of(piece, models)
     resumed = ckpt.exists()
     profile = params["profile"]
-    # the code that runs: the checkout's commit and the piece's code fingerprint when its computation starts
+    # the code that runs: the checkout's commit and the piece's code fingerprint when its computation starts,
+    # which must be the code this process imported (its first piece of this kind): else the files changed since
     code = {**source_commit(ctx), "fingerprint": P.fingerprint(ctx["code_root"], params, piece)}
+    now_code = code["fingerprint"]["code"]
+    if loaded_code(ctx["code_root"], P.kind(params, piece), now_code) != now_code:
+        return {
+            "id": piece_id,
+            SKIPPED: "the code on disk changed since this worker imported it: not started; a new command runs it "
+            "under the new code",
+        }
+    if _held(ckpt):  # a second runner: before it touches the piece's stretches
+        return {"id": piece_id, SKIPPED: f"another run holds its checkpoint {ckpt}; it goes on there"}
     stretches = Stretches(ckpt)
     stretch = stretches.begin(
         {
@@ -311,12 +356,14 @@ def run_piece(
         return {"id": piece_id, SKIPPED: str(e)}
     except CheckpointBusyError as e:  # a second runner on the same piece
         return {"id": piece_id, SKIPPED: f"another run holds its checkpoint ({e}); it goes on there"}
-    except OSError as e:  # a read-only or full pieces or work folder
+    except OSError as e:  # a read-only or full pieces or work folder: one line; any other error is raised
+        if not _cannot_write(e, ctx):
+            raise
         where = e.filename or ctx["pieces"]
         return {
             "id": piece_id,
-            SKIPPED: f"could not write {where}: {e.strerror or e}; free space or give a writable "
-            "folder (its checkpoint, if any, is kept)",
+            SKIPPED: f"could not write {where}: {e.strerror or e}; free space or give a writable folder (its "
+            "checkpoint, if any, is kept)",
         }
     if not ctx.get("keep_checkpoint"):
         for f in (ckpt, ckpt.with_name(ckpt.name + ".lock"), stretches.path):

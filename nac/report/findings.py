@@ -141,7 +141,13 @@ def findings_table(rows: list[dict], names: list[str], profile: str, converged: 
         if converged is not None:
             c = conv.get(r["id"])
             judged = c is not None and c.get("verdict") in VERDICTS
-            text = f"{ours_text(c, e['unit'])}: **{c['verdict']}**" if judged else "not judged yet"
+            text = (
+                f"{ours_text(c, e['unit'])}: **{c['verdict']}**"
+                if judged
+                else "not judged yet"
+                if c is not None
+                else "no such claim at the plateau (no runs longer than its own)"
+            )
             at_plateau = {"at the plateau (converged) [95% CI], n: verdict": text}
         if first:
             line.update(at_plateau)

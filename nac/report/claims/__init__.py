@@ -128,9 +128,10 @@ HEADLINE_CLAIMS = (
 
 
 def _number(v, integer: bool = False):
-    return (
-        None if v is None or v != v else (int(v) if integer else float(f"{v:.4g}"))
-    )  # 4 significant digits: read, not recomputed
+    """4 significant digits (read, not recomputed); None where there is no finite number (JSON has no inf)."""
+    if v is None or v != v or v in (float("inf"), float("-inf")):
+        return None
+    return int(v) if integer else float(f"{v:.4g}")
 
 
 def verdict_counts(rows: list[dict]) -> dict[str, int]:

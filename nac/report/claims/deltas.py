@@ -27,12 +27,14 @@ REAL_TEST_SIZES = {
 }
 
 
-def test_size(params: dict, dataset: str) -> int | None:
-    """The number of test images (or items) of ``dataset`` in ``params``, or None where unknown."""
+def test_size(params: dict, dataset: str, split: str = "test") -> int | None:
+    """The number of images (or items) of ``dataset``'s ``split`` (``test`` or ``val``) in ``params``,
+    or None where unknown."""
     spec = (params.get("data") or {}).get(dataset) or {}
-    if isinstance(spec, dict) and spec.get("n_test"):
-        return int(spec["n_test"])
-    return REAL_TEST_SIZES.get(dataset)
+    key = "n_val" if split == "val" else "n_test"
+    if isinstance(spec, dict) and spec.get(key):
+        return int(spec[key])
+    return REAL_TEST_SIZES.get(dataset) if split != "val" or dataset == "tiny_imagenet" else None
 
 
 def noise_floor(n: int | None) -> float:
@@ -45,9 +47,13 @@ def what_size(params: dict, what: str) -> int | None:
     name (its test split), ``fewshot`` (one episode's queries: ways x queries per class); None where
     params do not say."""
     image = params.get("image") or {}
-    if what in ("iid", "ood"):
+    if what in ("iid", "ood"):  # IID accuracy is measured on image.val_split, OOD on image.ood_split
         dataset = image.get("dataset" if what == "iid" else "ood_dataset")
-        return test_size(params, dataset) if dataset else None
+        split = image.get("val_split" if what == "iid" else "ood_split", "test")
+        return test_size(params, dataset, split) if dataset else None
+    if what == "nlvr_val":  # the NLVR comparison with CLIP zero-shot reads validation accuracy
+        dataset = (params.get("nlvr") or {}).get("dataset")
+        return test_size(params, dataset, "val") if dataset else None
     if what == "fewshot":
         proto = (params.get("fewshot") or {}).get("protocol") or {}
         return int(proto["ways"]) * int(proto["queries_per_class"]) if "ways" in proto else None

@@ -121,13 +121,7 @@ class Metrics:
         longer image-track runs (``CONVERGENCE`` beside the metrics tree): the longest length at which
         every run has every key for every seed of ``params["seeds"]``, so that values read together
         (e.g. accuracy with and without the kernel) come from the same runs. A profile trained to
-        its plateau (``AT_PLATEAU``) answers from its own runs instead: the ``_long`` claims are then
-        ordinary claims of that profile, judged on its metrics at its own epoch count."""
-        if self.params.get("profile") in AT_PLATEAU:
-            return int(self.params["image"]["train"]["epochs"]), {
-                key: {r: [number({key: v}, key, f"image/eval/{r}") for v in self.image_eval(r, key)] for r in runs}
-                for key in keys
-            }
+        its plateau (``AT_PLATEAU``) has no ``_long`` claims (issue 46): no run is longer than its own."""
         try:
             conv = self.json(f"../{CONVERGENCE}")
         except Missing:
