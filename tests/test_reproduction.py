@@ -20,7 +20,8 @@ PARAMS = {
     "seeds": [0],
     "prior": {"name": "scale_free"},
     "image": {"ladder": ["modfc"], "dataset": "shapes", "ood_dataset": "shapes_r"},
-    "data": {"root": "data", "shapes": {"n": 1}, "shapes_r": {"n": 2}},
+    **{t: {"dataset": d} for t, d in (("points", "pc"), ("listops", "lo"), ("text", "by"), ("nlvr", "nl"))},
+    "data": {"root": "data", "shapes": {"n": 1}, "shapes_r": {"n": 2}, "pc": {"n": 3}, "lo": {}, "by": {}, "nl": {}},
 }
 
 
@@ -116,6 +117,15 @@ def test_every_metric_is_compared_not_the_accuracies_alone(committed_run):
     assert "0 of 1 image runs differ in accuracy; 3 of 5 metric numbers differ" in text
     assert "| `nlvr/analysis.json` | 2 | -0.17 (`knn_shuffled_ci95`) |" in text
     assert "| `image/train/modfc-0.json` | 1 | -7.2e-05 (`mechanism.final.distance.scale_free`) |" in text
+
+
+def test_a_setting_added_to_a_section_since_is_not_a_difference():
+    """A key the committed section does not hold (``train.cuda_graphs``, added at its default) is not
+    compared, as a key the committed lock does not hold is not; a changed or removed one is."""
+    then = {"epochs": 6, "compile": False}
+    assert not reproduction._differs({"epochs": 6, "compile": False, "cuda_graphs": False}, then)
+    assert reproduction._differs({"epochs": 7, "compile": False, "cuda_graphs": False}, then)
+    assert reproduction._differs({"epochs": 6}, then)
 
 
 def test_a_run_with_other_params_is_not_compared(committed_run):

@@ -65,9 +65,17 @@ def params_differ(params: dict, then: dict[str, Any]) -> list[str]:
         node: Any = params
         for part in key.split("."):
             node = node[part]
-        if _plain(node) != _plain(then[key]):
+        if _differs(_plain(node), _plain(then[key])):
             out.append(key)
     return out
+
+
+def _differs(now: Any, then: Any) -> bool:
+    """Whether a param differs from the committed run's; inside a section, a key the committed run does
+    not hold (a setting read only since, at its default then) is not compared, as a whole key is not."""
+    if isinstance(now, dict) and isinstance(then, dict):
+        return any(k not in now or _differs(now[k], then[k]) for k in then)
+    return now != then
 
 
 def _plain(d: Any) -> Any:
