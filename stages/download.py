@@ -7,6 +7,7 @@ import sys
 
 from nac.data.download import UserDataRequired
 from nac.pipeline.datasets import builder
+from nac.pipeline.lifeline import foreign_nac
 from nac.pipeline.params import load_params
 
 
@@ -23,4 +24,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    foreign_nac(main, "download")  # a nac other than this checkout's: one line, no run
     main()

@@ -7,6 +7,7 @@ import argparse
 
 from nac.data.registry import embedded
 from nac.pipeline.datasets import builder
+from nac.pipeline.lifeline import foreign_nac
 from nac.pipeline.params import load_params
 
 
@@ -20,4 +21,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    foreign_nac(main, "generate")  # a nac other than this checkout's: one line, no run
     main()

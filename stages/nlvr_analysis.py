@@ -9,6 +9,7 @@ from pathlib import Path
 
 from nac import metrics_io
 from nac.pipeline.io import staged
+from nac.pipeline.lifeline import foreign_nac
 from nac.pipeline.params import load_params
 from nac.pipeline.paths import add_root_arguments
 from nac.tracks.common import validator
@@ -29,6 +30,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    foreign_nac(main, "nlvr_analysis")  # a nac other than this checkout's: one line, no run
     try:
         main()
     except metrics_io.MetricsError as e:

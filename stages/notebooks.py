@@ -5,6 +5,7 @@ with the notebook's name and the cell's traceback."""
 
 import argparse
 
+from nac.pipeline.lifeline import foreign_nac
 from nac.report.notebooks import execute_all
 
 
@@ -19,4 +20,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    foreign_nac(main, "notebooks")  # a nac other than this checkout's: one line, no run
     main()

@@ -4,6 +4,7 @@ cache data/cache/<dataset>/ (arrays + a manifest of the parameters that produced
 import argparse
 
 from nac.pipeline.datasets import builder
+from nac.pipeline.lifeline import foreign_nac
 from nac.pipeline.params import load_params
 
 
@@ -15,4 +16,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    foreign_nac(main, "prepare")  # a nac other than this checkout's: one line, no run
     main()

@@ -10,6 +10,7 @@ import pandas as pd
 
 from nac import metrics_io
 from nac.pipeline.io import staged, write_json
+from nac.pipeline.lifeline import foreign_nac
 from nac.pipeline.params import load_params
 from nac.pipeline.paths import add_root_arguments
 from nac.tracks.image import prune_sweep, validate, validate_prune
@@ -34,6 +35,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    foreign_nac(main, "prune")  # a nac other than this checkout's: one line, no run
     try:
         main()
     except metrics_io.MetricsError as e:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from nac.compose import load_all_params
+from nac.pipeline.lifeline import foreign_nac
 from nac.pipeline.params import ParamsError
 
 OUT = Path("params.validated")
@@ -27,4 +28,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    foreign_nac(main, "validate")  # a nac other than this checkout's: one line, no run
     main()

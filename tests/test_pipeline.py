@@ -230,7 +230,8 @@ def test_one_embedded_dataset_s_params_rerun_only_the_stages_that_read_it(smoke_
     """All embedded datasets come from one ``generate`` stage: changing one dataset's params reruns
     it, and it writes the other datasets byte for byte as before, so of the stages below it only
     those reading the changed cache are out of date (``train_points``; ``pretrain`` and ``fewshot``
-    declare the whole cache folder), not every training stage."""
+    declare the whole cache folder), not every training stage; and ``report``, which reads each track's
+    data section for its test-set size (the accuracy claims' delta floor, nac.report.claims.deltas)."""
     path = smoke_repo / "params.yaml"
     original = path.read_text()
     params = yaml.safe_load(original)
@@ -239,7 +240,7 @@ def test_one_embedded_dataset_s_params_rerun_only_the_stages_that_read_it(smoke_
     try:
         _run([sys.executable, "-m", "dvc", "repro", "-s", "validate", "generate"], smoke_repo)
         status = json.loads(_run([sys.executable, "-m", "dvc", "status", "--json"], smoke_repo).stdout)
-        assert sorted(status) == ["fewshot", "pretrain", "train_points"], status
+        assert sorted(status) == ["fewshot", "pretrain", "report", "train_points"], status
         assert status["train_points"] == [
             {"changed deps": {"data/cache/pointclouds": "modified", "params.yaml": {"data.pointclouds": "modified"}}}
         ]

@@ -316,3 +316,30 @@ def test_a_computation_error_is_raised_not_called_a_full_disk(tmp_path, monkeypa
     params = compose([f"profile={PROFILE}"])
     with pytest.raises(FileNotFoundError):
         jobs.run_piece(params, "image/perceiver_io-0", _ctx(tmp_path), progress=False)
+
+
+# ---------------------------------------------------------------------------- 5. a stage runs its own nac
+def test_a_stage_run_by_hand_refuses_a_foreign_nac_in_one_line(tmp_path):
+    """``python stages/<x>.py`` puts ``stages/`` first on the path and imports whatever ``nac`` is
+    installed; from another checkout (one with its own ``nac/``) the stage refuses in one line. A
+    script outside any checkout (no ``nac/`` beside its folder) is not refused."""
+    other = tmp_path / "other"
+    (other / "stages").mkdir(parents=True)
+    (other / "nac").mkdir()
+    (other / "nac" / "__init__.py").write_text("")
+    script = (
+        "from nac.pipeline.lifeline import foreign_nac\n\ndef main():\n    print('ran')\n\n"
+        "foreign_nac(main, 'toy')\nmain()\n"
+    )
+    (other / "stages" / "toy.py").write_text(script)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    got = subprocess.run([sys.executable, str(other / "stages" / "toy.py")], capture_output=True, text=True, env=env)
+    assert got.returncode == 1 and "ran" not in got.stdout
+    err = got.stderr.strip()
+    assert "\n" not in err and f"imports nac from {ROOT}, not from its own checkout {other}" in err
+    assert "python -m stages.toy" in err
+    loose = tmp_path / "loose" / "bin"
+    loose.mkdir(parents=True)
+    (loose / "toy.py").write_text(script)
+    got = subprocess.run([sys.executable, str(loose / "toy.py")], capture_output=True, text=True, env=env)
+    assert got.returncode == 0 and got.stdout.strip() == "ran"

@@ -247,7 +247,7 @@ def run_mini_workers(allowed: float, a: argparse.Namespace, w: Window) -> dict:
     mini NAC at mini's batch on the GPU, eager or graphed) start together, build and warm up for up
     to ``WORKER_READY_S``, then step for ``WORKER_MEASURE_S``: steps/s per worker and in all."""
     rounds, end = [], time.monotonic() + allowed - STOP_S
-    ready_s, measure_s = (60.0, 3.0) if a.cpu_dry_run else (WORKER_READY_S, WORKER_MEASURE_S)
+    ready_s, measure_s = (40.0, 3.0) if a.cpu_dry_run else (WORKER_READY_S, WORKER_MEASURE_S)
     chosen = WORKER_ROUNDS if not a.cpu_dry_run else ((False, 1), (True, 2))
     if a.worker_rounds:  # FORM:WORKERS, e.g. graphed:8
         chosen = [(r.split(":")[0] == "graphed", int(r.split(":")[1])) for r in a.worker_rounds]

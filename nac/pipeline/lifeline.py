@@ -220,7 +220,7 @@ def foreign_nac(main, name: str) -> None:
 
     script = Path(main.__code__.co_filename).resolve()
     own, got = script.parents[1], Path(nac.__file__).resolve().parents[1]
-    if own != got:
+    if own != got and (own / "nac" / "__init__.py").is_file():  # (a script outside any checkout: no claim)
         raise SystemExit(
             f"{name}: {script.name} imports nac from {got}, not from its own checkout {own}: run it as dvc.yaml "
             f"does (python -m stages.{script.stem}, from {own}), or install this checkout (pip install -e {own})"
