@@ -460,6 +460,7 @@ def test_build_report_writes_every_table_figure_and_section(tmp_path, monkeypatc
         "detectable": None,
         "needed": None,
         "effect": None,
+        "sensitivity": None,  # the run gate flagged no run it reads
     }
     # the findings come first, one row per claim: words, paper, ours with CI and n, verdict, control
     findings = readme[readme.index("## Findings") : readme.index("## Table 1")]

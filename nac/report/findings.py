@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from nac.report.claims import sensitivity_text
 from nac.report.claims.registry import JSON_FIELDS
 from nac.report.claims.rules import VERDICTS
 
@@ -116,6 +117,8 @@ def evidence_text(row: dict, unit: str) -> str:
         )
     if row.get("verdict") == "undecided" and pw.get("why"):
         bits.append(pw["why"])
+    if row.get("sensitivity"):  # the run gate: the claim read a run that did not train (docs/run-gate.md)
+        bits.append(f"flagged run: {sensitivity_text(row['sensitivity'])}")
     return "; ".join(bits) or "—"
 
 

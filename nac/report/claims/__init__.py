@@ -31,7 +31,7 @@ from pathlib import Path
 import pandas as pd
 
 # the topic modules register their claims on import (the report order is registry.TOPICS, not this order)
-from nac.report.claims import baselines, fewshot, image, mechanism, nlvr, prune, tracks  # noqa: F401
+from nac.report.claims import baselines, fewshot, gate, image, mechanism, nlvr, prune, tracks  # noqa: F401
 from nac.report.claims.baselines import MN_COLLAPSE
 from nac.report.claims.fewshot import FEWSHOT_TARGETS, LOW_SHOTS
 from nac.report.claims.metrics import NAC, NLVR_CONTROLS, PIO
@@ -87,6 +87,7 @@ def write_claims(
             f"- *Power*: {power_text(r.get('power') or {}) or '—'}",
             f"- *Why*: {r['reason']}",
             *other_tests(r),
+            *sensitivity_lines(r),
             "",
         ]
     counts = pd.Series([r["verdict"] for r in rows]).value_counts()
@@ -106,6 +107,7 @@ def write_claims(
         f"Summary: {', '.join(f'{counts.get(v, 0)} {v}' for v in VERDICTS)} of {len(rows)} claims.",
         "",
         RULE,
+        *gate_section(params, metrics),
         "## Claims",
         "",
         *sections,
@@ -168,6 +170,10 @@ def claims_metrics(rows: list[dict]) -> dict:
             "detectable": _number(pw.get("detectable")),
             "needed": _number(pw.get("needed"), True),
             "effect": _number(pw.get("effect")),
+            "sensitivity": None
+            if not r.get("sensitivity")
+            else {k: _number(r["sensitivity"].get(k), k == "n") for k in ("estimate", "lo", "hi", "n")}
+            | {"verdict": r["sensitivity"]["verdict"], "without": r["sensitivity"]["without"]},
         }
     return out
 
@@ -198,6 +204,38 @@ def other_tests(r: dict) -> list[str]:
     ]
 
 
+def sensitivity_text(s: dict | None) -> str:
+    """``without image perceiver_io seed 1: +0.3 [-0.2, +0.8], n = 4: undecided``, or ""."""
+    if not s:
+        return ""
+    ci = f" [{_fmt(s['lo'])}, {_fmt(s['hi'])}]" if s.get("lo") is not None else ""
+    est = f"{_fmt(s['estimate'])}{ci}, n = {s['n']}" if s.get("estimate") is not None else f"n = {s.get('n')}"
+    return f"without {', '.join(s['without'])}: {est}: {s['verdict']}"
+
+
+def sensitivity_lines(r: dict) -> list[str]:
+    """The run gate's sensitivity of a claim that read a flagged run, for claims.md."""
+    s = r.get("sensitivity")
+    return [f"- *Without the runs that did not train* (the run gate): {sensitivity_text(s)}"] if s else []
+
+
+def gate_section(params: dict, metrics: Path | str) -> list[str]:
+    """claims.md's section on the run gate (``gate``, docs/run-gate.md): every flagged run, its reasons
+    and numbers, and the models it could not judge."""
+    flags, unjudged = gate.judge(gate.training_records(metrics, params))
+    head = [
+        "## Runs that did not train (the run gate)",
+        "",
+        "Each run's training record is judged against its peers (the same model at the other seeds) and "
+        "against reaching their level before its learning rate anneals (the rule: `docs/run-gate.md`). "
+        "Every run stays in the primary analysis; a claim that reads a flagged run is judged again without "
+        "that seed, the line *Without the runs that did not train* in its section.",
+        "",
+    ]
+    body = [f"- {f.text()}" for f in flags] or ["- No run flagged."]
+    return head + body + [f"- {u}" for u in unjudged] + [""]
+
+
 def csv_frame(rows: list[dict]) -> pd.DataFrame:
     """``rows`` as ``tables/claims.csv``'s frame: ``FIELDS``, the dicts and lists as JSON text."""
     return pd.DataFrame(
@@ -209,6 +247,8 @@ def csv_frame(rows: list[dict]) -> pd.DataFrame:
 __all__ = [
     "CLAIM_IDS",
     "csv_frame",
+    "gate",
+    "sensitivity_text",
     "test_text",
     "power_text",
     "FIELDS",

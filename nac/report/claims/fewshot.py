@@ -38,6 +38,11 @@ def lowshot_pairs(c: Context, target: str, a: str, b: str) -> tuple[list[float],
             raise ValueError(f"malformed metrics {where}: a row without 'run'")
         if r["run"] not in (a, b) or number(r, "shots", where) > LOW_SHOTS:
             continue
+        if rows.get("source") == "image" and "model_index" in r:  # the episode's model: a ladder run's seed
+            seed = c.m.all_seeds[int(number(r, "model_index", where)) % len(c.m.all_seeds)]
+            if seed not in c.m.seeds:  # left out by the run gate's sensitivity (both runs: same episodes)
+                continue
+            c.m.touch("image", r["run"], seed)
         key = (r["run"], int(number(r, "episode", where)), int(r["shots"]))
         if key in acc:
             raise ValueError(f"malformed metrics {where}: duplicate row {key}")

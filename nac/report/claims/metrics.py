@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from nac.report.claims.gate import key_of
 from nac.report.switches import bench_params
 
 PIO, NAC = "perceiver_io", "nac"
@@ -39,12 +40,23 @@ class Metrics:
 
     def __init__(self, root: Path, params: dict):
         self.root, self.params, self.seeds = Path(root), params, [int(s) for s in params["seeds"]]
+        # the profile's seeds; ``seeds`` is narrowed for the run gate's sensitivity (registry.evaluate_claims)
+        self.all_seeds = list(self.seeds)
         self._cache: dict[str, Any] = {}
+        # the runs (``(group, run, seed)``, ``gate.key_of``) whose records a claim read: the run gate
+        # judges a claim again without a flagged run it read
+        self.touched: set[tuple[str, str, int]] = set()
+
+    def touch(self, group: str, run: str, seed: int) -> None:
+        self.touched.add((group, run, int(seed)))
 
     def label(self, rel: str) -> str:
         return f"{self.root.name}/{rel}"
 
     def json(self, rel: str) -> Any:
+        key = key_of(rel)
+        if key is not None:
+            self.touched.add(key)
         if rel not in self._cache:
             path = self.root / rel
             if not path.is_file():
@@ -101,6 +113,7 @@ class Metrics:
         )
         for r in curve:
             number(r, "acc1", where)
+        self.touch("image", run, seed)
         if not curve or curve[0]["dropped_fraction"] != 0.0:
             raise Missing(f"{where}: no dropped_fraction 0 row for {run} seed {seed} ({order} order)")
         return curve

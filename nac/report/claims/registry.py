@@ -24,6 +24,7 @@ from itertools import count
 from pathlib import Path
 
 from nac.graphs import PRIORS
+from nac.report.claims import gate
 from nac.report.claims.metrics import Metrics, Missing
 from nac.report.claims.power import annotate
 from nac.report.claims.rules import NOT_MEASURED
@@ -46,8 +47,9 @@ FIELDS = (
     "deciding",
     "power",
     "parts",
+    "sensitivity",
 )
-JSON_FIELDS = ("deciding", "power", "parts")  # dicts and lists: JSON text in claims.csv
+JSON_FIELDS = ("deciding", "power", "parts", "sensitivity")  # dicts and lists: JSON text in claims.csv
 TOPICS = ("image", "mechanism", "prune", "fewshot", "tracks", "nlvr", "baselines")
 IID, OOD = 0, 2  # columns of published.TABLE1
 
@@ -190,9 +192,31 @@ def claim_ids(params: dict) -> tuple[str, ...]:
     return tuple(cid for _, _, cid in _expanded(params))
 
 
-def evaluate_claims(params: dict, metrics: Path | str = Path("metrics")) -> list[dict]:
-    """One dict (keys ``FIELDS``) per claim of ``claim_ids(params)``, in that order."""
-    c = Context(params, Metrics(Path(metrics), params))
-    rows = [cl.row(c, cid, args) for cl, args, cid in _expanded(params)]
+def evaluate_claims(params: dict, metrics: Path | str = Path("metrics"), flags: list | None = None) -> list[dict]:
+    """One dict (keys ``FIELDS``) per claim of ``claim_ids(params)``, in that order. ``flags``: the run
+    gate's flagged runs (``gate.judge``; judged here from the training records when None): a claim that
+    read one is judged again without its seed, its ``sensitivity`` (None where it read none)."""
+    if flags is None:
+        flags, _ = gate.judge(gate.training_records(metrics, params))
+    flagged = {f.key: f for f in flags}
+    m = Metrics(Path(metrics), params)
+    c = Context(params, m)
+    rows = []
+    for cl, args, cid in _expanded(params):
+        m.touched = set()
+        row = cl.row(c, cid, args)
+        hit = sorted(k for k in m.touched if k in flagged)
+        row["sensitivity"] = _without(params, metrics, cl, cid, args, hit) if hit and row["n"] else None
+        rows.append(row)
     assert tuple(r["id"] for r in rows) == claim_ids(params), "claim list and claim_ids disagree"
     return rows
+
+
+def _without(params: dict, metrics: Path | str, cl: Claim, cid: str, args: tuple, hit: list) -> dict:
+    """Claim ``cid`` judged again without the seeds of the flagged runs ``hit`` (every arm of it: a
+    paired claim stays paired)."""
+    m = Metrics(Path(metrics), params)
+    m.seeds = [s for s in m.seeds if s not in {seed for _, _, seed in hit}]
+    row = cl.row(Context(params, m), cid, args) if m.seeds else {"verdict": NOT_MEASURED, "n": 0}
+    out = {"without": [f"{g} {run} seed {seed}" for g, run, seed in hit], "seeds": m.seeds}
+    return out | {k: row.get(k) for k in ("ours", "estimate", "lo", "hi", "n", "verdict")}
