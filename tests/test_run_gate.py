@@ -144,3 +144,32 @@ def test_the_sensitivity_drops_the_flagged_seed_from_both_arms_and_claims_md_sho
     assert (
         f"*Without the runs that did not train* (the run gate): without image perceiver_io seed {seeds[1]}:" in section
     )
+
+
+def test_a_sensitivity_left_with_one_seed_is_undecided_not_a_single_measurement(tmp_path):
+    """Dropping the flagged seeds may leave one seed: no interval, so the sensitivity is undecided
+    (a single measurement above chance must not read as 'supported')."""
+    params = compose(["profile=mini"])
+    seeds = params["seeds"]
+    rows = evaluate_claims(params, tmp_path, flags=[])  # nothing measured, nothing flagged
+    assert all(r["sensitivity"] is None for r in rows)
+    lr = _cosine(5)
+    for track in ("points", "listops", "text", "nlvr"):
+        for run in params[track]["runs"]:
+            for s in seeds:
+                bad = (track, s) in {("points", seeds[1]), ("text", seeds[2])}
+                _write(
+                    tmp_path,
+                    f"tracks/{track}",
+                    run,
+                    s,
+                    [20.0 if bad else 90.0] * 5,
+                    lr,
+                    test_acc1=80.0 + s,
+                    test_chance=10.0,
+                )
+    flags, _ = gate.judge(gate.training_records(tmp_path, params))
+    assert {(f.group, f.seed) for f in flags} == {("tracks/points", seeds[1]), ("tracks/text", seeds[2])}
+    row = next(r for r in evaluate_claims(params, tmp_path) if r["id"] == "above_chance")
+    assert row["n"] == 3 and row["sensitivity"]["seeds"] == [seeds[0]]
+    assert row["sensitivity"]["verdict"] == "undecided" and row["sensitivity"]["estimate"] is None

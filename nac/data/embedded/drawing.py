@@ -299,8 +299,10 @@ def random_pose(rng: np.random.Generator, size: int) -> tuple[float, float, floa
     return float(cx), float(cy), float(radius), float(rng.uniform(0, 2 * np.pi))
 
 
-def _iid(rng: np.random.Generator, parts: list[Part], size: int) -> np.ndarray:
+def _iid(rng: np.random.Generator, parts: list[Part], size: int, behind: list[list[Part]] = ()) -> np.ndarray:
     bg = texture(rng, size)
+    for other in behind:  # clutter: flat objects in colours of their own, under the object
+        bg = composite(bg, fill_mask(other, size), contrasting_colour(rng, bg.reshape(-1, 3).mean(0), 0.3))
     fg = contrasting_colour(rng, bg.reshape(-1, 3).mean(0))
     shade = 1 + 0.12 * (_directional(rng, size) / size - 0.5)
     fg_img = np.clip(fg * shade[..., None], 0, 1)
@@ -311,10 +313,19 @@ def draw_image(rng: np.random.Generator, name: str, size: int, style: str = "iid
     """One image of class ``name`` at a random pose in rendition ``style``. uint8 [size, size, 3]."""
     if style not in STYLES:
         raise KeyError(f"unknown style {style!r}; known: {list(STYLES)}")
-    parts = place(name, *random_pose(rng, size))
+    return draw_parts(rng, place(name, *random_pose(rng, size)), size, style)
+
+
+def draw_parts(
+    rng: np.random.Generator, parts: list[Part], size: int, style: str = "iid", behind: list[list[Part]] = ()
+) -> np.ndarray:
+    """An image of ``parts`` (pixel coordinates) in rendition ``style``; ``behind``: other objects
+    (clutter) painted first in their own colours, in the ``iid`` style only. uint8 [size, size, 3]."""
+    if style not in STYLES:
+        raise KeyError(f"unknown style {style!r}; known: {list(STYLES)}")
     scale = size / 32
     if style == "iid":
-        img = _iid(rng, parts, size)
+        img = _iid(rng, parts, size, behind)
     elif style == "sketch":
         paper = rng.uniform(0.85, 1.0) - np.abs(rng.normal(0, 0.03, (size, size, 1)))
         ink = rng.uniform(0.0, 0.3, 3) * rng.uniform(0.5, 1.0)

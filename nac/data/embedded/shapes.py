@@ -61,9 +61,13 @@ class _ShapeImages(EmbeddedBuilder):
             labels, styles = combo % n_cls, combo // n_cls
             images = np.empty((n, size, size, 3), dtype=np.uint8)
             for i in tqdm(range(n), desc=f"{self.name}/{split}", unit="img", leave=False):
-                images[i] = draw_image(rng, self.classes[labels[i]], size, self.styles[styles[i]])
+                images[i] = self.draw(rng, int(labels[i]), size, self.styles[styles[i]])
             out[f"{split}_images"], out[f"{split}_labels"], out[f"{split}_style"] = images, labels, styles
         atomic_savez(self.raw_dir / RAW_FILE, **out)
+
+    def draw(self, rng: np.random.Generator, label: int, size: int, style: str) -> np.ndarray:
+        """One image of class ``label`` in rendition ``style``. uint8 [size, size, 3]."""
+        return draw_image(rng, self.classes[label], size, style)
 
     def prepare(self) -> None:
         self.check_raw()

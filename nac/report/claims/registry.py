@@ -27,7 +27,7 @@ from nac.graphs import PRIORS
 from nac.report.claims import gate
 from nac.report.claims.metrics import Metrics, Missing
 from nac.report.claims.power import annotate
-from nac.report.claims.rules import NOT_MEASURED
+from nac.report.claims.rules import NOT_MEASURED, UNDECIDED
 from nac.report.published import TABLE1
 
 FIELDS = (
@@ -217,6 +217,7 @@ def _without(params: dict, metrics: Path | str, cl: Claim, cid: str, args: tuple
     paired claim stays paired)."""
     m = Metrics(Path(metrics), params)
     m.seeds = [s for s in m.seeds if s not in {seed for _, _, seed in hit}]
-    row = cl.row(Context(params, m), cid, args) if m.seeds else {"verdict": NOT_MEASURED, "n": 0}
+    # fewer than 2 seeds left: no interval, and a single measurement must not decide a claim judged over seeds
+    row = cl.row(Context(params, m), cid, args) if len(m.seeds) >= 2 else {"verdict": UNDECIDED, "n": len(m.seeds)}
     out = {"without": [f"{g} {run} seed {seed}" for g, run, seed in hit], "seeds": m.seeds}
     return out | {k: row.get(k) for k in ("ours", "estimate", "lo", "hi", "n", "verdict")}
