@@ -256,7 +256,10 @@ def run_jobs(
         lines.put(k)
     bar_lock = ctx.RLock()
     tqdm.set_lock(bar_lock)  # this process's bar and the workers' share the terminal
-    started = ctx.Queue()
+    # which worker runs which job: a SimpleQueue, whose put writes to the pipe before it returns (a
+    # Queue's feeder thread may not have written when the worker is SIGKILLed just after: the job
+    # was then unnamed), drained after every finished job so that the pipe never fills
+    started, running = ctx.SimpleQueue(), {}
     ex = ProcessPoolExecutor(
         max_workers=n,
         mp_context=ctx,
@@ -272,13 +275,14 @@ def run_jobs(
         pending = set(futures)
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            _drain(started, running)
             for f in done:
                 i = futures[f]
                 try:
                     results[i] = f.result()  # re-raises the job's error (the finally stops the rest)
                 except BrokenProcessPool:
                     pending |= {g for g in futures if not g.done()}
-                    raise _killed(desc, procs, started, jobs, label) from None
+                    raise _killed(desc, procs, started, running, jobs, label) from None
                 bar.update()
                 tqdm.write(
                     f"{desc}: {label(jobs[i])} {outcome(results[i])} ({time.perf_counter() - start:.0f} s)",
@@ -293,16 +297,17 @@ def run_jobs(
     return results
 
 
-def _killed(desc: str, procs: dict, started, jobs: list, label: Callable) -> WorkerKilled:
+def _drain(started, running: dict[int, int]) -> None:
+    """Read every (job index, worker pid) the workers reported so far into ``running`` (pid -> job)."""
+    while not started.empty():
+        i, pid = started.get()
+        running[pid] = i
+
+
+def _killed(desc: str, procs: dict, started, running: dict[int, int], jobs: list, label: Callable) -> WorkerKilled:
     """The error for a pool broken by a worker's death: the dead worker (a signal other than the
     SIGTERM the pool sends its survivors), the job it was running (the last one it reported)."""
-    running: dict[int, int] = {}
-    while True:
-        try:
-            i, pid = started.get(timeout=0.1)
-        except Exception:  # empty
-            break
-        running[pid] = i
+    _drain(started, running)
     dead = [
         p
         for p in procs.values()
