@@ -142,8 +142,10 @@ def test_the_committed_claims_metrics_hold_every_claim():
     got = json.loads((ROOT / "metrics/claims.json").read_text())
     assert set(got) == set(claim_ids(_params()))
     for cid, m in got.items():
-        keys = {"estimate", "lo", "hi", "n", "verdict", "deciding", "detectable", "needed", "effect"}
+        keys = {"estimate", "lo", "hi", "n", "verdict", "deciding", "detectable", "needed", "effect", "sensitivity"}
         assert set(m) == keys and m["verdict"] in VERDICTS, cid
+        if m["sensitivity"] is not None:  # the run gate: the claim judged without the flagged runs' seeds
+            assert set(m["sensitivity"]) == {"estimate", "lo", "hi", "n", "verdict", "without"}, cid
         if m["verdict"] != "not measured":  # the deciding test's interval (issue 46)
             assert set(m["deciding"]) == {"estimate", "lo", "hi", "n", "test"}, cid
     summary = json.loads((ROOT / "metrics/summary.json").read_text())

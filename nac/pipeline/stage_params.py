@@ -36,6 +36,9 @@ STAGE_PARAMS: dict[str, list[str] | None] = {
         "data.listops",
         "data.bytes",
         "data.nlvr_shapes",
+        "data.objects",  # the paper-regime stand-in's candidates (issue 50): generated, not yet trained on
+        "data.objects_r",
+        "data.objects_novel",
     ],
     "download": ["data.root", "data.${item}"],
     "prepare": ["data.root", "data.${item}"],
