@@ -18,6 +18,25 @@ one record per candidate into ``bench/results/image_regime_calibration.json``.
   (58.89, 17.57); if none of the four is in the box, none is chosen and the record says so;
 - NAC results play no part: no NAC is trained on ``objects`` before the choice is committed.
 
+**Round 3: the second plan, fixed before any of its candidates ran** (committed with this text,
+after the first plan's three runs; docs/image-regime.md gives why): distinct classes first.
+
+- templates chosen by farthest-point sampling (``fps_templates``): from a pool of 2,000 random
+  polygons of ``template_seed``'s stream (``random_polygon``, as before), take the pool's first, then
+  repeatedly the polygon farthest from every one taken, in the RMS distance of their centroid-distance
+  signatures (64 points equally spaced along the outline, over their mean), minimised over rotations
+  and the mirror image (training flips images); the first k of n templates are the k-template set;
+- per-vertex jitter 0.05, radius 35-48% of the side, clutter 0-1 distractor; 6,000 training images,
+  Perceiver IO seed 0, 96 epochs, evaluation as before (10,000 IID, 10,000 OOD test images);
+- candidates on the grid of classes 25, 35, 50, 71, 100, 141, 200 (``f25`` ... ``f200``); the first
+  round runs ``f50`` and ``f100``, one thread each. After a round: any run in the box ends the plan
+  and the choice is the in-box run nearest to (58.89, 17.57); else, with ``lo`` the largest class count
+  run whose IID top-1 is above 70 and ``hi`` the smallest run whose IID is below 50: both above 70 ->
+  run ``f141`` and ``f200``; both below 50 -> ``f25`` and ``f35``; ``lo`` and ``hi`` neighbours
+  on the grid, or a run with IID in [50, 70] and OOD outside [12, 30] -> the plan ends with no choice
+  (the record says why: the class count alone cannot reach the box); otherwise run the grid points
+  strictly between ``lo`` and ``hi`` (at most two, nearest the log-midpoint first). At most three rounds.
+
     python bench/calibrate_image_regime.py --candidate c50 [--epochs 96] [--out FILE]
 
 Not a test: one candidate is about 20 minutes on one CPU thread.
@@ -28,6 +47,7 @@ from __future__ import annotations
 import argparse
 import copy
 import fcntl
+import hashlib
 import json
 import os
 import platform
@@ -35,8 +55,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
+import nac.data.embedded.objects as objects_module
+from nac.data.embedded._base import make_rng
 from nac.pipeline.datasets import builder
 from nac.pipeline.params import compose
 from nac.tracks.image import evaluate_image_run, train_image_run
@@ -51,6 +74,51 @@ CANDIDATES = {  # the order is the plan's
     "c25": {"n_classes": 25},
     "c200": {"n_classes": 200},
 }
+# Round 3 (the second plan): farthest-point templates; ``templates`` is not a builder parameter yet
+ROUND3 = {"jitter": 0.05, "clutter": 1, "scale": [0.35, 0.48], "templates": "fps"}
+for _n in (25, 35, 50, 71, 100, 141, 200):
+    CANDIDATES[f"f{_n}"] = {**ROUND3, "n_classes": _n}
+FPS_POOL = 2000
+SIGNATURE_POINTS = 64
+
+
+def signature(poly: np.ndarray, m: int = SIGNATURE_POINTS) -> np.ndarray:
+    """The centroid-distance signature of an outline (vertices in drawing order): ``m`` points
+    equally spaced by arc length, each one's distance to their centroid, over the mean. float [m]."""
+    closed = np.vstack([poly, poly[:1]])
+    arc = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(closed, axis=0), axis=1))])
+    t = np.arange(m) * arc[-1] / m
+    pts = np.stack([np.interp(t, arc, closed[:, 0]), np.interp(t, arc, closed[:, 1])], axis=1)
+    r = np.linalg.norm(pts - pts.mean(axis=0), axis=1)
+    return r / r.mean()
+
+
+def outline_distances(sigs: np.ndarray, j: int) -> np.ndarray:
+    """RMS distance of signature ``j`` to every row of ``sigs``, minimised over the circular shifts
+    (rotation, start point) of the row and over ``j``'s mirror image. float [len(sigs)]."""
+    m = sigs.shape[1]
+    f_all = np.fft.fft(sigs, axis=1)
+    sq = (sigs**2).sum(axis=1)
+    best = np.full(len(sigs), np.inf)
+    for s in (sigs[j], np.roll(sigs[j][::-1], 1)):
+        corr = np.fft.ifft(f_all * np.conj(np.fft.fft(s))[None, :], axis=1).real.max(axis=1)
+        best = np.minimum(best, np.maximum(sq + sq[j] - 2 * corr, 0.0) / m)
+    return np.sqrt(best)
+
+
+def fps_templates(n: int, template_seed: int, stream: int = 0) -> list[np.ndarray]:
+    """``n`` templates by farthest-point sampling from ``FPS_POOL`` random polygons (round 3)."""
+    pool = [objects_module.random_polygon(make_rng(template_seed, 60_000 + stream, j)) for j in range(FPS_POOL)]
+    sigs = np.stack([signature(q) for q in pool])
+    chosen = [0]
+    nearest = outline_distances(sigs, 0)
+    for _ in range(n - 1):
+        j = int(np.argmax(nearest))
+        chosen.append(j)
+        nearest = np.minimum(nearest, outline_distances(sigs, j))
+    return [pool[j] for j in chosen]
+
+
 N_TRAIN, N_VAL, N_TEST, N_OOD = 6000, 1000, 10000, 10000
 
 
@@ -59,7 +127,7 @@ def candidate_params(name: str, epochs: int, data_root: str) -> tuple[dict, dict
     evaluation reads IID on the 10,000-image test split instead of the 1,000-image validation split."""
     params = copy.deepcopy(compose(["profile=converged"]))
     params["seeds"] = [0]
-    knobs = {**COMMON, **CANDIDATES[name]}
+    knobs = {k: v for k, v in {**COMMON, **CANDIDATES[name]}.items() if k != "templates"}
     params["data"]["root"] = data_root
     params["data"]["objects"] = {**knobs, "n_train": N_TRAIN, "n_val": N_VAL, "n_test": N_TEST}
     params["data"]["objects_r"] = {**knobs, "n_val": 0, "n_test": N_OOD}
@@ -88,12 +156,17 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    design = CANDIDATES[args.candidate].get("templates", "random")
+    if design == "fps":  # round 3's templates, in this process only
+        objects_module.templates = fps_templates
+    raw_sha256 = {}
     with tempfile.TemporaryDirectory(prefix=f"calib-{args.candidate}-") as work:
         params, evaluate = candidate_params(args.candidate, args.epochs, f"{work}/data")
         for name in ("objects", "objects_r"):
             b = builder(params, name)
             b.download()
             b.prepare()
+            raw_sha256[name] = hashlib.sha256((b.raw_dir / "images.npz").read_bytes()).hexdigest()
         t0 = time.time()
         res = train_image_run(params, "perceiver_io", 0, progress=False, models=f"{work}/models")
         wall = time.time() - t0
@@ -103,6 +176,8 @@ def main() -> None:
         "ended": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "data": params["data"]["objects"],
         "ood_data": params["data"]["objects_r"],
+        "templates": design,
+        "raw_sha256": raw_sha256,
         "epochs": args.epochs,
         "run": "perceiver_io-0",
         "train_wall_s": round(wall, 1),
