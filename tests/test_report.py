@@ -244,7 +244,9 @@ def test_tables_2_and_3_have_every_cell_and_the_right_numbers(tmp_path):
     pio = [r["test_acc1"] for r in results["listops"] if r["run"] == "perceiver_io"]
     s, d = summarize(nac), tables.paired(nac, pio)
     row = df.set_index("model").loc["NAC (ours: scale-free prior)"]
-    assert row["ListOps: ours"] == f"{s['mean']:.2f} ± {s['ci95']:.2f}"
+    (n_test,) = {r["test_n"] for r in results["listops"]}
+    se = 100 * (s["mean"] / 100 * (1 - s["mean"] / 100) / n_test) ** 0.5  # the binomial SE, by hand
+    assert row["ListOps: ours"] == f"{s['mean']:.2f} ± {s['ci95']:.2f} (SE {se:.2f})"
     assert not any("ours − paper" in c for c in df.columns)  # absolute accuracies of other datasets: never subtracted
     diff_row = df.set_index("model").loc["NAC − Perceiver IO (95% CI, paired by seed)"]
     assert diff_row["ListOps: ours"] == f"{d['mean']:.2f} ± {d['ci95']:.2f}"
@@ -680,3 +682,34 @@ def test_the_readme_template_refuses_a_missing_value():
         build.TEMPLATES.get_template("README.md.j2").render(
             p={"profile": "x", "commit": "c", "date": "d", "machine": "m", "torch": "t"}, md={}, params={"seeds": [0]}
         )
+
+
+def test_binomial_se_is_the_textbook_formula_and_refuses_bad_input():
+    from nac.report.tables import binomial_se
+
+    assert binomial_se(50.0, 10_000) == pytest.approx(0.5)  # 100 sqrt(0.25 / 10,000)
+    assert binomial_se(90.0, 100) == pytest.approx(3.0)  # 100 sqrt(0.09 / 100)
+    assert binomial_se(0.0, 7) == 0.0 and binomial_se(100.0, 7) == 0.0
+    for acc, n in ((50.0, 0), (50.0, 2.5), (50.0, True), (-1.0, 10), (100.5, 10)):
+        with pytest.raises(ValueError, match="binomial_se"):
+            binomial_se(acc, n)
+
+
+def test_table1_gives_each_accuracy_its_binomial_se_beside_the_seed_ci():
+    evals = [
+        {"run": run, "seed": s, "iid_acc1": a, "iid_acc5": 90.0, "ood_acc1": a / 2, "ood_acc5": 60.0,
+         "iid_n": 10_000, "ood_n": 2_500}
+        for run, base in (("perceiver_io", 58.0), ("nac-scale_free", 60.0))
+        for s, a in enumerate((base, base + 2.0, base - 1.0))
+    ]  # fmt: skip
+    display, numeric = tables.table1(evals, ["perceiver_io", "nac-scale_free"])
+    s = summarize([58.0, 60.0, 57.0])
+    iid_se, ood_se = 100 * (0.5833333 * 0.4166667 / 10_000) ** 0.5, 100 * (0.2916667 * 0.7083333 / 2_500) ** 0.5
+    cell = display.set_index("model").loc["Perceiver IO"]
+    assert cell["IID Acc@1"] == f"{s['mean']:.2f} ± {s['ci95']:.2f} (SE {iid_se:.2f})"
+    assert cell["OOD Acc@1"].endswith(f"(SE {ood_se:.2f})")
+    row = numeric.set_index(["run", "metric"]).loc[("perceiver_io", "ood_acc1")]
+    assert row["test_n"] == 2_500 and row["binomial_se"] == pytest.approx(ood_se, rel=1e-5)
+    evals[1]["iid_n"] = 1_000  # one run measured on another test set: a clear error, not a mixed SE
+    with pytest.raises(ValueError, match="different sizes"):
+        tables.table1(evals, ["perceiver_io", "nac-scale_free"])

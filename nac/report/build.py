@@ -104,6 +104,7 @@ def build_report(
     from nac.report.claims import (
         claims_metrics,
         evaluate_claims,
+        gate,
         headline,
         registered,
         write_claims,
@@ -132,7 +133,8 @@ def build_report(
         summary["nlvr"] = sections.nlvr(params, stage, metrics, md, figs)
         summary["fewshot"] = sections.fewshot(params, stage, metrics, md, figs)
         sections.track_curves(params, stage, metrics, md, figs)
-        rows = evaluate_claims(params, metrics)
+        gated = gate.judge(gate.training_records(metrics, params))  # the run gate, judged once
+        rows = evaluate_claims(params, metrics, flags=gated[0])
         # the converged column: the converged report's claims (out/converged/, built above or by its own run)
         conv_rows = read_rows(out / "converged" / "tables" / "claims.csv") if converged is not None else None
         md["findings"] = findings_table(rows, [c.name for c in registered()], params["profile"], conv_rows)
@@ -142,7 +144,7 @@ def build_report(
         write_json(stage / "tables" / "summary.json", summary)
         write_json(stage_metrics / ("headline.json" if kept else "summary.json"), headline(rows))
         write_json(stage_metrics / ("claims_metrics.json" if kept else "claims.json"), claims_metrics(rows))
-        write_claims(params, metrics=metrics, out=stage, rows=rows)
+        write_claims(params, metrics=metrics, out=stage, rows=rows, gated=gated)
         if not kept:  # this run against the committed one (reports/reproduction.md)
             write_reproduction(stage, params, rows, metrics)
     return summary

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from nac.report.published import NLVR, TRACK_RUN_LABELS
-from nac.report.tables import DASH, _values, fmt, paired
+from nac.report.tables import DASH, _values, fmt, n_test_items, paired, se_at
 from nac.stats import summarize
 
 
@@ -27,13 +27,21 @@ def nlvr_tables(
     for run in runs:
         s = {split: summarize(_values(results, run, f"{split}_acc1")) for split in ("val", "test")}
         chance = {split: float(np.mean(_values(results, run, f"{split}_chance"))) for split in ("val", "test")}
+        mine = [r for r in results if r["run"] == run]
         paper = NLVR.get(run)
         acc.append(
             {
                 "model": TRACK_RUN_LABELS.get(run, run),
                 "seeds": str(s["val"]["n"]),
-                "val Acc@1": fmt(s["val"]["mean"], s["val"]["ci95"], s["val"]["n"]),
-                "test Acc@1": fmt(s["test"]["mean"], s["test"]["ci95"], s["test"]["n"]),
+                **{
+                    f"{split} Acc@1": fmt(
+                        s[split]["mean"],
+                        s[split]["ci95"],
+                        s[split]["n"],
+                        se_at(s[split]["mean"], n_test_items(mine, f"{split}_n")),
+                    )
+                    for split in ("val", "test")
+                },
                 "val chance": f"{chance['val']:.2f}",
                 "test chance": f"{chance['test']:.2f}",
                 "paper (NLVR2 val Acc@1)": DASH if paper is None else f"~{paper:.0f}",

@@ -20,8 +20,38 @@ DASH = "—"  # a cell that does not apply (never left empty, so every CSV cell 
 COLUMN_LABELS = {"iid_acc1": "IID Acc@1", "iid_acc5": "IID Acc@5", "ood_acc1": "OOD Acc@1", "ood_acc5": "OOD Acc@5"}
 
 
-def fmt(mean: float, ci: float, n: int) -> str:
-    return f"{mean:.2f}" if n < 2 else f"{mean:.2f} ± {ci:.2f}"
+def fmt(mean: float, ci: float, n: int, se: float | None = None) -> str:
+    """``mean ± ci`` (the seeds' 95% CI; the mean alone for one seed), then ``(SE x)``: the binomial
+    standard error of one run's accuracy on its test set, where ``se`` is given."""
+    cell = f"{mean:.2f}" if n < 2 else f"{mean:.2f} ± {ci:.2f}"
+    return cell if se is None else f"{cell} (SE {se:.2f})"
+
+
+def binomial_se(acc: float, n: int) -> float:
+    """The binomial standard error, in points, of an accuracy ``acc`` (percent) measured on ``n``
+    independent test items: ``100 sqrt(p (1 - p) / n)``, p = acc / 100. The part of a run's accuracy
+    that the test set's size alone makes uncertain, beside the seeds' spread."""
+    if isinstance(n, bool) or int(n) != n or n < 1:
+        raise ValueError(f"binomial_se: n must be a positive count of test items, got {n!r}")
+    if not 0.0 <= acc <= 100.0:
+        raise ValueError(f"binomial_se: acc must be a percentage in [0, 100], got {acc!r}")
+    p = acc / 100.0
+    return 100.0 * float(np.sqrt(p * (1.0 - p) / int(n)))
+
+
+def n_test_items(rows: list[dict[str, Any]], key: str) -> int | None:
+    """The one test-set size ``key`` of ``rows`` (None where absent); an error where runs differ."""
+    sizes = {int(r[key]) for r in rows if r.get(key) is not None}
+    if len(sizes) > 1:
+        raise ValueError(
+            f"runs measured on test sets of different sizes ({key}: {sorted(sizes)}); rerun the eval stage"
+        )
+    return sizes.pop() if sizes else None
+
+
+def se_at(mean: float, n: int | None) -> float | None:
+    """``binomial_se`` at a mean accuracy, None without a test-set size."""
+    return None if n is None else binomial_se(min(max(mean, 0.0), 100.0), n)
 
 
 def table1(
@@ -45,7 +75,9 @@ def table1(
             row["parameters"] = f"{parameters.get(run, 0):,}"
         for i, col in enumerate(TABLE1_COLUMNS):
             s = summarize(sub[col].tolist())
-            row[COLUMN_LABELS[col]] = fmt(s["mean"], s["ci95"], s["n"])
+            n_test = n_test_items(sub.to_dict("records"), f"{col.split('_')[0]}_n")
+            se = se_at(s["mean"], n_test)
+            row[COLUMN_LABELS[col]] = fmt(s["mean"], s["ci95"], s["n"], se)
             numeric.append(
                 {
                     "run": run,
@@ -53,6 +85,8 @@ def table1(
                     "mean": s["mean"],
                     "ci95": s["ci95"],
                     "n": s["n"],
+                    "test_n": DASH if n_test is None else n_test,
+                    "binomial_se": DASH if se is None else se,
                     "paper": TABLE1[run][i] if run in TABLE1 else DASH,
                 }
             )  # controls, baselines: not in the paper
@@ -140,10 +174,13 @@ def comparison_table(
     summary: dict[str, Any] = {track: {} for track in results}
     rows: list[dict[str, Any]] = []
 
-    def cells(row: dict, track: str, paper: float | None, stat: dict | None, signed: bool = False) -> None:
+    def cells(
+        row: dict, track: str, paper: float | None, stat: dict | None, signed: bool = False, se: bool = False
+    ) -> None:
         label = track_labels[track]
         row[f"{label}: paper"] = DASH if paper is None else f"{paper:+.2f}" if signed else f"{paper:.2f}"
-        row[f"{label}: ours"] = "not run" if stat is None else fmt(stat["mean"], stat["ci95"], stat["n"])
+        b = se_at(stat["mean"], n_test_items(results[track], "test_n")) if se and stat is not None else None
+        row[f"{label}: ours"] = "not run" if stat is None else fmt(stat["mean"], stat["ci95"], stat["n"], b)
 
     seeds = "/".join(sorted({str(len(_values(res, "nac", "test_acc1"))) for res in results.values()}))
     for name, paper in published.items():
@@ -151,7 +188,7 @@ def comparison_table(
         row = {"model": f"{name} ({nac_label})" if run == "nac" else name, "seeds": seeds if run else DASH}
         for track, res in results.items():
             stat = summarize(_values(res, run, "test_acc1")) if run else None
-            cells(row, track, paper.get(track), stat)
+            cells(row, track, paper.get(track), stat, se=True)
             if run:
                 chance = float(np.mean(_values(res, run, "test_chance")))
                 summary[track][run] = {**stat, "paper": paper.get(track), "chance": chance}
@@ -174,7 +211,7 @@ def comparison_table(
             vals = _values(res, b, "test_acc1")
             stat = summarize(vals) if vals else None
             dstat = paired(vals, _values(res, "perceiver_io", "test_acc1")) if vals else None
-            cells(row, track, None, stat)
+            cells(row, track, None, stat, se=True)
             cells(diff, track, None, dstat)
             if vals:
                 summary[track][b] = {**stat, "chance": float(np.mean(_values(res, b, "test_chance")))}
@@ -198,7 +235,9 @@ def fewshot_stats(rows: list[dict[str, Any]]) -> pd.DataFrame:
     ``shots, run, mean, ci95, n`` with run in perceiver_io / nac / nac_minus_perceiver_io; then,
     for each baseline with rows (``FEWSHOT_BASELINES``), ``<baseline>`` and
     ``<baseline>_minus_perceiver_io`` (paired by episode the same way)."""
-    wide = pd.DataFrame(rows).pivot(index=["shots", "episode"], columns="run", values="acc1")
+    frame = pd.DataFrame(rows)
+    wide = frame.pivot(index=["shots", "episode"], columns="run", values="acc1")
+    n_query = n_test_items(rows, "n_query")
     baselines = [b for b in FEWSHOT_BASELINES if b in wide.columns]
     out = []
     for shots, g in wide.groupby(level="shots"):
@@ -208,12 +247,19 @@ def fewshot_stats(rows: list[dict[str, Any]]) -> pd.DataFrame:
             ("nac", g["nac"].dropna()),
             ("nac_minus_perceiver_io", both["nac"] - both["perceiver_io"]),
         ):
-            out.append({"shots": int(shots), "run": run, **summarize(vals.tolist())})
+            out.append({"shots": int(shots), "run": run, **summarize(vals.tolist()), **_se(run, vals, n_query)})
         for b in baselines:
             pair = g[["perceiver_io", b]].dropna()
             for run, vals in ((b, g[b].dropna()), (f"{b}_minus_perceiver_io", pair[b] - pair["perceiver_io"])):
-                out.append({"shots": int(shots), "run": run, **summarize(vals.tolist())})
+                out.append({"shots": int(shots), "run": run, **summarize(vals.tolist()), **_se(run, vals, n_query)})
     return pd.DataFrame(out)
+
+
+def _se(run: str, vals: pd.Series, n_query: int | None) -> dict[str, float]:
+    """A model's row: the binomial SE of one episode's accuracy on its ``n_query`` queries (NaN for a
+    difference row or without the size)."""
+    se = None if run.endswith("_minus_perceiver_io") else se_at(float(vals.mean()), n_query)
+    return {"binomial_se": np.nan if se is None else se}
 
 
 def fewshot_table(stats: dict[str, pd.DataFrame]) -> pd.DataFrame:
@@ -223,7 +269,7 @@ def fewshot_table(stats: dict[str, pd.DataFrame]) -> pd.DataFrame:
     for target, df in stats.items():
         for shots, g in df.groupby("shots"):
             s = g.set_index("run")
-            cell = lambda run: fmt(s.loc[run, "mean"], s.loc[run, "ci95"], int(s.loc[run, "n"]))  # noqa: E731
+            cell = lambda run: fmt(s.loc[run, "mean"], s.loc[run, "ci95"], int(s.loc[run, "n"]), _se_cell(s, run))  # noqa: E731
             row = {
                 "target": target,
                 "shots": int(shots),
@@ -239,6 +285,11 @@ def fewshot_table(stats: dict[str, pd.DataFrame]) -> pd.DataFrame:
                     row[f"{name} − Perceiver IO (paired)"] = cell(f"{b}_minus_perceiver_io")
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _se_cell(s: pd.DataFrame, run: str) -> float | None:
+    v = s.loc[run, "binomial_se"] if "binomial_se" in s.columns else np.nan
+    return None if pd.isna(v) else float(v)
 
 
 PRUNE_CONTROL_FRACTIONS = (0.5, 0.75, 0.875)

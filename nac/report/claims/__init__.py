@@ -64,12 +64,16 @@ def write_claims(
     metrics: Path | str = Path("metrics"),
     out: Path | str = Path("reports"),
     rows: list[dict] | None = None,
+    gated: tuple[list, list[str]] | None = None,
 ) -> Path:
     """Write ``out/claims.md`` (profile, rule, one section per claim headed by its id: the verdict, the
     claim, the paper's number, the measure, ours and why)
-    and ``out/tables/claims.csv``; ``rows``: ``evaluate_claims``'s, when the caller has them."""
+    and ``out/tables/claims.csv``; ``rows``: ``evaluate_claims``'s, when the caller has them; ``gated``:
+    the run gate's ``(flags, unjudged)`` those rows were judged with (``gate.judge``; judged here once
+    when None, and handed to ``evaluate_claims`` where the rows are made here)."""
     out = Path(out)
-    rows = evaluate_claims(params, metrics) if rows is None else rows
+    gated = gate.judge(gate.training_records(metrics, params)) if gated is None else gated
+    rows = evaluate_claims(params, metrics, flags=gated[0]) if rows is None else rows
     (out / "tables").mkdir(parents=True, exist_ok=True)
     csv_frame(rows).to_csv(out / "tables" / "claims.csv", index=False)
     sections = []
@@ -107,7 +111,7 @@ def write_claims(
         f"Summary: {', '.join(f'{counts.get(v, 0)} {v}' for v in VERDICTS)} of {len(rows)} claims.",
         "",
         RULE,
-        *gate_section(params, metrics),
+        *gate_section(*gated),
         "## Claims",
         "",
         *sections,
@@ -219,10 +223,9 @@ def sensitivity_lines(r: dict) -> list[str]:
     return [f"- *Without the runs that did not train* (the run gate): {sensitivity_text(s)}"] if s else []
 
 
-def gate_section(params: dict, metrics: Path | str) -> list[str]:
+def gate_section(flags: list, unjudged: list[str]) -> list[str]:
     """claims.md's section on the run gate (``gate``, docs/run-gate.md): every flagged run, its reasons
-    and numbers, and the models it could not judge."""
-    flags, unjudged = gate.judge(gate.training_records(metrics, params))
+    and numbers, and the models it could not judge (``gate.judge``'s answer)."""
     head = [
         "## Runs that did not train (the run gate)",
         "",

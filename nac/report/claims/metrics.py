@@ -56,7 +56,7 @@ class Metrics:
     def json(self, rel: str) -> Any:
         key = key_of(rel)
         if key is not None:
-            self.touched.add(key)
+            self.touch(*key)
         if rel not in self._cache:
             path = self.root / rel
             if not path.is_file():
