@@ -391,8 +391,20 @@ def main(argv: list[str] | None = None) -> None:
         help="recompute PIECE, an image piece that ran on a GPU, on this machine's CPU (into results/converged/"
         "gpu_proof/, never over the piece) and compare the two by docs/convergence.md's rule (nac.converged.gpu_proof)",
     )
+    ap.add_argument(
+        "--archive",
+        metavar="NAME",
+        help="keep the profile's finished run as the record NAME of its benchmark before the benchmark changes: "
+        "move its pieces, all done, to results/converged/records/NAME/ with the params they were judged against "
+        "(nac.converged.records; the report builds reports/records/NAME/); needs --about FILE",
+    )
+    ap.add_argument(
+        "--about", metavar="FILE", help="with --archive: YAML with title, could_show and could_not_show (text)"
+    )
     args = ap.parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else argv
+    if bool(args.archive) != bool(args.about):
+        ap.error("--archive NAME and --about FILE go together")
     if args.workers is not None and args.workers < 1:
         ap.error(f"--workers must be >= 1, got {args.workers}")
     if args.budget is not None and not (math.isfinite(args.budget) and args.budget >= MIN_BUDGET):
@@ -406,6 +418,17 @@ def main(argv: list[str] | None = None) -> None:
     root = Path(args.pieces).resolve()
     if args.prove_gpu:
         sys.exit(prove_gpu(args, params, root))
+    if args.archive:
+        from nac.converged import records
+
+        try:
+            dest = records.archive(
+                root.parent, args.profile, args.archive, params, ROOT, records.read_about(args.about)
+            )
+        except records.RecordError as e:
+            sys.exit(f"run_converged.py: {e}")
+        print(f"kept the {args.profile} run as the record {args.archive}: {dest}")
+        return
     if args.list:  # only reads: a partial folder another run is filling is its own
         try:
             sel = P.select(P.plan(params), args.only)

@@ -9,6 +9,7 @@ import datetime as dt
 import json
 import platform
 import re
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -116,6 +117,8 @@ def build_report(
     validate_inputs(params, metrics)  # every file it reads, before anything is written
     kept = provenance is not None  # a kept result set's report: its provenance, its metrics untouched
     converged_md = _converged(converged, out) if converged is not None else ""
+    if converged is not None:  # the records of earlier benchmarks (nac.converged.records), each its own report
+        converged_md = "\n\n".join(x for x in (converged_md, *_records(converged, out)) if x)
     md: dict[str, str] = {}
     figs: dict[str, list[Path]] = {}
     # all or nothing: built in staging folders that replace the files of out/ and metrics/summary.json
@@ -294,6 +297,17 @@ def _learned_graphs(ladder: list[str], seed: int, metrics: Path, models: str | P
         if variant == "nac" and control is None and image_checkpoint(run, seed, models).is_file():
             learned[prior] = load_model(image_checkpoint(run, seed, models)).link_probabilities().detach().numpy()
     return learned
+
+
+def _records(results: str | Path, out: Path) -> list[str]:
+    """The records of earlier benchmarks' converged runs, built into ``out/records/<name>/``; the
+    index's line for each (none when there is none)."""
+    from nac.converged.records import all_records
+    from nac.report.converged import record_section
+
+    shutil.rmtree(Path(out) / "records", ignore_errors=True)  # a record removed from results/ leaves no page
+    root = Path(__file__).resolve().parents[2]
+    return [record_section(folder, out, root) for folder in all_records(results)]
 
 
 def _converged(results: str | Path, out: Path) -> str:

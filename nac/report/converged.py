@@ -221,11 +221,81 @@ def section(results: str | Path, out: str | Path, root: str | Path, profile: str
     rows = P.status(pieces_root, profile, params, root)
     if not any(rec is not None for _, _, rec, _ in rows):
         return None
+    from nac.converged.gpu_proof import summary
+
+    claims = _build(pieces_root, profile, params, rows, root, out / "converged", summary(results, profile))
+    done = sum(1 for r in rows if r[1] == "done")
+    judged = [c for c in claims if c["verdict"] != NOT_JUDGED]
+    return (
+        f"Converged profile, from its pieces: {done} of {len(rows)} done "
+        f"({sum(1 for r in rows if r[1] == 'stale')} stale); {len(judged)} of {len(claims)} claims judged, "
+        f"the others wait for pieces: [converged/claims.md](converged/claims.md), "
+        f"[converged/pieces.md](converged/pieces.md)."
+    )
+
+
+def record_section(folder: str | Path, out: str | Path, root: str | Path) -> str:
+    """Build ``out/records/<name>/`` from a record (``nac.converged.records``): its pieces judged
+    with the params it was archived with, by today's report code, headed by what it is and what it
+    could and could not show; returns the index's line."""
+    from nac.converged import records as R
+
+    folder, out, root = Path(folder), Path(out), Path(root)
+    rec = R.read(folder)
+    params, profile = rec["params"], rec["profile"]
+    rows = R.status(folder, rec)
+    proofs = (
+        f"A record: read against the params it was archived with (commit `{rec['commit'][:7]}`, "
+        f"{rec['archived']}), not against today's code; its pieces are checked for being whole only. "
+        + (
+            f"{len(P.equal_code(folder / 'pieces'))} proof(s) of equal code carried its pieces to that commit."
+            if P.equal_code(folder / "pieces")
+            else ""
+        )
+    )
+    dest = out / "records" / rec["name"]
+    claims = _build(folder / "pieces", profile, params, rows, root, dest, proofs, record=rec)
+    done = sum(1 for r in rows if r[1] == "done")
+    judged = sum(1 for c in claims if c["verdict"] != NOT_JUDGED)
+    return (
+        f"**Record: {rec['title']}** ({done} of {len(rows)} pieces whole, {judged} of {len(claims)} claims judged; "
+        f"archived {rec['archived'][:10]} at `{rec['commit'][:7]}`): "
+        f"[records/{rec['name']}/README.md](records/{rec['name']}/README.md). "
+        f"It could show: {rec['could_show']} It could not show: {rec['could_not_show']}"
+    )
+
+
+def _record_head(rec: dict) -> str:
+    return (
+        f"> **The record of an earlier benchmark: {rec['title']}.** Archived {rec['archived']} at commit "
+        f"`{rec['commit'][:7]}` ({rec['pieces']} pieces, profile {rec['profile']}); read with the params it ran under, "
+        f"by today's report code. It could show: {rec['could_show']} It could not show: {rec['could_not_show']}\n\n"
+    )
+
+
+def _headed(text: str, head: str) -> str:
+    """``text`` with ``head`` under its first line (the page's title)."""
+    first, _, rest = text.partition("\n")
+    return f"{first}\n\n{head}{rest.lstrip()}"
+
+
+def _build(
+    pieces_root: Path,
+    profile: str,
+    params: dict,
+    rows: list,
+    root: Path,
+    dest: Path,
+    proofs: str,
+    record: dict | None = None,
+) -> list[dict]:
+    """The report of a set of pieces into ``dest`` (claims.md, pieces.md, and once every piece is
+    done the whole report); a record's pages open with what it is. Returns the judged claims."""
     done = {p for p, st, _, _ in rows if st == "done"}
     kinds = {p: rec["device_kind"] for p, st, rec, _ in rows if st == "done"}
     damaged = {p: why for p, st, _, why in rows if st == "damaged"}
     dirty = {p for p, st, rec, _ in rows if st == "done" and rec.get("dirty")}
-    dest = out / "converged"
+    head = _record_head(record) if record else ""
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         metrics = tmp / "set" / "metrics"
@@ -255,14 +325,19 @@ def section(results: str | Path, out: str | Path, root: str | Path, profile: str
                 json.dumps(label), encoding="utf-8"
             )  # graphs.json beside it: Figure 3
             build_report(params, stage, metrics, provenance=label, converged=None)
+            if head:
+                readme = stage / "README.md"
+                readme.write_text(_headed(readme.read_text(encoding="utf-8"), head), encoding="utf-8")
         else:
             stage.mkdir()
             n_missing = sum(1 for r in rows if r[1] != "done")
+            what = "damaged or missing" if record else "missing or stale"
+            how = "Restore them from git." if record else f"`{COMMAND}` runs the next ones."
             (stage / "README.md").write_text(
-                f"# Converged profile: {len(done)} of {len(rows)} pieces done\n\n"
-                f"{n_missing} pieces are missing or stale, so the whole report (tables, figures) waits for "
+                f"# Converged profile: {len(done)} of {len(rows)} pieces done\n\n{head}"
+                f"{n_missing} pieces are {what}, so the whole report (tables, figures) waits for "
                 f"them; [claims.md](claims.md) judges every claim whose pieces are all done, "
-                f"[pieces.md](pieces.md) lists the pieces. `{COMMAND}` runs the next ones.\n",
+                f"[pieces.md](pieces.md) lists the pieces. {how}\n",
                 encoding="utf-8",
             )
             # the judged claims for the findings screen's converged column (the whole report writes its own)
@@ -270,18 +345,13 @@ def section(results: str | Path, out: str | Path, root: str | Path, profile: str
 
             (stage / "tables").mkdir()
             csv_frame(claims).to_csv(stage / "tables" / "claims.csv", index=False)
-        (stage / "claims.md").write_text(_claims_md(params, claims, len(done), len(rows)), encoding="utf-8")
-        from nac.converged.gpu_proof import summary
-
-        proofs = summary(results, profile)
-        (stage / "pieces.md").write_text(_pieces_md(params, rows, claims, proofs), encoding="utf-8")
+        claims_md = _claims_md(params, claims, len(done), len(rows))
+        pieces_md = _pieces_md(params, rows, claims, proofs)
+        if head:
+            claims_md, pieces_md = _headed(claims_md, head), _headed(pieces_md, head)
+        (stage / "claims.md").write_text(claims_md, encoding="utf-8")
+        (stage / "pieces.md").write_text(pieces_md, encoding="utf-8")
         shutil.rmtree(dest, ignore_errors=True)
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copytree(stage, dest)
-    judged = [c for c in claims if c["verdict"] != NOT_JUDGED]
-    return (
-        f"Converged profile, from its pieces: {len(done)} of {len(rows)} done "
-        f"({sum(1 for r in rows if r[1] == 'stale')} stale); {len(judged)} of {len(claims)} claims judged, "
-        f"the others wait for pieces: [converged/claims.md](converged/claims.md), "
-        f"[converged/pieces.md](converged/pieces.md)."
-    )
+    return claims
