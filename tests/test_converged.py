@@ -540,9 +540,12 @@ def test_fewshot_on_the_episodes_of_one_seed_gives_the_full_runs_rows(tiny_confi
 
 
 def test_committed_pieces_are_whole():
-    """Every committed piece folder holds its record; no temporary folder of a write is committed."""
-    root = ROOT / P.PIECES
-    assert not [p for p in root.rglob(".*")], "a temporary folder of an interrupted write is committed"
-    for d in root.glob("*/*/*"):
-        rec = json.loads((d / P.RECORD).read_text())
-        assert rec["id"] == f"{d.parent.name}/{d.name}" and set(rec["files"]) <= {f.name for f in d.iterdir()}
+    """Every committed piece folder (the live run's and the records') holds its record; no temporary
+    folder of a write is committed."""
+    roots = [ROOT / P.PIECES, *(d / "pieces" for d in (ROOT / "results/converged/records").glob("*"))]
+    assert any(r.is_dir() for r in roots), "no committed pieces at all (results/converged/)"
+    for root in roots:
+        assert not [p for p in root.rglob(".*")], "a temporary folder of an interrupted write is committed"
+        for d in root.glob("*/*/*"):
+            rec = json.loads((d / P.RECORD).read_text())
+            assert rec["id"] == f"{d.parent.name}/{d.name}" and set(rec["files"]) <= {f.name for f in d.iterdir()}

@@ -85,8 +85,10 @@ def test_only_a_whole_run_of_a_clean_checkout_is_archived_and_nothing_moves_othe
 def test_an_archived_run_is_read_with_its_own_params_and_never_goes_stale(tmp_path, params, clean_git):
     results = tmp_path / "results"
     plan = _write_all(results, params)
+    (results / "gpu_proof.json").write_text("[]")  # the GPU path's proof is of these pieces: it moves with them
     dest = R.archive(results, PROFILE, "benchmark1", params, ROOT, ABOUT)
     assert dest == results / "records" / "benchmark1" and not (results / "pieces" / PROFILE).exists()
+    assert (dest / "gpu_proof.json").is_file() and not (results / "gpu_proof.json").exists()
     rec = R.read(dest)
     assert (
         rec["params"] == params and rec["pieces"] == 42 and rec["commit"] == "f" * 40 and rec["title"] == ABOUT["title"]

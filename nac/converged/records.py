@@ -113,6 +113,11 @@ def archive(
     equal = pieces_root / P.EQUAL_CODE
     if equal.is_file():  # the proofs its pieces were carried over on, with them
         shutil.copy2(equal, staging / P.EQUAL_CODE)
+    from nac.converged.gpu_proof import PROOF, RECOMPUTED
+
+    for name in (PROOF, RECOMPUTED):  # the GPU path's proof is of these pieces: it moves with them
+        if (results / name).exists():
+            (results / name).rename(staging / name)
     (staging / ABOUT).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     (pieces_root / profile).rename(staging / "pieces" / profile)  # one rename: the pieces move whole
     staging.rename(dest)

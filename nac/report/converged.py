@@ -244,6 +244,8 @@ def record_section(folder: str | Path, out: str | Path, root: str | Path) -> str
     rec = R.read(folder)
     params, profile = rec["params"], rec["profile"]
     rows = R.status(folder, rec)
+    from nac.converged.gpu_proof import summary
+
     proofs = (
         f"A record: read against the params it was archived with (commit `{rec['commit'][:7]}`, "
         f"{rec['archived']}), not against today's code; its pieces are checked for being whole only. "
@@ -252,6 +254,8 @@ def record_section(folder: str | Path, out: str | Path, root: str | Path) -> str
             if P.equal_code(folder / "pieces")
             else ""
         )
+        + " "
+        + summary(folder, profile)
     )
     dest = out / "records" / rec["name"]
     claims = _build(folder / "pieces", profile, params, rows, root, dest, proofs, record=rec)
