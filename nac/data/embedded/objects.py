@@ -155,7 +155,7 @@ class _ObjectImages(_ShapeImages):
         return {**super().info(), **{k: p[k] for k in ("n_classes", "jitter", "clutter", "scale", "template_seed")}}
 
 
-# the chosen setting (docs/image-regime.md, calibration candidate fTBD)
+# the chosen setting (docs/image-regime.md, calibration candidate f25)
 _DEFAULTS = {"n_classes": 25, "jitter": 0.05, "clutter": 1, "scale": [0.35, 0.48], "template_seed": 0}
 
 
