@@ -39,7 +39,7 @@ def test_templates_are_farthest_points_nested_and_far_apart():
     c, s = np.cos(1.1), np.sin(1.1)
     moved = np.roll(t @ np.array([[c, -s], [s, c]]).T, 2, axis=0) * [[-1, 1]]
     both = np.stack([O.signature(t), O.signature(moved[::-1])])
-    assert O.outline_distances(both, 0)[1] < 0.02
+    assert O.outline_distances(both, 0)[1] < 0.25 * min(nearest)  # sampling offset only: far below a class gap
     with pytest.raises(ValueError, match="exceeds the template pool"):
         O.templates(O.TEMPLATE_POOL + 1, 0)
 
