@@ -382,11 +382,13 @@ def _stub_image_and_claims(monkeypatch, calls: list) -> None:
         },
     ]
     claims = types.ModuleType("nac.report.claims")
-    claims.evaluate_claims = lambda params, metrics: rows
+    claims.evaluate_claims = lambda params, metrics, flags=None: rows
     claims.headline = real_headline
     claims.claims_metrics = real_claims_metrics
     claims.registered = lambda: []  # the fake rows' ids are findings.yaml's own keys
-    claims.write_claims = lambda params, metrics, out, rows: calls.append((metrics, out)) or out / "claims.md"
+    claims.write_claims = lambda params, metrics, out, rows, gated=None: (
+        calls.append((metrics, out)) or out / "claims.md"
+    )
     monkeypatch.setitem(sys.modules, "nac.report.claims", claims)
     monkeypatch.setattr(build, "_image", fake_image)
 

@@ -214,11 +214,11 @@ def test_a_failure_late_in_the_build_leaves_the_previous_report(tmp_path, monkey
         }
 
     claims = types.ModuleType("nac.report.claims")
-    claims.evaluate_claims = lambda params, metrics: []
+    claims.evaluate_claims = lambda params, metrics, flags=None: []
     claims.headline = lambda rows: {"supported": 0}
     claims.claims_metrics = lambda rows: {}
     claims.registered = lambda: []
-    claims.write_claims = lambda params, metrics, out, rows: (out / "claims.md").write_text("claims\n")
+    claims.write_claims = lambda params, metrics, out, rows, gated=None: (out / "claims.md").write_text("claims\n")
     monkeypatch.setitem(sys.modules, "nac.report.claims", claims)
     monkeypatch.setattr(build, "_image", fake_image)
     reports = tmp_path / "reports"
@@ -231,7 +231,7 @@ def test_a_failure_late_in_the_build_leaves_the_previous_report(tmp_path, monkey
     assert (reports / "notebooks" / "nb.html").exists() and (reports / "claims.md").exists()
     before = snapshot(tmp_path)
 
-    def broken(params, metrics, out, rows):
+    def broken(params, metrics, out, rows, gated=None):
         (out / "claims.md").write_text("half\n")
         raise RuntimeError("claims failed")
 
