@@ -55,7 +55,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 import nac.data.embedded.objects as objects_module
@@ -78,48 +77,16 @@ CANDIDATES = {  # the order is the plan's
 ROUND3 = {"jitter": 0.05, "clutter": 1, "scale": [0.35, 0.48], "templates": "fps"}
 for _n in (25, 35, 50, 71, 100, 141, 200):
     CANDIDATES[f"f{_n}"] = {**ROUND3, "n_classes": _n}
-FPS_POOL = 2000
-SIGNATURE_POINTS = 64
-
-
-def signature(poly: np.ndarray, m: int = SIGNATURE_POINTS) -> np.ndarray:
-    """The centroid-distance signature of an outline (vertices in drawing order): ``m`` points
-    equally spaced by arc length, each one's distance to their centroid, over the mean. float [m]."""
-    closed = np.vstack([poly, poly[:1]])
-    arc = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(closed, axis=0), axis=1))])
-    t = np.arange(m) * arc[-1] / m
-    pts = np.stack([np.interp(t, arc, closed[:, 0]), np.interp(t, arc, closed[:, 1])], axis=1)
-    r = np.linalg.norm(pts - pts.mean(axis=0), axis=1)
-    return r / r.mean()
-
-
-def outline_distances(sigs: np.ndarray, j: int) -> np.ndarray:
-    """RMS distance of signature ``j`` to every row of ``sigs``, minimised over the circular shifts
-    (rotation, start point) of the row and over ``j``'s mirror image. float [len(sigs)]."""
-    m = sigs.shape[1]
-    f_all = np.fft.fft(sigs, axis=1)
-    sq = (sigs**2).sum(axis=1)
-    best = np.full(len(sigs), np.inf)
-    for s in (sigs[j], np.roll(sigs[j][::-1], 1)):
-        corr = np.fft.ifft(f_all * np.conj(np.fft.fft(s))[None, :], axis=1).real.max(axis=1)
-        best = np.minimum(best, np.maximum(sq + sq[j] - 2 * corr, 0.0) / m)
-    return np.sqrt(best)
-
-
-def fps_templates(n: int, template_seed: int, stream: int = 0) -> list[np.ndarray]:
-    """``n`` templates by farthest-point sampling from ``FPS_POOL`` random polygons (round 3)."""
-    pool = [objects_module.random_polygon(make_rng(template_seed, 60_000 + stream, j)) for j in range(FPS_POOL)]
-    sigs = np.stack([signature(q) for q in pool])
-    chosen = [0]
-    nearest = outline_distances(sigs, 0)
-    for _ in range(n - 1):
-        j = int(np.argmax(nearest))
-        chosen.append(j)
-        nearest = np.minimum(nearest, outline_distances(sigs, j))
-    return [pool[j] for j in chosen]
-
-
 N_TRAIN, N_VAL, N_TEST, N_OOD = 6000, 1000, 10000, 10000
+
+# Round 3's farthest-point templates are the package's since the choice (nac.data.embedded.objects.templates,
+# the same code moved there; tests/test_image_regime.py regenerates the chosen candidate's data from the
+# package and finds the record's raw_sha256). Rounds 1-2's random templates: the stream below.
+
+
+def random_templates(n: int, template_seed: int, stream: int = 0) -> list:
+    """Rounds 1-2's templates: ``random_polygon`` of each class's own seed, as objects.py drew them then."""
+    return [objects_module.random_polygon(make_rng(template_seed, 50_000 + stream, i)) for i in range(n)]
 
 
 def candidate_params(name: str, epochs: int, data_root: str) -> tuple[dict, dict]:
@@ -157,8 +124,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     design = CANDIDATES[args.candidate].get("templates", "random")
-    if design == "fps":  # round 3's templates, in this process only
-        objects_module.templates = fps_templates
+    if design == "random":  # rounds 1-2's templates, in this process only (the package's are round 3's)
+        objects_module.templates = random_templates
     raw_sha256 = {}
     with tempfile.TemporaryDirectory(prefix=f"calib-{args.candidate}-") as work:
         params, evaluate = candidate_params(args.candidate, args.epochs, f"{work}/data")

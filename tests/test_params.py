@@ -77,12 +77,12 @@ def _broken(path: str, value):
         ("image.ladder", ["nac-small_world"], "valid: perceiver_io"),
         ("seeds", [], "seeds"),
         ("prune.dropped_fraction", [0.0, 1.0], r"\[0, 1\)"),
-        ("data.shapes.n_trian", 5, "unknown params"),
+        ("data.objects.n_trian", 5, "unknown params"),
         ("image.ood_dataset", "cifar10", "not in data.datasets"),
-        ("data.downloads", ["shapes"], "embedded dataset 'shapes'"),
+        ("data.downloads", ["objects"], "embedded dataset 'objects'"),
         ("data.downloads", ["cifar10"], "not in data.datasets"),
         ("data.downloads", "cifar10", "data.downloads"),
-        ("data.datasets", ["shapes", "shapes_r", "cifar10"], r"\['cifar10'\], downloaded datasets missing"),
+        ("data.datasets", ["objects", "objects_r", "cifar10"], r"\['cifar10'\], downloaded datasets missing"),
     ],
 )
 def test_impossible_values_are_rejected_naming_the_key(path, value, match):

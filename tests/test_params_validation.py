@@ -58,11 +58,11 @@ DEFECTS = [
     ("empty-file", "", r"params\.yaml is empty; recreate it with `python -m nac\.compose`"),
     ("comments-only", "# nothing here\n", r"params\.yaml is empty"),
     ("not-a-mapping", "- profile\n- mini\n", r"params\.yaml must be a mapping of sections .*got a list"),
-    ("n_train-0", _text(**{"data.shapes.n_train": 0}), r"data\.shapes\.n_train=0 is out of range: must be >= 1"),
+    ("n_train-0", _text(**{"data.objects.n_train": 0}), r"data\.objects\.n_train=0 is out of range: must be >= 1"),
     (
         "n_train-negative",
-        _text(**{"data.shapes.n_train": -5}),
-        r"data\.shapes\.n_train=-5 is out of range: must be >= 1",
+        _text(**{"data.objects.n_train": -5}),
+        r"data\.objects\.n_train=-5 is out of range: must be >= 1",
     ),
     (
         "batch_size-fraction",
@@ -210,7 +210,9 @@ def test_every_numeric_dataclass_field_is_type_checked(section, cls):
     [
         ("fewshot.protocol.ways", 11, r"fewshot\.protocol\.ways=11 exceeds the 10 classes of target 'digits'"),
         ("prune.dropped_fraction", [0.0, 0.3], r"not a whole number of modules .*multiples of 1/32"),
-        ("data.shapes.n_val", 0, r"image\.val_split='val' reads the val split of 'shapes', but data\.shapes\.n_val=0"),
+        ("data.objects.n_val", 0, r"image\.val_split='val' reads the val split of 'objects', but data\.objects\.n_val=0"),
+        ("data.objects.jitter", 1.5, r"data\.objects\.jitter=1\.5 is out of range"),
+        ("data.objects.clutter", -1, r"data\.objects\.clutter=-1 is out of range"),
         ("data.digits.test_fraction", 0.95, r"data\.digits: the split fractions .* sum to"),
         ("data.listops.min_length", 500, r"data\.listops\.min_length=500 exceeds data\.listops\.max_length=100"),
         ("image.model.tokenizer.image_size", 30, r"image\.model\.tokenizer\.image_size=30 must be divisible by 4"),

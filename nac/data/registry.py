@@ -64,6 +64,9 @@ class DatasetBuilder:
 
     name: str = ""
     defaults: dict[str, Any] = {}
+    # ``{param: (lo, hi)}``: the range params.yaml may set a numeric param to (``hi`` None: no upper
+    # bound), where the schema's rule by name (sizes >= 1, seeds >= 0, ...) does not fit it
+    ranges: dict[str, tuple[float, float | None]] = {}
     embedded: bool = False  # generated offline from a seed (True) or downloaded
 
     def __init__(self, root: str | Path, params: dict[str, Any]):

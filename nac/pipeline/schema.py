@@ -102,9 +102,14 @@ NGRAM_KEYS = {"n": (POSITIVE_INT, True), "buckets": (AT_LEAST_2, True)}
 
 
 # ------------------------------------------------------------------------------------- data
-def _data_type(key: str, default: int | float) -> Any:
-    """A dataset param's annotated type, from its builder default: sizes >= 1; ``n_val``, ``n_test``,
-    seeds and worker counts >= 0; fractions in [0, 1)."""
+def _data_type(key: str, default: int | float, ranges: dict | None = None) -> Any:
+    """A dataset param's annotated type, from its builder default: the builder's declared range
+    where it has one (``ranges``: ``{key: (lo, hi)}``), else sizes >= 1; ``n_val``, ``n_test``,
+    seeds and worker counts >= 0; fractions in [0, 1). A float param takes an int too."""
+    kind = float | int if isinstance(default, float) else type(default)
+    if ranges and key in ranges:
+        lo, hi = ranges[key]
+        return Annotated[kind, at.Ge(lo)] if hi is None else Annotated[kind, at.Ge(lo), at.Le(hi)]
     if key.endswith("fraction"):
         return Annotated[type(default), at.Ge(0), at.Lt(1)]
     if key in ("seed", "workers", "n_val", "n_test"):
@@ -173,7 +178,9 @@ def check_data(params: dict) -> None:
             if isinstance(default, bool):
                 check_type(f"{where}.{key}", value, bool)
             elif isinstance(default, (int, float)):
-                check_type(f"{where}.{key}", value, _data_type(key, default))
+                check_type(f"{where}.{key}", value, _data_type(key, default, _REGISTRY[ds].ranges))
+            elif isinstance(default, list) and default and all(isinstance(v, (int, float)) for v in default):
+                check_type(f"{where}.{key}", value, list[float | int])
             elif isinstance(default, str):
                 check_type(f"{where}.{key}", value, str | list[str])
         merged = {**defaults, **sec}

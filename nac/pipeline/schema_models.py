@@ -112,7 +112,7 @@ def check_image(params: dict) -> None:
     image = check_keys(
         "image",
         params["image"],
-        ["dataset", "val_split", "ood_dataset", "ood_split", "ladder", "model", "train", "baselines"],
+        ["dataset", "val_split", "test_split", "ood_dataset", "ood_split", "ladder", "model", "train", "baselines"],
         ["dataset", "ood_dataset", "ladder", "model", "train"],
     )
     for key in ("dataset", "ood_dataset"):
@@ -124,6 +124,7 @@ def check_image(params: dict) -> None:
     check_split_read(params, "image.dataset (train)", image["dataset"], "train")
     check_batch_fits(params, "image.train", image["dataset"], image["train"])
     check_split_read(params, "image.val_split", image["dataset"], image.get("val_split", "val"))
+    check_split_read(params, "image.test_split", image["dataset"], image.get("test_split", "val"))
     check_split_read(params, "image.ood_split", image["ood_dataset"], image.get("ood_split", "test"))
     _check_image_size(params, "image.model.tokenizer", image["model"].get("tokenizer"), image["dataset"])
     check_baselines(params)

@@ -36,7 +36,7 @@ STAGE_PARAMS: dict[str, list[str] | None] = {
         "data.listops",
         "data.bytes",
         "data.nlvr_shapes",
-        "data.objects",  # the paper-regime stand-in's candidates (issue 50): generated, not yet trained on
+        "data.objects",  # the paper-regime stand-in (issue 50)
         "data.objects_r",
         "data.objects_novel",
     ],
@@ -49,6 +49,7 @@ STAGE_PARAMS: dict[str, list[str] | None] = {
         "data.${image.ood_dataset}",
         "image.dataset",
         "image.val_split",
+        "image.test_split",
         "image.ood_dataset",
         "image.ood_split",
         "image.model",
@@ -87,6 +88,7 @@ STAGE_PARAMS: dict[str, list[str] | None] = {
         "image.ladder",
         "image.dataset",
         "image.val_split",
+        "image.test_split",
         "image.ood_dataset",
         "image.ood_split",
         "image.model",

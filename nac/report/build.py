@@ -396,6 +396,7 @@ def _write_readme(out: Path, params: dict, summary: dict, md: dict[str, str], fi
         low=summary["fewshot"]["nac_minus_perceiver_io_shots_1_4"],
         prune_summary=pd.DataFrame(prune).to_markdown(index=False),
         FEWSHOT_CLAIM=FEWSHOT_CLAIM,
+        image_classes=builder(params, params["image"]["dataset"]).info()["num_classes"],
         LRA=LRA_LEADERBOARD_TRANSFORMER,
         PAPER_THROUGHPUT=paper_throughput(),
         CONVERGENCE=CONVERGENCE,

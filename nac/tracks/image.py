@@ -148,7 +148,8 @@ def evaluate_image_run(params: dict, run: str, seed: int, *, models: str | Path 
         ).to_dict(),
     ).to(device)
     bs = image["train"].get("eval_batch_size", 256)
-    val_set = builder(params, image["dataset"]).load(image["val_split"])
+    # IID: the held-out test split (image.test_split; "val" where a profile sets none, as before it existed)
+    val_set = builder(params, image["dataset"]).load(image.get("test_split", "val"))
     iid = predict(model, val_set, device, bs)
     analysis = baseline_analysis(model, val_set, device, bs, seed)
     ood_builder = builder(params, image["ood_dataset"])

@@ -2,21 +2,23 @@
 image stand-in in the paper's accuracy regime (issue 50), as Tiny-ImageNet / Tiny-ImageNet-R are.
 
 ``shapes`` has 10 named outlines and every image model but one learns it to 97.6-100% IID, above
-the effects the paper reports. Here a class is one of ``n_classes`` (200 by default, as
-Tiny-ImageNet has) *object templates*: a star-shaped polygon of 5-9 vertices at random angles and
-radii, drawn once from the class's own seed. An image draws its class's template with every
-vertex radius jittered (``jitter``, the intra-class variation), at a random position, rotation and
-size (radius ``scale`` of the image), on a textured background among up to ``clutter`` distractor
-polygons (new random polygons, never a class) painted underneath in their own colours. Harder in
-the ways a vision model must learn (more classes, intra-class variation, clutter, scale), not by
-label noise: every image shows its class's outline whole.
+the effects the paper reports. Here a class is one of ``n_classes`` *object templates*: star-shaped
+polygons of 5-9 vertices, chosen from a pool of ``TEMPLATE_POOL`` random ones by farthest-point
+sampling in a rotation- and mirror-invariant outline distance (``templates``), so classes are as
+distinct as the pool allows. An image draws its class's template with every vertex radius jittered
+(``jitter``, the intra-class variation), at a random position, rotation and size (radius ``scale``
+of the image), on a textured background among up to ``clutter`` smaller distractor polygons (new
+random polygons, never a class) painted underneath in their own colours. Harder in the ways a
+vision model must learn (many classes, fine shape differences, intra-class variation, clutter,
+scale), not by label noise: every image shows its class's outline whole. The defaults are the
+setting chosen on Perceiver IO alone (docs/image-regime.md; bench/calibrate_image_regime.py).
 
 - ``objects``: the ``n_classes`` templates in the ``iid`` style; splits train / val / test.
 - ``objects_r``: the SAME templates (same label order: its ``n_classes``, ``jitter``, ``scale`` and
   ``template_seed`` must equal ``objects``') in the 5 ``OOD_STYLES`` of ``nac.data.embedded.drawing``,
   balanced over (class, style), without clutter; array ``style``. Splits val / test.
-- ``objects_novel``: ``n_classes`` templates from another stream of ``template_seed`` (disjoint from
-  ``objects``'), ``iid`` style, for few-shot episodes; splits train / val / test.
+- ``objects_novel``: ``n_classes`` templates of another stream of ``template_seed`` (chosen among
+  themselves, not against ``objects``'), ``iid`` style, for few-shot episodes; splits train / val / test.
 
 Storage and items as ``nac.data.embedded.shapes``.
 """
@@ -34,6 +36,8 @@ from nac.data.registry import register
 
 NOVEL_STREAM = 1  # objects_novel's templates: template_seed's second stream (objects': the first)
 DISTRACTOR_RADIUS = (0.12, 0.22)  # clutter polygons' radius, a fraction of the image side
+TEMPLATE_POOL = 2000  # random polygons a stream's templates are chosen from (farthest-point sampling)
+SIGNATURE_POINTS = 64  # points of an outline's centroid-distance signature
 
 
 def random_polygon(rng: np.random.Generator) -> np.ndarray:
@@ -47,10 +51,47 @@ def random_polygon(rng: np.random.Generator) -> np.ndarray:
     return np.stack([radii * np.cos(angles), radii * np.sin(angles)], axis=1)
 
 
+def signature(poly: np.ndarray, m: int = SIGNATURE_POINTS) -> np.ndarray:
+    """The centroid-distance signature of an outline (vertices in drawing order): ``m`` points
+    equally spaced by arc length, each one's distance to their centroid, over the mean. float [m]."""
+    closed = np.vstack([poly, poly[:1]])
+    arc = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(closed, axis=0), axis=1))])
+    t = np.arange(m) * arc[-1] / m
+    pts = np.stack([np.interp(t, arc, closed[:, 0]), np.interp(t, arc, closed[:, 1])], axis=1)
+    r = np.linalg.norm(pts - pts.mean(axis=0), axis=1)
+    return r / r.mean()
+
+
+def outline_distances(sigs: np.ndarray, j: int) -> np.ndarray:
+    """RMS distance of signature ``j`` to every row of ``sigs``, minimised over the circular shifts
+    of the row (rotation, start point) and over ``j``'s mirror image (training flips images): the
+    shape distance the templates are chosen by. float [len(sigs)]."""
+    m = sigs.shape[1]
+    f_all = np.fft.fft(sigs, axis=1)
+    sq = (sigs**2).sum(axis=1)
+    best = np.full(len(sigs), np.inf)
+    for s in (sigs[j], np.roll(sigs[j][::-1], 1)):
+        corr = np.fft.ifft(f_all * np.conj(np.fft.fft(s))[None, :], axis=1).real.max(axis=1)
+        best = np.minimum(best, np.maximum(sq + sq[j] - 2 * corr, 0.0) / m)
+    return np.sqrt(best)
+
+
 def templates(n: int, template_seed: int, stream: int = 0) -> list[np.ndarray]:
-    """The ``n`` class templates of one stream of ``template_seed``; template ``i`` depends on
-    ``(template_seed, stream, i)`` only, so the first classes of a larger set are the same."""
-    return [random_polygon(make_rng(template_seed, 50_000 + stream, i)) for i in range(n)]
+    """The ``n`` class templates of one stream of ``template_seed``: farthest-point sampling from
+    ``TEMPLATE_POOL`` random polygons (the pool's first, then repeatedly the polygon farthest, in
+    ``outline_distances``, from every one taken), so classes are as distinct as the pool allows;
+    the first ``k`` of ``n`` templates are the ``k``-template set (greedy, deterministic)."""
+    if n > TEMPLATE_POOL:
+        raise ValueError(f"objects: n_classes={n} exceeds the template pool ({TEMPLATE_POOL}); use at most that")
+    pool = [random_polygon(make_rng(template_seed, 60_000 + stream, j)) for j in range(TEMPLATE_POOL)]
+    sigs = np.stack([signature(q) for q in pool])
+    chosen = [0]
+    nearest = outline_distances(sigs, 0)
+    for _ in range(n - 1):
+        j = int(np.argmax(nearest))
+        chosen.append(j)
+        nearest = np.minimum(nearest, outline_distances(sigs, j))
+    return [pool[j] for j in chosen]
 
 
 def pose_polygon(poly: np.ndarray, cx: float, cy: float, radius: float, angle: float) -> list[Part]:
@@ -70,14 +111,15 @@ def jittered(rng: np.random.Generator, poly: np.ndarray, jitter: float) -> np.nd
 class _ObjectImages(_ShapeImages):
     stream = 0
     with_clutter = True
+    ranges = {"jitter": (0, 1), "clutter": (0, None), "template_seed": (0, None), "n_classes": (2, TEMPLATE_POOL)}
 
     def _check(self) -> dict[str, Any]:
         p = self.params
         n, jitter, clutter, scale = p["n_classes"], p["jitter"], p["clutter"], p["scale"]
         if isinstance(n, bool) or not isinstance(n, int) or n < 2:
             raise ValueError(f"{self.name}: n_classes must be an int >= 2, got {n!r}")
-        if not isinstance(jitter, (int, float)) or not 0 <= jitter <= 1:
-            raise ValueError(f"{self.name}: jitter must be in [0, 1] (0.15 default), got {jitter!r}")
+        if isinstance(jitter, bool) or not isinstance(jitter, (int, float)) or not 0 <= jitter <= 1:
+            raise ValueError(f"{self.name}: jitter must be in [0, 1] ({_DEFAULTS['jitter']} default), got {jitter!r}")
         if isinstance(clutter, bool) or not isinstance(clutter, int) or clutter < 0:
             raise ValueError(f"{self.name}: clutter must be an int >= 0 (distractors per image), got {clutter!r}")
         if not (isinstance(scale, (list, tuple)) and len(scale) == 2 and 0.1 <= scale[0] <= scale[1] <= 0.5):
@@ -113,14 +155,15 @@ class _ObjectImages(_ShapeImages):
         return {**super().info(), **{k: p[k] for k in ("n_classes", "jitter", "clutter", "scale", "template_seed")}}
 
 
-_DEFAULTS = {"n_classes": 200, "jitter": 0.15, "clutter": 2, "scale": [0.25, 0.45], "template_seed": 0}
+# the chosen setting (docs/image-regime.md, calibration candidate f25)
+_DEFAULTS = {"n_classes": 25, "jitter": 0.05, "clutter": 1, "scale": [0.35, 0.48], "template_seed": 0}
 
 
 @register("objects")
 class Objects(_ObjectImages):
     """IID objects: ``n_classes`` random-polygon templates among clutter. See the module docstring."""
 
-    defaults = {"image_size": 32, "n_train": 5000, "n_val": 1000, "n_test": 10000, "seed": 0, **_DEFAULTS}
+    defaults = {"image_size": 32, "n_train": 6000, "n_val": 1000, "n_test": 10000, "seed": 0, **_DEFAULTS}
 
 
 @register("objects_r")
@@ -140,5 +183,5 @@ class ObjectsR(_ObjectImages):
 class ObjectsNovel(_ObjectImages):
     """``n_classes`` templates never in ``objects``, IID style, for few-shot episodes."""
 
-    defaults = {"image_size": 32, "n_train": 600, "n_val": 200, "n_test": 600, "seed": 0, **_DEFAULTS, "n_classes": 20}
+    defaults = {"image_size": 32, "n_train": 600, "n_val": 200, "n_test": 2000, "seed": 0, **_DEFAULTS, "n_classes": 20}
     stream = NOVEL_STREAM

@@ -47,9 +47,9 @@ def what_size(params: dict, what: str) -> int | None:
     name (its test split), ``fewshot`` (one episode's queries: ways x queries per class); None where
     params do not say."""
     image = params.get("image") or {}
-    if what in ("iid", "ood"):  # IID accuracy is measured on image.val_split, OOD on image.ood_split
+    if what in ("iid", "ood"):  # IID accuracy is measured on image.test_split, OOD on image.ood_split
         dataset = image.get("dataset" if what == "iid" else "ood_dataset")
-        split = image.get("val_split" if what == "iid" else "ood_split", "test")
+        split = image.get("test_split", "val") if what == "iid" else image.get("ood_split", "test")
         return test_size(params, dataset, split) if dataset else None
     if what == "nlvr_val":  # the NLVR comparison with CLIP zero-shot reads validation accuracy
         dataset = (params.get("nlvr") or {}).get("dataset")

@@ -16,6 +16,7 @@ LOW_SHOTS = 4  # the "low-shot regime": 1-4 shots per class
 FEWSHOT_TARGETS = {
     "digits": "digits (stand-in for CIFAR)",
     "shapes_novel": "novel shapes (stand-in for CUB)",
+    "objects_novel": "novel objects (stand-in for CUB)",
     "cifar10": "CIFAR-10",
     "cub": "CUB-200-2011",
 }
