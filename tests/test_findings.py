@@ -93,6 +93,11 @@ def test_the_converged_column_appears_only_with_converged_rows():
     assert block.splitlines()[1].startswith("**At the plateau** (converged profile, from its pieces, 1 of 1 claims")
     assert "NAC beats Perceiver IO in distribution: **supported** (+2.0 [+1.0, +3.0] pts, n = 5)" in block
     assert "At the plateau" not in findings.readme_results(rows, names, "mini", [0, 1, 2], waiting)
+    # a record of an earlier benchmark: its own line, labelled, linking its claims
+    block = findings.readme_results(rows, names, "mini", [0, 1, 2], None, records=[("benchmark1", "shapes", conv)])
+    line = block.splitlines()[1]
+    assert line.startswith("**At the plateau on an earlier benchmark** (the record of shapes; 1 of 1 claims judged")
+    assert "reports/records/benchmark1/claims.md" in line and "**supported** (+2.0 [+1.0, +3.0] pts, n = 5)" in line
     with pytest.raises(ValueError, match="inconclusive"):
         findings.findings_table([{**rows[0], "verdict": "inconclusive"}], names, "mini")
 

@@ -27,8 +27,14 @@ def block(root: Path = ROOT) -> str:
         )
     params = read_params(root / "params.yaml")
     converged = findings.read_rows(root / "reports" / "converged" / "tables" / "claims.csv")
+    from nac.converged.records import all_records, read
+
+    records = [
+        (d.name, read(d)["title"], findings.read_rows(root / "reports" / "records" / d.name / "tables" / "claims.csv"))
+        for d in all_records(root / "results" / "converged")
+    ]
     return findings.readme_results(
-        rows, [c.name for c in registered()], params["profile"], params["seeds"], converged=converged
+        rows, [c.name for c in registered()], params["profile"], params["seeds"], converged=converged, records=records
     )
 
 

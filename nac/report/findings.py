@@ -199,23 +199,42 @@ README_END = "<!-- results: end -->"
 
 
 def readme_results(
-    rows: list[dict], names: list[str], profile: str, seeds: list[int], converged: list[dict] | None = None
+    rows: list[dict],
+    names: list[str],
+    profile: str,
+    seeds: list[int],
+    converged: list[dict] | None = None,
+    records: list[tuple[str, str, list[dict] | None]] = (),
 ) -> str:
     """The repository README's results block: the verdict counts, then every verdict class with
     its claims in plain words (supported and not supported with our number), failures included;
-    first, once the converged report judged a claim, those verdicts at the plateau."""
+    first, once the converged report judged a claim, those verdicts at the plateau; then each
+    record of an earlier benchmark's converged run (``records``: ``(name, title, its claims rows)``),
+    labelled as such."""
     entries = load()
     plateau = []
-    if judged := converged_judged(converged):
+
+    def verdicts(judged: list[dict]) -> str:
         said = []
         for r in judged:
             e = entry_for(r["id"], entries, names)
             said.append(f"{e['words']}: **{r['verdict']}** ({ours_text(r, e['unit'])})")
+        return "; ".join(said)
+
+    if judged := converged_judged(converged):
         plateau = [
             f"**At the plateau** (converged profile, from its pieces, {len(judged)} of {len(converged)} claims "
-            f"judged so far: [reports/converged/claims.md](reports/converged/claims.md)): " + "; ".join(said) + ".",
+            f"judged so far: [reports/converged/claims.md](reports/converged/claims.md)): " + verdicts(judged) + ".",
             "",
         ]
+    for name, title, rec_rows in records:
+        if judged := converged_judged(rec_rows):
+            plateau += [
+                f"**At the plateau on an earlier benchmark** (the record of {title}; {len(judged)} of "
+                f"{len(rec_rows)} claims judged: [reports/records/{name}/claims.md](reports/records/{name}/claims.md), "
+                "what it could and could not show at its head): " + verdicts(judged) + ".",
+                "",
+            ]
     by: dict[str, list[str]] = {v: [] for v in VERDICTS}
     for r in rows:
         e = entry_for(r["id"], entries, names)
