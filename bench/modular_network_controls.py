@@ -39,7 +39,6 @@ import torch
 
 from nac.bench.scratch import train_in_scratch
 from nac.pipeline.datasets import builder
-from nac.pipeline.params import compose
 
 ROOT = Path(__file__).resolve().parent.parent
 LIBMODULAR_TRAIN = {
@@ -57,7 +56,9 @@ CONTROLS = {
     "libmodular": ({"pool_after": [0, 1, 2, 3]}, LIBMODULAR_TRAIN),
     "libmodular_plain": ({"pool_after": [0, 1, 2, 3], "modules_per_layer": 1}, LIBMODULAR_TRAIN),
 }
-COMMITTED = {"train_acc": 40.6, "iid_acc1": 39.3}  # results/converged/pieces/converged/image/modular_network-0
+# the first benchmark's converged piece modular_network-0 and the params it ran under (its record)
+RECORD = ROOT / "results/converged/records/benchmark1"
+COMMITTED = {"train_acc": 40.6, "iid_acc1": 39.3}  # RECORD / pieces/converged/image/modular_network-0
 
 
 def main() -> None:
@@ -70,7 +71,8 @@ def main() -> None:
     model, train = CONTROLS[args.control]
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     with tempfile.TemporaryDirectory(prefix=f"mn-{args.control}-") as work:
-        params = copy.deepcopy(compose(["profile=converged"]))
+        # the record's params (shapes, the converged profile as it was), not today's benchmark's
+        params = copy.deepcopy(json.loads((RECORD / "record.json").read_text())["params"])
         params["seeds"], params["data"]["root"] = [0], f"{work}/data"
         params["image"]["baselines"]["modular_network"].update(model)
         params["image"]["train"].update(train, epochs=args.epochs)
