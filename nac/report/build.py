@@ -322,6 +322,7 @@ def _converged(results: str | Path, out: Path) -> str:
         return line
     got = prov_io.read(results)
     if got is None:
+        shutil.rmtree(Path(out) / "converged", ignore_errors=True)  # pages of a run no longer committed
         return (
             f"No converged run is committed (`{prov_io.RESULTS}/` holds none): `{prov_io.COMMAND}` makes one "
             '(docs/convergence.md, "The converged profile").'
