@@ -299,6 +299,15 @@ def _learned_graphs(ladder: list[str], seed: int, metrics: Path, models: str | P
     return learned
 
 
+def _image_classes(params: dict) -> int | str:
+    """The image stand-in's class count for the report's prose ("?" where params or its info lack it)."""
+    from nac.pipeline.datasets import dataset_info
+
+    dataset = (params.get("image") or {}).get("dataset")
+    info = dataset_info(params, dataset) if dataset else None
+    return info["num_classes"] if info else "?"
+
+
 def _records(results: str | Path, out: Path) -> list[str]:
     """The records of earlier benchmarks' converged runs, built into ``out/records/<name>/``; the
     index's line for each (none when there is none)."""
@@ -397,7 +406,7 @@ def _write_readme(out: Path, params: dict, summary: dict, md: dict[str, str], fi
         low=summary["fewshot"]["nac_minus_perceiver_io_shots_1_4"],
         prune_summary=pd.DataFrame(prune).to_markdown(index=False),
         FEWSHOT_CLAIM=FEWSHOT_CLAIM,
-        image_classes=builder(params, params["image"]["dataset"]).info()["num_classes"],
+        image_classes=_image_classes(params),
         LRA=LRA_LEADERBOARD_TRANSFORMER,
         PAPER_THROUGHPUT=paper_throughput(),
         CONVERGENCE=CONVERGENCE,
