@@ -210,7 +210,11 @@ def test_every_numeric_dataclass_field_is_type_checked(section, cls):
     [
         ("fewshot.protocol.ways", 11, r"fewshot\.protocol\.ways=11 exceeds the 10 classes of target 'digits'"),
         ("prune.dropped_fraction", [0.0, 0.3], r"not a whole number of modules .*multiples of 1/32"),
-        ("data.objects.n_val", 0, r"image\.val_split='val' reads the val split of 'objects', but data\.objects\.n_val=0"),
+        (
+            "data.objects.n_val",
+            0,
+            r"image\.val_split='val' reads the val split of 'objects', but data\.objects\.n_val=0",
+        ),
         ("data.objects.jitter", 1.5, r"data\.objects\.jitter=1\.5 is out of range"),
         ("data.objects.clutter", -1, r"data\.objects\.clutter=-1 is out of range"),
         ("data.digits.test_fraction", 0.95, r"data\.digits: the split fractions .* sum to"),

@@ -56,7 +56,10 @@ def bench_params(params: dict) -> dict[str, Any]:
     The report uses a bench file only while these are unchanged."""
     image, data = params.get("image") or {}, params.get("data") or {}
     return {
-        "image": {k: image.get(k) for k in ("dataset", "val_split", "test_split", "ood_dataset", "ood_split", "model", "train")},
+        "image": {
+            k: image.get(k)
+            for k in ("dataset", "val_split", "test_split", "ood_dataset", "ood_split", "model", "train")
+        },
         "data": {str(d): data.get(d) for d in (image.get("dataset"), image.get("ood_dataset"))},
         "prior": params.get("prior"),
         "code": source_fingerprint(CODE)[:16],
