@@ -142,6 +142,35 @@ def test_a_worker_killed_by_sigkill_names_the_job_and_the_oom_killer(tmp_path, m
     assert sorted(p.name for p in tmp_path.iterdir()) == ["started-kill", "started-slow"]
 
 
+class _LateExit:
+    """A worker whose exit status the OS reports only after ``polls`` looks (a dead worker's pipe
+    closes a moment before waitpid sees it exit)."""
+
+    def __init__(self, pid: int, code: int, polls: int):
+        self.pid, self._code, self._polls = pid, code, polls
+
+    @property
+    def exitcode(self):
+        self._polls -= 1
+        return self._code if self._polls < 0 else None
+
+
+def test_the_killed_worker_is_named_when_its_exit_status_comes_late():
+    """CI (stop 53) broke the pool test above once: the pool broke while both workers' exit
+    statuses still read ``None``, and the message named the survivor (``job slow ... exit code
+    None``). Now the statuses are awaited: the SIGKILLed worker is named."""
+    from nac.pipeline import pool
+
+    procs = {1: _LateExit(1, -15, polls=40), 2: _LateExit(2, -9, polls=20)}
+    msg = str(pool._killed("train", procs, _NoStarts(), {1: 0, 2: 1}, [("slow",), ("kill",)], lambda j: j[0]).code)
+    assert msg.startswith("train: job kill (worker pid 2) was killed by SIGKILL"), msg
+
+
+class _NoStarts:
+    def empty(self):
+        return True
+
+
 def test_the_killed_message_for_other_signals():
     from nac.pipeline.pool import killed_message
 

@@ -308,11 +308,18 @@ def _killed(desc: str, procs: dict, started, running: dict[int, int], jobs: list
     """The error for a pool broken by a worker's death: the dead worker (a signal other than the
     SIGTERM the pool sends its survivors), the job it was running (the last one it reported)."""
     _drain(started, running)
-    dead = [
-        p
-        for p in procs.values()
-        if p.exitcode is not None and p.exitcode not in (0, -signal.SIGTERM, 128 + signal.SIGTERM)
-    ]
+    survivor_codes = (0, -signal.SIGTERM, 128 + signal.SIGTERM)
+    # a dead worker's pipe (the pool's sentinel) closes a moment before the kernel reports its exit
+    # status, so the pool can break while waitpid still says "running": wait for the statuses (the
+    # pool terminates and joins the survivors), bounded
+    deadline = time.monotonic() + STOP_GRACE_S
+    while time.monotonic() < deadline and not any(
+        p.exitcode is not None and p.exitcode not in survivor_codes for p in procs.values()
+    ):
+        if all(p.exitcode is not None for p in procs.values()):
+            break
+        time.sleep(0.02)
+    dead = [p for p in procs.values() if p.exitcode is not None and p.exitcode not in survivor_codes]
     if not dead:
         dead = [p for p in procs.values() if p.exitcode is not None] or list(procs.values())[:1]
     if not dead:
