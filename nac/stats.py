@@ -1,6 +1,6 @@
 """Confidence intervals, the one place they are computed (report tables and figures, claims'
 verdicts, the NLVR analysis, benchmarks): a mean with a one-sample Student t CI (``mean_ci``,
-``summarize``), a Welch CI for a difference of means, and a paired t CI."""
+``summarize``), a Welch CI for a difference of means, a paired t CI, and the binomial SE of one accuracy."""
 
 from __future__ import annotations
 
@@ -79,3 +79,15 @@ def paired_ci(a: Sequence[float], b: Sequence[float]) -> Interval:
     if a.shape != b.shape:
         raise ValueError(f"paired_ci needs equally long samples, got {len(a)} and {len(b)}")
     return mean_ci(a - b)
+
+
+def binomial_se(acc: float, n: int) -> float:
+    """The binomial standard error, in points, of an accuracy ``acc`` (percent) measured on ``n``
+    independent test items: ``100 sqrt(p (1 - p) / n)``, p = acc / 100. The part of a run's accuracy
+    that the test set's size alone makes uncertain, beside the seeds' spread."""
+    if isinstance(n, bool) or int(n) != n or n < 1:
+        raise ValueError(f"binomial_se: n must be a positive count of test items, got {n!r}")
+    if not 0.0 <= acc <= 100.0:
+        raise ValueError(f"binomial_se: acc must be a percentage in [0, 100], got {acc!r}")
+    p = acc / 100.0
+    return 100.0 * float(np.sqrt(p * (1.0 - p) / int(n)))

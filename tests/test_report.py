@@ -687,7 +687,7 @@ def test_the_readme_template_refuses_a_missing_value():
 
 
 def test_binomial_se_is_the_textbook_formula_and_refuses_bad_input():
-    from nac.report.tables import binomial_se
+    from nac.stats import binomial_se
 
     assert binomial_se(50.0, 10_000) == pytest.approx(0.5)  # 100 sqrt(0.25 / 10,000)
     assert binomial_se(90.0, 100) == pytest.approx(3.0)  # 100 sqrt(0.09 / 100)

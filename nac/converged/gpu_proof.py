@@ -18,6 +18,7 @@ from pathlib import Path
 from statistics import stdev
 
 from nac.converged import pieces as P
+from nac.stats import binomial_se
 
 PROOF = "gpu_proof.json"  # beside the pieces folder: results/converged/gpu_proof.json
 RECOMPUTED = "gpu_proof"  # the recomputed pieces: results/converged/gpu_proof/pieces/<profile>/...
@@ -50,8 +51,7 @@ def compare(params: dict, pieces_root: Path, piece: P.Piece, cpu_folder: Path) -
     for file, key, which in METRICS:
         gpu, cpu = _value(gpu_folder, file, key), _value(cpu_folder, file, key)
         values = [_value(f, file, key) for f in seeds]
-        p = sum(values) / len(values) / 100
-        s_b = 100 * math.sqrt(max(p * (1 - p), 0.0) / _n(params, gpu_folder, which))
+        s_b = binomial_se(min(max(sum(values) / len(values), 0.0), 100.0), _n(params, gpu_folder, which))
         sd = stdev(values)
         tol = 1.96 * math.sqrt(2) * max(sd, s_b)
         rows[key] = {

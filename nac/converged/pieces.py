@@ -255,13 +255,16 @@ def carried(proofs: list[dict], old: str, new: str) -> list[dict] | None:
     return None
 
 
-def status(root: str | Path, profile: str, params: dict, code_root: str | Path, pieces: list[Piece] | None = None):
+def status(
+    root: str | Path, profile: str, params: dict, code_root: str | Path | None, pieces: list[Piece] | None = None
+):
     """``[(piece, status, record, why)]``: ``done`` (written under this code and these params),
     ``stale`` (written, but ``why`` names what changed: its code, its params), ``damaged`` (``why``:
     ``inspect``'s "<file>: <what is wrong>") or ``missing``. A
     piece whose code changed is still ``done`` when a chain of proofs (``equal_code``) takes its
-    code to this code; ``why`` then says so ("code carried over from ...")."""
-    out, proofs = [], equal_code(root)
+    code to this code; ``why`` then says so ("code carried over from ..."). ``code_root`` None: the
+    pieces are read as a record, against nothing but being whole (never ``stale``)."""
+    out, proofs = [], equal_code(root) if code_root is not None else []
     for p in plan(params) if pieces is None else pieces:
         rec, damage = inspect(root, profile, p)
         if damage:
@@ -269,6 +272,9 @@ def status(root: str | Path, profile: str, params: dict, code_root: str | Path, 
             continue
         if rec is None:
             out.append((p, "missing", None, ""))
+            continue
+        if code_root is None:
+            out.append((p, "done", rec, ""))
             continue
         now = fingerprint(code_root, params, p)
         was = rec.get("fingerprint", {})

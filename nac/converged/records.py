@@ -150,10 +150,5 @@ def all_records(results: str | Path) -> list[Path]:
 def status(folder: str | Path, rec: dict[str, Any]) -> list[tuple[P.Piece, str, dict | None, str]]:
     """``[(piece, status, record, why)]`` of a record's pieces: ``done`` when whole, ``damaged`` or
     ``missing`` otherwise; never ``stale`` (a record is read against its own params, not today's code)."""
-    root = Path(folder) / "pieces"
-    out = []
-    for p in P.plan(rec["params"]):
-        piece_rec, damage = P.inspect(root, rec["profile"], p)
-        st = "damaged" if damage else "missing" if piece_rec is None else "done"
-        out.append((p, st, piece_rec, damage or ("recorded" if st == "done" else "")))
-    return out
+    found = P.status(Path(folder) / "pieces", rec["profile"], rec["params"], None)
+    return [(p, st, piece_rec, why or ("recorded" if st == "done" else "")) for p, st, piece_rec, why in found]

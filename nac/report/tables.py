@@ -12,7 +12,7 @@ import pandas as pd
 from nac import metrics_io
 from nac.model import BASELINES
 from nac.report.published import PAPER_ROW, RUN_LABELS, TABLE1, TABLE1_COLUMNS
-from nac.stats import summarize, welch_ci
+from nac.stats import binomial_se, summarize, welch_ci
 
 BASELINE_RUNS = tuple(BASELINES)  # the baselines' run names (not in the paper)
 
@@ -25,18 +25,6 @@ def fmt(mean: float, ci: float, n: int, se: float | None = None) -> str:
     standard error of one run's accuracy on its test set, where ``se`` is given."""
     cell = f"{mean:.2f}" if n < 2 else f"{mean:.2f} ± {ci:.2f}"
     return cell if se is None else f"{cell} (SE {se:.2f})"
-
-
-def binomial_se(acc: float, n: int) -> float:
-    """The binomial standard error, in points, of an accuracy ``acc`` (percent) measured on ``n``
-    independent test items: ``100 sqrt(p (1 - p) / n)``, p = acc / 100. The part of a run's accuracy
-    that the test set's size alone makes uncertain, beside the seeds' spread."""
-    if isinstance(n, bool) or int(n) != n or n < 1:
-        raise ValueError(f"binomial_se: n must be a positive count of test items, got {n!r}")
-    if not 0.0 <= acc <= 100.0:
-        raise ValueError(f"binomial_se: acc must be a percentage in [0, 100], got {acc!r}")
-    p = acc / 100.0
-    return 100.0 * float(np.sqrt(p * (1.0 - p) / int(n)))
 
 
 def n_test_items(rows: list[dict[str, Any]], key: str) -> int | None:
