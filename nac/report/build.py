@@ -25,7 +25,17 @@ from nac.pipeline.datasets import builder
 from nac.pipeline.io import staged, write_json
 from nac.pipeline.paths import MODELS, image_checkpoint, paper_throughput, parse_run
 from nac.pipeline.pool import usable_cores
-from nac.report import bench_figures, costs, figures, graph_figures, mechanism, sections, switches, tables
+from nac.report import (
+    bench_figures,
+    costs,
+    figures,
+    graph_figures,
+    mechanism,
+    modular_network,
+    sections,
+    switches,
+    tables,
+)
 from nac.report.claims.metrics import CONVERGENCE
 from nac.report.findings import converged_counts_line, counts_line, findings_table, read_rows
 from nac.report.published import (
@@ -136,6 +146,8 @@ def build_report(
         summary["nlvr"] = sections.nlvr(params, stage, metrics, md, figs)
         summary["fewshot"] = sections.fewshot(params, stage, metrics, md, figs)
         sections.track_curves(params, stage, metrics, md, figs)
+        if converged is not None:  # the Modular Network question, answered on the first benchmark's record
+            modular_network.section(stage, md, figs, converged)
         gated = gate.judge(gate.training_records(metrics, params))  # the run gate, judged once
         rows = evaluate_claims(params, metrics, flags=gated[0])
         # the converged column: the converged report's claims (out/converged/, built above or by its own run)
