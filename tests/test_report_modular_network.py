@@ -37,12 +37,15 @@ def test_each_reading_applies_its_threshold():
 def test_neither_shown_says_what_the_controls_show_and_what_is_not_measured():
     lines = mn.verdicts(_data(plain_cnn=60.4, libmodular=20.7, libmodular_train=92.4, libmodular_plain=58.8))
     assert lines[-1].startswith("None of the explanations fixed in advance is shown")
-    assert "60.4, 58.8 IID, with routing 39.3 and 20.7" in lines[-1] and "4,000 training images" in lines[-1]
+    assert "60.4, 58.8 IID at the converged length, with routing 39.3 and 20.7" in lines[-1]
+    assert "4,000 training images" in lines[-1]
     assert "not measured yet (control `long`)" in lines[-1]
     assert "stored module choices, 92.4%" in lines[0]
     done = mn.verdicts(_data(plain_cnn=60.4, libmodular=20.7, long=40.0))
     assert "40% is this baseline's result on this data" in done[-1] and "not measured" not in done[-1]
     assert "too few controls" in mn.verdicts(_data(libmodular=20.7))[-1]
+    longer = mn.verdicts(_data(plain_cnn=60.4, libmodular=20.7, long=48.3))
+    assert longer[-2] == "Shown: length." and longer[-1].startswith("Beside that, without routing the same network")
 
 
 def test_the_committed_controls_and_record_are_read(tmp_path, monkeypatch):
