@@ -192,14 +192,11 @@ def figure(data: dict[str, Any], out_dir: str | Path, caption: str = "") -> list
 
 
 def section(out: Path, md: dict[str, str], figs: dict[str, list[Path]], results: str | Path) -> None:
-    """``md["modular_network"]`` (verdict lines and table) and ``figs["modular_network"]``; one line
-    saying how to make them when the bench file or the record is absent."""
+    """``md["modular_network"]`` (verdict lines and table) and ``figs["modular_network"]``; nothing
+    (the report has no such section) when the bench file or the record is absent, as in a report
+    built without the converged results."""
     data = read(results)
     if data is None:
-        md["modular_network"] = (
-            f"Not measured here: `{CONTROLS_FILE}` or the record `{RECORD}` is absent "
-            "(`python bench/modular_network_controls.py --control NAME`)."
-        )
         return
     figs["modular_network"] = figure(data, Path(out) / "figures", caption=data["label"])
     md["modular_network"] = (
