@@ -30,7 +30,8 @@ from typing import Any, Iterator
 import torch
 
 from nac.config import ModelConfig
-from nac.model import NAC, build_model
+from nac.model import NAC
+from nac.registry import build_model
 
 FORMAT = 1
 

@@ -15,7 +15,7 @@ from nac.circuits.layers import ReadOut
 from nac.circuits.modfc import ModFC, ModFCForm
 from nac.config import ModelConfig, NotImplementedSetting
 from nac.mechanism import mechanism_numbers
-from nac.model import build_model
+from nac.registry import build_model
 from nac.training.optim import decay_groups
 
 

@@ -509,7 +509,7 @@ def test_fewshot_on_the_episodes_of_one_seed_gives_the_full_runs_rows(tiny_confi
     together the pieces' rows are the few-shot stage's, row for row."""
     import torch
 
-    from nac.model import build_model
+    from nac.registry import build_model
     from nac.tracks.fewshot import FewShotConfig, run_fewshot
 
     class Target:

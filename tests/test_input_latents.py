@@ -18,8 +18,8 @@ from tiny_models import TINY_KERNEL, make_tiny_config
 
 from nac.checkpoint_io import load_model, save_checkpoint
 from nac.circuits.kernel import Kernel, link_probabilities
-from nac.model import build_model
 from nac.pruning import attention_received, drop_modules
+from nac.registry import build_model
 from nac.testing.reference_forms import per_layer_modulation
 from nac.testing.reference_kernel import use_reference_kernel
 from nac.training.optim import decay_groups

@@ -193,7 +193,7 @@ CONV = {"kind": "conv32", "dim": 16, "pos_dim": 4, "width": 8}
     ],
 )
 def test_model_refuses_image_layouts_saying_what_it_expected(shape, dtype, message):
-    from nac.model import build_model
+    from nac.registry import build_model
 
     model = build_model(
         ModelConfig(

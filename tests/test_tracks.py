@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from nac.model import build_model
+from nac.registry import build_model
 from nac.tracks import fewshot as fs
 from nac.tracks.common import RunInputs, majority_rate, sentence_reasoning_type, track_model_config
 from nac.tracks.nlvr import (

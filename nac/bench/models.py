@@ -7,9 +7,9 @@ import torch
 import torch.nn as nn
 
 from nac.config import ModelConfig
-from nac.model import build_model
 from nac.pipeline.params import compose
 from nac.pipeline.runs import prior_settings
+from nac.registry import build_model
 from nac.tracks.image import image_model_config
 
 TINY_CLASSES = 200  # Tiny-ImageNet

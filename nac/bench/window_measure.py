@@ -18,7 +18,9 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]  # the repository (this file: nac/bench/window_measure.py)
+from nac import repo
+
+ROOT = repo.ROOT
 SMI_NAME = "nvidia-smi.txt"
 # the window's own code, hashed into its provenance
 BENCH_FILES = (
@@ -240,8 +242,8 @@ def mini_worker(graphed: bool, run_name: str, start_at: float, end_at: float, dr
     shared by every worker of the round): ``{"steps", "seconds", "steps_per_s"}``."""
     import torch
 
-    from nac.model import build_model
     from nac.pipeline.params import compose
+    from nac.registry import build_model
     from nac.tracks.image import image_model_config
     from nac.training.config import TrainConfig
 

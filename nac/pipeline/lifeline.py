@@ -26,6 +26,8 @@ import threading
 import time
 from pathlib import Path
 
+from nac import repo
+
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 _SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "fish"}
 _PR_SET_PDEATHSIG = 1
@@ -216,10 +218,9 @@ def foreign_nac(main, name: str) -> None:
     ``python stages/<name>.py``, Python puts ``stages/`` first on the path and imports whatever ``nac`` is
     installed (another checkout's, say), where ``python -m stages.<name>`` from the checkout (dvc.yaml's
     command) imports its own."""
-    import nac
 
     script = Path(main.__code__.co_filename).resolve()
-    own, got = script.parents[1], Path(nac.__file__).resolve().parents[1]
+    own, got = script.parents[1], repo.ROOT
     if own != got and (own / "nac" / "__init__.py").is_file():  # (a script outside any checkout: no claim)
         raise SystemExit(
             f"{name}: {script.name} imports nac from {got}, not from its own checkout {own}: run it as dvc.yaml "

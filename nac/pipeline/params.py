@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from nac import repo
 from nac.data.registry import available
 from nac.graphs import PRIORS
 from nac.pipeline.datasets import builder
@@ -28,7 +29,7 @@ from nac.pipeline.schema import ParamsError, check_schema
 from nac.pipeline.stage_params import project
 from nac.pipeline.typecheck import article
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+CONF_DIR = repo.CONF_DIR
 PROFILES = ("smoke", "mini", "converged", "converged_smoke", "paper")
 __all__ = ["CONF_DIR", "PROFILES", "ParamsError", "compose", "load_params", "read_params", "validate"]
 
@@ -142,7 +143,7 @@ def check_workspace(stage: str) -> None:
     if not os.environ.get("DVC_STAGE"):
         return
     here = Path.cwd().resolve()
-    used = Path(__file__).resolve().parents[2]
+    used = repo.ROOT
     if used != here:
         raise ParamsError(
             f"stage {stage!r} runs the nac of {used}, not of the workspace DVC runs it in ({here}); "

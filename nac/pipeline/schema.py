@@ -22,11 +22,12 @@ float.
 from __future__ import annotations
 
 import re
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Annotated, Any
 
 import annotated_types as at
 
+from nac import repo
 from nac.data.registry import _REGISTRY, available, embedded
 from nac.fields import AT_LEAST_2, NONNEGATIVE_INT, POSITIVE, POSITIVE_INT
 from nac.graphs import PRIOR_DEFAULTS, PRIORS
@@ -273,7 +274,7 @@ def check_schema(params: Any) -> None:
 def templates() -> list[str]:
     """The model templates (``conf/template/<name>.yaml``): their switch values sit in every
     track's ``model`` / ``train`` section, where the model config checks them."""
-    conf = Path(__file__).resolve().parents[2] / "conf"  # nac.pipeline.params.CONF_DIR (not imported: stage deps)
+    conf = repo.CONF_DIR
     return sorted(p.stem for p in (conf / "template").glob("*.yaml"))
 
 

@@ -16,7 +16,6 @@ from nac.circuits import tokenizers as T
 from nac.config import ModelConfig
 from nac.data.registry import _REGISTRY
 from nac.fields import NONNEGATIVE_INT
-from nac.model import BASELINES
 from nac.pipeline.schema import (
     IMAGE_MODEL_SET,
     NGRAM_KEYS,
@@ -34,6 +33,7 @@ from nac.pipeline.typecheck import (
     check_type,
     check_unique,
 )
+from nac.registry import BASELINES
 from nac.training.config import TrainConfig
 
 

@@ -25,6 +25,7 @@ from nac.pipeline.datasets import builder
 from nac.pipeline.io import staged, write_json
 from nac.pipeline.paths import MODELS, image_checkpoint, paper_throughput, parse_run
 from nac.pipeline.pool import usable_cores
+from nac.repo import ROOT
 from nac.report import (
     bench_figures,
     costs,
@@ -327,8 +328,7 @@ def _records(results: str | Path, out: Path) -> list[str]:
     from nac.report.converged import record_section
 
     shutil.rmtree(Path(out) / "records", ignore_errors=True)  # a record removed from results/ leaves no page
-    root = Path(__file__).resolve().parents[2]
-    return [record_section(folder, out, root) for folder in all_records(results)]
+    return [record_section(folder, out, ROOT) for folder in all_records(results)]
 
 
 def _converged(results: str | Path, out: Path) -> str:
@@ -338,7 +338,7 @@ def _converged(results: str | Path, out: Path) -> str:
     from nac import provenance as prov_io
     from nac.report.converged import section
 
-    line = section(results, out, Path(__file__).resolve().parents[2])  # the pieces (tools/run_converged.py)
+    line = section(results, out, ROOT)  # the pieces (tools/run_converged.py)
     if line is not None:
         return line
     got = prov_io.read(results)
@@ -349,7 +349,7 @@ def _converged(results: str | Path, out: Path) -> str:
             '(docs/convergence.md, "The converged profile").'
         )
     params, prov = got
-    problems = prov_io.check(results, Path(__file__).resolve().parents[2])  # against this checkout's code
+    problems = prov_io.check(results, ROOT)  # against this checkout's code
     label = {
         "profile": prov["profile"],
         "commit": (prov.get("commit") or "unknown")[:7]

@@ -27,12 +27,12 @@ from torch.utils.data import Dataset
 from nac.config import ModelConfig
 from nac.evaluation import accuracy_by_group, predict, topk_accuracy
 from nac.graphs import _resolve as resolve_prior
-from nac.model import BASELINES, count_parameters
 from nac.pipeline import schema_models as schema
 from nac.pipeline.datasets import dataset_info, track_builder
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import MODELS, track_checkpoint, track_metrics
 from nac.pipeline.runs import prior_settings, start_run, train_config
+from nac.registry import BASELINES, count_parameters
 from nac.training.config import TrainConfig
 from nac.training.loop import fit
 

@@ -21,7 +21,6 @@ from nac.config import ModelConfig
 from nac.evaluation import accuracy_by_group, predict, predict_tokens, tokenize, topk_accuracy
 from nac.graphs import PRIOR_DEFAULTS
 from nac.mechanism import has_graph, mechanism_numbers, processor_graph
-from nac.model import BASELINES, count_parameters
 from nac.pipeline import schema_models as schema
 from nac.pipeline.datasets import builder
 from nac.pipeline.io import write_json
@@ -29,6 +28,7 @@ from nac.pipeline.paths import MODELS, image_checkpoint, parse_run
 from nac.pipeline.runs import start_run, train_config
 from nac.pipeline.schema import check_prune
 from nac.pruning import drop_modules, module_connectivity, random_connectivity
+from nac.registry import BASELINES, count_parameters
 from nac.training.config import TrainConfig
 from nac.training.distributed import resolve_device
 from nac.training.loop import fit

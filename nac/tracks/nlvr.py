@@ -32,10 +32,10 @@ import torch
 from torch.utils.data import DataLoader
 
 from nac.checkpoint_io import load_model
-from nac.model import build_model
 from nac.pipeline.datasets import track_builder
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import MODELS, track_checkpoint
+from nac.registry import build_model
 from nac.stats import t_half_width
 from nac.tracks.common import reasoning_types, sentences
 from nac.training.distributed import resolve_device
