@@ -19,6 +19,7 @@ from nac.compose import validate_all
 from nac.converged import jobs as piece_jobs
 from nac.converged import pieces as P
 from nac.pipeline.params import compose
+from nac.report.build import build_report
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -390,7 +391,7 @@ def test_report_from_a_partial_set_judges_complete_claims_and_counts_the_missing
         _fake_image_piece(root, params, head, s, 80.0 + s, "CPU")
         if s < 3:
             _fake_image_piece(root, params, "perceiver_io", s, 70.0, "NVIDIA H100" if s == 0 else "CPU")
-    line = section(tmp_path / "results", tmp_path / "reports", ROOT)
+    line = section(tmp_path / "results", tmp_path / "reports", ROOT, build=build_report)
     assert "8 of 105 done" in line
     claims = (tmp_path / "reports" / "converged" / "claims.md").read_text()
     row = next(r for r in claims.splitlines() if r.startswith("| iid_gain |"))
@@ -402,7 +403,7 @@ def test_report_from_a_partial_set_judges_complete_claims_and_counts_the_missing
     # the two missing pieces written: the claim is judged by its rule (NAC 80-84 vs 70 on every seed)
     for s in (3, 4):
         _fake_image_piece(root, params, "perceiver_io", s, 70.0, "CPU")
-    section(tmp_path / "results", tmp_path / "reports", ROOT)
+    section(tmp_path / "results", tmp_path / "reports", ROOT, build=build_report)
     row = next(r for r in (tmp_path / "reports/converged/claims.md").read_text().splitlines() if "| iid_gain |" in r)
     assert "**supported**" in row and "| 10 | 0 |" in row
     # a stale piece counts as missing: its code changed
@@ -410,7 +411,7 @@ def test_report_from_a_partial_set_judges_complete_claims_and_counts_the_missing
     rec = json.loads(rec_file.read_text())
     rec["fingerprint"]["code"] = "0" * 64
     rec_file.write_text(json.dumps(rec))
-    assert "(1 stale)" in section(tmp_path / "results", tmp_path / "reports", ROOT)
+    assert "(1 stale)" in section(tmp_path / "results", tmp_path / "reports", ROOT, build=build_report)
 
 
 def test_the_converged_report_judges_the_speedup_on_the_paper_size_timings_as_mini_does(tmp_path):
@@ -427,7 +428,7 @@ def test_the_converged_report_judges_the_speedup_on_the_paper_size_timings_as_mi
         for f, a in ((0.0, 90.0), (0.5, 89.0), (0.75, 80.0))
     ]
     (P.Piece("image", head, 0).path(root, "converged") / "prune.json").write_text(json.dumps(rows))
-    section(tmp_path / "results", tmp_path / "reports", ROOT)
+    section(tmp_path / "results", tmp_path / "reports", ROOT, build=build_report)
     row = next(
         r for r in (tmp_path / "reports/converged/claims.md").read_text().splitlines() if "| prune_speedup |" in r
     )
@@ -438,7 +439,7 @@ def test_no_pieces_no_converged_section(tmp_path):
     from nac.report.converged import section
 
     (tmp_path / "results").mkdir()
-    assert section(tmp_path / "results", tmp_path / "reports", ROOT) is None
+    assert section(tmp_path / "results", tmp_path / "reports", ROOT, build=build_report) is None
     assert not (tmp_path / "reports").exists()
 
 
@@ -496,7 +497,7 @@ def test_run_converged_smoke_end_to_end_and_an_interrupted_piece_resumes(tmp_pat
         assert json.loads((nac0 / "train.json").read_text())["history"] == first["history"]
         from nac.report.converged import section
 
-        line = section(pieces.parent, tmp_path / "reports", ROOT, "converged_smoke")
+        line = section(pieces.parent, tmp_path / "reports", ROOT, "converged_smoke", build=build_report)
     finally:
         moved = os.getcwd() != cwd
     assert not moved  # the work folder is handed down as paths, never entered

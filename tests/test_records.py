@@ -109,6 +109,7 @@ def test_an_archived_run_is_read_with_its_own_params_and_never_goes_stale(tmp_pa
 
 
 def test_the_report_builds_a_record_under_records_with_what_it_could_and_could_not_show(tmp_path, params, clean_git):
+    from nac.report.build import build_report
     from nac.report.converged import record_section, section
 
     results = tmp_path / "results"
@@ -121,8 +122,8 @@ def test_the_report_builds_a_record_under_records_with_what_it_could_and_could_n
         if p != keep:
             shutil.rmtree(p.path(dest / "pieces", PROFILE))
     out = tmp_path / "reports"
-    assert section(results, out, ROOT, PROFILE) is None  # no live run of the profile any more
-    line = record_section(dest, out, ROOT)
+    assert section(results, out, ROOT, PROFILE, build=build_report) is None  # no live run of the profile any more
+    line = record_section(dest, out, ROOT, build=build_report)
     assert line.startswith(f"**Record: {ABOUT['title']}** (1 of 42 pieces whole")
     assert ABOUT["could_not_show"] in line and "records/benchmark1/README.md" in line
     page = out / "records" / "benchmark1"

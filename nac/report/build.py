@@ -38,6 +38,7 @@ from nac.report import (
     tables,
 )
 from nac.report.claims.metrics import CONVERGENCE
+from nac.report.converged import record_section, section
 from nac.report.findings import converged_counts_line, counts_line, findings_table, read_rows
 from nac.report.published import (
     FEWSHOT_CLAIM,
@@ -325,10 +326,9 @@ def _records(results: str | Path, out: Path) -> list[str]:
     """The records of earlier benchmarks' converged runs, built into ``out/records/<name>/``; the
     index's line for each (none when there is none)."""
     from nac.converged.records import all_records
-    from nac.report.converged import record_section
 
     shutil.rmtree(Path(out) / "records", ignore_errors=True)  # a record removed from results/ leaves no page
-    return [record_section(folder, out, ROOT) for folder in all_records(results)]
+    return [record_section(folder, out, ROOT, build=build_report) for folder in all_records(results)]
 
 
 def _converged(results: str | Path, out: Path) -> str:
@@ -336,9 +336,8 @@ def _converged(results: str | Path, out: Path) -> str:
     params (the same builders), and the index's lines about it; when it is absent, one line saying
     so and how to make one."""
     from nac import provenance as prov_io
-    from nac.report.converged import section
 
-    line = section(results, out, ROOT)  # the pieces (tools/run_converged.py)
+    line = section(results, out, ROOT, build=build_report)  # the pieces (tools/run_converged.py)
     if line is not None:
         return line
     got = prov_io.read(results)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -208,9 +209,12 @@ def _pieces_md(params: dict, rows: list, claims: list[dict], proofs: str = "") -
     return "\n".join(lines) + "\n"
 
 
-def section(results: str | Path, out: str | Path, root: str | Path, profile: str = PROFILE) -> str | None:
+def section(
+    results: str | Path, out: str | Path, root: str | Path, profile: str = PROFILE, *, build: Callable[..., Any]
+) -> str | None:
     """Build ``out/converged/`` from ``results/pieces/<profile>/``; returns the index's line, or
-    None when no piece of the profile is written (the caller then says how to make them)."""
+    None when no piece of the profile is written (the caller then says how to make them). ``build``:
+    the whole report's builder (``nac.report.build.build_report``, passed in: that module calls this one)."""
     from nac.pipeline.params import compose  # (validated by tools/run_converged.py, which wrote the pieces)
 
     results, out, root = Path(results), Path(out), Path(root)
@@ -223,7 +227,7 @@ def section(results: str | Path, out: str | Path, root: str | Path, profile: str
         return None
     from nac.converged.gpu_proof import summary
 
-    claims = _build(pieces_root, profile, params, rows, root, out / "converged", summary(results, profile))
+    claims = _build(pieces_root, profile, params, rows, root, out / "converged", summary(results, profile), build)
     done = sum(1 for r in rows if r[1] == "done")
     judged = [c for c in claims if c["verdict"] != NOT_JUDGED]
     return (
@@ -234,10 +238,10 @@ def section(results: str | Path, out: str | Path, root: str | Path, profile: str
     )
 
 
-def record_section(folder: str | Path, out: str | Path, root: str | Path) -> str:
+def record_section(folder: str | Path, out: str | Path, root: str | Path, *, build: Callable[..., Any]) -> str:
     """Build ``out/records/<name>/`` from a record (``nac.converged.records``): its pieces judged
     with the params it was archived with, by today's report code, headed by what it is and what it
-    could and could not show; returns the index's line."""
+    could and could not show; returns the index's line. ``build``: as ``section``'s."""
     from nac.converged import records as R
 
     folder, out, root = Path(folder), Path(out), Path(root)
@@ -258,7 +262,7 @@ def record_section(folder: str | Path, out: str | Path, root: str | Path) -> str
         + summary(folder, profile)
     )
     dest = out / "records" / rec["name"]
-    claims = _build(folder / "pieces", profile, params, rows, root, dest, proofs, record=rec)
+    claims = _build(folder / "pieces", profile, params, rows, root, dest, proofs, build, record=rec)
     done = sum(1 for r in rows if r[1] == "done")
     judged = sum(1 for c in claims if c["verdict"] != NOT_JUDGED)
     return (
@@ -291,6 +295,7 @@ def _build(
     root: Path,
     dest: Path,
     proofs: str,
+    build: Callable[..., Any],
     record: dict | None = None,
 ) -> list[dict]:
     """The report of a set of pieces into ``dest`` (claims.md, pieces.md, and once every piece is
@@ -314,7 +319,6 @@ def _build(
         complete = len(done) == len(rows)
         if complete:  # the whole report, as any profile's, from the pieces' metrics
             from nac.provenance import PROVENANCE
-            from nac.report.build import build_report
 
             recs = [rec for _, _, rec, _ in rows]
             label = {
@@ -328,7 +332,7 @@ def _build(
             (metrics.parent / PROVENANCE).write_text(
                 json.dumps(label), encoding="utf-8"
             )  # graphs.json beside it: Figure 3
-            build_report(params, stage, metrics, provenance=label, converged=None)
+            build(params, stage, metrics, provenance=label, converged=None)
             if head:
                 readme = stage / "README.md"
                 readme.write_text(_headed(readme.read_text(encoding="utf-8"), head), encoding="utf-8")
