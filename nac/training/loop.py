@@ -24,11 +24,12 @@ traceback). Resuming and saving are in ``nac.training.resume``, the finiteness c
 
 The path to ``optimizer.step``: ``fit`` builds a ``Run`` (``nac.training.run.build_run``: model,
 optimizer and schedule, EMA, sampler, loader), takes the lock, resumes, then runs the epochs: each
-batch is one call of ``train_step``, which reads from the batch to ``optimizer.step()`` (the LR,
-the forward with the regularizer, the loss, backward, clipping, AdamW, the checks, the EMA and the
-epoch's sums); ``_end_epoch`` then evaluates, saves the checkpoint and logs. ``train.compile``
-runs the step's forward and loss (and with ``compile_scope: step`` its update) compiled
-(``nac.training.compiled``): the same functions.
+batch is one call of ``train_step``, which goes from the batch to ``optimizer.step()`` itself (the
+LR, the forward with the regularizer, the loss, backward, clipping, AdamW, the checks, the EMA and
+the epoch's sums in ``EpochState``); ``_end_epoch`` then evaluates, saves the checkpoint and logs.
+``train.compile`` runs the step's forward and loss (and with ``compile_scope: step`` its update)
+compiled (``nac.training.compiled``): the same functions. The whole route from a stage is in
+docs/design.md ("The route from the stage to ``optimizer.step()``").
 """
 
 from __future__ import annotations
