@@ -72,14 +72,13 @@ def loop_step(model, train: dict, batch: int, form: str, device, size: int, clas
     (``loop.train_step`` on the run ``nac.training.run.build_run`` makes) with the ``train``
     settings (the paper's ``image.train``) in step ``form`` (``form_settings``), on one fixed batch
     already on ``device``; augmentation, EMA and the loader off (not the step's)."""
-    import torch
 
     from nac.bench.models import Synthetic, inputs
     from nac.training import loop
     from nac.training.config import TrainConfig
     from nac.training.distributed import World
     from nac.training.graphed import GraphedStep
-    from nac.training.run import build_run
+    from nac.training.run import EpochState, build_run
 
     tr = dict(train, epochs=1, warmup_epochs=0, batch_size=batch, augment=False, num_workers=0)
     tr.update(ema=None, device=device.type, compile=False, compile_scope="forward", cuda_graphs=False)
@@ -90,10 +89,10 @@ def loop_step(model, train: dict, batch: int, form: str, device, size: int, clas
     run = build_run(model, data_set, None, cfg, world, None, "gpu window", None, None)
     if form == "graphed" and dry:  # the CPU: the same step with each capture replaced by running it
         run.graphed = GraphedStep(run, capture=False)
-    run.sums = torch.zeros(4, dtype=torch.float64, device=device)  # the epoch's metric sums, as fit sets them
+    now = EpochState.of(run)  # the epoch's metric sums, as fit makes them
     x, y = inputs(batch, size, device, classes)
     data, count = {"input": x, "label": y}, itertools.count()
-    return lambda: loop.train_step(run, data, 0, next(count))
+    return lambda: loop.train_step(run, now, data, 0, next(count))
 
 
 def _dynamo_counts() -> dict:

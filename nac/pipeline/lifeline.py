@@ -172,38 +172,11 @@ def orphaned() -> bool:
         return False
 
 
-BUSY = [False]  # a worker process is running a job (run_job): what a stop signal reads
-STOPPING = [False]  # a worker process was told to stop: it starts no further job (nac.pipeline.pool)
-
-
-def run_job(fn, args: tuple, threads: int | None, progress: bool):
-    """``fn(*args, progress=progress)`` in a worker process (the pool's or submitit's) with
-    ``threads`` intra-op threads (None: torch's default); a stop signal meanwhile ends the job as
-    Ctrl-C would (its checkpoint intact), not the process at once."""
-    if STOPPING[0]:  # told to stop (the stage is ending): start no new job
-        os._exit(128 + signal.SIGTERM)
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
-    BUSY[0] = True
-    try:
-        return fn(*args, progress=progress)
-    finally:
-        BUSY[0] = False
-
-
-def _worker_interrupt(signum, frame):
-    STOPPING[0] = True
-    if BUSY[0]:  # in a job: the training ends with its one line, checkpoint intact
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-    os._exit(128 + signum)  # idle between jobs: nothing to save, nothing to say
-
-
-def worker_process(parent_pid: int) -> None:
-    """For a stage's worker process (started by ``parent_pid``): stop signals like Ctrl-C while a
-    job runs (an idle worker just exits), and stop when the stage dies."""
-    handle_stop_signals(_worker_interrupt)
+def worker_process(parent_pid: int, on_signal) -> None:
+    """For a stage's worker process (started by ``parent_pid``): stop signals handled by
+    ``on_signal`` (``nac.pipeline.worker.Worker.on_signal``: a running job ends as Ctrl-C would, an
+    idle worker exits), and stop when the stage dies."""
+    handle_stop_signals(on_signal)
     die_with_parent()
     if os.getppid() != parent_pid:  # the stage died before the line above took effect
         os.kill(os.getpid(), signal.SIGTERM)

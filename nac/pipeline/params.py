@@ -13,6 +13,7 @@ every message names the key and what would be valid.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable, Iterable
@@ -117,16 +118,11 @@ def load_params(
     return params if stage is None else project(params, stage, item)
 
 
-_ENV_SAID = [False]
-
-
+@functools.cache
 def _say_environment() -> None:
-    """Once per process: one line when the installed packages differ from requirements.lock (the
-    committed run's environment), so a run whose numbers will not match the committed ones says
-    why at its start (``nac.environment``)."""
-    if _ENV_SAID[0]:
-        return
-    _ENV_SAID[0] = True
+    """Once per process (its first call; ``functools.cache`` keeps that it ran): one line when the
+    installed packages differ from requirements.lock (the committed run's environment), so a run
+    whose numbers will not match the committed ones says why at its start (``nac.environment``)."""
     from nac.environment import mismatch_line
 
     line = mismatch_line()

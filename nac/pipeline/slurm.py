@@ -32,6 +32,7 @@ from typing import Any
 
 from nac.pipeline import lifeline, placement
 from nac.pipeline.envvars import positive_int, raw
+from nac.pipeline.worker import set_threads
 
 POLL_S = 0.5
 
@@ -55,7 +56,8 @@ class Job:
                 raise SystemExit(f"the stage (pid {self.watch_pid}) that submitted this job is gone")
             lifeline.watch([ident], sig=signal.SIGINT)
         placement.pin(self.slot)
-        return lifeline.run_job(self.fn, self.args, self.threads, False)
+        set_threads(self.threads)
+        return self.fn(*self.args, progress=False)
 
     def checkpoint(self, *args, **kwargs):
         """Preempted or timed out: requeue this same job; it resumes from its own checkpoint."""

@@ -17,7 +17,7 @@ AUTHORS_TINYIMAGENET = "authors_tinyimagenet"  # the authors' recipe (nac.traini
 AUGMENT_RECIPES = (AUTHORS_TINYIMAGENET,)  # nac.training.augment's recipes besides true / false
 ADAMW_IMPLS = ("default", "foreach", "fused")  # nac.training.optim.make_adamw
 COMPILE_MODES = (False, "default", "reduce-overhead", "aot_eager")  # nac.training.compiled
-COMPILE_MATCHINGS = ("before", "overlap")  # where a compiled step waits for the matching (the field)
+COMPILE_MATCHINGS = ("before",)  # where a compiled step waits for the matching (the field; "overlap" removed, issue 48)
 COMPILE_SCOPES = ("forward", "step", "regional")
 DEVICES = ("auto", "cpu", "cuda")
 # Bounds of plain sanity, not of taste: an lr above 1 or ten thousand epochs is a typo (1e+300, 100000000).
@@ -60,8 +60,8 @@ class TrainConfig(ConfigDict):
     # default | reduce-overhead (CUDA graphs) | aot_eager (traced, no code generation). Inductor's
     # random draws differ from eager's: the same distribution, not the same numbers.
     compile: Literal[COMPILE_MODES] = False
-    # where a compiled step waits for the regularizer's matching (nac.training.compiled): before |
-    # overlap (while the device runs the forward; the regularizer's few ops then run eagerly)
+    # where a compiled step waits for the regularizer's matching (nac.training.compiled): before (the
+    # only one left: "overlap", a second loss path no committed result used, was removed in issue 48)
     compile_matching: Literal[COMPILE_MATCHINGS] = "before"
     # what train.compile compiles (nac/training/compiled.py): forward (forward and loss; backward,
     # clipping and AdamW eager) | step (the update too: clip_and_step compiled, torch's compiled optimizer)
