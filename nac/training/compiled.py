@@ -36,16 +36,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from nac.rules import compile_rules
 from nac.training.augment import soft_cross_entropy
-from nac.training.config import COMPILE_MATCHINGS, COMPILE_MODES, COMPILE_SCOPES
+from nac.training.config import TrainConfig
 from nac.training.objective import Objective, objective_losses
 from nac.training.optim import clip_and_step
 
 
 def check_compile(value, matching: str = "before", scope: str = "forward") -> None:
-    """``nac.rules.compile_rules`` on a compiled step's settings, with ``train``'s choices."""
-    compile_rules(value, matching, scope, modes=COMPILE_MODES, matchings=COMPILE_MATCHINGS, scopes=COMPILE_SCOPES)
+    """A compiled step's settings, checked as ``train``'s (``TrainConfig``: one place)."""
+    TrainConfig(compile=value, compile_matching=matching, compile_scope=scope)
 
 
 def objective_parts(wrapped, kw: dict, labels, targets, label_smoothing: float, amp: bool):
