@@ -353,7 +353,7 @@ def test_conditional_generator_with_input_latents():
 
 
 def test_bad_input_latents_is_refused():
-    with pytest.raises(ValueError, match=r"input_latents=-1 is out of range: must be >= 0"):
+    with pytest.raises(ValueError, match=r"model\.input_latents=-1: Input should be greater than or equal to 0"):
         make_tiny_config(input_latents=-1)
     with pytest.raises(ValueError, match="input_latents"):
         make_tiny_config(input_latents=1.5)

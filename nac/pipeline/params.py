@@ -6,9 +6,9 @@ by every stage before any work starts.
 reads besides (``load_params(check=[image.validate])``), so it runs (and depends on) no other
 track's code. The composer, ``python -m nac.compose [overrides...]``, validates every section.
 
-Validation first checks the shape of a section (``nac.pipeline.schema``: known keys at every
-level, types derived from the config dataclasses, ranges), then the rules between sections;
-every message names the key and what would be valid.
+Validation is pydantic's (``nac.pipeline.schema``: known keys at every level, types, ranges, the
+rules within a section), then the rules between sections; every message names the key, the
+problem and the fix.
 """
 
 from __future__ import annotations
@@ -23,15 +23,11 @@ from typing import Any
 import yaml
 
 from nac import repo
-from nac.data.registry import available
-from nac.graphs import PRIORS
 from nac.pipeline.datasets import builder
-from nac.pipeline.schema import ParamsError, check_schema
+from nac.pipeline.schema import PROFILES, Params, ParamsError, check
 from nac.pipeline.stage_params import project
-from nac.pipeline.typecheck import article
 
 CONF_DIR = repo.CONF_DIR
-PROFILES = ("smoke", "mini", "converged", "converged_smoke", "paper")
 __all__ = ["CONF_DIR", "PROFILES", "ParamsError", "compose", "load_params", "read_params", "validate"]
 
 
@@ -85,7 +81,8 @@ def read_params(path: Path, shown_as: str | Path | None = None) -> dict[str, Any
         value = OmegaConf.to_container(cfg) if OmegaConf.is_config(cfg) else cfg
         raise ParamsError(
             f"{name} must be a mapping of sections (profile, seeds, data, image, ...), got "
-            f"{article(value)}: {str(value)[:60]!r}; recreate it with `python -m nac.compose`"
+            f"a {'null' if value is None else type(value).__name__}: {str(value)[:60]!r}; "
+            "recreate it with `python -m nac.compose`"
         )
     return OmegaConf.to_container(cfg, resolve=False)
 
@@ -149,42 +146,11 @@ def check_workspace(stage: str) -> None:
 
 
 def validate(params: dict[str, Any]) -> None:
-    """Reject an impossible configuration of the sections every stage reads (``profile``,
-    ``seeds``, ``device``, ``data``, ``prior``), naming the key and what would be valid."""
-    if not isinstance(params, dict):
-        raise ParamsError(
-            f"params.yaml must be a mapping of sections (profile, seeds, data, ...), got {params!r}; "
-            "recreate it with `python -m nac.compose`"
-        )
-    _require(params, "profile")
-    if params["profile"] not in PROFILES:
-        raise ParamsError(f"profile={params['profile']!r}; valid choices: {', '.join(PROFILES)}")
-    seeds = params.get("seeds")
-    if (
-        not isinstance(seeds, list)
-        or not seeds
-        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
-    ):
-        raise ParamsError(f"seeds must be a non-empty list of non-negative ints, got {seeds!r}")
-    if len(set(seeds)) != len(seeds):
-        raise ParamsError(f"seeds contains duplicates: {seeds}")
-    _require(params, "data")
-    _require(params, "prior")
-    check_schema(params)  # top-level keys, device, prior, data
-    prior = params.get("prior", {})
-    if prior.get("name") not in PRIORS:
-        raise ParamsError(f"prior.name={prior.get('name')!r}; valid choices: {', '.join(PRIORS)}")
-    data = params.get("data", {})
-    names = available()
-    for ds in data.get("datasets", []):
-        if ds not in names:
-            raise ParamsError(f"data.datasets lists unknown dataset {ds!r}; valid choices: {', '.join(names)}")
+    """Reject an impossible configuration of the sections every stage reads (``nac.pipeline.schema.
+    Params``), then a dataset its builder refuses, naming the key and the fix."""
+    check(Params, params)
+    for ds in params["data"]["datasets"]:
         try:
-            builder({"data": data}, ds)
+            builder({"data": params["data"]}, ds)
         except ValueError as e:
             raise ParamsError(f"data.{ds}: {e}") from e
-
-
-def _require(params: dict, key: str) -> None:
-    if key not in params:
-        raise ParamsError(f"params.yaml has no {key!r}; recreate it with `python -m nac.compose`")

@@ -47,8 +47,8 @@ import torch.nn.functional as F
 
 from nac.baselines.fewshot import MN_TRAIN
 from nac.checkpoint_io import load_model
-from nac.config import ConfigDict, check_field_types
-from nac.fields import AT_LEAST_2, NONNEGATIVE, NONNEGATIVE_INT, POSITIVE_INT
+from nac.config import ConfigDict
+from nac.fields import AT_LEAST_2, NONNEGATIVE, NONNEGATIVE_INT, POSITIVE_INT, Real, config
 from nac.model import NAC
 from nac.pipeline.datasets import builder
 from nac.pipeline.io import write_json
@@ -57,15 +57,15 @@ from nac.training.distributed import resolve_device
 from nac.training.objective import Objective
 
 
-@dataclass
+@config
 class FewShotConfig(ConfigDict):
-    section = "fewshot protocol"
+    section = "fewshot.protocol"
     ways: AT_LEAST_2 = 8
     shots: Annotated[list[POSITIVE_INT], at.MinLen(1)] = field(default_factory=lambda: [1, 2, 4, 8, 16])
     episodes: POSITIVE_INT = 5
     queries_per_class: POSITIVE_INT = 40
     steps: POSITIVE_INT = 30
-    lr: Annotated[float, at.Gt(0), at.Le(1)] = 1e-3
+    lr: Annotated[Real, at.Gt(0), at.Le(1)] = 1e-3
     weight_decay: NONNEGATIVE = 0.0
     batch_size: POSITIVE_INT = 128
     reg_weight: NONNEGATIVE = 0.1
@@ -75,9 +75,6 @@ class FewShotConfig(ConfigDict):
     query_split: str = "test"
     ni_new_functions: NONNEGATIVE_INT = 0  # Neural Interpreter: new functions per script (nac.baselines.fewshot)
     mn_train: Literal[MN_TRAIN] = "modules"  # Modular Network: "modules" or "head" (nac.baselines.fewshot)
-
-    def __post_init__(self) -> None:
-        check_field_types(self)  # each field's type, choices and bounds (its annotation)
 
 
 @dataclass

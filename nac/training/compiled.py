@@ -35,15 +35,14 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from nac.rules import compile_rules
-from nac.training.config import COMPILE_MATCHINGS, COMPILE_MODES, COMPILE_SCOPES
+from nac.training.config import TrainConfig
 from nac.training.objective import Objective, objective_losses
 from nac.training.optim import clip_and_step
 
 
 def check_compile(value, matching: str = "before", scope: str = "forward") -> None:
-    """``nac.rules.compile_rules`` on a compiled step's settings, with ``train``'s choices."""
-    compile_rules(value, matching, scope, modes=COMPILE_MODES, matchings=COMPILE_MATCHINGS, scopes=COMPILE_SCOPES)
+    """A compiled step's settings, checked as ``train``'s (``TrainConfig``: one place)."""
+    TrainConfig(compile=value, compile_matching=matching, compile_scope=scope)
 
 
 def compile_losses(mode):
