@@ -103,7 +103,7 @@ def fewshot_runs(params: dict, piece: Piece) -> list[str]:
     fs = params.get("fewshot")
     if piece.track != "image" or not fs:
         return []
-    # deferred: nac.pipeline.paths imports nac.registry, hence torch and scipy.optimize (~1.3 s); this
+    # deferred: nac.pipeline.paths imports nac.registry, hence torch (~1.2 s) and ~1.4 s more (scipy.optimize); this
     # module is torch-free for tools/window_pieces.py and the records (nac.converged.records)
     from nac.pipeline.paths import fewshot_image_run
 
