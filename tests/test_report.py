@@ -4,8 +4,6 @@ equal scipy's, and the whole build (image part stubbed) writes every file the RE
 
 import json
 import re
-import sys
-import types
 from pathlib import Path
 
 import numpy as np
@@ -381,15 +379,15 @@ def _stub_image_and_claims(monkeypatch, calls: list) -> None:
             "n": 0,
         },
     ]
-    claims = types.ModuleType("nac.report.claims")
-    claims.evaluate_claims = lambda params, metrics, flags=None: rows
-    claims.headline = real_headline
-    claims.claims_metrics = real_claims_metrics
-    claims.registered = lambda: []  # the fake rows' ids are findings.yaml's own keys
-    claims.write_claims = lambda params, metrics, out, rows, gated=None: (
-        calls.append((metrics, out)) or out / "claims.md"
+    monkeypatch.setattr(build, "evaluate_claims", lambda params, metrics, flags=None: rows)
+    monkeypatch.setattr(build, "headline", real_headline)
+    monkeypatch.setattr(build, "claims_metrics", real_claims_metrics)
+    monkeypatch.setattr(build, "registered", lambda: [])  # the fake rows' ids are findings.yaml's own keys
+    monkeypatch.setattr(
+        build,
+        "write_claims",
+        lambda params, metrics, out, rows, gated=None: calls.append((metrics, out)) or out / "claims.md",
     )
-    monkeypatch.setitem(sys.modules, "nac.report.claims", claims)
     monkeypatch.setattr(build, "_image", fake_image)
 
 

@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import numpy as np
@@ -213,13 +212,13 @@ def test_a_failure_late_in_the_build_leaves_the_previous_report(tmp_path, monkey
             },
         }
 
-    claims = types.ModuleType("nac.report.claims")
-    claims.evaluate_claims = lambda params, metrics, flags=None: []
-    claims.headline = lambda rows: {"supported": 0}
-    claims.claims_metrics = lambda rows: {}
-    claims.registered = lambda: []
-    claims.write_claims = lambda params, metrics, out, rows, gated=None: (out / "claims.md").write_text("claims\n")
-    monkeypatch.setitem(sys.modules, "nac.report.claims", claims)
+    monkeypatch.setattr(build, "evaluate_claims", lambda params, metrics, flags=None: [])
+    monkeypatch.setattr(build, "headline", lambda rows: {"supported": 0})
+    monkeypatch.setattr(build, "claims_metrics", lambda rows: {})
+    monkeypatch.setattr(build, "registered", lambda: [])
+    monkeypatch.setattr(
+        build, "write_claims", lambda params, metrics, out, rows, gated=None: (out / "claims.md").write_text("claims\n")
+    )
     monkeypatch.setattr(build, "_image", fake_image)
     reports = tmp_path / "reports"
     (reports / "tables").mkdir(parents=True)
@@ -235,7 +234,7 @@ def test_a_failure_late_in_the_build_leaves_the_previous_report(tmp_path, monkey
         (out / "claims.md").write_text("half\n")
         raise RuntimeError("claims failed")
 
-    claims.write_claims = broken
+    monkeypatch.setattr(build, "write_claims", broken)
     rows = json.loads((metrics / "tracks/points/nac-0.json").read_text())
     rows["test_acc1"] += 1.0  # a new number: the tables would change if anything were written
     (metrics / "tracks/points/nac-0.json").write_text(json.dumps(rows))

@@ -45,6 +45,7 @@ from dataclasses import field
 from typing import Callable, Literal
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from pydantic import model_validator
@@ -307,8 +308,6 @@ class ModularNetwork(nn.Module):
     def _store(self, indices: torch.Tensor, new: torch.Tensor) -> None:
         """Write the new ``a*`` rows; under torch.distributed every process applies every
         process's updates, so ``a*`` stays identical across processes."""
-        import torch.distributed as dist
-
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             world = dist.get_world_size()
             all_idx = [torch.empty_like(indices) for _ in range(world)]

@@ -54,7 +54,9 @@ def embedded() -> list[str]:
 
 
 def _import_all() -> None:
-    # Builders live in sibling modules and register on import.
+    # Builders live in sibling modules and register on import. Deferred: a cycle (each builder module
+    # imports `register` and `DatasetBuilder` from here); breaking it moves `available`, `get_builder`
+    # and `embedded` out of this module, whose importers (nac.pipeline, stages/generate.py) are not this change's
     from nac.data import builders  # noqa: F401
 
 

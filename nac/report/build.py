@@ -20,8 +20,11 @@ import pandas as pd
 import torch
 
 from nac import metrics_io
+from nac import provenance as prov_io
 from nac.checkpoint_io import load_model
-from nac.pipeline.datasets import builder
+from nac.converged.records import all_records
+from nac.environment import installed
+from nac.pipeline.datasets import builder, dataset_info
 from nac.pipeline.io import staged, write_json
 from nac.pipeline.paths import MODELS, image_checkpoint, paper_throughput, parse_run
 from nac.pipeline.pool import usable_cores
@@ -37,6 +40,7 @@ from nac.report import (
     switches,
     tables,
 )
+from nac.report.claims import claims_metrics, evaluate_claims, gate, headline, registered, write_claims
 from nac.report.claims.metrics import CONVERGENCE
 from nac.report.converged import record_section, section
 from nac.report.findings import converged_counts_line, counts_line, findings_table, read_rows
@@ -48,6 +52,7 @@ from nac.report.published import (
     TABLE3,
     discrepancies,
 )
+from nac.report.reproduction import write_reproduction
 from nac.report.sections import caption, plot_csv
 from nac.report.style import setup
 
@@ -68,8 +73,6 @@ TEMPLATES = jinja2.Environment(
 
 
 def _provenance(params: dict) -> dict:
-    from nac.environment import installed
-
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
@@ -114,16 +117,6 @@ def build_report(
     ``converged``: the converged result set, built into ``out/converged/`` and linked from the index
     when it exists (one line saying how to make it when not); ``None`` for a result set's own report.
     ``models``: the checkpoints' root (the learned graphs of Figure 3 are read from ``<models>/image``)."""
-    from nac.report.claims import (
-        claims_metrics,
-        evaluate_claims,
-        gate,
-        headline,
-        registered,
-        write_claims,
-    )  # at call time: tests stand in a fake registry
-    from nac.report.reproduction import write_reproduction
-
     setup()
     out, metrics = Path(out), Path(metrics)
     validate_inputs(params, metrics)  # every file it reads, before anything is written
@@ -294,9 +287,7 @@ def _learned_graphs(ladder: list[str], seed: int, metrics: Path, models: str | P
     """Figure 3's learned link probabilities of each prior's NAC (first seed): from the checkpoints
     (models/image/), or, for a kept result set (a ``provenance.json`` beside its metrics), only from
     its ``graphs.json`` (models/ holds another profile's checkpoints), ``None`` without one."""
-    from nac.provenance import PROVENANCE
-
-    if (metrics.parent / PROVENANCE).is_file():
+    if (metrics.parent / prov_io.PROVENANCE).is_file():
         kept = metrics.parent / GRAPHS
         if not kept.is_file():
             return None
@@ -315,8 +306,6 @@ def _learned_graphs(ladder: list[str], seed: int, metrics: Path, models: str | P
 
 def _image_classes(params: dict) -> int | str:
     """The image stand-in's class count for the report's prose ("?" where params or its info lack it)."""
-    from nac.pipeline.datasets import dataset_info
-
     dataset = (params.get("image") or {}).get("dataset")
     info = dataset_info(params, dataset) if dataset else None
     return info["num_classes"] if info else "?"
@@ -325,8 +314,6 @@ def _image_classes(params: dict) -> int | str:
 def _records(results: str | Path, out: Path) -> list[str]:
     """The records of earlier benchmarks' converged runs, built into ``out/records/<name>/``; the
     index's line for each (none when there is none)."""
-    from nac.converged.records import all_records
-
     shutil.rmtree(Path(out) / "records", ignore_errors=True)  # a record removed from results/ leaves no page
     return [record_section(folder, out, ROOT, build=build_report) for folder in all_records(results)]
 
@@ -335,8 +322,6 @@ def _converged(results: str | Path, out: Path) -> str:
     """The converged result set's report, built into ``out/converged/`` from its own metrics and
     params (the same builders), and the index's lines about it; when it is absent, one line saying
     so and how to make one."""
-    from nac import provenance as prov_io
-
     line = section(results, out, ROOT, build=build_report)  # the pieces (tools/run_converged.py)
     if line is not None:
         return line
