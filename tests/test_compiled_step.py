@@ -181,7 +181,8 @@ def test_compile_is_a_train_param():
     assert "compile_matching" not in TrainConfig(compile="default").to_dict()
     with pytest.raises(ValueError, match=r"train\.compile_matching='after': Input should be 'before'"):
         TrainConfig(compile_matching="after")
-    with pytest.raises(ValueError, match=r"train\.compile_matching='overlap': Input should be 'before'"):  # removed (issue 48)
+    # "overlap" was removed (issue 48)
+    with pytest.raises(ValueError, match=r"train\.compile_matching='overlap': Input should be 'before'"):
         TrainConfig(compile_matching="overlap")
 
 
