@@ -11,8 +11,10 @@ was given). Floats must be finite.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import math
+import typing
 from typing import Annotated, Any
 
 import annotated_types as at
@@ -71,7 +73,7 @@ def config(cls: type) -> type:
         try:
             init(self, *args, **kwargs)
         except ValidationError as e:
-            raise ConfigError(explain(e, cls.section)) from None
+            raise ConfigError(explain(e, cls.section, cls)) from None
 
     cls.__init__ = __init__
     return cls
@@ -89,6 +91,7 @@ def section_of(cls: type, set_by: dict[str, str] | None = None) -> Any:
         cls.__pydantic_validator__.validate_python(ArgsKwargs((), value), self_instance=obj)
         return obj
 
+    check.config_class = cls  # what ``explain`` lists the valid keys of
     return Annotated[dict, AfterValidator(check)]
 
 
@@ -112,7 +115,38 @@ def as_number(text: str) -> int | float | None:
     return None
 
 
-def _fix(err: dict) -> str:
+def _fields(cls: Any) -> dict | None:
+    """The fields of a pydantic model or dataclass (None: not one)."""
+    return getattr(cls, "__pydantic_fields__", None) or getattr(cls, "model_fields", None)
+
+
+def _holder(tp: Any, metadata: tuple = ()) -> Any:
+    """The model or config class an annotation holds (through Annotated, Optional, a union, a
+    ``section_of`` mapping; ``metadata``: a field's, where pydantic keeps Annotated's), or None."""
+    if _fields(tp) is not None:
+        return tp
+    for meta in (*metadata, *getattr(tp, "__metadata__", ())):  # section_of: AfterValidator(check)
+        if (cls := getattr(getattr(meta, "func", None), "config_class", None)) is not None:
+            return cls
+    for arg in typing.get_args(tp):
+        if (cls := _holder(arg)) is not None:
+            return cls
+    return None
+
+
+def _known_keys(root: Any, loc: tuple) -> list[str]:
+    """The valid keys beside the unknown last key of ``loc``, read from the model ``root`` down
+    (empty when the walk loses the model: a list, a free mapping)."""
+    cls = root
+    for part in loc[:-1]:
+        fields = _fields(cls)
+        if fields is None or part not in fields:
+            return []
+        cls = _holder(fields[part].annotation, tuple(fields[part].metadata))
+    return sorted(_fields(cls) or ())
+
+
+def _fix(err: dict, root: Any = None) -> str:
     """What to write instead, for the errors whose message does not say it."""
     kind, value = err["type"], err.get("input")
     if isinstance(value, str) and kind in ("int_type", "float_type") and as_number(value) is not None:
@@ -122,6 +156,12 @@ def _fix(err: dict) -> str:
     if kind in ("int_from_float", "int_type") and isinstance(value, float):
         return f"write {int(value)}" if math.isfinite(value) and value.is_integer() else "use a whole number"
     if kind in ("extra_forbidden", "unexpected_keyword_argument"):
+        known = _known_keys(root, err["loc"]) if root is not None and err["loc"] else []
+        near = difflib.get_close_matches(str(err["loc"][-1]), known, n=1) if known else []
+        if near:
+            return f"remove it (or correct its spelling: did you mean {near[0]}?)"
+        if known:
+            return f"remove it (or correct its spelling; valid keys here: {', '.join(known)})"
         return "remove it (or correct its spelling; conf/base.yaml has every key)"
     if kind == "finite_number":
         return "write a finite value"
@@ -142,11 +182,11 @@ def _where(prefix: str, loc: tuple) -> str:
     return out
 
 
-def explain(e: ValidationError, prefix: str = "") -> str:
+def explain(e: ValidationError, prefix: str = "", root: Any = None) -> str:
     """pydantic's first error: its location (under ``prefix``), the value given, its message
-    and the fix."""
+    and the fix (for an unknown key, the valid keys of the model ``root`` at that location)."""
     err = e.errors()[0]
-    where, fix = _where(prefix, err["loc"]), _fix(err)
+    where, fix = _where(prefix, err["loc"]), _fix(err, root)
     shown = err["loc"] and err["type"] not in ("missing", "value_error") and not isinstance(err["input"], ArgsKwargs)
     said = f"{where}={err['input']!r}" if shown else where
     return f"{said}: {err['msg']}" + (f"; {fix}" if fix else "")

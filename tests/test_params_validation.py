@@ -86,7 +86,12 @@ DEFECTS = [
     (
         "unknown-nested-key",
         _text(**{"image.train.lrr": 0.1}),
-        r"image\.train\.lrr=0\.1: Unexpected keyword argument; remove it \(or correct its spelling",
+        r"image\.train\.lrr=0\.1: Unexpected keyword argument; remove it \(or correct its spelling: did you mean lr\?\)",
+    ),
+    (
+        "unknown-nested-key-unlike-any",
+        _text(**{"image.train.qqqq": 0.1}),
+        r"image\.train\.qqqq=0\.1: .*correct its spelling; valid keys here: adamw, amp, augment, batch_size, compile,",
     ),
     (
         "unknown-track-key",
@@ -138,6 +143,7 @@ STAGE_CHECK = {
     "batch_size-fraction": [image.validate],
     "num_workers-negative": [image.validate],
     "unknown-nested-key": [image.validate],
+    "unknown-nested-key-unlike-any": [image.validate],
     "unknown-track-key": [common.validator("points")],
     "unknown-protocol-key": [fewshot_params.validate],
 }

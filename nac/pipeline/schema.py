@@ -43,7 +43,7 @@ def check(model: Any, value: Any, where: str = "") -> Any:
     try:
         return TypeAdapter(model).validate_python(value)
     except ValidationError as e:
-        raise ParamsError(explain(e, where)) from None
+        raise ParamsError(explain(e, where, model)) from None
 
 
 # ------------------------------------------------------------------------------------- data
