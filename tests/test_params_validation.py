@@ -86,7 +86,7 @@ DEFECTS = [
     (
         "unknown-nested-key",
         _text(**{"image.train.lrr": 0.1}),
-        r"image\.train\.lrr=0\.1: Unexpected keyword argument; remove it \(or correct its spelling: did you mean lr\?\)",
+        r"image\.train\.lrr=0\.1: Unexpected keyword argument; remove it \(or correct its spelling: did you mean lr\?",
     ),
     (
         "unknown-nested-key-unlike-any",
