@@ -21,6 +21,12 @@ Placement (``nac.pipeline.placement``): each worker is pinned to one device of `
 ``local`` and ``slurm`` submit every job through submitit (``nac.pipeline.slurm``), on this
 machine or on a SLURM cluster, and wait for them: the same outputs either way. Signals and the
 death of the launching ``dvc`` stop the workers (``nac.pipeline.lifeline``).
+
+Why its own workers (``serve``, ``_Workers``: spawned processes, one pipe each) rather than
+``concurrent.futures.ProcessPoolExecutor``: the stage must name the job a dead worker ran (the
+executor breaks the whole pool on a death and says which job of none; the earlier version needed a
+side queue and module lists for it) and hand a job to a chosen worker, whose own loop runs it
+(issue 48: the route from the stage to ``optimizer.step()`` in five calls, ``docs/design.md``).
 """
 
 from __future__ import annotations
