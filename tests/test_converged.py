@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from nac.pipeline.params import compose
 from nac.report.build import build_report
 
 ROOT = Path(__file__).resolve().parent.parent
+BUILD = partial(build_report, root=ROOT)  # the report as its stage builds it (bench/results/ of ROOT)
 
 
 def _tool():
@@ -391,7 +393,7 @@ def test_report_from_a_partial_set_judges_complete_claims_and_counts_the_missing
         _fake_image_piece(root, params, head, s, 80.0 + s, "CPU")
         if s < 3:
             _fake_image_piece(root, params, "perceiver_io", s, 70.0, "NVIDIA H100" if s == 0 else "CPU")
-    line = section(tmp_path / "results", tmp_path / "reports", ROOT, build=build_report)
+    line = section(tmp_path / "results", tmp_path / "reports", ROOT, build=BUILD)
     assert "8 of 105 done" in line
     claims = (tmp_path / "reports" / "converged" / "claims.md").read_text()
     row = next(r for r in claims.splitlines() if r.startswith("| iid_gain |"))
@@ -403,7 +405,7 @@ def test_report_from_a_partial_set_judges_complete_claims_and_counts_the_missing
     # the two missing pieces written: the claim is judged by its rule (NAC 80-84 vs 70 on every seed)
     for s in (3, 4):
         _fake_image_piece(root, params, "perceiver_io", s, 70.0, "CPU")
-    section(tmp_path / "results", tmp_path / "reports", ROOT, build=build_report)
+    section(tmp_path / "results", tmp_path / "reports", ROOT, build=BUILD)
     row = next(r for r in (tmp_path / "reports/converged/claims.md").read_text().splitlines() if "| iid_gain |" in r)
     assert "**supported**" in row and "| 10 | 0 |" in row
     # a stale piece counts as missing: its code changed
@@ -411,7 +413,7 @@ def test_report_from_a_partial_set_judges_complete_claims_and_counts_the_missing
     rec = json.loads(rec_file.read_text())
     rec["fingerprint"]["code"] = "0" * 64
     rec_file.write_text(json.dumps(rec))
-    assert "(1 stale)" in section(tmp_path / "results", tmp_path / "reports", ROOT, build=build_report)
+    assert "(1 stale)" in section(tmp_path / "results", tmp_path / "reports", ROOT, build=BUILD)
 
 
 def test_the_converged_report_judges_the_speedup_on_the_paper_size_timings_as_mini_does(tmp_path):
@@ -428,7 +430,7 @@ def test_the_converged_report_judges_the_speedup_on_the_paper_size_timings_as_mi
         for f, a in ((0.0, 90.0), (0.5, 89.0), (0.75, 80.0))
     ]
     (P.Piece("image", head, 0).path(root, "converged") / "prune.json").write_text(json.dumps(rows))
-    section(tmp_path / "results", tmp_path / "reports", ROOT, build=build_report)
+    section(tmp_path / "results", tmp_path / "reports", ROOT, build=BUILD)
     row = next(
         r for r in (tmp_path / "reports/converged/claims.md").read_text().splitlines() if "| prune_speedup |" in r
     )
@@ -439,7 +441,7 @@ def test_no_pieces_no_converged_section(tmp_path):
     from nac.report.converged import section
 
     (tmp_path / "results").mkdir()
-    assert section(tmp_path / "results", tmp_path / "reports", ROOT, build=build_report) is None
+    assert section(tmp_path / "results", tmp_path / "reports", ROOT, build=BUILD) is None
     assert not (tmp_path / "reports").exists()
 
 
@@ -497,7 +499,7 @@ def test_run_converged_smoke_end_to_end_and_an_interrupted_piece_resumes(tmp_pat
         assert json.loads((nac0 / "train.json").read_text())["history"] == first["history"]
         from nac.report.converged import section
 
-        line = section(pieces.parent, tmp_path / "reports", ROOT, "converged_smoke", build=build_report)
+        line = section(pieces.parent, tmp_path / "reports", ROOT, "converged_smoke", build=BUILD)
     finally:
         moved = os.getcwd() != cwd
     assert not moved  # the work folder is handed down as paths, never entered

@@ -338,13 +338,21 @@ def test_a_checkpoint_deleted_by_a_checkout_is_restored_and_resumed(tmp_path, ti
     from test_reliability_training import InterruptAt, tiny
     from test_training import Quadrants, small_train
 
-    from nac.checkpoint_io import load_checkpoint
+    from nac.checkpoint_io import load_checkpoint, mirror_path
     from nac.training.loop import fit
 
     monkeypatch.chdir(tmp_path)
     ckpt = Path("models/image/toy-0.pt")
+    mirror = mirror_path(ckpt, "models")  # what the training stages pass
     with pytest.raises(SystemExit):  # Ctrl-C in epoch 2: the checkpoint of epoch 1 is kept
-        fit(tiny(tiny_config), InterruptAt(32, 0, at=32 + 16 + 3), None, small_train(epochs=2), checkpoint=ckpt)
+        fit(
+            tiny(tiny_config),
+            InterruptAt(32, 0, at=32 + 16 + 3),
+            None,
+            small_train(epochs=2),
+            checkpoint=ckpt,
+            mirror=mirror,
+        )
     assert ckpt.exists() and Path(".nac/resume/models/image/toy-0.pt").samefile(ckpt)
     shutil.rmtree("models")  # what the checkout does to an output DVC has no cache entry for
     capsys.readouterr()
@@ -358,6 +366,7 @@ def test_a_checkpoint_deleted_by_a_checkout_is_restored_and_resumed(tmp_path, ti
         progress=False,
         desc="train toy-0",
         on_epoch_end=epochs.append,
+        mirror=mirror,
     )
     cap = capsys.readouterr()
     assert epochs == [2], epochs  # resumed after epoch 1
@@ -369,5 +378,12 @@ def test_a_checkpoint_outside_models_is_not_mirrored(tmp_path, monkeypatch):
     from nac.checkpoint_io import mirror_path
 
     monkeypatch.chdir(tmp_path)
-    assert mirror_path("elsewhere/a.pt") is None and mirror_path(tmp_path.parent / "models/a.pt") is None
-    assert mirror_path("models/points/nac-0.pt") == Path(".nac/resume/models/points/nac-0.pt")
+    assert (
+        mirror_path("elsewhere/a.pt", "models") is None
+        and mirror_path(tmp_path.parent / "models/a.pt", "models") is None
+    )
+    assert mirror_path("models/points/nac-0.pt", "models") == Path(".nac/resume/models/points/nac-0.pt")
+    # the roots given, not the working directory, say where: a models root elsewhere, a resume folder elsewhere
+    work = tmp_path.parent / "work"
+    got = mirror_path(work / "models" / "image" / "a.pt", work / "models", work / ".nac" / "resume")
+    assert got == work / ".nac" / "resume" / "models" / "image" / "a.pt"

@@ -11,6 +11,7 @@ import platform
 import re
 import shutil
 import subprocess
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,8 @@ def build_report(
     provenance: dict | None = None,
     converged: str | Path | None = CONVERGED,
     models: str | Path = MODELS,
+    *,
+    root: str | Path,
 ) -> dict[str, Any]:
     """Every table, figure and the index README, then ``reports/claims.md``; returns summary.json.
 
@@ -116,14 +119,17 @@ def build_report(
     metric), else beside the report (``tables/headline.json``): a kept result set is not rewritten.
     ``converged``: the converged result set, built into ``out/converged/`` and linked from the index
     when it exists (one line saying how to make it when not); ``None`` for a result set's own report.
-    ``models``: the checkpoints' root (the learned graphs of Figure 3 are read from ``<models>/image``)."""
+    ``models``: the checkpoints' root (the learned graphs of Figure 3 are read from ``<models>/image``).
+    ``root``: the repository folder whose committed benchmark results (``bench/results/``) and cost
+    counts (``metrics/costs/``) the engineering sections read (the stage passes ``nac.repo.ROOT``);
+    the report names them relative to it."""
     setup()
-    out, metrics = Path(out), Path(metrics)
+    out, metrics, root = Path(out), Path(metrics), Path(root)
     validate_inputs(params, metrics)  # every file it reads, before anything is written
     kept = provenance is not None  # a kept result set's report: its provenance, its metrics untouched
-    converged_md = _converged(converged, out) if converged is not None else ""
+    converged_md = _converged(converged, out, root) if converged is not None else ""
     if converged is not None:  # the records of earlier benchmarks (nac.converged.records), each its own report
-        converged_md = "\n\n".join(x for x in (converged_md, *_records(converged, out)) if x)
+        converged_md = "\n\n".join(x for x in (converged_md, *_records(converged, out, root)) if x)
     md: dict[str, str] = {}
     figs: dict[str, list[Path]] = {}
     # all or nothing: built in staging folders that replace the files of out/ and metrics/summary.json
@@ -133,9 +139,9 @@ def build_report(
         prov = provenance or _provenance(params)
         md["caption_prov"] = prov  # type: ignore[assignment]
         md["caption"] = caption(prov, params["seeds"])  # every figure names profile, seeds and model version
-        summary = {"provenance": prov, **_image(params, stage, metrics, models, md, figs)}
+        summary = {"provenance": prov, **_image(params, stage, metrics, models, md, figs, root)}
         md["converged"] = converged_md
-        sections.switches_section(params, metrics, stage, md)
+        sections.switches_section(params, metrics, stage, md, root)
         summary["table2"] = sections.comparison(params, stage, metrics, md, ["points"], TABLE2, "table2")
         summary["table3"] = sections.comparison(params, stage, metrics, md, ["listops", "text"], TABLE3, "table3")
         summary["nlvr"] = sections.nlvr(params, stage, metrics, md, figs)
@@ -150,7 +156,7 @@ def build_report(
         md["findings"] = findings_table(rows, [c.name for c in registered()], params["profile"], conv_rows)
         md["counts"] = counts_line(rows)
         md["converged_counts"] = converged_counts_line(conv_rows)
-        _write_readme(stage, params, summary, md, figs)
+        _write_readme(stage, params, summary, md, figs, root)
         write_json(stage / "tables" / "summary.json", summary)
         write_json(stage_metrics / ("headline.json" if kept else "summary.json"), headline(rows))
         write_json(stage_metrics / ("claims_metrics.json" if kept else "claims.json"), claims_metrics(rows))
@@ -181,9 +187,16 @@ def validate_inputs(params: dict, metrics: str | Path = "metrics") -> None:
 
 
 def _image(
-    params: dict, out: Path, metrics: Path, models: str | Path, md: dict[str, str], figs: dict[str, list[Path]]
+    params: dict,
+    out: Path,
+    metrics: Path,
+    models: str | Path,
+    md: dict[str, str],
+    figs: dict[str, list[Path]],
+    root: Path,
 ) -> dict[str, Any]:
-    """Table 1, Figures 3, 5a, 5b, 15 and the image learning curves."""
+    """Table 1, Figures 3, 5a, 5b, 15 and the image learning curves; the convergence check from
+    ``CONVERGENCE`` under the repository folder ``root``."""
     ladder, seeds = params["image"]["ladder"], params["seeds"]
     evals = metrics_io.image_runs(metrics, "eval", ladder, seeds)  # exactly the configured runs and seeds
     trains = metrics_io.image_runs(metrics, "train", ladder, seeds)
@@ -265,7 +278,8 @@ def _image(
         out / "plots",
         "prune_relative",
     )
-    conv = json.loads(CONVERGENCE.read_text(encoding="utf-8")) if CONVERGENCE.exists() else None
+    conv_file = root / CONVERGENCE
+    conv = json.loads(conv_file.read_text(encoding="utf-8")) if conv_file.exists() else None
     if conv is not None and conv.get("profile") == params["profile"]:  # another profile's runs say nothing of this one
         # the runs answer for this model only if they were trained under the committed settings
         md["convergence_current"] = "yes" if conv.get("params") == switches.bench_params(params) else ""
@@ -311,18 +325,19 @@ def _image_classes(params: dict) -> int | str:
     return info["num_classes"] if info else "?"
 
 
-def _records(results: str | Path, out: Path) -> list[str]:
+def _records(results: str | Path, out: Path, root: Path) -> list[str]:
     """The records of earlier benchmarks' converged runs, built into ``out/records/<name>/``; the
     index's line for each (none when there is none)."""
     shutil.rmtree(Path(out) / "records", ignore_errors=True)  # a record removed from results/ leaves no page
-    return [record_section(folder, out, ROOT, build=build_report) for folder in all_records(results)]
+    build = partial(build_report, root=root)
+    return [record_section(folder, out, ROOT, build=build) for folder in all_records(results)]
 
 
-def _converged(results: str | Path, out: Path) -> str:
+def _converged(results: str | Path, out: Path, root: Path) -> str:
     """The converged result set's report, built into ``out/converged/`` from its own metrics and
     params (the same builders), and the index's lines about it; when it is absent, one line saying
     so and how to make one."""
-    line = section(results, out, ROOT, build=build_report)  # the pieces (tools/run_converged.py)
+    line = section(results, out, ROOT, build=partial(build_report, root=root))  # the pieces (tools/run_converged.py)
     if line is not None:
         return line
     got = prov_io.read(results)
@@ -343,7 +358,9 @@ def _converged(results: str | Path, out: Path) -> str:
         "device": prov["device"],
         "torch": torch.__version__,
     }
-    summary = build_report(params, out / "converged", Path(results) / "metrics", provenance=label, converged=None)
+    summary = build_report(
+        params, out / "converged", Path(results) / "metrics", provenance=label, converged=None, root=root
+    )
     head, nac = summary["table1"], f"nac-{params['prior']['name']}"
     lines = [
         f"Converged results, kept apart from this report's: [converged/README.md](converged/README.md), profile "
@@ -380,7 +397,9 @@ def _short(text: str, limit: int = 160) -> str:
     return first if len(first) <= limit else first[: first.rfind(" ", 0, limit)].rstrip(",;:") + " …"
 
 
-def _write_readme(out: Path, params: dict, summary: dict, md: dict[str, str], figs: dict[str, list[Path]]) -> None:
+def _write_readme(
+    out: Path, params: dict, summary: dict, md: dict[str, str], figs: dict[str, list[Path]], root: Path
+) -> None:
     """``out/README.md``: ``templates/README.md.j2`` rendered with the tables' Markdown, the figures'
     paths (relative to ``out``), the provenance and the few-shot and pruning summaries."""
     prune = [
@@ -411,7 +430,7 @@ def _write_readme(out: Path, params: dict, summary: dict, md: dict[str, str], fi
     entries = [{"topic": t, "text": x, "short": _short(x), "anchor": _anchor(t)} for t, x in discrepancies()]
     for name in ("reference.md", "discrepancies.md"):
         page = TEMPLATES.get_template(f"{name}.j2").render(
-            p=summary["provenance"], params=params, md=md, discrepancies=entries, cost=costs.cost_section()
+            p=summary["provenance"], params=params, md=md, discrepancies=entries, cost=costs.cost_section(root)
         )
         (out / name).write_text(page, encoding="utf-8")
 

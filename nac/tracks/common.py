@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from nac.checkpoint_io import mirror_path
 from nac.config import ModelConfig
 from nac.evaluation import accuracy_by_group, predict, topk_accuracy
 from nac.graphs import _resolve as resolve_prior
@@ -206,6 +207,7 @@ def train_track_run(
     *,
     metrics: str | Path | None = None,
     models: str | Path = MODELS,
+    resume: str | Path | None = None,
 ) -> dict[str, Any] | None:
     """Train one run of a track with one seed, then evaluate it on the validation and test
     splits. Returns the metrics (``None`` on non-main processes under torchrun). ``metrics`` (a
@@ -228,6 +230,7 @@ def train_track_run(
         cfg,
         world=world,
         checkpoint=track_checkpoint(track, run, seed, models),
+        mirror=None if resume is None else mirror_path(track_checkpoint(track, run, seed, models), models, resume),
         live_dir=None if metrics is None else f"{metrics}/tracks/live/{track}/{run}-{seed}",
         progress=progress,
         desc=f"{track} {run}-{seed}",

@@ -16,7 +16,7 @@ import torch
 from tqdm.auto import tqdm
 
 from nac.baselines.analysis import baseline_analysis
-from nac.checkpoint_io import load_model
+from nac.checkpoint_io import load_model, mirror_path
 from nac.config import ModelConfig
 from nac.evaluation import accuracy_by_group, predict, predict_tokens, tokenize, topk_accuracy
 from nac.graphs import PRIOR_DEFAULTS
@@ -74,6 +74,7 @@ def train_image_run(
     *,
     metrics: str | Path | None = None,
     models: str | Path = MODELS,
+    resume: str | Path | None = None,
 ) -> dict | None:
     """Train one ladder entry with one seed (resuming its checkpoint, or reloading a finished one);
     returns the training history and final metrics (on the main process; ``None`` on the others
@@ -95,6 +96,7 @@ def train_image_run(
         cfg,
         world=world,
         checkpoint=image_checkpoint(run, seed, models),
+        mirror=None if resume is None else mirror_path(image_checkpoint(run, seed, models), models, resume),
         live_dir=None if metrics is None else f"{metrics}/image/live/{name}",
         progress=progress,
         desc=f"train {name}",

@@ -75,6 +75,7 @@ def fit(
     desc: str = "train",
     on_epoch_end: Callable[[int], None] | None = None,
     fingerprint: str | None = None,
+    mirror: str | Path | None = None,
 ) -> dict[str, Any]:
     """Train ``model`` in place; returns ``{"history": [per-epoch metrics], "final": last entry}``.
 
@@ -88,6 +89,9 @@ def fit(
     refused (``CheckpointBusyError``). ``val_set`` is held-out data: never the training set; only the
     main process (``world.is_main``) evaluates it.
     ``on_epoch_end(epoch)`` is called after each checkpoint (tests use it).
+    ``mirror``: where the checkpoint is also hard-linked after each save and restored from when it was
+    deleted after it was written (``nac.checkpoint_io.mirror_path``; the training stages pass it); None:
+    no mirror.
 
     A model with its own training objective (a baseline trained by EM, say) defines
     ``training_loss(batch_kwargs, labels, indices, step, label_smoothing=...) -> (logits, loss)``;
@@ -105,10 +109,11 @@ def fit(
     val_set = val_set if world.is_main else None  # validation runs on the main process only
     run = build_run(model, train_set, val_set, cfg, world, checkpoint, desc, on_epoch_end, fingerprint)
     state, world = run.state, run.world
+    state.mirror = Path(mirror) if mirror is not None and state.ckpt_path else None
     lock = CheckpointLock(state.ckpt_path, owner=desc).acquire() if state.ckpt_path and world.is_main else None
     start_epoch, now = 0, None
     try:
-        if state.ckpt_path and world.is_main and (src := restore(state.ckpt_path)) is not None:
+        if state.ckpt_path and world.is_main and (src := restore(state.ckpt_path, state.mirror)) is not None:
             tqdm.write(
                 f"{desc}: {state.ckpt_path} was deleted after it was written (`dvc checkout`?); restored it from {src}"
             )
