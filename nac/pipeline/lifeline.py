@@ -26,6 +26,8 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
+
 from nac import repo
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -60,8 +62,6 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
 
 def _identity(pid: int) -> tuple[int, float] | None:
     """``(pid, start time)``: a pid reused by another process is not mistaken for the launcher."""
-    import psutil
-
     try:
         return pid, psutil.Process(pid).create_time()
     except psutil.Error:
@@ -69,8 +69,6 @@ def _identity(pid: int) -> tuple[int, float] | None:
 
 
 def _alive(ident: tuple[int, float]) -> bool:
-    import psutil
-
     try:
         return psutil.Process(ident[0]).create_time() == ident[1]
     except psutil.Error:
@@ -80,8 +78,6 @@ def _alive(ident: tuple[int, float]) -> bool:
 def launchers() -> list[tuple[int, float]]:
     """The processes whose death stops this one: the parent, and its parent when the parent is a
     shell. Nothing when the parent is init (already orphaned, or started by a service manager)."""
-    import psutil
-
     out = []
     pid = os.getppid()
     for _ in range(2):
@@ -103,8 +99,6 @@ def launchers() -> list[tuple[int, float]]:
 
 def _hard_stop(why: str) -> None:
     """The graceful stop did not end: say where it hung, then SIGKILL this process's children and itself."""
-    import psutil
-
     try:
         print(f"{why}; where each thread stands:", file=sys.stderr, flush=True)
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
@@ -162,8 +156,6 @@ def stage_process() -> None:
 def orphaned() -> bool:
     """This process was adopted by init: its parent is pid 1 and pid 1 is not a ``dvc`` process (in
     a container ``dvc repro`` may itself be pid 1). Unreadable pid 1: not orphaned (no guess)."""
-    import psutil
-
     if os.getppid() != 1:
         return False
     try:

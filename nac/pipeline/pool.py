@@ -42,6 +42,8 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import wait as wait_ready
 from typing import Any
 
+from tqdm.auto import tqdm
+
 from nac.pipeline import lifeline, placement
 from nac.pipeline.envvars import choice, positive_int
 from nac.pipeline.worker import Worker, set_threads
@@ -85,7 +87,7 @@ def _on_gpu(device: str) -> bool:
         return True
     if device != "auto":
         return False
-    import torch
+    import torch  # deferred: the data stages run without torch (~1.2 s; tests/test_dvc_deps.py)
 
     return torch.cuda.is_available()
 
@@ -156,8 +158,6 @@ def serve(conn, slot: placement.Slot | None, line: int, bar_lock, parent_pid: in
     ``(index, fn, args, threads)``, one at a time: ``fn(*args, progress=True)``, answered
     ``(index, True, result)`` or ``(index, False, (error, its traceback))``, until ``None``. A
     stop signal between jobs (or one that lands outside the job's own handling) ends the process."""
-    from tqdm.auto import tqdm
-
     worker = Worker.start(line)
     lifeline.worker_process(parent_pid, worker.on_signal)
     placement.pin(slot)
@@ -292,14 +292,12 @@ def run_jobs(
 
     Each job is one call of ``fn``: here (one worker) or in a worker's ``serve`` loop, which
     the job's index, ``fn`` and arguments reach by the worker's pipe."""
-    from tqdm.auto import tqdm
-
     jobs = list(jobs)
     executor = choice(EXECUTOR_ENV, EXECUTORS, "pool")
     threads, n = threads_for(device), workers_for(device, len(jobs))
     slots = placement.assign(slots_for(device), n)
     if executor != "pool":
-        from nac.pipeline import slurm
+        from nac.pipeline import slurm  # deferred: submitit, only for NAC_EXECUTOR=local|slurm
 
         return slurm.run_jobs(
             fn,

@@ -30,6 +30,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import submitit
+from submitit.core.utils import FailedJobError, UncompletedJobError
+from tqdm.auto import tqdm
+
 from nac.pipeline import lifeline, placement
 from nac.pipeline.envvars import positive_int, raw
 from nac.pipeline.worker import set_threads
@@ -61,8 +65,6 @@ class Job:
 
     def checkpoint(self, *args, **kwargs):
         """Preempted or timed out: requeue this same job; it resumes from its own checkpoint."""
-        import submitit
-
         return submitit.helpers.DelayedSubmission(self)
 
 
@@ -79,8 +81,6 @@ def _gpus() -> int:
 def make_executor(kind: str, desc: str, workdir: str | Path | None = None):
     """A submitit executor: ``local`` (this machine) or ``slurm`` with the ``NAC_SLURM_*`` settings;
     its logs and pickles under ``_folder(workdir)``."""
-    import submitit
-
     folder = _folder(workdir) / desc / "%j"
     if kind == "local":
         ex = submitit.LocalExecutor(folder=folder)
@@ -127,9 +127,6 @@ def run_jobs(
     """``[fn(*job, progress=False) for job in jobs]`` as submitit jobs, at most ``len(slots)``
     (local) or ``NAC_WORKERS`` (SLURM; default all) in flight; results in job order. ``workdir``:
     where a relative ``NAC_SUBMITIT_DIR`` is (``_folder``)."""
-    from submitit.core.utils import FailedJobError, UncompletedJobError
-    from tqdm.auto import tqdm
-
     ex = make_executor(executor, desc, workdir)
     retries = positive_int("NAC_RETRIES", "2", minimum=0)
     retries = 2 if retries is None else retries

@@ -68,6 +68,6 @@ def current() -> Worker | None:
 def set_threads(threads: int | None) -> None:
     """``torch.set_num_threads(threads)`` (None: leave torch's default)."""
     if threads is not None:
-        import torch
+        import torch  # deferred: the data stages run without torch (~1.2 s; tests/test_dvc_deps.py)
 
         torch.set_num_threads(threads)
