@@ -89,10 +89,17 @@ def section_of(cls: type, set_by: dict[str, str] | None = None) -> Any:
                 raise ValueError(f"{key} is set by {set_by[key]}, not by params.yaml; remove it")
         obj = cls.__new__(cls)
         cls.__pydantic_validator__.validate_python(ArgsKwargs((), value), self_instance=obj)
+        obj.__dict__["_given"] = tuple(value)  # what ``given`` returns: not a field, never recorded
         return obj
 
     check.config_class = cls  # what ``explain`` lists the valid keys of
     return Annotated[dict, AfterValidator(check)]
+
+
+def given(obj: Any) -> dict:
+    """The keys params.yaml gave a ``section_of`` config, with their checked values: a section
+    laid over another config (a baseline's tokenizer, ``perceiver_io`` over ``model``)."""
+    return {k: getattr(obj, k) for k in getattr(obj, "__dict__", {}).get("_given", ())}  # None: {}
 
 
 def unique(values: list) -> list:

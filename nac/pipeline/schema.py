@@ -228,12 +228,12 @@ def dataset_params(params: dict, dataset: str) -> dict:
     return {**_REGISTRY[dataset].defaults, **((params.get("data") or {}).get(dataset) or {})}
 
 
-def check_batch_fits(params: dict, where: str, dataset: Any, train: dict) -> None:
+def check_batch_fits(params: dict, where: str, dataset: Any, train: Any) -> None:
     """Training drops the last incomplete batch: a batch larger than the training split (when its
     size is a param) would train on nothing."""
     n = dataset_params(params, dataset).get("n_train") if dataset in _REGISTRY else None
-    bs = train.get("batch_size")
-    if isinstance(n, int) and isinstance(bs, int) and bs > n:
+    bs = train.batch_size
+    if isinstance(n, int) and bs > n:
         raise ParamsError(
             f"{where}.batch_size={bs} exceeds data.{dataset}.n_train={n}: the last incomplete batch is "
             f"dropped, so no step would be taken; make batch_size <= {n}"
