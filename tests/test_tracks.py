@@ -125,7 +125,8 @@ def test_fewshot_reads_its_source_checkpoints_and_trains_nothing(tmp_path, monke
 
     monkeypatch.chdir(tmp_path)  # nothing may be read from, or written to, the working directory's models/
     root = tmp_path / "elsewhere"
-    params = {"seeds": [0, 1], "prior": {"name": "scale_free"}, "fewshot": {"source": source}}
+    fewshot = {"source": source, "runs": ["nac"], "targets": ["cifar_fs"]}
+    params = {"seeds": [0, 1], "prior": {"name": "scale_free"}, "fewshot": fewshot}
     models = {}
     for seed in params["seeds"]:
         torch.manual_seed(seed)
