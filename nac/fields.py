@@ -11,6 +11,7 @@ was given). Floats must be finite.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import math
@@ -114,11 +115,8 @@ def unique(values: list) -> list:
 def as_number(text: str) -> int | float | None:
     """The finite number a string spells (``"5"``, ``"1e-3"``), or None."""
     for cast in (int, float):
-        try:
-            number = cast(text.strip())
-        except ValueError:
-            continue
-        return number if math.isfinite(number) else None
+        with contextlib.suppress(ValueError):
+            return number if math.isfinite(number := cast(text.strip())) else None
     return None
 
 
@@ -156,8 +154,7 @@ def _known_keys(root: Any, loc: tuple) -> list[str]:
 def _fix(err: dict, root: Any = None) -> str:
     """What to write instead, for the errors whose message does not say it."""
     kind, value = err["type"], err.get("input")
-    if isinstance(value, str) and kind in ("int_type", "float_type") and as_number(value) is not None:
-        number = as_number(value)
+    if isinstance(value, str) and kind in ("int_type", "float_type") and (number := as_number(value)) is not None:
         text = str(int(number)) if kind == "int_type" and float(number).is_integer() else value.strip()
         return f"remove the quotes (write {text})"
     if kind in ("int_from_float", "int_type") and isinstance(value, float):

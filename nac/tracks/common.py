@@ -33,7 +33,7 @@ from nac.pipeline.datasets import dataset_info, track_builder
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import MODELS, track_checkpoint, track_metrics
 from nac.pipeline.runs import prior_settings, start_run, train_config
-from nac.pipeline.schema import check_batch_fits, check_in_data, check_split_read
+from nac.pipeline.schema import check_reads
 from nac.registry import BASELINES, count_parameters
 from nac.training.config import TrainConfig
 from nac.training.loop import fit
@@ -331,14 +331,10 @@ def validate(params: dict[str, Any], track: str) -> None:
         return
     sec = schema.section(params, track)
     seeds = params["seeds"]
-    check_in_data(params, f"{track}.dataset", [sec.dataset])
+    check_reads(params, track, sec)
     for i, run in enumerate(sec.runs):
         if run not in TRACK_RUNS[track]:
             raise ParamsError(f"{track}.runs[{i}]={run!r}; valid choices: {', '.join(TRACK_RUNS[track])}")
-    check_split_read(params, f"{track}.dataset (train)", sec.dataset, "train")
-    check_batch_fits(params, f"{track}.train", sec.dataset, sec.train)
-    check_split_read(params, f"{track}.val_split", sec.dataset, sec.val_split)
-    check_split_read(params, f"{track}.test_split", sec.dataset, sec.test_split)
     info = dataset_info(params, sec.dataset)
     if info is not None and "num_classes" in info:
         for run in sec.runs:

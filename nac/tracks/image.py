@@ -27,7 +27,7 @@ from nac.pipeline.datasets import builder
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import MODELS, image_checkpoint, parse_run
 from nac.pipeline.runs import start_run, train_config
-from nac.pipeline.schema import check_batch_fits, check_in_data, check_split_read, dataset_params
+from nac.pipeline.schema import check_in_data, check_reads, check_split_read, dataset_params
 from nac.pruning import drop_modules, module_connectivity, random_connectivity
 from nac.registry import BASELINES, count_parameters
 from nac.training.config import TrainConfig
@@ -269,12 +269,8 @@ def validate(params: dict[str, Any]) -> None:
     if "image" not in params:
         return
     image = schema.section(params, "image")
-    check_in_data(params, "image.dataset", [image.dataset])
+    check_reads(params, "image", image)
     check_in_data(params, "image.ood_dataset", [image.ood_dataset])
-    check_split_read(params, "image.dataset (train)", image.dataset, "train")
-    check_batch_fits(params, "image.train", image.dataset, image.train)
-    check_split_read(params, "image.val_split", image.dataset, image.val_split)
-    check_split_read(params, "image.test_split", image.dataset, image.test_split)
     check_split_read(params, "image.ood_split", image.ood_dataset, image.ood_split)
     size, tok = dataset_params(params, image.dataset).get("image_size"), image.model.tokenizer.get("image_size")
     if isinstance(size, int) and tok is not None and tok != size:
@@ -295,8 +291,8 @@ def validate_prune(params: dict[str, Any]) -> None:
     """The ``prune`` section: its runs are trained NAC-family models, its fractions drop whole modules."""
     if "prune" not in params:
         return
-    prune, model = schema.section(params, "prune"), schema.section(params, "image").model
-    ladder = schema.section(params, "image").ladder
+    prune, image = schema.section(params, "prune"), schema.section(params, "image")
+    ladder, n = image.ladder, image.model.n_processor
     for i, run in enumerate(prune.runs):  # module dropping ranks a NAC-family model's processor modules
         if run not in ladder:
             raise ParamsError(f"prune.runs[{i}]={run!r} is not trained (not in image.ladder {ladder})")
@@ -306,7 +302,6 @@ def validate_prune(params: dict[str, Any]) -> None:
                 f"of a NAC-family model by their graph (perceiver_io, modfc, frozen_graph, nac-<prior>), "
                 f"and the baselines ({', '.join(BASELINES)}) have none; remove it from prune.runs"
             )
-    n = model.n_processor
     uneven = [f for f in prune.dropped_fraction if abs(f * n - round(f * n)) > 1e-9]
     if uneven:
         raise ParamsError(
