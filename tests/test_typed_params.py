@@ -11,6 +11,7 @@ import pytest
 from nac.pipeline.datasets import dataset_info
 from nac.pipeline.params import compose
 from nac.pipeline.runs import train_config
+from nac.pipeline.schema_models import section
 from nac.registry import BASELINES
 from nac.tracks import common, image
 from nac.tracks.fewshot import FewShotConfig
@@ -45,7 +46,8 @@ def configs(params: dict) -> list[tuple[str, object, dict]]:
     out.append(("fewshot/protocol", FewShotConfig.from_dict(protocol), protocol))
     pre = (params.get("fewshot") or {}).get("pretrain")
     if pre:
-        out.append(("fewshot/pretrain/train", train_config(params, pre["train"], seed), pre["train"]))
+        typed = section(params, "fewshot").pretrain.train
+        out.append(("fewshot/pretrain/train", train_config(params, typed, seed), pre["train"]))
     return out
 
 
