@@ -21,8 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from nac import repo
+from nac.environment import mismatch_line
 from nac.pipeline.datasets import builder
 from nac.pipeline.schema import PROFILES, Params, ParamsError, check
 from nac.pipeline.stage_params import project
@@ -33,9 +36,8 @@ __all__ = ["CONF_DIR", "PROFILES", "ParamsError", "compose", "load_params", "rea
 
 def compose(overrides: list[str] | None = None, conf_dir: str | Path = CONF_DIR) -> dict[str, Any]:
     """Compose ``conf/config.yaml`` with Hydra overrides, as DVC's Hydra integration does."""
-    from hydra import compose as hydra_compose
+    from hydra import compose as hydra_compose  # deferred: Hydra ~0.15 s, only composing needs it
     from hydra import initialize_config_dir
-    from omegaconf import OmegaConf
 
     with initialize_config_dir(str(Path(conf_dir).resolve()), version_base=None):
         cfg = hydra_compose(config_name="config", overrides=list(overrides or []))
@@ -49,9 +51,6 @@ def read_params(path: Path, shown_as: str | Path | None = None) -> dict[str, Any
     tracks params.yaml's text, so a ``${...}`` stays the string it is (and a typed key refuses
     it). A YAML syntax error, an empty file, a non-mapping or a value OmegaConf refuses is a
     ParamsError naming the file (and the line)."""
-    from omegaconf import DictConfig, OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
     name = shown_as or path
     try:
         cfg = OmegaConf.load(path)
@@ -120,8 +119,6 @@ def _say_environment() -> None:
     """Once per process (its first call; ``functools.cache`` keeps that it ran): one line when the
     installed packages differ from requirements.lock (the committed run's environment), so a run
     whose numbers will not match the committed ones says why at its start (``nac.environment``)."""
-    from nac.environment import mismatch_line
-
     line = mismatch_line()
     if line:
         print(line, file=sys.stderr)

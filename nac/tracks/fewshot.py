@@ -41,11 +41,13 @@ from typing import Annotated, Any, Literal
 
 import annotated_types as at
 import numpy as np
+import pandas as pd
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from tqdm.auto import tqdm
 
-from nac.baselines.fewshot import MN_TRAIN
+from nac.baselines.fewshot import MN_TRAIN, prepare_baseline
 from nac.checkpoint_io import load_model
 from nac.config import ConfigDict
 from nac.fields import AT_LEAST_2, NONNEGATIVE, NONNEGATIVE_INT, POSITIVE_INT, Real, config
@@ -53,6 +55,7 @@ from nac.model import NAC
 from nac.pipeline.datasets import builder
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import MODELS, fewshot_image_run, image_checkpoint, pretrain_checkpoint
+from nac.progress import bar_kwargs
 from nac.training.distributed import resolve_device
 from nac.training.objective import Objective
 
@@ -196,8 +199,6 @@ def adapt(
 # =================================================================================================
 def _prepare(pretrained: nn.Module, cfg: FewShotConfig, seed: int) -> tuple[nn.Module, list[str]]:
     """The model to fine-tune and the module prefixes kept frozen and in eval mode."""
-    from nac.baselines.fewshot import prepare_baseline
-
     baseline = prepare_baseline(pretrained, cfg.ways, seed, cfg.ni_new_functions, cfg.mn_train, cfg.freeze)
     return baseline if baseline is not None else (prepare_model(pretrained, cfg.ways, cfg.freeze, seed), cfg.freeze)
 
@@ -265,10 +266,6 @@ def run_fewshot(
     ``episodes``: only these episode indices (a converged piece's: those its seed's model serves;
     each episode's rows are the same as in the full run, being seeded by target and index only).
     Returns one row per (target, run, shots, episode)."""
-    from tqdm.auto import tqdm
-
-    from nac.progress import bar_kwargs
-
     rows = []
     jobs = [(t, e) for t in targets for e in range(cfg.episodes) if episodes is None or e in episodes]
     bar = tqdm(
@@ -349,8 +346,6 @@ def run_target(
 ) -> list[dict]:
     """The stage for one target: every episode, shot count and run; writes ``<target>.json``
     (protocol + rows) and ``<target>.csv`` (rows)."""
-    import pandas as pd
-
     from nac.pipeline import schema_models as schema  # it imports FewShotConfig from here
 
     fs = schema.section(params, "fewshot")

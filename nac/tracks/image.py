@@ -9,6 +9,7 @@ the data order, so differences between them are paired by seed.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -191,8 +192,6 @@ def throughput(model: torch.nn.Module, example: torch.Tensor, repeats: int, devi
     report's CI is computed from. The clock is ``torch.utils.benchmark``'s, which synchronises the
     accelerator (CUDA or another) before it reads the time; its ``Timer.timeit`` would add two
     warm-up passes per value, and ``blocked_autorange`` picks the number of values itself."""
-    import logging
-
     cpp = logging.getLogger("torch.utils.cpp_extension")  # its import warns "No CUDA runtime" on a CPU machine
     level = cpp.level
     cpp.setLevel(logging.ERROR)
