@@ -54,9 +54,9 @@ def embedded() -> list[str]:
 
 
 def _import_all() -> None:
-    # Builders live in sibling modules and register on import. Deferred: a cycle (each builder module
-    # imports `register` and `DatasetBuilder` from here); breaking it moves `available`, `get_builder`
-    # and `embedded` out of this module, whose importers (nac.pipeline, stages/generate.py) are not this change's
+    # Builders live in sibling modules and register on import (a plugin registry). Deferred: each
+    # builder module imports `register` and `DatasetBuilder` from here, so importing them at this
+    # module's top would be a cycle; the first lookup imports them all, once.
     from nac.data import builders  # noqa: F401
 
 
