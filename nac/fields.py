@@ -11,7 +11,6 @@ was given). Floats must be finite.
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import functools
 import math
@@ -90,17 +89,10 @@ def section_of(cls: type, set_by: dict[str, str] | None = None) -> Any:
                 raise ValueError(f"{key} is set by {set_by[key]}, not by params.yaml; remove it")
         obj = cls.__new__(cls)
         cls.__pydantic_validator__.validate_python(ArgsKwargs((), value), self_instance=obj)
-        obj.__dict__["_given"] = tuple(value)  # what ``given`` returns: not a field, never recorded
         return obj
 
     check.config_class = cls  # what ``explain`` lists the valid keys of
     return Annotated[dict, AfterValidator(check)]
-
-
-def given(obj: Any) -> dict:
-    """The keys params.yaml gave a ``section_of`` config, with their checked values: a section
-    laid over another config (a baseline's tokenizer, ``perceiver_io`` over ``model``)."""
-    return {k: getattr(obj, k) for k in getattr(obj, "__dict__", {}).get("_given", ())}  # None: {}
 
 
 def unique(values: list) -> list:
@@ -115,8 +107,11 @@ def unique(values: list) -> list:
 def as_number(text: str) -> int | float | None:
     """The finite number a string spells (``"5"``, ``"1e-3"``), or None."""
     for cast in (int, float):
-        with contextlib.suppress(ValueError):
-            return number if math.isfinite(number := cast(text.strip())) else None
+        try:
+            number = cast(text.strip())
+        except ValueError:
+            continue
+        return number if math.isfinite(number) else None
     return None
 
 
@@ -154,7 +149,8 @@ def _known_keys(root: Any, loc: tuple) -> list[str]:
 def _fix(err: dict, root: Any = None) -> str:
     """What to write instead, for the errors whose message does not say it."""
     kind, value = err["type"], err.get("input")
-    if isinstance(value, str) and kind in ("int_type", "float_type") and (number := as_number(value)) is not None:
+    if isinstance(value, str) and kind in ("int_type", "float_type") and as_number(value) is not None:
+        number = as_number(value)
         text = str(int(number)) if kind == "int_type" and float(number).is_integer() else value.strip()
         return f"remove the quotes (write {text})"
     if kind in ("int_from_float", "int_type") and isinstance(value, float):

@@ -11,7 +11,6 @@ import pytest
 from nac.pipeline.datasets import dataset_info
 from nac.pipeline.params import compose
 from nac.pipeline.runs import train_config
-from nac.pipeline.schema_models import section
 from nac.registry import BASELINES
 from nac.tracks import common, image
 from nac.tracks.fewshot import FewShotConfig
@@ -46,8 +45,7 @@ def configs(params: dict) -> list[tuple[str, object, dict]]:
     out.append(("fewshot/protocol", FewShotConfig.from_dict(protocol), protocol))
     pre = (params.get("fewshot") or {}).get("pretrain")
     if pre:
-        typed = section(params, "fewshot").pretrain.train
-        out.append(("fewshot/pretrain/train", train_config(params, typed, seed), pre["train"]))
+        out.append(("fewshot/pretrain/train", train_config(params, pre["train"], seed), pre["train"]))
     return out
 
 

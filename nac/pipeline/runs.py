@@ -5,7 +5,6 @@ calls ``fit``. Imports no track."""
 from __future__ import annotations
 
 import hashlib
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -18,10 +17,9 @@ from nac.training.config import TrainConfig
 from nac.training.distributed import World, init_distributed
 
 
-def train_config(params: dict, train: TrainConfig, seed: int) -> TrainConfig:
-    """A section's ``train`` settings (typed: ``nac.pipeline.schema_models.Train``) with the run's
-    seed and the top-level ``device``."""
-    return replace(train, seed=seed, device=params.get("device", "auto"))
+def train_config(params: dict, train: dict[str, Any], seed: int) -> TrainConfig:
+    """A section's ``train`` settings with the run's seed and the top-level ``device``."""
+    return TrainConfig.from_dict(dict(train, seed=seed, device=params.get("device", "auto")))
 
 
 def prior_settings(params: dict) -> dict[str, Any]:

@@ -1,9 +1,14 @@
 """The shape of params.yaml as pydantic models: strict types, ranges, choices, unknown keys
-refused at every level. ``Params``: the sections every stage reads (the track sections are
-``nac.pipeline.schema_models``', which import the model code); ``Prune``: the ``prune`` section.
-Types come from the code where a section maps to it (the dataset builders' ``defaults``,
-``nac.graphs.PRIOR_DEFAULTS``). ``check`` raises ``ParamsError`` with pydantic's location and
-message, the value and the fix (``nac.fields.explain``); the rules across sections end the module.
+refused at every level. ``Params`` is the sections every stage reads (``profile``, ``device``,
+``seeds``, ``data``, ``prior``, ``template``, ``costs``; the others are checked by their tracks'
+validators with the models of ``nac.pipeline.schema_models``, which import the model code that
+data-only stages do not). ``Prune`` is the ``prune`` section.
+
+Types come from the code wherever a section maps to it: the ``defaults`` of the dataset builders
+(``data.<dataset>``) and ``nac.graphs.PRIOR_DEFAULTS`` (``prior.params``). ``check`` runs a model
+and raises ``ParamsError`` with pydantic's location and message, the value and the fix
+(``nac.fields.explain``). The rules that relate sections (a split read against its size, a batch
+against its split) are the functions at the end.
 """
 
 from __future__ import annotations
@@ -223,28 +228,25 @@ def dataset_params(params: dict, dataset: str) -> dict:
     return {**_REGISTRY[dataset].defaults, **((params.get("data") or {}).get(dataset) or {})}
 
 
-def check_split_read(params: dict, where: str, dataset: str, split: str) -> None:
+def check_batch_fits(params: dict, where: str, dataset: Any, train: dict) -> None:
+    """Training drops the last incomplete batch: a batch larger than the training split (when its
+    size is a param) would train on nothing."""
+    n = dataset_params(params, dataset).get("n_train") if dataset in _REGISTRY else None
+    bs = train.get("batch_size")
+    if isinstance(n, int) and isinstance(bs, int) and bs > n:
+        raise ParamsError(
+            f"{where}.batch_size={bs} exceeds data.{dataset}.n_train={n}: the last incomplete batch is "
+            f"dropped, so no step would be taken; make batch_size <= {n}"
+        )
+
+
+def check_split_read(params: dict, where: str, dataset: Any, split: str) -> None:
     """A split a stage reads is non-empty where the dataset's size is a param (``n_<split>``)."""
-    n = dataset_params(params, dataset).get(f"n_{split}")
+    n = dataset_params(params, dataset).get(f"n_{split}") if dataset in _REGISTRY else None
     if isinstance(n, int) and n < 1:
         raise ParamsError(
             f"{where}={split!r} reads the {split} split of {dataset!r}, but data.{dataset}.n_{split}={n}; "
             f"make it >= 1 or read another split"
-        )
-
-
-def check_reads(params: dict, where: str, sec: Any) -> None:
-    """A training section ``sec`` (dataset, train, val_split, test_split): its dataset prepared,
-    its splits non-empty, its batch no larger than the training split (the last incomplete batch
-    is dropped: a larger one would train on nothing)."""
-    check_in_data(params, f"{where}.dataset", [sec.dataset])
-    for key, split in (("dataset (train)", "train"), ("val_split", sec.val_split), ("test_split", sec.test_split)):
-        check_split_read(params, f"{where}.{key}", sec.dataset, split)
-    n, bs = dataset_params(params, sec.dataset).get("n_train"), sec.train.batch_size
-    if isinstance(n, int) and bs > n:
-        raise ParamsError(
-            f"{where}.train.batch_size={bs} exceeds data.{sec.dataset}.n_train={n}: the last incomplete batch "
-            f"is dropped, so no step would be taken; make batch_size <= {n}"
         )
 
 

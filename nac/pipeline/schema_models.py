@@ -7,13 +7,13 @@ params (download, prepare) do not import the model code.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import create_model
 
 from nac.config import ModelConfig
 from nac.fields import NONNEGATIVE_INT, Section, section_of
-from nac.pipeline.schema import Analysis, Names, Ngram, ParamsError, Prune, Runs, Split, check  # noqa: F401 (ParamsError: re-exported)
+from nac.pipeline.schema import Analysis, Names, Ngram, ParamsError, Runs, Split, check  # noqa: F401 (ParamsError, check: re-exported)
 from nac.registry import BASELINES
 from nac.tracks.fewshot import FewShotConfig
 from nac.training.config import TrainConfig
@@ -89,20 +89,3 @@ class FewShot(Section):
     seed: NONNEGATIVE_INT = 0
     protocol: section_of(FewShotConfig) | None = None
     pretrain: Pretrain | None = None
-
-
-SECTIONS = {
-    "image": Image,
-    "prune": Prune,
-    "fewshot": FewShot,
-    "nlvr": Nlvr,
-    "points": Track,
-    "listops": Track,
-    "text": Track,
-}
-
-
-def section(params: dict[str, Any], name: str) -> Any:
-    """``params[name]`` as its typed model (``SECTIONS``): what the track functions read; a
-    ParamsError naming the key where it is invalid."""
-    return check(SECTIONS[name], params[name], name)

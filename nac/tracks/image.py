@@ -10,7 +10,6 @@ the data order, so differences between them are paired by seed.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +18,8 @@ from tqdm.auto import tqdm
 
 from nac.baselines.analysis import baseline_analysis
 from nac.checkpoint_io import load_model, mirror_path
+from nac.config import ModelConfig
 from nac.evaluation import accuracy_by_group, predict, predict_tokens, tokenize, topk_accuracy
-from nac.fields import given
 from nac.graphs import PRIOR_DEFAULTS
 from nac.mechanism import has_graph, mechanism_numbers, processor_graph
 from nac.pipeline import schema_models as schema
@@ -28,7 +27,7 @@ from nac.pipeline.datasets import builder
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import MODELS, image_checkpoint, parse_run
 from nac.pipeline.runs import start_run, train_config
-from nac.pipeline.schema import check_in_data, check_reads, check_split_read, dataset_params
+from nac.pipeline.schema import Prune, check_batch_fits, check_in_data, check_split_read, dataset_params
 from nac.pruning import drop_modules, module_connectivity, random_connectivity
 from nac.registry import BASELINES, count_parameters
 from nac.training.config import TrainConfig
@@ -44,29 +43,28 @@ def image_model_config(params: dict, run: str, seed: int, num_classes: int):
     The baselines (``neural_interpreter``, ``modular_network``) read ``image.baselines.<run>`` and
     share NAC's tokenizer where they have one; a Modular Network's persistent selection needs the
     training-set size (``dataset_size``, default ``data.<dataset>.n_train``)."""
-    image = schema.section(params, "image")
     variant, prior, control = parse_run(run)
     if variant in BASELINES:
-        cfg = dict(given(getattr(image.baselines, variant, None)), num_classes=num_classes)
+        cfg = dict((params["image"].get("baselines") or {}).get(variant) or {}, num_classes=num_classes)
         if variant == "neural_interpreter":
-            cfg.setdefault("tokenizer", image.model.tokenizer)
+            cfg.setdefault("tokenizer", params["image"]["model"]["tokenizer"])
         else:
-            cfg["selection_seed"] = seed
+            cfg.setdefault("selection_seed", seed)
             if not cfg.get("dataset_size"):
-                cfg["dataset_size"] = int((params["data"].get(image.dataset) or {}).get("n_train", 0))
+                cfg["dataset_size"] = int((params["data"].get(params["image"]["dataset"]) or {}).get("n_train", 0))
         return BASELINES[variant][0].from_dict(cfg)
-    cfg = {"variant": variant, "num_classes": num_classes, "graph_seed": seed}
+    cfg = dict(params["image"]["model"], variant=variant, num_classes=num_classes, graph_seed=seed)
     if prior is not None:
         cfg.update(prior=prior, prior_params=dict(PRIOR_DEFAULTS[prior]))
     if control == "noreg":
         cfg["regularizer"] = "none"
     elif control == "randinit":
         cfg["signature_init"] = "random"
-    return replace(image.model, **cfg)
+    return ModelConfig.from_dict(cfg)
 
 
 def image_train_config(params: dict, seed: int) -> TrainConfig:
-    return train_config(params, schema.section(params, "image").train, seed)
+    return train_config(params, params["image"]["train"], seed)
 
 
 def train_image_run(
@@ -85,12 +83,12 @@ def train_image_run(
     under ``<metrics>/image/live/<run>-<seed>``, the result to
     ``<metrics>/image/train/<run>-<seed>.json``, and evaluate the model IID and OOD
     (``evaluate_image_run``) into ``<metrics>/image/eval/<run>-<seed>.json``."""
-    image, name = schema.section(params, "image"), f"{run}-{seed}"
-    ds = builder(params, image.dataset)
-    train_set, val_set = ds.load("train"), ds.load(image.val_split)
+    image, name = params["image"], f"{run}-{seed}"
+    ds = builder(params, image["dataset"])
+    train_set, val_set = ds.load("train"), ds.load(image["val_split"])
     cfg = image_train_config(params, seed)
     model_config = image_model_config(params, run, seed, ds.info()["num_classes"])
-    model, world, fingerprint = start_run(params, model_config, cfg, dataset=image.dataset, source=__name__)
+    model, world, fingerprint = start_run(params, model_config, cfg, dataset=image["dataset"], source=__name__)
     initial = {"P": processor_graph(model), "numbers": mechanism_numbers(model)} if has_graph(model) else None
     out = fit(
         model,
@@ -131,34 +129,34 @@ _COST = {
 def train_image_jobs(params: dict) -> list[tuple[dict, str, int]]:
     """The ``train`` stage's jobs, ``(params, run, seed)`` for every ladder run and seed, longest
     first (so that the last job to finish is a short one)."""
-    jobs = [(params, run, seed) for run in schema.section(params, "image").ladder for seed in params["seeds"]]
+    jobs = [(params, run, seed) for run in params["image"]["ladder"] for seed in params["seeds"]]
     return sorted(jobs, key=lambda j: -_COST.get(parse_run(j[1])[0], 60))
 
 
 def _ood_classes(params: dict) -> list[int] | None:
     """Class indices of the OOD set when it covers only a subset (Tiny-ImageNet-R: 62 classes)."""
-    return builder(params, schema.section(params, "image").ood_dataset).info().get("class_indices")
+    return builder(params, params["image"]["ood_dataset"]).info().get("class_indices")
 
 
 def evaluate_image_run(params: dict, run: str, seed: int, *, models: str | Path = MODELS) -> dict[str, Any]:
     """IID validation and OOD Acc@1 / Acc@5, and OOD Acc@1 per rendition style, of the checkpoint
     ``<models>/image/<run>-<seed>.pt``."""
-    image = schema.section(params, "image")
+    image = params["image"]
     device = resolve_device(params.get("device", "auto"))
     model = load_model(
         image_checkpoint(run, seed, models),
         map_location=device,
         expect_config=image_model_config(
-            params, run, seed, builder(params, image.dataset).info()["num_classes"]
+            params, run, seed, builder(params, image["dataset"]).info()["num_classes"]
         ).to_dict(),
     ).to(device)
-    bs = image.train.eval_batch_size
+    bs = image["train"].get("eval_batch_size", 256)
     # IID: the held-out test split (image.test_split; "val" where a profile sets none, as before it existed)
-    val_set = builder(params, image.dataset).load(image.test_split)
+    val_set = builder(params, image["dataset"]).load(image.get("test_split", "val"))
     iid = predict(model, val_set, device, bs)
     analysis = baseline_analysis(model, val_set, device, bs, seed)
-    ood_builder = builder(params, image.ood_dataset)
-    ood_set = ood_builder.load(image.ood_split)
+    ood_builder = builder(params, image["ood_dataset"])
+    ood_set = ood_builder.load(image["ood_split"])
     has_style = "style" in ood_set[0]
     ood = predict(model, ood_set, device, bs, keep=("style",) if has_style else ())
     dense = None
@@ -218,14 +216,14 @@ def prune_sweep(params: dict, progress: bool = True, *, models: str | Path = MOD
     validation for every run and seed; inference throughput (one value per timed repeat, so the
     report can give a CI) for the connectivity order of the first seed. One row per (run, seed,
     order, fraction)."""
-    image, prune = schema.section(params, "image"), schema.section(params, "prune")
+    image, prune = params["image"], params["prune"]
     device = resolve_device(params.get("device", "auto"))
-    ds = builder(params, image.dataset)
-    val_set, train_set = ds.load(image.val_split), ds.load("train")
-    calib = torch.stack([train_set[i]["input"] for i in range(min(prune.calibration_size, len(train_set)))])
-    speed_batch = torch.stack([val_set[i % len(val_set)]["input"] for i in range(prune.throughput_batch)])
-    rows, eval_batch = [], image.train.eval_batch_size
-    jobs = [(run, seed) for run in prune.runs for seed in params["seeds"]]
+    ds = builder(params, image["dataset"])
+    val_set, train_set = ds.load(image["val_split"]), ds.load("train")
+    calib = torch.stack([train_set[i]["input"] for i in range(min(prune["calibration_size"], len(train_set)))])
+    speed_batch = torch.stack([val_set[i % len(val_set)]["input"] for i in range(prune["throughput_batch"])])
+    rows, eval_batch = [], image["train"].get("eval_batch_size", 256)
+    jobs = [(run, seed) for run in prune["runs"] for seed in params["seeds"]]
     for run, seed in tqdm(jobs, desc="prune", disable=not progress):
         model = (
             load_model(
@@ -239,10 +237,10 @@ def prune_sweep(params: dict, progress: bool = True, *, models: str | Path = MOD
         U = model.config.n_processor
         orders = {"connectivity": module_connectivity(model, calib.to(device))}
         tokens, labels = tokenize(model, val_set, device, eval_batch)  # dropping modules keeps the tokenizer
-        for i in range(prune.random_orders):
+        for i in range(int(prune.get("random_orders", 0))):
             orders[f"random-{i}"] = random_connectivity(U, seed=1000 * seed + i)
         for order, connectivity in orders.items():
-            for frac in prune.dropped_fraction:
+            for frac in prune["dropped_fraction"]:
                 k = min(U - 1, int(round(frac * U)))
                 smaller = drop_modules(model, k, connectivity=connectivity)
                 out = predict_tokens(smaller, tokens, labels, device)
@@ -258,7 +256,7 @@ def prune_sweep(params: dict, progress: bool = True, *, models: str | Path = MOD
                     "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",
                 }
                 if seed == params["seeds"][0] and order == "connectivity":
-                    row["images_per_s"] = throughput(smaller, speed_batch, prune.throughput_repeats, device)
+                    row["images_per_s"] = throughput(smaller, speed_batch, prune["throughput_repeats"], device)
                 rows.append(row)
     return rows
 
@@ -269,9 +267,13 @@ def validate(params: dict[str, Any]) -> None:
     (``nac.pipeline.schema_models.Image``), its datasets and splits, every ladder run's model."""
     if "image" not in params:
         return
-    image = schema.section(params, "image")
-    check_reads(params, "image", image)
+    image = schema.check(schema.Image, params["image"], "image")
+    check_in_data(params, "image.dataset", [image.dataset])
     check_in_data(params, "image.ood_dataset", [image.ood_dataset])
+    check_split_read(params, "image.dataset (train)", image.dataset, "train")
+    check_batch_fits(params, "image.train", image.dataset, params["image"]["train"])
+    check_split_read(params, "image.val_split", image.dataset, image.val_split)
+    check_split_read(params, "image.test_split", image.dataset, image.test_split)
     check_split_read(params, "image.ood_split", image.ood_dataset, image.ood_split)
     size, tok = dataset_params(params, image.dataset).get("image_size"), image.model.tokenizer.get("image_size")
     if isinstance(size, int) and tok is not None and tok != size:
@@ -292,8 +294,8 @@ def validate_prune(params: dict[str, Any]) -> None:
     """The ``prune`` section: its runs are trained NAC-family models, its fractions drop whole modules."""
     if "prune" not in params:
         return
-    prune, image = schema.section(params, "prune"), schema.section(params, "image")
-    ladder, n = image.ladder, image.model.n_processor
+    prune = schema.check(Prune, params["prune"], "prune")
+    ladder = params["image"]["ladder"]
     for i, run in enumerate(prune.runs):  # module dropping ranks a NAC-family model's processor modules
         if run not in ladder:
             raise ParamsError(f"prune.runs[{i}]={run!r} is not trained (not in image.ladder {ladder})")
@@ -303,7 +305,8 @@ def validate_prune(params: dict[str, Any]) -> None:
                 f"of a NAC-family model by their graph (perceiver_io, modfc, frozen_graph, nac-<prior>), "
                 f"and the baselines ({', '.join(BASELINES)}) have none; remove it from prune.runs"
             )
-    uneven = [f for f in prune.dropped_fraction if abs(f * n - round(f * n)) > 1e-9]
+    n = params.get("image", {}).get("model", {}).get("n_processor")
+    uneven = [f for f in prune.dropped_fraction if isinstance(n, int) and abs(f * n - round(f * n)) > 1e-9]
     if uneven:
         raise ParamsError(
             f"prune.dropped_fraction {uneven} of image.model.n_processor={n} modules is not a whole "

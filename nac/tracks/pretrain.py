@@ -15,8 +15,6 @@ import torch.nn as nn
 
 from nac.checkpoint_io import mirror_path
 from nac.config import ModelConfig
-from nac.fields import given
-from nac.pipeline import schema_models as schema
 from nac.pipeline.datasets import builder
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import MODELS, pretrain_checkpoint, pretrain_dir
@@ -36,17 +34,17 @@ def pretrain(
     """Pre-train (or resume / reload) the source model of a few-shot run on ``fewshot.pretrain``.
     A finished checkpoint is reloaded at no cost, so the few-shot stages of several targets read
     it without training. The checkpoint: ``<models>/fewshot_pretrain/<run>-<seed>.pt``."""
-    pre = schema.section(params, "fewshot").pretrain
-    ds = builder(params, pre.dataset)
-    cfg = dict(given(pre.model), num_classes=int(ds.info()["num_classes"]))
-    if run == "perceiver_io":  # the keys perceiver_io gives, over model's
-        cfg.update(variant="perceiver_io", **given(pre.perceiver_io))
+    pre = params["fewshot"]["pretrain"]
+    ds = builder(params, pre["dataset"])
+    cfg = dict(pre["model"], num_classes=int(ds.info()["num_classes"]))
+    if run == "perceiver_io":
+        cfg.update(variant="perceiver_io", **(pre.get("perceiver_io") or {}))
     else:
         cfg.update(variant="nac", **prior_settings(params))
-    train_cfg = train_config(params, pre.train, seed)
-    train_set, val_set = ds.load("train"), ds.load(pre.val_split)
+    train_cfg = train_config(params, pre["train"], seed)
+    train_set, val_set = ds.load("train"), ds.load(pre.get("val_split", "val"))
     model, world, fingerprint = start_run(
-        params, ModelConfig.from_dict(cfg), train_cfg, dataset=pre.dataset, source=__name__
+        params, ModelConfig.from_dict(cfg), train_cfg, dataset=pre["dataset"], source=__name__
     )
     fit(
         model,
@@ -68,13 +66,13 @@ def pretrain_all(
 ) -> dict:
     """The stage: every few-shot run and seed when ``fewshot.source`` is ``pretrain``, nothing
     otherwise; writes ``<models>/fewshot_pretrain/manifest.json``."""
-    fs = schema.section(params, "fewshot")
+    fs = params["fewshot"]
     done = []
-    if fs.source == "pretrain":
-        for run in fs.runs:
+    if fs["source"] == "pretrain":
+        for run in fs["runs"]:
             for seed in params["seeds"]:
                 pretrain(params, run, seed, progress, models=models, resume=resume)
                 done.append(pretrain_checkpoint(run, seed, models).name)
-    manifest = {"source": fs.source, "dataset": fs.pretrain and fs.pretrain.dataset, "checkpoints": done}
+    manifest = {"source": fs["source"], "dataset": (fs.get("pretrain") or {}).get("dataset"), "checkpoints": done}
     write_json(pretrain_dir(models) / "manifest.json", manifest)
     return manifest
