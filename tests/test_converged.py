@@ -470,8 +470,6 @@ def test_run_converged_smoke_end_to_end_and_an_interrupted_piece_resumes(tmp_pat
     # interrupted after training (its evaluation fails), then resumed: the checkpoint is reused
     cwd = os.getcwd()
     try:
-        import nac.tracks.image as image
-
         first = json.loads((nac0 / "train.json").read_text())
         shutil.rmtree(nac0)
         ctx = {
@@ -485,13 +483,13 @@ def test_run_converged_smoke_end_to_end_and_an_interrupted_piece_resumes(tmp_pat
             "commit": {"commit": None, "dirty": None},
             "command": "test",
         }
-        real = image.evaluate_image_run
-        image.evaluate_image_run = lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt("killed"))
+        real = piece_jobs.evaluate_image_run  # the name the piece's job calls
+        piece_jobs.evaluate_image_run = lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt("killed"))
         try:
             with pytest.raises(KeyboardInterrupt):
                 piece_jobs.run_piece(params, "image/nac-scale_free-0", ctx, progress=False)
         finally:
-            image.evaluate_image_run = real
+            piece_jobs.evaluate_image_run = real
         assert not nac0.exists() and not list(nac0.parent.glob(".*"))
         assert (work / "converged_smoke" / "models" / "image" / "nac-scale_free-0.pt").is_file()
         rec = piece_jobs.run_piece(params, "image/nac-scale_free-0", ctx, progress=False)
