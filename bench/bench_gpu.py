@@ -46,8 +46,8 @@ import torch.nn.functional as F
 from nac.bench.models import TINY_CLASSES as CLASSES
 from nac.bench.models import Synthetic, inputs, paper_model, pretrain_model, pruned_throughput
 from nac.bench.timing import ci, timed_blocks
-from nac.model import count_parameters
 from nac.pipeline.params import compose
+from nac.registry import count_parameters
 from nac.training.optim import make_adamw
 from nac.training.run import Objective
 

@@ -23,7 +23,7 @@ from nac.bench.step_ops import pairs
 from nac.training import loop
 from nac.training.config import TrainConfig
 from nac.training.distributed import World
-from nac.training.run import build_run
+from nac.training.run import EpochState, build_run
 
 dev = torch.device("cuda")
 models, px, classes, train = pairs(["tiny"])["tiny"]
@@ -34,11 +34,11 @@ for name in ("nac-scale_free", "perceiver_io"):
     tr.pop("lr_batch_scaling", None)
     data_set, world = Synthetic(128, px, classes), World(0, 1, dev)
     run = build_run(models[name], data_set, None, TrainConfig.from_dict(tr), world, None, "p", None, None)
-    run.sums = torch.zeros(4, dtype=torch.float64, device=dev)
+    now = EpochState.of(run)  # the epoch's metric sums, as fit makes them
     x, y = inputs(128, px, dev, classes)
     batch = {"input": x, "label": y}
     for i in range(5):
-        loop.train_step(run, batch, 0, i)
+        loop.train_step(run, now, batch, 0, i)
     torch.cuda.synchronize()
     g = run.graphed
     rows = []
@@ -73,11 +73,11 @@ for name in ("nac-scale_free", "perceiver_io"):
     print(name, {k: round(v, 2) for k, v in out[name].items()}, flush=True)
     run.graphed = None  # the eager step on the same run
     for i in range(3):
-        loop.train_step(run, batch, 0, i)
+        loop.train_step(run, now, batch, 0, i)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     for i in range(10):
-        loop.train_step(run, batch, 0, i)
+        loop.train_step(run, now, batch, 0, i)
     torch.cuda.synchronize()
     out[name]["eager_wall_ms"] = 1e3 * (time.perf_counter() - t0) / 10
     print(name, "eager wall", round(out[name]["eager_wall_ms"], 1), flush=True)

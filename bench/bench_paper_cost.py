@@ -34,8 +34,8 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from nac.bench.models import PRETRAIN_CLASSES, pretrain_model
-from nac.model import build_model, count_parameters
 from nac.pipeline.params import compose
+from nac.registry import build_model, count_parameters
 from nac.tracks.image import image_model_config
 
 TRAIN_SIZES = {"tiny_imagenet": 100_000, "imagenet": 1_281_167}  # training images (docs/reference.md)

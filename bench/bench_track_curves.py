@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from nac.checkpoint_io import RESUME_DIR
 from nac.pipeline.params import compose
 from nac.tracks.common import train_track_run
 
@@ -32,7 +33,7 @@ def main() -> None:
     torch.set_num_threads(1)
     params = compose(["profile=mini", f"{a.track}.train.epochs={a.epochs}"])
     start = time.time()
-    res = train_track_run(params, a.track, a.run, a.seed, progress=False)
+    res = train_track_run(params, a.track, a.run, a.seed, progress=False, resume=RESUME_DIR)  # as the stage
     entry = {
         "val_acc1": [round(h["val_acc1"], 2) for h in res["history"]],
         "train_acc": [round(h["train_acc"], 2) for h in res["history"]],

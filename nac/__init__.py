@@ -8,7 +8,7 @@ resolves these names through ``_LAZY``)."""
 from importlib import import_module
 
 __version__ = "0.1.0"
-_LAZY = {"NAC": "nac.model", "build_model": "nac.model", "ModelConfig": "nac.config", "VARIANTS": "nac.config"}
+_LAZY = {"NAC": "nac.model", "build_model": "nac.registry", "ModelConfig": "nac.config", "VARIANTS": "nac.config"}
 __all__ = [*_LAZY, "__version__"]
 
 

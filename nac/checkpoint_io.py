@@ -30,7 +30,8 @@ from typing import Any, Iterator
 import torch
 
 from nac.config import ModelConfig
-from nac.model import NAC, build_model
+from nac.model import NAC
+from nac.registry import build_model
 
 FORMAT = 1
 
@@ -103,11 +104,11 @@ def _name_some(names: list[str], k: int = 3) -> str:
     return ", ".join(names[:k]) + (f" and {len(names) - k} more" if len(names) > k else "")
 
 
-def save_checkpoint(path: str | Path, model: NAC, **extra: Any) -> Path:
-    """Write ``{"format", "config", "model", **extra}`` atomically. Refuses (``PoisonedCheckpointError``)
-    when any tensor (weights, optimizer state, EMA, ...) is NaN or infinite, and raises
-    ``DiskFullError`` on a full disk; either way the file already at ``path`` is left untouched
-    and no temporary file stays behind."""
+def save_checkpoint(path: str | Path, model: NAC, *, mirror_to: str | Path | None = None, **extra: Any) -> Path:
+    """Write ``{"format", "config", "model", **extra}`` atomically, hard-linked to ``mirror_to`` when
+    given (``mirror_path``). Refuses (``PoisonedCheckpointError``) when any tensor (weights, optimizer
+    state, EMA, ...) is NaN or infinite, and raises ``DiskFullError`` on a full disk; either way the
+    file already at ``path`` is left untouched and no temporary file stays behind."""
     path = Path(path)
     payload = {"format": FORMAT, "config": model.config.to_dict(), "model": model.state_dict(), **extra}
     bad = non_finite_tensors(payload)
@@ -121,7 +122,8 @@ def save_checkpoint(path: str | Path, model: NAC, **extra: Any) -> Path:
     try:
         torch.save(payload, tmp)
         os.replace(tmp, path)
-        mirror(path)
+        if mirror_to is not None:
+            mirror(path, mirror_to)
     except BaseException as e:  # a full disk, Ctrl-C mid-write, ...: never leave a partial .tmp
         tmp.unlink(missing_ok=True)
         if (isinstance(e, OSError) and e.errno == errno.ENOSPC) or _torch_write_failed(e):
@@ -238,29 +240,32 @@ def config_diff(stored: dict, expected: dict) -> list[str]:
     return dict_diff(_normalized_config(stored), _normalized_config(expected), "checkpoint", "params")
 
 
-# Resume state that `dvc checkout` cannot delete: every checkpoint written under models/ is also
-# hard-linked (no extra space) to the same relative path under .nac/resume/, a folder DVC does not
-# manage. `dvc checkout` (or `git checkout` with DVC's hooks) replaces models/ with the cached
+# Resume state that `dvc checkout` cannot delete: every checkpoint a stage writes under models/ is
+# also hard-linked (no extra space) to the same relative path under .nac/resume/, a folder DVC does
+# not manage. `dvc checkout` (or `git checkout` with DVC's hooks) replaces models/ with the cached
 # outputs of the commit checked out, deleting a checkpoint of a run not finished yet; the next
 # training of it restores it from the mirror and resumes. `rm -rf .nac/resume` forgets them all.
+# The training stages pass it (relative to the repository root they run in); the library mirrors
+# only where it is given a mirror.
 RESUME_DIR = Path(".nac/resume")
 
 
-def mirror_path(path: str | Path) -> Path | None:
-    """Where a checkpoint under ``models/`` of the working directory is mirrored (None: not mirrored)."""
+def mirror_path(path: str | Path, models: str | Path, resume: str | Path = RESUME_DIR) -> Path | None:
+    """Where checkpoint ``path`` under the checkpoints' root ``models`` is mirrored:
+    ``<resume>/<models' name>/<path under models>`` (``models`` -> ``.nac/resume/models/...``);
+    None when ``path`` is not under ``models``."""
     try:
-        rel = Path(path).resolve().relative_to(Path.cwd().resolve())
+        root = Path(models).resolve()
+        rel = Path(path).resolve().relative_to(root)
     except (ValueError, OSError):
         return None
-    return RESUME_DIR / rel if rel.parts[:1] == ("models",) else None
+    return Path(resume) / root.name / rel
 
 
-def mirror(path: str | Path) -> Path | None:
-    """Hard-link checkpoint ``path`` to its mirror (replacing the previous one); None when it is
-    not mirrored or the file system refuses (the checkpoint itself is written either way)."""
-    dest = mirror_path(path)
-    if dest is None:
-        return None
+def mirror(path: str | Path, dest: str | Path) -> Path | None:
+    """Hard-link checkpoint ``path`` to its mirror ``dest`` (replacing the previous one); None when
+    the file system refuses (the checkpoint itself is written either way)."""
+    dest = Path(dest)
     tmp = dest.with_name(dest.name + ".tmp")
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -273,10 +278,10 @@ def mirror(path: str | Path) -> Path | None:
     return dest
 
 
-def restore(path: str | Path) -> Path | None:
+def restore(path: str | Path, src: str | Path | None) -> Path | None:
     """Put back a checkpoint that was deleted after it was written (``dvc checkout``) from its
-    mirror; returns the mirror it came from, None when there was nothing to restore."""
-    path, src = Path(path), mirror_path(path)
+    mirror ``src``; returns the mirror it came from, None when there was nothing to restore."""
+    path, src = Path(path), None if src is None else Path(src)
     if path.exists() or src is None or not src.exists():
         return None
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -287,9 +292,9 @@ def restore(path: str | Path) -> Path | None:
     return src
 
 
-def _unmirror(path: Path) -> None:
-    """Forget the mirror of a checkpoint being moved aside (when it is that same file)."""
-    dest = mirror_path(path)
+def _unmirror(path: Path, dest: str | Path | None) -> None:
+    """Forget the mirror ``dest`` of a checkpoint being moved aside (when it is that same file)."""
+    dest = None if dest is None else Path(dest)
     try:
         if dest is not None and dest.exists() and os.path.samefile(dest, path):
             dest.unlink()
@@ -308,10 +313,13 @@ def aside_path(path: str | Path, tag: str = "stale") -> Path:
     return dest
 
 
-def move_aside(path: str | Path, dest: str | Path | None = None, tag: str = "stale") -> Path:
-    """Rename ``path`` to ``dest`` (or a fresh ``aside_path``), never overwriting; returns the new path."""
+def move_aside(
+    path: str | Path, dest: str | Path | None = None, tag: str = "stale", mirror_to: str | Path | None = None
+) -> Path:
+    """Rename ``path`` to ``dest`` (or a fresh ``aside_path``), never overwriting, forgetting its mirror
+    ``mirror_to`` (when given); returns the new path."""
     path = Path(path)
     dest = Path(dest) if dest is not None and not Path(dest).exists() else aside_path(path, tag)
-    _unmirror(path)
+    _unmirror(path, mirror_to)
     os.replace(path, dest)
     return dest

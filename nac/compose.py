@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from dvc.utils.hydra import compose_and_dump
+from hydra.errors import HydraException
 
 from nac.pipeline.params import CONF_DIR, ParamsError, load_params, read_params, validate
 from nac.tracks import common, fewshot_params, image
@@ -46,8 +48,6 @@ def write_params(path: str | Path = "params.yaml", overrides: list[str] | None =
     next to ``path``, validate everything (``validate_all``) and only then replace ``path``
     atomically; on failure ``path`` is left as it was and the ``ParamsError`` (or Hydra's error
     for a bad override) propagates."""
-    from dvc.utils.hydra import compose_and_dump
-
     path = Path(path)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp{path.suffix or '.yaml'}", dir=path.parent)
     os.close(fd)
@@ -114,8 +114,6 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         print(f"error: unknown option {unknown[0]!r}\n\n{_usage()}", file=sys.stderr)
         raise SystemExit(2)
-    from hydra.errors import HydraException
-
     try:
         if show:
             with tempfile.TemporaryDirectory() as tmp:
@@ -135,6 +133,6 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     # Run the package's module, not this ``__main__`` copy: one ParamsError class for every check.
-    from nac.compose import main as package_main
+    from nac.compose import main as package_main  # the package module, not this __main__ copy (see above)
 
     package_main()

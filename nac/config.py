@@ -3,9 +3,12 @@ at what size. It is what a checkpoint stores to rebuild the model (plain JSON-ab
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Literal
+from dataclasses import asdict, field
+from typing import Annotated, Any, Literal, Union
 
+from pydantic import Field, WrapValidator, create_model, model_validator
+
+from nac.circuits import tokenizers as T
 from nac.circuits.kernel import KERNEL_MODES, TRUNCATION_MODES
 from nac.circuits.modfc import MODFC_GAINS
 from nac.fields import (
@@ -15,14 +18,12 @@ from nac.fields import (
     NONNEGATIVE_INT,
     POSITIVE,
     POSITIVE_INT,
-    article,
-    as_number,
-    field_types,
-    problem,
-    value_message,
+    TAGS,
+    ConfigError,
+    Section,
+    config,
 )
 from nac.graphs import PRIORS
-from nac.rules import model_rules
 
 # The Table 1 ladder: settings of one executor.
 #   perceiver_io: plain linear layers, dense all-to-all attention, learned latents
@@ -41,6 +42,7 @@ MATCHINGS = ("hungarian", "search")
 TARGET_DIAGONALS = ("formula", "one")
 DROP_PATH_SCHEDULES = ("uniform", "linear")
 INITIAL_STATES = ("mlp", "code")
+ConfigTypeError = ConfigError  # the name of record for a config's bad value
 
 
 class NotImplementedSetting(NotImplementedError, ValueError):
@@ -48,33 +50,8 @@ class NotImplementedSetting(NotImplementedError, ValueError):
     validation reports it by key)."""
 
 
-class ConfigTypeError(TypeError, ValueError):
-    """A config field holds a value of the wrong type (a ValueError too, so callers that turn a bad
-    config into a params error catch it)."""
-
-
-def check_field_types(obj: Any) -> None:
-    """Check every field of the dataclass ``obj`` against its annotation (type, choices, bounds:
-    ``nac.fields``, by pydantic) before any arithmetic on it, so ``ModelConfig(d_model="64")`` names
-    the field and the type instead of failing deep inside. A wrong type raises ``ConfigTypeError``;
-    a value outside the choices or bounds ``ValueError``. Covers every field, including ones added later."""
-    section = getattr(obj, "section", type(obj).__name__).split()[0]
-    for name, tp in field_types(type(obj)).items():
-        value = getattr(obj, name)
-        bad = problem(value, tp)
-        if bad is None:
-            continue
-        said = value_message(f"{section}.{name}", value, bad)
-        if said is not None:
-            raise ValueError(said)
-        hint = " (remove the quotes)" if isinstance(value, str) and as_number(value) is not None else ""
-        raise ConfigTypeError(
-            f"{type(obj).__name__}: {section}.{name}={value!r} is {article(value)}; expected {bad.want}{hint}"
-        )
-
-
 class ConfigDict:
-    """``to_dict`` / ``from_dict`` for a config dataclass; unknown keys are rejected by name."""
+    """``to_dict`` / ``from_dict`` of a config class (``nac.fields.config``)."""
 
     section = "config"
 
@@ -83,21 +60,83 @@ class ConfigDict:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]):
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown {cls.section} keys {unknown}; valid keys: {sorted(known)}")
         return cls(**d)
 
 
-@dataclass
+# ------------------------------------------------------------------------------- tokenizers
+# Each tokenizer kind's keys (nac.circuits.tokenizers' arguments); a key left out takes the default.
+class _Conv32(Section):
+    kind: Literal["conv32"]
+    dim: POSITIVE_INT = None
+    pos_dim: POSITIVE_INT = None
+    image_size: POSITIVE_INT = None
+    norm: str = None
+    width: POSITIVE_INT = None
+
+    @model_validator(mode="after")
+    def _stride(self):
+        if self.image_size is not None and self.image_size % 4:
+            raise ValueError(f"image_size={self.image_size} must be divisible by 4 (conv32 has two stride-2 convs)")
+        return self
+
+
+class _ConvNext(Section):
+    kind: Literal["convnext"]
+    depths: list[POSITIVE_INT] = None
+    dims: list[POSITIVE_INT] = None
+    pos_dim: POSITIVE_INT = None
+    image_size: POSITIVE_INT = None
+
+    @model_validator(mode="after")
+    def _stride(self):
+        stride = 4 * 2 ** (len(self.depths or [0]) - 1)
+        if self.image_size is not None and self.depths is not None and self.image_size % stride:
+            raise ValueError(
+                f"image_size={self.image_size} must be divisible by {stride} (the convnext stride with "
+                f"{len(self.depths)} stages)"
+            )
+        return self
+
+
+def _kind(kind: str, **keys: Any) -> type:
+    return create_model(
+        f"_{kind}", __base__=Section, kind=(Literal[kind], ...), **{k: (v, None) for k, v in keys.items()}
+    )
+
+
+_IMAGE = Annotated[_Conv32 | _ConvNext, Field(discriminator="kind")]
+TOKENIZER_KEYS = {
+    "conv32": _Conv32,
+    "convnext": _ConvNext,
+    "points": _kind("points", dim=POSITIVE_INT, n_freqs=NONNEGATIVE_INT),
+    "sequence": _kind("sequence", vocab_size=POSITIVE_INT, dim=POSITIVE_INT, max_length=POSITIVE_INT, positional=str),
+    "features": _kind("features", d_feat=POSITIVE_INT, dim=POSITIVE_INT),
+    "image_pair": create_model("_image_pair", __base__=Section, kind=(Literal["image_pair"], ...), image=(_IMAGE, ...)),
+}
+assert tuple(TOKENIZER_KEYS) == T.TOKENIZERS
+TAGS.update(TOKENIZER_KEYS)  # a location names the key, not the tokenizer's kind
+
+
+def _as_given(value: Any, handler) -> Any:
+    handler(value)  # checked as its kind's keys; the config keeps the mapping it was given
+    return value
+
+
+Tokenizer = Annotated[
+    Union[tuple(TOKENIZER_KEYS.values())],  # noqa: UP007
+    Field(discriminator="kind"),
+    WrapValidator(_as_given),
+]
+
+
+@config
 class ModelConfig(ConfigDict):
-    section = "model config"
+    section = "model"
     variant: Literal[VARIANTS] = "nac"
     generator: Literal[GENERATORS] = "unconditional"
     num_classes: POSITIVE_INT = 10
-    tokenizer: dict[str, Any] = field(default_factory=lambda: {"kind": "conv32", "dim": 64, "pos_dim": 16})
-    cond_tokenizer: dict[str, Any] | None = None  # conditional NAC: what the generator reads
+    tokenizer: Tokenizer = field(default_factory=lambda: {"kind": "conv32", "dim": 64, "pos_dim": 16})
+    cond_tokenizer: Tokenizer | None = None  # conditional NAC: what the generator reads
     d_model: POSITIVE_INT = 64
     d_code: POSITIVE_INT | None = None  # defaults to d_model (authors: code = state width)
     d_sig: POSITIVE_INT = 32
@@ -154,11 +193,31 @@ class ModelConfig(ConfigDict):
     generator_query_init: POSITIVE = 1.0  # conditional: std of the generator's queries (authors' randn)
     generator_regularizer: bool = False  # conditional: regularize every sample's P (paper §4.4: none)
 
-    def __post_init__(self) -> None:
-        check_field_types(self)
+    @model_validator(mode="after")
+    def _rules(self):
+        """``d_code`` defaults to ``d_model``; ``initial_state='code'`` needs ``d_code == d_model``;
+        every head count divides ``d_model``; a conditional generator needs variant ``nac`` and a
+        ``cond_tokenizer``."""
         if self.d_code is None:
             self.d_code = self.d_model
-        model_rules(self)  # the rules across fields (nac.rules)
+        if self.initial_state == "code" and self.d_code != self.d_model:
+            raise ValueError(
+                f"model.initial_state='code' makes the initial states the codes, so it needs d_code == "
+                f"d_model; got d_code={self.d_code}, d_model={self.d_model} (set d_code: null)"
+            )
+        for name in ("heads", "readin_heads", "readout_heads", "generator_heads"):
+            if self.d_model % getattr(self, name):
+                raise ValueError(
+                    f"model.d_model={self.d_model} is not divisible by model.{name}={getattr(self, name)}; "
+                    "pick a head count that divides d_model"
+                )
+        if self.generator == "conditional" and self.variant != "nac":
+            raise ValueError(
+                f"a conditional circuit generator needs variant 'nac' (signatures and codes), got {self.variant!r}"
+            )
+        if self.generator == "conditional" and not self.cond_tokenizer:
+            raise ValueError("generator 'conditional' needs model.cond_tokenizer (what the circuit generator reads)")
+        return self
 
     @property
     def modulated(self) -> bool:

@@ -21,7 +21,9 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-LOCK = Path(__file__).resolve().parents[1] / "requirements.lock"
+from nac import repo
+
+LOCK = repo.LOCK
 SELF = "nac"  # the package under test: its code is fingerprinted, not versioned
 TOOLING = {"pip", "setuptools", "wheel", "distribute"}  # what `pip freeze` leaves out: no effect on a result
 

@@ -12,6 +12,7 @@ import functools
 import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
+from threadpoolctl import ThreadpoolController  # a scikit-learn dependency
 
 _TIE_RTOL = 1e-9  # cost entries this close (relative) count as ties in the anchored search
 _WL_DIM = 16  # random Fourier features per Weisfeiler-Lehman round
@@ -24,8 +25,6 @@ _WL_DIM = 16  # random Fourier features per Weisfeiler-Lehman round
 @functools.cache
 def _blas_controller():
     """threadpoolctl's ``ThreadpoolController``, made on first use (it inspects the loaded libraries)."""
-    from threadpoolctl import ThreadpoolController  # a scikit-learn dependency
-
     return ThreadpoolController()
 
 

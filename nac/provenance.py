@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from nac.imports import reached
-from nac.pipeline.params import read_params
+from nac.pipeline.params import compose, read_params
 
 PROVENANCE = "provenance.json"
 RESULTS = Path("results/converged")  # the converged profile's result set (docs/convergence.md)
@@ -103,8 +103,6 @@ def check(results: str | Path = RESULTS, root: str | Path = ".") -> list[str]:
     problems = []
     if params_hash(params) != prov["params_sha256"]:
         problems.append(f"{results / 'params.yaml'} does not hash to provenance.json's params_sha256")
-    from nac.pipeline.params import compose  # Hydra: only when checking
-
     overrides = [f"profile={prov['profile']}", *prov.get("overrides", [])]
     try:
         composed = compose(overrides, conf_dir=root / "conf")

@@ -79,10 +79,13 @@ def fit_signatures_to_graph(
       turns at the same angular rate under Adam's absolute steps).
 
     ``progress``: a tqdm bar over the steps; ``None`` shows it only when stderr is a terminal
-    (so not in tests, pipelines or logs). CPU, seeded generator: deterministic per ``seed``. Runs
-    with ``torch.set_num_threads(1)`` (restored on exit): the loop is thousands of tiny ops, and
-    on a busy machine a second intra-op thread makes it many times slower. Returns a detached
-    float32 tensor; check with ``graph_agreement``.
+    (so not in tests, pipelines or logs). CPU, seeded generator: deterministic per ``seed`` at a
+    given intra-op thread count. It runs at the caller's thread count and sets none itself (the
+    loop is thousands of tiny ops, where extra intra-op threads only add barriers: the pipeline's
+    CPU jobs run with one, ``nac.pipeline.pool.threads_for``). The count can change the last bits
+    at large ``n``: at 32 x 32 one and two threads give equal signatures, at 256 x 64 they differ
+    by up to 2e-5 (300 steps, measured 2026-11-28). Returns a detached float32 tensor; check with
+    ``graph_agreement``.
     """
     if method not in FITS:
         raise ValueError(f"unknown signature fit {method!r}; valid choices: {', '.join(FITS)}")
@@ -124,24 +127,19 @@ def fit_signatures_to_graph(
     sig = torch.nn.init.orthogonal_(torch.empty(n, int(d_sig)), generator=gen).requires_grad_(True)
     opt = torch.optim.Adam([sig], lr=lr)
     show = sys.stderr.isatty() if progress is None else bool(progress)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny ops: extra intra-op threads only add barriers (see docstring)
-    try:
-        for _ in tqdm(
-            range(int(steps)),
-            desc=f"signature fit ({method}, {n} x {int(d_sig)})",
-            unit="step",
-            disable=not show,
-            **{"leave": False, **bar_kwargs()},
-        ):
-            loss = (torch.relu(sign * (cosine_distance(sig) - threshold) + margin) * weight).sum()
-            if method == "margin" and loss.item() == 0.0:  # every pair beyond its margin: nothing left
-                break
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-    finally:
-        torch.set_num_threads(threads)
+    for _ in tqdm(
+        range(int(steps)),
+        desc=f"signature fit ({method}, {n} x {int(d_sig)})",
+        unit="step",
+        disable=not show,
+        **{"leave": False, **bar_kwargs()},
+    ):
+        loss = (torch.relu(sign * (cosine_distance(sig) - threshold) + margin) * weight).sum()
+        if method == "margin" and loss.item() == 0.0:  # every pair beyond its margin: nothing left
+            break
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
     out = sig.detach().float()
     return torch.nn.functional.normalize(out, dim=-1) if method == "margin" else out
 

@@ -47,10 +47,10 @@ from torch.utils.data import Subset
 warnings.filterwarnings("ignore", message="IProgress not found")  # nac imports tqdm.auto; no ipywidgets
 
 from nac.checkpoint_io import load_model
-from nac.model import build_model
 from nac.pipeline.datasets import track_builder
 from nac.pipeline.params import load_params
 from nac.pipeline.paths import track_checkpoint, track_metrics
+from nac.registry import build_model
 from nac.tracks.common import reasoning_types, sentences
 from nac.tracks.nlvr import graph_of, link_matrices, lower_triangle
 from nac.training.distributed import resolve_device

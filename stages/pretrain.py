@@ -4,6 +4,7 @@ paper profile) into <models>/fewshot_pretrain/ (resumed when interrupted); with
 
 import argparse
 
+from nac.checkpoint_io import RESUME_DIR
 from nac.pipeline.lifeline import run_stage
 from nac.pipeline.params import load_params
 from nac.pipeline.paths import add_root_arguments
@@ -15,7 +16,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     add_root_arguments(ap, "models")
     args = ap.parse_args(argv)
-    pretrain_all(load_params(check=[fewshot_params.validate], stage="pretrain"), models=args.models)
+    pretrain_all(load_params(check=[fewshot_params.validate], stage="pretrain"), models=args.models, resume=RESUME_DIR)
 
 
 if __name__ == "__main__":

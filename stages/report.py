@@ -9,6 +9,7 @@ from nac.metrics_io import MetricsError
 from nac.pipeline.lifeline import run_stage
 from nac.pipeline.params import load_params
 from nac.pipeline.paths import add_root_arguments
+from nac.repo import ROOT
 from nac.report.build import build_report
 
 KEPT = "the previous report is untouched (its outputs are replaced together, only once all are built); rerun"
@@ -19,7 +20,7 @@ def main(argv: list[str] | None = None) -> None:
     add_root_arguments(ap, "models", "metrics")
     ap.add_argument("--out", default="reports", help="the report's folder (dvc.yaml passes reports)")
     args = ap.parse_args(argv)
-    build_report(load_params(stage="report"), out=args.out, metrics=args.metrics, models=args.models)
+    build_report(load_params(stage="report"), out=args.out, metrics=args.metrics, models=args.models, root=ROOT)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ process evaluates).
 import argparse
 from functools import partial
 
+from nac.checkpoint_io import RESUME_DIR
 from nac.pipeline.lifeline import run_stage
 from nac.pipeline.params import load_params
 from nac.pipeline.paths import add_root_arguments
@@ -31,7 +32,7 @@ def main() -> None:
     params = load_params(check=[validate], stage="train")
     jobs = [(params, args.run, args.seed)] if single else train_image_jobs(params)
     run_jobs(
-        partial(train_image_run, metrics=args.metrics, models=args.models),
+        partial(train_image_run, metrics=args.metrics, models=args.models, resume=RESUME_DIR),
         jobs,
         device=params.get("device", "auto"),
         desc="train",

@@ -11,6 +11,7 @@ when interrupted. ``--run R --seed S`` trains that one job in this process, e.g.
 import argparse
 from functools import partial
 
+from nac.checkpoint_io import RESUME_DIR
 from nac.pipeline.lifeline import run_stage
 from nac.pipeline.params import load_params
 from nac.pipeline.paths import add_root_arguments
@@ -28,7 +29,7 @@ def main() -> None:
     params = load_params(check=[validator(args.track)], stage=f"train_{args.track}")
     jobs = [(params, args.track, args.run, args.seed)] if single else train_track_jobs(params, args.track)
     run_jobs(
-        partial(train_track_run, metrics=args.metrics, models=args.models),
+        partial(train_track_run, metrics=args.metrics, models=args.models, resume=RESUME_DIR),
         jobs,
         device=params.get("device", "auto"),
         desc=f"train_{args.track}",

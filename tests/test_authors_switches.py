@@ -15,7 +15,7 @@ from nac.circuits.layers import ReadOut
 from nac.circuits.modfc import ModFC, ModFCForm
 from nac.config import ModelConfig, NotImplementedSetting
 from nac.mechanism import mechanism_numbers
-from nac.model import build_model
+from nac.registry import build_model
 from nac.training.optim import decay_groups
 
 
@@ -282,7 +282,7 @@ def test_input_latents_are_a_switch():  # the layout itself: tests/test_input_la
     ],
 )
 def test_bad_switch_values_name_the_field_and_the_choices(field, value):
-    with pytest.raises(ValueError, match=rf"model\.{field}='{value}' is not a valid choice; valid choices: "):
+    with pytest.raises(ValueError, match=rf"model\.{field}='{value}': Input should be '"):
         ModelConfig(**{field: value})
 
 
@@ -442,7 +442,9 @@ def test_params_validation_rejects_a_bad_switch_or_template(tmp_path):
     from nac.compose import write_params
     from nac.pipeline.params import ParamsError
 
-    with pytest.raises(ParamsError, match=r"truncation_mode='soft' is not a valid choice"):
+    with pytest.raises(
+        ParamsError, match=r"image\.model\.truncation_mode='soft': Input should be 'direct' or 'masked'"
+    ):
         write_params(tmp_path / "params.yaml", ["image.model.truncation_mode=soft"])
     with pytest.raises(ParamsError, match=r"decay_filter='some'"):
         write_params(tmp_path / "params.yaml", ["points.train.decay_filter=some"])

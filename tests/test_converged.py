@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -19,8 +20,10 @@ from nac.compose import validate_all
 from nac.converged import jobs as piece_jobs
 from nac.converged import pieces as P
 from nac.pipeline.params import compose
+from nac.report.build import build_report
 
 ROOT = Path(__file__).resolve().parent.parent
+BUILD = partial(build_report, root=ROOT)  # the report as its stage builds it (bench/results/ of ROOT)
 
 
 def _tool():
@@ -390,7 +393,7 @@ def test_report_from_a_partial_set_judges_complete_claims_and_counts_the_missing
         _fake_image_piece(root, params, head, s, 80.0 + s, "CPU")
         if s < 3:
             _fake_image_piece(root, params, "perceiver_io", s, 70.0, "NVIDIA H100" if s == 0 else "CPU")
-    line = section(tmp_path / "results", tmp_path / "reports", ROOT)
+    line = section(tmp_path / "results", tmp_path / "reports", ROOT, build=BUILD)
     assert "8 of 105 done" in line
     claims = (tmp_path / "reports" / "converged" / "claims.md").read_text()
     row = next(r for r in claims.splitlines() if r.startswith("| iid_gain |"))
@@ -402,7 +405,7 @@ def test_report_from_a_partial_set_judges_complete_claims_and_counts_the_missing
     # the two missing pieces written: the claim is judged by its rule (NAC 80-84 vs 70 on every seed)
     for s in (3, 4):
         _fake_image_piece(root, params, "perceiver_io", s, 70.0, "CPU")
-    section(tmp_path / "results", tmp_path / "reports", ROOT)
+    section(tmp_path / "results", tmp_path / "reports", ROOT, build=BUILD)
     row = next(r for r in (tmp_path / "reports/converged/claims.md").read_text().splitlines() if "| iid_gain |" in r)
     assert "**supported**" in row and "| 10 | 0 |" in row
     # a stale piece counts as missing: its code changed
@@ -410,7 +413,7 @@ def test_report_from_a_partial_set_judges_complete_claims_and_counts_the_missing
     rec = json.loads(rec_file.read_text())
     rec["fingerprint"]["code"] = "0" * 64
     rec_file.write_text(json.dumps(rec))
-    assert "(1 stale)" in section(tmp_path / "results", tmp_path / "reports", ROOT)
+    assert "(1 stale)" in section(tmp_path / "results", tmp_path / "reports", ROOT, build=BUILD)
 
 
 def test_the_converged_report_judges_the_speedup_on_the_paper_size_timings_as_mini_does(tmp_path):
@@ -427,7 +430,7 @@ def test_the_converged_report_judges_the_speedup_on_the_paper_size_timings_as_mi
         for f, a in ((0.0, 90.0), (0.5, 89.0), (0.75, 80.0))
     ]
     (P.Piece("image", head, 0).path(root, "converged") / "prune.json").write_text(json.dumps(rows))
-    section(tmp_path / "results", tmp_path / "reports", ROOT)
+    section(tmp_path / "results", tmp_path / "reports", ROOT, build=BUILD)
     row = next(
         r for r in (tmp_path / "reports/converged/claims.md").read_text().splitlines() if "| prune_speedup |" in r
     )
@@ -438,7 +441,7 @@ def test_no_pieces_no_converged_section(tmp_path):
     from nac.report.converged import section
 
     (tmp_path / "results").mkdir()
-    assert section(tmp_path / "results", tmp_path / "reports", ROOT) is None
+    assert section(tmp_path / "results", tmp_path / "reports", ROOT, build=BUILD) is None
     assert not (tmp_path / "reports").exists()
 
 
@@ -467,8 +470,6 @@ def test_run_converged_smoke_end_to_end_and_an_interrupted_piece_resumes(tmp_pat
     # interrupted after training (its evaluation fails), then resumed: the checkpoint is reused
     cwd = os.getcwd()
     try:
-        import nac.tracks.image as image
-
         first = json.loads((nac0 / "train.json").read_text())
         shutil.rmtree(nac0)
         ctx = {
@@ -482,13 +483,13 @@ def test_run_converged_smoke_end_to_end_and_an_interrupted_piece_resumes(tmp_pat
             "commit": {"commit": None, "dirty": None},
             "command": "test",
         }
-        real = image.evaluate_image_run
-        image.evaluate_image_run = lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt("killed"))
+        real = piece_jobs.evaluate_image_run  # the name the piece's job calls
+        piece_jobs.evaluate_image_run = lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt("killed"))
         try:
             with pytest.raises(KeyboardInterrupt):
                 piece_jobs.run_piece(params, "image/nac-scale_free-0", ctx, progress=False)
         finally:
-            image.evaluate_image_run = real
+            piece_jobs.evaluate_image_run = real
         assert not nac0.exists() and not list(nac0.parent.glob(".*"))
         assert (work / "converged_smoke" / "models" / "image" / "nac-scale_free-0.pt").is_file()
         rec = piece_jobs.run_piece(params, "image/nac-scale_free-0", ctx, progress=False)
@@ -496,7 +497,7 @@ def test_run_converged_smoke_end_to_end_and_an_interrupted_piece_resumes(tmp_pat
         assert json.loads((nac0 / "train.json").read_text())["history"] == first["history"]
         from nac.report.converged import section
 
-        line = section(pieces.parent, tmp_path / "reports", ROOT, "converged_smoke")
+        line = section(pieces.parent, tmp_path / "reports", ROOT, "converged_smoke", build=BUILD)
     finally:
         moved = os.getcwd() != cwd
     assert not moved  # the work folder is handed down as paths, never entered
@@ -509,7 +510,7 @@ def test_fewshot_on_the_episodes_of_one_seed_gives_the_full_runs_rows(tiny_confi
     together the pieces' rows are the few-shot stage's, row for row."""
     import torch
 
-    from nac.model import build_model
+    from nac.registry import build_model
     from nac.tracks.fewshot import FewShotConfig, run_fewshot
 
     class Target:

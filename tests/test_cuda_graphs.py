@@ -17,7 +17,7 @@ from nac import build_model
 from nac.training import loop
 from nac.training.distributed import World
 from nac.training.graphed import GraphedStep, graphs_refusal
-from nac.training.run import build_run
+from nac.training.run import EpochState, build_run
 
 CONFIGS = {
     "nac": dict(variant="nac"),  # the regularizer matches on the host: two graphs
@@ -43,11 +43,11 @@ def _steps(name: str, graphed: str | None, device="cpu", steps=STEPS):
     run = build_run(model, Quadrants(4 * steps, 0), None, cfg, World(0, 1, torch.device(device)), None, "t", None, None)
     if graphed == "replay":
         run.graphed = GraphedStep(run, capture=False)
-    run.sums = torch.zeros(4, dtype=torch.float64, device=device)
+    now = EpochState.of(run)  # the epoch's metric sums, as fit makes them
     torch.manual_seed(1)
     losses, grads = [], []
     for i, batch in enumerate(run.loader):
-        losses.append(float(loop.train_step(run, batch, 0, i).detach()))
+        losses.append(float(loop.train_step(run, now, batch, 0, i).detach()))
         grads.append({n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None})
     weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
     return losses, grads, weights, run
@@ -119,7 +119,7 @@ def test_a_changed_batch_shape_is_refused():
     _, _, _, run = _steps("perceiver_io", "replay", steps=3)
     batch = {"input": torch.zeros(2, 3, 32, 32, dtype=torch.uint8), "label": torch.zeros(2, dtype=torch.long)}
     with pytest.raises(ValueError, match="changed shape after the capture"):
-        loop.train_step(run, batch, 0, 3)
+        loop.train_step(run, EpochState.of(run), batch, 0, 3)
 
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
@@ -135,11 +135,11 @@ def _cuda_steps(name: str, graphed: bool, amp: bool):
     run = build_run(model, Quadrants(4 * STEPS, 0), None, cfg, world, None, "t", None, None)
     if not graphed:
         run.graphed = None
-    run.sums = torch.zeros(4, dtype=torch.float64, device="cuda")
+    now = EpochState.of(run)  # the epoch's metric sums, as fit makes them
     torch.manual_seed(1)
     losses, grads = [], []
     for i, batch in enumerate(run.loader):
-        losses.append(float(loop.train_step(run, batch, 0, i).detach()))
+        losses.append(float(loop.train_step(run, now, batch, 0, i).detach()))
         grads.append({n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None})
     return losses, grads, {k: v.detach().clone() for k, v in model.state_dict().items()}, run
 

@@ -136,7 +136,7 @@ def test_walker_resolves_lazy_package_names(tmp_path):
 def test_nac_lazy_names_resolve():
     import nac
     from nac.config import ModelConfig
-    from nac.model import build_model
+    from nac.registry import build_model
 
     assert nac.ModelConfig is ModelConfig and nac.build_model is build_model
     assert set(nac.__all__) >= {"NAC", "ModelConfig", "VARIANTS", "build_model"}

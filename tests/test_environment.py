@@ -43,10 +43,11 @@ def test_a_stage_says_the_environment_differs_at_its_start(tmp_path, monkeypatch
     lock = tmp_path / "requirements.lock"
     lock.write_text("torch==0.0.1\n", encoding="utf-8")
     monkeypatch.setattr(environment, "LOCK", lock)
-    monkeypatch.setattr(params_mod, "_ENV_SAID", [False])
+    params_mod._say_environment.cache_clear()  # this process has not said it yet
     monkeypatch.delenv("NAC_QUIET", raising=False)
     monkeypatch.chdir(ROOT)
     params_mod.load_params()
     params_mod.load_params()
     err = capsys.readouterr().err
+    params_mod._say_environment.cache_clear()  # the next test's process state: not said
     assert err.count("environment: ") == 1 and "(locked 0.0.1)" in err

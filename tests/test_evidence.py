@@ -136,7 +136,7 @@ def test_a_copy_without_its_own_git_records_unknown_not_the_repository_around_it
     assert jobs.source_commit({"code_root": str(outer / "copy")})["commit"] == "unknown"
     monkeypatch.setattr(window_measure, "ROOT", outer / "copy")
     monkeypatch.setattr(window_measure, "BENCH_FILES", ())
-    monkeypatch.setattr("nac.provenance.code_fingerprint", lambda root: {})
+    monkeypatch.setattr(window_measure, "code_fingerprint", lambda root: {})
     got = window_measure.provenance(["profile=smoke"])
     assert got["commit"] == "unknown" and "no .git of its own" in got["commit_from"]
 

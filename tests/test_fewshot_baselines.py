@@ -11,7 +11,7 @@ import torch
 
 from nac.baselines import ModularNetwork, ModularNetworkConfig, NeuralInterpreter, NeuralInterpreterConfig
 from nac.baselines.fewshot import prepare_modular_network, prepare_neural_interpreter
-from nac.model import build_model
+from nac.registry import build_model
 from nac.tracks import fewshot as fs
 
 WAYS = 3

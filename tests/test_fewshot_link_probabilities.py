@@ -5,7 +5,8 @@ every batch of queries), and gives what the plain forms give."""
 import pytest
 import torch
 
-from nac.model import NAC, build_model
+from nac.model import NAC
+from nac.registry import build_model
 from nac.tracks import fewshot as fs
 from nac.training.objective import Objective
 

@@ -18,8 +18,8 @@ from tiny_models import TINY_KERNEL, make_tiny_config
 
 from nac.checkpoint_io import load_model, save_checkpoint
 from nac.circuits.kernel import Kernel, link_probabilities
-from nac.model import build_model
 from nac.pruning import attention_received, drop_modules
+from nac.registry import build_model
 from nac.testing.reference_forms import per_layer_modulation
 from nac.testing.reference_kernel import use_reference_kernel
 from nac.training.optim import decay_groups
@@ -353,7 +353,7 @@ def test_conditional_generator_with_input_latents():
 
 
 def test_bad_input_latents_is_refused():
-    with pytest.raises(ValueError, match=r"input_latents=-1 is out of range: must be >= 0"):
+    with pytest.raises(ValueError, match=r"model\.input_latents=-1: Input should be greater than or equal to 0"):
         make_tiny_config(input_latents=-1)
     with pytest.raises(ValueError, match="input_latents"):
         make_tiny_config(input_latents=1.5)

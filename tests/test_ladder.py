@@ -229,13 +229,13 @@ def test_conditional_regularizer_is_off_by_default_and_per_sample_when_on(tiny_c
 @pytest.mark.parametrize(
     "bad,match",
     [
-        (dict(variant="transformer"), "perceiver_io, modfc, frozen_graph, nac"),
-        (dict(prior="small_world"), "scale_free, planted_partition"),
+        (dict(variant="transformer"), "'perceiver_io', 'modfc', 'frozen_graph' or 'nac'"),
+        (dict(prior="small_world"), "'scale_free', 'planted_partition'"),
         (dict(d_model=30, heads=4), "not divisible"),
-        (dict(n_processor=0), "out of range: must be >= 1"),
-        (dict(eval_kernel="mean"), "expectation, threshold, sample, dense"),
+        (dict(n_processor=0), r"model\.n_processor=0: Input should be greater than or equal to 1"),
+        (dict(eval_kernel="mean"), "'expectation', 'threshold', 'sample' or 'dense'"),
         (dict(truncation=2.5), "truncation"),
-        (dict(signature_init="orthogonal"), "prior, random"),
+        (dict(signature_init="orthogonal"), "'prior' or 'random'"),
         (dict(tokenizer={"kind": "vit"}), "conv32"),
         (dict(generator="conditional"), "cond_tokenizer"),
         (dict(generator_query_init=0.0), "generator_query_init"),

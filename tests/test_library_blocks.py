@@ -14,8 +14,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from nac.circuits import layers, tokenizers
-from nac.model import build_model
 from nac.pipeline.params import compose, load_params
+from nac.registry import build_model
 from nac.tracks.image import image_model_config
 from nac.training.augment import soft_cross_entropy
 

@@ -57,7 +57,7 @@ def test_config_defaults_roundtrip_and_validation():
     )
     d = json.loads(json.dumps(c.to_dict()))
     assert ModularNetworkConfig.from_dict(d) == c
-    with pytest.raises(ValueError, match="unknown"):
+    with pytest.raises(ValueError, match=r"model\.bogus=1: Unexpected keyword argument; remove it"):
         ModularNetworkConfig.from_dict({**d, "bogus": 1})
     with pytest.raises(ValueError, match="pool_after"):
         ModularNetworkConfig(conv_layers=[8], pool_after=[3])

@@ -14,8 +14,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nac.model import build_model
 from nac.pipeline.params import compose
+from nac.registry import build_model
 
 pytestmark = pytest.mark.slow
 PARAMS = compose(["profile=paper"])

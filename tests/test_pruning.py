@@ -2,8 +2,8 @@ import pytest
 import torch
 
 from nac import build_model
-from nac.model import count_parameters
 from nac.pruning import drop_modules, expected_degree, module_connectivity
+from nac.registry import count_parameters
 
 
 @pytest.mark.parametrize("variant", ["nac", "frozen_graph", "modfc", "perceiver_io"])

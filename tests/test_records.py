@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -109,7 +110,10 @@ def test_an_archived_run_is_read_with_its_own_params_and_never_goes_stale(tmp_pa
 
 
 def test_the_report_builds_a_record_under_records_with_what_it_could_and_could_not_show(tmp_path, params, clean_git):
+    from nac.report.build import build_report
     from nac.report.converged import record_section, section
+
+    build = partial(build_report, root=ROOT)  # the report as its stage builds it (bench/results/ of ROOT)
 
     results = tmp_path / "results"
     plan = _write_all(results, params)
@@ -121,8 +125,8 @@ def test_the_report_builds_a_record_under_records_with_what_it_could_and_could_n
         if p != keep:
             shutil.rmtree(p.path(dest / "pieces", PROFILE))
     out = tmp_path / "reports"
-    assert section(results, out, ROOT, PROFILE) is None  # no live run of the profile any more
-    line = record_section(dest, out, ROOT)
+    assert section(results, out, ROOT, PROFILE, build=build) is None  # no live run of the profile any more
+    line = record_section(dest, out, ROOT, build=build)
     assert line.startswith(f"**Record: {ABOUT['title']}** (1 of 42 pieces whole")
     assert ABOUT["could_not_show"] in line and "records/benchmark1/README.md" in line
     page = out / "records" / "benchmark1"

@@ -124,8 +124,8 @@ def test_data_root_inside_the_repository_is_accepted():
 def test_a_repeated_run_is_refused_naming_the_entry(key, runs):
     with pytest.raises(
         ParamsError,
-        match=rf"{key}\[\d+\]='{runs[-1] if key != 'nlvr.runs' else 'conditional'}' "
-        rf"repeats an earlier entry of {key}",
+        match=rf"{key}: Value error, \[\d+\]='{runs[-1] if key != 'nlvr.runs' else 'conditional'}' "
+        rf"repeats an earlier entry; list each once",
     ):
         validate_all(_params(**{key: runs}))
 
@@ -141,11 +141,11 @@ def test_pruning_a_baseline_is_refused_naming_the_entry(baseline):
 @pytest.mark.parametrize(
     "kw,message",
     [
-        ({"d_model": "64"}, r"model\.d_model='64' is a str; expected int \(remove the quotes\)"),
-        ({"tau": "hot"}, r"model\.tau='hot' is a str; expected float"),
-        ({"n_processor": 8.0}, r"model\.n_processor=8\.0 is a float; expected int"),
-        ({"gated_ffn": 1}, r"model\.gated_ffn=1 is an int; expected bool"),
-        ({"tokenizer": None}, r"model\.tokenizer=None is null; expected a mapping"),
+        ({"d_model": "64"}, r"model\.d_model='64': Input should be a valid integer; remove the quotes \(write 64\)"),
+        ({"tau": "hot"}, r"model\.tau='hot': Input should be a valid number"),
+        ({"n_processor": 8.0}, r"model\.n_processor=8\.0: Input should be a valid integer; write 8"),
+        ({"gated_ffn": 1}, r"model\.gated_ffn=1: Input should be a valid boolean; write true or false"),
+        ({"tokenizer": None}, r"model\.tokenizer=None: Input should be a valid dictionary"),
     ],
 )
 def test_model_config_checks_types_before_arithmetic(kw, message):
@@ -159,11 +159,17 @@ def test_baseline_and_train_configs_check_types():
     from nac.baselines.neural_interpreter import NeuralInterpreterConfig
     from nac.training.config import TrainConfig
 
-    with pytest.raises(TypeError, match=r"d_model='64' is a str; expected int"):
+    with pytest.raises(
+        TypeError, match=r"neural_interpreter\.d_model='64': Input should be a valid integer; remove the quotes"
+    ):
         NeuralInterpreterConfig(d_model="64")
-    with pytest.raises(TypeError, match=r"conv_layers=\['8'\] is a list; expected a list of int"):
+    with pytest.raises(
+        TypeError, match=r"model\.conv_layers\[0\]='8': Input should be a valid integer; remove the quotes"
+    ):
         ModularNetworkConfig(conv_layers=["8"])
-    with pytest.raises(ValueError, match=r"train\.epochs='3' is a str; expected int"):  # also a ValueError
+    with pytest.raises(
+        ValueError, match=r"train\.epochs='3': Input should be a valid integer; remove the quotes"
+    ):  # also a ValueError
         TrainConfig(epochs="3")
 
 
@@ -193,7 +199,7 @@ CONV = {"kind": "conv32", "dim": 16, "pos_dim": 4, "width": 8}
     ],
 )
 def test_model_refuses_image_layouts_saying_what_it_expected(shape, dtype, message):
-    from nac.model import build_model
+    from nac.registry import build_model
 
     model = build_model(
         ModelConfig(

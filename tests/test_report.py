@@ -4,8 +4,6 @@ equal scipy's, and the whole build (image part stubbed) writes every file the RE
 
 import json
 import re
-import sys
-import types
 from pathlib import Path
 
 import numpy as np
@@ -335,7 +333,7 @@ def _stub_image_and_claims(monkeypatch, calls: list) -> None:
     """The image track's tables and the claims stubbed (the image track is covered by the smoke
     pipeline test): ``calls`` receives each ``write_claims``' ``(metrics, out)``."""
 
-    def fake_image(params, out, metrics, models, md, figs):  # the image track is covered by the smoke pipeline test
+    def fake_image(params, out, metrics, models, md, figs, root):  # the image track: the smoke pipeline test
         for key in ("table1", "table1_styles", "mechanism", "distance_init", "distance_final", "prune_random"):
             md[key] = f"| {key} |"
         for key in ("figure3", "figure5a", "figure5b", "figure15", "learning_curves"):
@@ -381,15 +379,15 @@ def _stub_image_and_claims(monkeypatch, calls: list) -> None:
             "n": 0,
         },
     ]
-    claims = types.ModuleType("nac.report.claims")
-    claims.evaluate_claims = lambda params, metrics, flags=None: rows
-    claims.headline = real_headline
-    claims.claims_metrics = real_claims_metrics
-    claims.registered = lambda: []  # the fake rows' ids are findings.yaml's own keys
-    claims.write_claims = lambda params, metrics, out, rows, gated=None: (
-        calls.append((metrics, out)) or out / "claims.md"
+    monkeypatch.setattr(build, "evaluate_claims", lambda params, metrics, flags=None: rows)
+    monkeypatch.setattr(build, "headline", real_headline)
+    monkeypatch.setattr(build, "claims_metrics", real_claims_metrics)
+    monkeypatch.setattr(build, "registered", lambda: [])  # the fake rows' ids are findings.yaml's own keys
+    monkeypatch.setattr(
+        build,
+        "write_claims",
+        lambda params, metrics, out, rows, gated=None: calls.append((metrics, out)) or out / "claims.md",
     )
-    monkeypatch.setitem(sys.modules, "nac.report.claims", claims)
     monkeypatch.setattr(build, "_image", fake_image)
 
 
@@ -398,7 +396,7 @@ def test_build_report_writes_every_table_figure_and_section(tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     calls = []
     _stub_image_and_claims(monkeypatch, calls)
-    summary = build.build_report(_params(), out=tmp_path / "reports", metrics=metrics)
+    summary = build.build_report(_params(), out=tmp_path / "reports", metrics=metrics, root=tmp_path)
 
     reports = tmp_path / "reports"
     # claims.md is written with the rest into a staging folder that replaces reports/'s files at the end
@@ -537,10 +535,10 @@ def test_converged_results_beside_minis_never_mixed(tmp_path, monkeypatch):
     calls = []
     _stub_image_and_claims(monkeypatch, calls)
     reports = tmp_path / "reports"
-    build.build_report(_params(), out=reports, metrics=metrics, converged=None)
+    build.build_report(_params(), out=reports, metrics=metrics, converged=None, root=tmp_path)
     without = (reports / "README.md").read_text()
     mini_table2 = (reports / "tables" / "table2.csv").read_text()
-    build.build_report(_params(), out=reports, metrics=metrics)  # results/converged/ absent
+    build.build_report(_params(), out=reports, metrics=metrics, root=tmp_path)  # results/converged/ absent
     absent = (reports / "README.md").read_text()
     line = next(x for x in absent.splitlines() if x.startswith("No converged run is committed"))
     assert provenance.COMMAND in line and "converged" not in without
@@ -548,7 +546,7 @@ def test_converged_results_beside_minis_never_mixed(tmp_path, monkeypatch):
     assert not (reports / "converged").exists()
 
     results = _converged_results(tmp_path)
-    build.build_report(_params(), out=reports, metrics=metrics)
+    build.build_report(_params(), out=reports, metrics=metrics, root=tmp_path)
     index = (reports / "README.md").read_text()
     assert "No converged run" not in index and "[converged/README.md](converged/README.md)" in index
     for label in ("**converged**", "`0123456`", "gpu-host (Linux)", "1 x NVIDIA H100 80GB HBM3"):
@@ -568,7 +566,7 @@ def test_converged_results_beside_minis_never_mixed(tmp_path, monkeypatch):
 
 
 def test_no_converged_run_is_one_line_with_its_command(tmp_path):
-    line = build._converged(tmp_path / "results" / "converged", tmp_path / "reports")
+    line = build._converged(tmp_path / "results" / "converged", tmp_path / "reports", tmp_path)
     assert line.startswith("No converged run is committed") and "\n" not in line
     assert provenance.COMMAND in line and not (tmp_path / "reports").exists()
 

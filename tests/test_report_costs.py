@@ -4,8 +4,8 @@ not this code's, and a skipped line naming the command when a file is absent."""
 
 import json
 import re
-from pathlib import Path
 
+from nac.repo import ROOT
 from nac.report import costs
 
 
@@ -55,18 +55,17 @@ def test_without_compiled_counts_the_table_has_eager_columns_only():
     assert label is None and table["NAC / PIO"].tolist() == [1.5, 1.3] and "compiled NAC / PIO" not in table
 
 
-def test_cost_section_is_skipped_when_the_files_are_absent(tmp_path, monkeypatch):
-    for name in ("OPS", "COMPILED", "GPU"):
-        monkeypatch.setattr(costs, name, tmp_path / f"{name}.json")
-    section = costs.cost_section()
+def test_cost_section_is_skipped_when_the_files_are_absent(tmp_path):
+    section = costs.cost_section(tmp_path)
     assert section["table"] is None and section["gpu"] is None and section["label"] is None
-    (tmp_path / "OPS.json").write_text(json.dumps(STAGE))
-    section = costs.cost_section()
+    (tmp_path / costs.OPS).parent.mkdir(parents=True)
+    (tmp_path / costs.OPS).write_text(json.dumps(STAGE))
+    section = costs.cost_section(tmp_path)
     assert section["label"] is None and "| 1.5 |" in re.sub(r" +", " ", section["table"])
 
 
-def test_the_committed_files_fill_the_section(monkeypatch):
-    monkeypatch.chdir(Path(__file__).resolve().parent.parent)  # metrics/costs/ and bench/results/
-    section = costs.cost_section()
+def test_the_committed_files_fill_the_section(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # read from the folder given, never the working directory
+    section = costs.cost_section(ROOT)  # metrics/costs/ and bench/results/
     assert section["label"] is not None and section["label_date"] and "Tiny-ImageNet" in section["table"]
     assert section["gpu"] is not None and "NAC / PIO" in section["gpu"]

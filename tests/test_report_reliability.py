@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import numpy as np
@@ -196,7 +195,7 @@ def test_a_failure_late_in_the_build_leaves_the_previous_report(tmp_path, monkey
     metrics = write_metrics(tmp_path)
     monkeypatch.chdir(tmp_path)
 
-    def fake_image(params, out, metrics, models, md, figs):  # the image track needs checkpoints; covered above
+    def fake_image(params, out, metrics, models, md, figs, root):  # the image track needs checkpoints; covered above
         for key in ("table1", "table1_styles", "mechanism", "distance_init", "distance_final", "prune_random"):
             md[key] = f"| {key} |"
         for key in ("figure3", "figure5a", "figure5b", "figure15", "learning_curves"):
@@ -213,20 +212,20 @@ def test_a_failure_late_in_the_build_leaves_the_previous_report(tmp_path, monkey
             },
         }
 
-    claims = types.ModuleType("nac.report.claims")
-    claims.evaluate_claims = lambda params, metrics, flags=None: []
-    claims.headline = lambda rows: {"supported": 0}
-    claims.claims_metrics = lambda rows: {}
-    claims.registered = lambda: []
-    claims.write_claims = lambda params, metrics, out, rows, gated=None: (out / "claims.md").write_text("claims\n")
-    monkeypatch.setitem(sys.modules, "nac.report.claims", claims)
+    monkeypatch.setattr(build, "evaluate_claims", lambda params, metrics, flags=None: [])
+    monkeypatch.setattr(build, "headline", lambda rows: {"supported": 0})
+    monkeypatch.setattr(build, "claims_metrics", lambda rows: {})
+    monkeypatch.setattr(build, "registered", lambda: [])
+    monkeypatch.setattr(
+        build, "write_claims", lambda params, metrics, out, rows, gated=None: (out / "claims.md").write_text("claims\n")
+    )
     monkeypatch.setattr(build, "_image", fake_image)
     reports = tmp_path / "reports"
     (reports / "tables").mkdir(parents=True)
     (reports / "tables" / "stale.csv").write_text("a table no longer drawn\n")
     (reports / "notebooks").mkdir()
     (reports / "notebooks" / "nb.html").write_text("another stage's output\n")
-    build.build_report(_params(), out=reports, metrics=metrics)
+    build.build_report(_params(), out=reports, metrics=metrics, root=tmp_path)
     assert not (reports / "tables" / "stale.csv").exists()  # tables/ holds exactly this build's
     assert (reports / "notebooks" / "nb.html").exists() and (reports / "claims.md").exists()
     before = snapshot(tmp_path)
@@ -235,12 +234,12 @@ def test_a_failure_late_in_the_build_leaves_the_previous_report(tmp_path, monkey
         (out / "claims.md").write_text("half\n")
         raise RuntimeError("claims failed")
 
-    claims.write_claims = broken
+    monkeypatch.setattr(build, "write_claims", broken)
     rows = json.loads((metrics / "tracks/points/nac-0.json").read_text())
     rows["test_acc1"] += 1.0  # a new number: the tables would change if anything were written
     (metrics / "tracks/points/nac-0.json").write_text(json.dumps(rows))
     with pytest.raises(RuntimeError, match="claims failed"):
-        build.build_report(_params(), out=reports, metrics=metrics)
+        build.build_report(_params(), out=reports, metrics=metrics, root=tmp_path)
     after = snapshot(tmp_path)
     assert {k: v for k, v in after.items() if k != "metrics/tracks/points/nac-0.json"} == {
         k: v for k, v in before.items() if k != "metrics/tracks/points/nac-0.json"

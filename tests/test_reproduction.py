@@ -153,7 +153,7 @@ def test_the_report_writes_the_page_and_provenance_holds_every_package(tmp_path,
     metrics = write_metrics(tmp_path)
     monkeypatch.chdir(tmp_path)
     _stub_image_and_claims(monkeypatch, [])
-    summary = build.build_report(_params(), out=tmp_path / "reports", metrics=metrics)
+    summary = build.build_report(_params(), out=tmp_path / "reports", metrics=metrics, root=tmp_path)
     page = (tmp_path / "reports" / "reproduction.md").read_text(encoding="utf-8")
     assert page.startswith("# Reproduction check") and "No committed run to compare with" in page  # no git here
     assert "torch" in summary["provenance"]["packages"] and "numpy" in summary["provenance"]["packages"]

@@ -325,3 +325,34 @@ def test_ddp_two_processes_match_single_process(tmp_path):
         for k in a:
             assert a[k] == pytest.approx(b[k], rel=1e-4, abs=1e-5), k
     assert results[1]["w"] == pytest.approx(results[2]["w"], rel=1e-4, abs=1e-5)
+
+
+@pytest.mark.parametrize("grad_clip", [1.0, 0.0])
+def test_the_steps_update_is_clip_and_step_bit_for_bit(grad_clip):
+    """``train_step`` updates with ``clip_gradients`` then ``optimizer.step()`` itself (the short
+    route to the optimizer, issue 48); ``compile_scope: step`` runs ``clip_and_step`` (those two
+    lines) compiled. With ``clip_and_step`` as the run's update, eager, the same losses, gradient
+    norms and weights to the bit: the two forms are one."""
+    from tiny_models import make_tiny_config
+
+    from nac.training import loop
+    from nac.training.distributed import World
+    from nac.training.optim import clip_and_step
+    from nac.training.run import EpochState, build_run
+
+    out = {}
+    for form in ("plain", "clip_and_step"):
+        torch.manual_seed(0)
+        model = build_model(make_tiny_config(variant="nac", num_classes=4, signature_fit_steps=20))
+        cfg = small_train(epochs=1, batch_size=4, grad_clip=grad_clip)
+        run = build_run(model, Quadrants(16, 0), None, cfg, World(0, 1, torch.device("cpu")), None, "t", None, None)
+        if form == "clip_and_step":
+            run.update = clip_and_step
+        now, losses = EpochState.of(run), []
+        torch.manual_seed(1)
+        for i, batch in enumerate(run.loader):
+            losses.append(loop.train_step(run, now, batch, 0, i).detach())
+        out[form] = (torch.stack(losses), now.sums, {k: v.clone() for k, v in model.state_dict().items()})
+    (lp, sp, wp), (lc, sc, wc) = out["plain"], out["clip_and_step"]
+    assert torch.equal(lp, lc) and torch.equal(sp, sc)
+    assert wp.keys() == wc.keys() and all(torch.equal(wp[k], wc[k]) for k in wp)

@@ -86,13 +86,11 @@ def test_pattern_order_starts_the_pieces_of_the_first_pattern_first():
 
 
 def test_the_named_commit_is_recorded_only_where_git_cannot_say(monkeypatch):
-    import nac.provenance
-
     tool = _load("run_converged")
     monkeypatch.setenv("NAC_SOURCE_COMMIT", "abc123")
-    monkeypatch.setattr(nac.provenance, "git_commit", lambda root: {"commit": "f00", "dirty": False})
+    monkeypatch.setattr(tool.piece_jobs, "git_commit", lambda root: {"commit": "f00", "dirty": False})
     assert tool.source_commit() == {"commit": "f00", "dirty": False}  # git knows: the env is not used
-    monkeypatch.setattr(nac.provenance, "git_commit", lambda root: {"commit": None, "dirty": None})
+    monkeypatch.setattr(tool.piece_jobs, "git_commit", lambda root: {"commit": None, "dirty": None})
     assert tool.source_commit() == {
         "commit": "abc123",
         "dirty": None,

@@ -41,48 +41,62 @@ index to each training item).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import field
+from typing import Callable, Literal
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from pydantic import model_validator
 
-from nac.config import ConfigDict, check_field_types
-from nac.rules import modular_network_rules
+from nac.config import ConfigDict
+from nac.fields import NONNEGATIVE_INT, POSITIVE_INT, config
 
 VARIANT = "modular_network"
 
 
-@dataclass
+@config
 class ModularNetworkConfig(ConfigDict):
     """Defaults: the authors' ``cifar10.py`` example (4 modular conv layers of ``M = 5`` modules,
     3x3 filters x 8, ``K = 1``; E-step every 10 iterations with ``S = 10`` samples)."""
 
-    section = "modular network config"
-    variant: str = VARIANT
-    num_classes: int = 10
-    image_size: int = 32
-    in_channels: int = 3
-    conv_layers: list[int] = field(default_factory=lambda: [8, 8, 8, 8])  # output channels per modular conv layer
-    kernel_size: int = 3
+    section = "model"
+    variant: Literal[VARIANT] = VARIANT
+    num_classes: POSITIVE_INT = 10
+    image_size: POSITIVE_INT = 32
+    in_channels: POSITIVE_INT = 3
+    conv_layers: list[POSITIVE_INT] = field(
+        default_factory=lambda: [8, 8, 8, 8]
+    )  # output channels per modular conv layer
+    kernel_size: POSITIVE_INT = 3
     pool_after: list[int] = field(default_factory=lambda: [1, 3])  # conv layers (0-based) followed by 2x2 max-pool
-    dense_layers: list[int] = field(default_factory=list)  # units per modular dense layer (after the convs)
-    modules_per_layer: int = 5  # M
-    k: int = 1  # modules chosen (and summed) per layer
-    e_step_every: int = 10  # N: partial E-step every N iterations
-    samples: int = 10  # S: candidates per E-step (a* + S-1 samples)
-    dataset_size: int = 0  # rows of a*; set by the caller (training set size)
+    dense_layers: list[POSITIVE_INT] = field(default_factory=list)  # units per modular dense layer (after the convs)
+    modules_per_layer: POSITIVE_INT = 5  # M
+    k: POSITIVE_INT = 1  # modules chosen (and summed) per layer
+    e_step_every: POSITIVE_INT = 10  # N: partial E-step every N iterations
+    samples: POSITIVE_INT = 10  # S: candidates per E-step (a* + S-1 samples)
+    dataset_size: NONNEGATIVE_INT = 0  # rows of a*; set by the caller (training set size)
     selection_seed: int = 0  # a*'s uniform random initialisation
 
-    def __post_init__(self) -> None:
-        check_field_types(self)
-        self.conv_layers = [int(c) for c in self.conv_layers]
-        self.dense_layers = [int(u) for u in self.dense_layers]
-        self.pool_after = sorted(int(i) for i in self.pool_after)
-        if self.variant != VARIANT:
-            raise ValueError(f"modular network variant must be {VARIANT!r}, got {self.variant!r}")
-        modular_network_rules(self)  # sizes and the rules across fields (nac.rules)
+    @model_validator(mode="after")
+    def _rules(self):
+        """At least one modular layer, ``pool_after`` names existing conv layers (sorted), an odd
+        kernel, an image that survives its poolings."""
+        self.pool_after = sorted(self.pool_after)
+        if not self.conv_layers and not self.dense_layers:
+            raise ValueError("a modular network needs at least one modular layer (conv_layers or dense_layers)")
+        bad = [i for i in self.pool_after if not 0 <= i < len(self.conv_layers)]
+        if bad:
+            raise ValueError(
+                f"model.pool_after names conv layers {bad} that do not exist "
+                f"({len(self.conv_layers)} conv layers, 0-based)"
+            )
+        if self.kernel_size % 2 == 0:
+            raise ValueError(f"model.kernel_size must be odd ('same' padding), got {self.kernel_size}")
+        if self.image_size >> len(self.pool_after) < 1:
+            raise ValueError(f"image_size={self.image_size} is too small for {len(self.pool_after)} 2x2 poolings")
+        return self
 
     @property
     def num_layers(self) -> int:
@@ -294,8 +308,6 @@ class ModularNetwork(nn.Module):
     def _store(self, indices: torch.Tensor, new: torch.Tensor) -> None:
         """Write the new ``a*`` rows; under torch.distributed every process applies every
         process's updates, so ``a*`` stays identical across processes."""
-        import torch.distributed as dist
-
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             world = dist.get_world_size()
             all_idx = [torch.empty_like(indices) for _ in range(world)]

@@ -32,11 +32,13 @@ optionally new functions, with the old parameters frozen.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Annotated, Any, Literal
 
+import annotated_types as at
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from pydantic import model_validator
 
 # The equation pieces (eqs. 2-11) live in ni_layers; re-exported here (the import path of record).
 from nac.baselines.ni_layers import (
@@ -54,8 +56,8 @@ from nac.baselines.ni_layers import (
     truncated_kernel,
 )
 from nac.circuits.tokenizers import build_tokenizer
-from nac.config import ConfigDict, check_field_types
-from nac.rules import neural_interpreter_rules
+from nac.config import ConfigDict, Tokenizer
+from nac.fields import POSITIVE, POSITIVE_INT, Real, config
 
 PRESET_TRUNCATION = 1.4202567871309753  # the authors' only preset (presets/digits.yml)
 
@@ -63,7 +65,7 @@ PRESET_TRUNCATION = 1.4202567871309753  # the authors' only preset (presets/digi
 # ---------------------------------------------------------------------------------------------
 # Configuration
 # ---------------------------------------------------------------------------------------------
-@dataclass
+@config
 class NeuralInterpreterConfig(ConfigDict):
     """What a checkpoint stores to rebuild a Neural Interpreter (plain JSON-able values).
 
@@ -76,38 +78,39 @@ class NeuralInterpreterConfig(ConfigDict):
     the appended function groups), so a fine-tuned model can be rebuilt from its config.
     """
 
-    section = "neural interpreter config"
-    variant: str = "neural_interpreter"
-    num_classes: int = 10
-    tokenizer: dict[str, Any] = field(default_factory=lambda: {"kind": "conv32", "dim": 64, "pos_dim": 16})
-    d_model: int = 64
-    d_type: int = 24
-    d_code: int | None = None  # defaults to d_model (preset: code = dim = 192)
-    n_functions: int = 5
-    n_scripts: int = 1
-    n_iterations: int = 2
-    loc_layers: int = 1
-    heads: int = 4
-    head_dim: int | None = None  # query/key width per head; defaults to d_model // heads
-    mlp_mult: float = 2.0
-    truncation: float | None = PRESET_TRUNCATION
-    bandwidth: float = 1.0  # sigma of eq. 2 (initial value when learnable)
+    section = "neural_interpreter"
+    variant: Literal["neural_interpreter"] = "neural_interpreter"
+    num_classes: POSITIVE_INT = 10
+    tokenizer: Tokenizer = field(default_factory=lambda: {"kind": "conv32", "dim": 64, "pos_dim": 16})
+    d_model: POSITIVE_INT = 64
+    d_type: POSITIVE_INT = 24
+    d_code: POSITIVE_INT | None = None  # defaults to d_model (preset: code = dim = 192)
+    n_functions: POSITIVE_INT = 5
+    n_scripts: POSITIVE_INT = 1
+    n_iterations: POSITIVE_INT = 2
+    loc_layers: POSITIVE_INT = 1
+    heads: POSITIVE_INT = 4
+    head_dim: POSITIVE_INT | None = None  # query/key width per head; defaults to d_model // heads
+    mlp_mult: POSITIVE = 2.0
+    truncation: Annotated[Real, at.Gt(0), at.Le(2)] | None = PRESET_TRUNCATION  # a cosine distance
+    bandwidth: POSITIVE = 1.0  # sigma of eq. 2 (initial value when learnable)
     learn_bandwidth: bool = True
     learn_signatures: bool = False  # the paper: signatures frozen at initialisation
     straight_through: bool = True  # truncated pairs get the untruncated gradient (as NAC)
-    n_cls_tokens: int = 1
-    added_functions: list[int] = field(default_factory=list)
+    n_cls_tokens: POSITIVE_INT = 1
+    added_functions: list[POSITIVE_INT] = field(default_factory=list)
 
-    def __post_init__(self) -> None:
-        check_field_types(self)
+    @model_validator(mode="after")
+    def _rules(self):
         if self.d_code is None:
             self.d_code = self.d_model
         if self.head_dim is None:
             self.head_dim = max(1, self.d_model // self.heads)
-        self.added_functions = [int(n) for n in self.added_functions]
-        if self.variant != "neural_interpreter":
-            raise ValueError(f"neural interpreter variant must be 'neural_interpreter', got {self.variant!r}")
-        neural_interpreter_rules(self)  # sizes and the rules across fields (nac.rules)
+        if self.d_model % self.heads:
+            raise ValueError(
+                f"d_model={self.d_model} is not divisible by heads={self.heads} (values are split over heads)"
+            )
+        return self
 
     @property
     def total_functions(self) -> int:

@@ -7,9 +7,10 @@ import torch
 import torch.nn as nn
 
 from nac.config import ModelConfig
-from nac.model import build_model
 from nac.pipeline.params import compose
 from nac.pipeline.runs import prior_settings
+from nac.pruning import drop_modules, random_connectivity
+from nac.registry import build_model
 from nac.tracks.image import image_model_config
 
 TINY_CLASSES = 200  # Tiny-ImageNet
@@ -72,8 +73,6 @@ def pruned_forwards(model: nn.Module, x: torch.Tensor, fractions, ranking) -> di
     its processor modules dropped (``nac.pruning.drop_modules`` in ``ranking``'s order); ``whole``
     from the images ``x``, ``executor`` from the tokenizer's output with the circuit design
     precomputed (what dropping modules can speed up). Call under ``torch.no_grad()``."""
-    from nac.pruning import drop_modules
-
     U, fns = model.config.n_processor, {}
     for frac in fractions:
         k = int(round(frac * U))
@@ -98,8 +97,9 @@ def pruned_throughput(params: dict, blocks: int, batch: int, fractions, device: 
     """Images/s of the paper-size NAC's whole model and executor with each of ``fractions`` of
     its modules dropped, bf16 autocast on CUDA (fp32 on the CPU), ``blocks`` interleaved blocks of
     ``steps`` forwards; speed-ups over the first fraction, per block."""
+    # deferred: nac.bench.timing imports nac.stats, hence scipy.stats (~0.5 s), that the costs stage
+    # (stages/costs.py, through nac.bench.step_ops) would pay for nothing
     from nac.bench.timing import ci, timed_blocks
-    from nac.pruning import random_connectivity
 
     model = paper_model(params, "nac-scale_free").to(device).eval()
     U = model.config.n_processor

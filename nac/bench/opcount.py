@@ -44,7 +44,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import nac.circuit_graph as circuit_graph
 import nac.circuits.kernel as circuit_kernel
 import nac.model as nac_model
-from nac.training import augment, checks, compiled, loop
+from nac.training import augment, checks, loop
 from nac.training import objective as training_objective
 
 PARTS = (
@@ -317,7 +317,6 @@ def instrument(model: nn.Module, t: Tracker, stack: ExitStack) -> None:
         (training_objective.Objective, "match_async", "regularizer"),
         (nac_model.NAC, "code_modulations", "modulation"),
         (loop.F, "cross_entropy", "loss"),
-        (compiled, "soft_cross_entropy", "loss"),
         (training_objective, "soft_cross_entropy", "loss"),
         (torch.optim.AdamW, "step", "optimizer"),
         (torch.optim.Optimizer, "zero_grad", "optimizer"),

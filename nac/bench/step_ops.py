@@ -34,6 +34,8 @@ from nac.pipeline.params import compose
 from nac.tracks.image import image_model_config
 from nac.training import compiled, loop
 from nac.training.config import TrainConfig
+from nac.training.objective import Objective
+from nac.training.optim import decay_groups, make_adamw, warmup_cosine
 
 
 def count_fit(
@@ -141,13 +143,11 @@ def compiled_counts(
     the eager ops of the parts the compiled step leaves eager (``EAGER_PARTS``, from the eager
     count ``eager``) and of the matching in advance (``Objective.matching_in_advance``/``finish_matching``,
     counted here); graphs and graph breaks from dynamo's counters."""
+    # deferred: torch._dynamo and inductor cost ~2-3.7 s after this module; only the compiled column needs them
     import torch._dynamo as dynamo
     import torch._inductor.config as icfg
     import torch._inductor.graph as igraph
     from torch._dynamo.utils import counters
-
-    from nac.training.objective import Objective
-    from nac.training.optim import decay_groups, make_adamw, warmup_cosine
 
     model = cuda_paths(copy.deepcopy(model)).train()
     objective = Objective(model)

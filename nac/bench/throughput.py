@@ -25,6 +25,7 @@ import torch
 
 from nac.bench.models import paper_nac, pruned_forwards
 from nac.bench.timing import ci
+from nac.pruning import random_connectivity
 
 KINDS = ("executor", "whole")
 
@@ -32,8 +33,6 @@ KINDS = ("executor", "whole")
 def measure(repeats: int, batch: int, fractions: list[float]) -> dict:
     """The rows of Figure 5b at the paper's size (0.0 is added to ``fractions`` when absent: the
     speed-ups are over it)."""
-    from nac.pruning import random_connectivity
-
     fractions = fractions if fractions[0] == 0.0 else [0.0, *fractions]
     model, params = paper_nac()  # outside no_grad: the signature fit trains
     model.eval()

@@ -6,11 +6,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+from nac.stats import mean_ci
+
 
 def ci(values: Sequence[float]) -> dict:
     """``{"mean", "lo", "hi", "n", "values"}``: the mean of ``values`` with its 95% t interval."""
-    from nac.stats import mean_ci
-
     iv = mean_ci(values)
     return {"mean": iv.estimate, "lo": iv.lo, "hi": iv.hi, "n": iv.n, "values": list(values)}
 

@@ -35,15 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from traceback import format_exc
 
-from nac.bench.window_measure import (
-    DRY_PARAMS,
-    ROOT,
-    machine,
-    measure_step,
-    measure_throughput,
-    mini_worker,
-    provenance,
-)
+from nac.repo import ROOT
 
 BUDGET_S = 540.0  # the whole window: 9 minutes (the run tool allows 10 per command)
 RESERVE_S = 15.0  # kept back from the parts: the JSON, the tar, the summary
@@ -129,6 +121,10 @@ def _write_json(path: Path, obj) -> None:
 def child(a: argparse.Namespace) -> None:
     """One measuring part (``--child NAME``): its results saved to ``--result`` as they come; an
     error is saved with them (and raised: the child exits non-zero)."""
+    # deferred (and in `window`): the measuring module imports torch and the models, ~3.5 s that
+    # `--plan` (74 ms without them) would pay for nothing
+    from nac.bench.window_measure import measure_step, measure_throughput, mini_worker
+
     result, last = Path(a.result), {}
 
     def save(res):
@@ -351,6 +347,8 @@ def summary_line(name: str, rec: dict) -> str:
 
 
 def window(a: argparse.Namespace) -> int:
+    from nac.bench.window_measure import DRY_PARAMS, machine, provenance  # deferred: as in `child`
+
     out = Path(a.out)
     if out.exists() and any(out.iterdir()):
         raise SystemExit(f"gpu_window.py: --out {out} is not empty; give an empty or new folder")
@@ -457,7 +455,7 @@ def main(argv=None) -> int:
     if a.child:
         child(a)
         return 0
-    import torch
+    import torch  # deferred: ~1.2 s that `--plan` needs none of
 
     if not a.cpu_dry_run and not torch.cuda.is_available():
         raise SystemExit(
@@ -465,7 +463,7 @@ def main(argv=None) -> int:
             "(run tool: bash -c 'python bench/gpu_window.py --out $OUT', timeout_s 570), or add --cpu-dry-run"
         )
     try:
-        import hydra  # noqa: F401  (compose: the paper profile's params)
+        import hydra  # noqa: F401  (compose: the paper profile's params; deferred: a probe, absent on the GPU image)
     except ImportError:
         raise SystemExit(
             "gpu_window.py needs hydra-core, omegaconf and antlr4-python3-runtime, missing here: carry them as "

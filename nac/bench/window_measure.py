@@ -18,7 +18,23 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]  # the repository (this file: nac/bench/window_measure.py)
+import torch
+
+from nac import repo
+from nac.bench.models import Synthetic, inputs, paper_model, pruned_throughput
+from nac.bench.step_ops import pairs
+from nac.bench.timing import ci, timed_blocks
+from nac.pipeline.params import compose
+from nac.provenance import code_fingerprint, git_commit, params_hash
+from nac.registry import build_model
+from nac.tracks.image import image_model_config
+from nac.training import loop
+from nac.training.config import TrainConfig
+from nac.training.distributed import World
+from nac.training.graphed import GraphedStep
+from nac.training.run import EpochState, build_run
+
+ROOT = repo.ROOT
 SMI_NAME = "nvidia-smi.txt"
 # the window's own code, hashed into its provenance
 BENCH_FILES = (
@@ -33,17 +49,11 @@ DRY_PARAMS = ["profile=smoke", "image.model.signature_fit_steps=20"]  # the dry 
 
 
 def _device_and_params(dry: bool):
-    import torch
-
-    from nac.pipeline.params import compose
-
     device = torch.device("cpu" if dry else "cuda")
     return device, compose(DRY_PARAMS if dry else ["profile=paper"])
 
 
 def _sync(device):
-    import torch
-
     return torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
 
@@ -70,15 +80,6 @@ def loop_step(model, train: dict, batch: int, form: str, device, size: int, clas
     (``loop.train_step`` on the run ``nac.training.run.build_run`` makes) with the ``train``
     settings (the paper's ``image.train``) in step ``form`` (``form_settings``), on one fixed batch
     already on ``device``; augmentation, EMA and the loader off (not the step's)."""
-    import torch
-
-    from nac.bench.models import Synthetic, inputs
-    from nac.training import loop
-    from nac.training.config import TrainConfig
-    from nac.training.distributed import World
-    from nac.training.graphed import GraphedStep
-    from nac.training.run import build_run
-
     tr = dict(train, epochs=1, warmup_epochs=0, batch_size=batch, augment=False, num_workers=0)
     tr.update(ema=None, device=device.type, compile=False, compile_scope="forward", cuda_graphs=False)
     tr.update(form_settings(form, dry))
@@ -88,13 +89,14 @@ def loop_step(model, train: dict, batch: int, form: str, device, size: int, clas
     run = build_run(model, data_set, None, cfg, world, None, "gpu window", None, None)
     if form == "graphed" and dry:  # the CPU: the same step with each capture replaced by running it
         run.graphed = GraphedStep(run, capture=False)
-    run.sums = torch.zeros(4, dtype=torch.float64, device=device)  # the epoch's metric sums, as fit sets them
+    now = EpochState.of(run)  # the epoch's metric sums, as fit makes them
     x, y = inputs(batch, size, device, classes)
     data, count = {"input": x, "label": y}, itertools.count()
-    return lambda: loop.train_step(run, data, 0, next(count))
+    return lambda: loop.train_step(run, now, data, 0, next(count))
 
 
 def _dynamo_counts() -> dict:
+    # deferred: torch._dynamo costs ~2 s after torch; the step parts count graphs, the others never
     from torch._dynamo.utils import counters
 
     return {"graphs": counters["stats"]["unique_graphs"], "breaks": sum(counters["graph_break"].values())}
@@ -103,8 +105,6 @@ def _dynamo_counts() -> dict:
 def _sync_warnings(fn) -> list:
     """The warnings torch's sync debug mode raises while ``fn()`` runs (one per synchronizing CUDA
     call)."""
-    import torch
-
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
@@ -116,8 +116,6 @@ def _sync_warnings(fn) -> list:
 
 
 def _known_sync() -> None:
-    import torch
-
     torch.ones(1, device="cuda").item()  # one blocking copy to the host
 
 
@@ -125,8 +123,6 @@ def count_syncs(step, n: int, device, probe=_known_sync) -> dict:
     """Host syncs in ``n`` steps as torch's sync debug mode sees them, per step, with the Python
     lines that made them. ``probe``, a known single sync, must be seen first: if the mode's
     warnings do not reach Python, no count is given (rather than a false 0)."""
-    import torch
-
     if device.type != "cuda":
         return {"syncs_per_step": None, "note": "torch's sync debug mode sees CUDA syncs only"}
     seen_probe = len(_sync_warnings(probe))
@@ -147,16 +143,10 @@ def _pair(size: str, dry: bool):
     """``(models {"perceiver_io", "nac"}, image size, classes, train settings)`` of a size; the dry
     run's: the smoke profile's tiny image models."""
     if dry:
-        from nac.bench.models import paper_model
-        from nac.pipeline.params import compose
-        from nac.training.config import TrainConfig
-
         params = compose(DRY_PARAMS)
         train = {k: v for k, v in params["image"]["train"].items() if k in TrainConfig.__dataclass_fields__}
         models = {"perceiver_io": paper_model(params, "perceiver_io"), "nac": paper_model(params, "nac-scale_free")}
         return models, params["image"]["model"]["tokenizer"]["image_size"], 200, train
-    from nac.bench.step_ops import pairs
-
     models, px, classes, train = pairs([size])[size]
     pair = {"perceiver_io": models["perceiver_io"], "nac": models.get("nac", models.get("nac-scale_free"))}
     return pair, px, classes, train
@@ -167,10 +157,6 @@ def measure_step(form: str, batch: int, blocks: int, steps: int, until: float, d
     form's compilation in the first, a graphed form's capture in the third: two eager warm-up steps
     come first), dynamo's counts, host syncs and memory, then interleaved blocks of steps fitted to
     ``until`` (a ``time.time()``); ``save(res)`` after each stage. The dry run: the tiny size only."""
-    import torch
-
-    from nac.bench.timing import ci, timed_blocks
-
     device = torch.device("cpu" if dry else "cuda")
     sync = _sync(device)
     res = {"form": form, "settings": form_settings(form, dry), "batch": batch, "sizes": {}}
@@ -238,13 +224,6 @@ def mini_worker(graphed: bool, run_name: str, start_at: float, end_at: float, dr
     """One worker of ``measure_workers``: the mini profile's ``run_name`` at mini's batch, built and
     warmed up (the capture included), then steps from ``start_at`` to ``end_at`` (epoch seconds,
     shared by every worker of the round): ``{"steps", "seconds", "steps_per_s"}``."""
-    import torch
-
-    from nac.model import build_model
-    from nac.pipeline.params import compose
-    from nac.tracks.image import image_model_config
-    from nac.training.config import TrainConfig
-
     torch.set_num_threads(1)
     device = torch.device("cpu" if dry else "cuda")
     params = compose(DRY_PARAMS if dry else ["profile=mini"])
@@ -272,8 +251,6 @@ def mini_worker(graphed: bool, run_name: str, start_at: float, end_at: float, dr
 
 def measure_throughput(batches: list[int], blocks: int, until: float, dry: bool, save) -> dict:
     """``nac.bench.models.pruned_throughput`` at each batch of ``batches`` while the part's time lasts."""
-    from nac.bench.models import pruned_throughput
-
     device, params = _device_and_params(dry)
     res = {"model": "paper profile image.model, nac-scale_free (untrained)" if not dry else "smoke profile (dry run)"}
     for b in batches:
@@ -291,7 +268,6 @@ def measure_throughput(batches: list[int], blocks: int, until: float, dry: bool,
 
 def machine(out: Path, dry: bool) -> dict:
     """What ran the window; ``nvidia-smi``'s output to ``out/nvidia-smi.txt``."""
-    import torch
 
     def smi(*args) -> str:
         try:
@@ -303,7 +279,7 @@ def machine(out: Path, dry: bool) -> dict:
     (out / SMI_NAME).write_text(smi(), encoding="utf-8")
     query = smi("--query-gpu=name,driver_version,memory.total", "--format=csv,noheader").strip()
     try:
-        import triton
+        import triton  # deferred: optional (absent without CUDA), probed here
 
         triton_version = triton.__version__
     except ImportError:
@@ -326,9 +302,6 @@ def machine(out: Path, dry: bool) -> dict:
 
 
 def provenance(overrides: list[str]) -> dict:
-    from nac.pipeline.params import compose
-    from nac.provenance import code_fingerprint, git_commit, params_hash
-
     h = hashlib.sha256()
     for rel in BENCH_FILES:
         h.update(rel.encode() + b"\0" + (ROOT / rel).read_bytes() + b"\0")

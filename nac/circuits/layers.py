@@ -9,14 +9,14 @@ from nac.circuits.attention import SKMDPA
 from nac.circuits.modfc import ModFCForm, ModFFN
 
 # timm's blocks are imported on use, where a model is built: importing timm loads torchvision (and
-# torch._dynamo), seconds that a stage building no model (validate, report) would pay for nothing.
+# torch._dynamo), ~2.2 s after torch that a stage building no model (validate, report) would pay for nothing.
 
 
 def make_drop_path(p: float) -> nn.Module:
     """Stochastic depth: drop a residual branch ``[B, ...]`` for whole samples with probability
     ``p`` (timm's ``DropPath``: the mask is one ``bernoulli_(1 - p)`` draw on ``[B, 1, ...]``, kept
     samples scaled by ``1 / (1 - p)``; tests/test_library_blocks.py)."""
-    from timm.layers import DropPath
+    from timm.layers import DropPath  # deferred: timm ~2.2 s after torch (above)
 
     return DropPath(p)
 
@@ -24,7 +24,7 @@ def make_drop_path(p: float) -> nn.Module:
 def make_layer_scale(d: int, init: float | None) -> nn.Module:
     """Per-channel residual gain ``gamma`` ``[d]`` on ``[..., d]``, initialised to ``init``, as in the
     authors' code (timm's ``LayerScale``); ``init=None``: no gain (``nn.Identity``, no parameter)."""
-    from timm.layers import LayerScale
+    from timm.layers import LayerScale  # deferred: timm ~2.2 s after torch (above)
 
     return nn.Identity() if init is None else LayerScale(d, float(init))
 

@@ -100,7 +100,7 @@ class ImageTokenizer(nn.Module):
 def layer_norm_2d(channels: int) -> nn.Module:
     """LayerNorm over the channels of a ``[B, C, H, W]`` map: timm's ``LayerNorm2d`` (imported on
     use: timm loads torchvision) at torch's default eps 1e-5, not timm's 1e-6, as trained so far."""
-    from timm.layers import LayerNorm2d
+    from timm.layers import LayerNorm2d  # deferred: timm loads torchvision, ~2.2 s after torch
 
     return LayerNorm2d(channels, eps=1e-5)
 
@@ -160,7 +160,7 @@ def convnext_block(dim: int) -> nn.Module:
     1e-5), pointwise MLP (x4, GELU), layer scale 1e-6, residual. Its state_dict keeps this suite's
     names (``dw``, ``mlp.0``, ``mlp.2`` for timm's ``conv_dw``, ``mlp.fc1``, ``mlp.fc2``), so the
     checkpoints written before load (tests/test_library_blocks.py). timm imported on use."""
-    from timm.models.convnext import ConvNeXtBlock
+    from timm.models.convnext import ConvNeXtBlock  # deferred: timm loads torchvision, ~2.2 s after torch
 
     block = ConvNeXtBlock(dim, norm_layer=nn.LayerNorm)
     block.register_state_dict_post_hook(_save_our_names)

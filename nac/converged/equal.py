@@ -27,7 +27,11 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from nac.converged import pieces as P
+from nac.pipeline.params import compose
+from nac.provenance import git_commit
 
 TIMINGS = frozenset({"images_per_s"})  # measured time: differs between any two runs of the same code
 
@@ -138,9 +142,6 @@ def prove(
     """Run ``profile``'s pieces (those ``only`` selects) with the code of ``commit`` and with the
     checkout ``root``, compare them; returns ``{"equal", "differences", "entries", "pieces"}``
     (``entries``: a proof per kind of piece compared whose code fingerprint changed)."""
-    from nac.pipeline.params import compose
-    from nac.provenance import git_commit
-
     here = git_commit(root)
     if here["commit"] is None:
         raise ProofError(f"{root} is not a git checkout: a proof names the commits it compares")
@@ -158,8 +159,6 @@ def prove(
         if n != len(selected):
             raise ProofError(f"the {side} code wrote {n} of the {len(selected)} pieces selected: compare needs all")
     diffs = differences(a / profile, b / profile)
-    import torch
-
     device = f"CPU ({platform.machine()}, torch {torch.__version__})"
     entries, kinds = [], {}
     for p in selected:

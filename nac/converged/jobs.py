@@ -20,17 +20,27 @@ it once the piece is written.
 from __future__ import annotations
 
 import datetime as dt
+import errno
+import json
 import os
 import platform
 import time
 from pathlib import Path
 from typing import Any
 
-from nac.checkpoint_lock import CheckpointBusyError
+import torch
+
+from nac.checkpoint_io import load_model
+from nac.checkpoint_lock import CheckpointBusyError, CheckpointLock
 from nac.converged import pieces as P
 from nac.pipeline.datasets import builder, data_root
 from nac.pipeline.io import write_json
-from nac.pipeline.paths import MODELS
+from nac.pipeline.paths import MODELS, image_checkpoint, parse_run, track_checkpoint
+from nac.provenance import git_commit
+from nac.tracks.common import train_track_run
+from nac.tracks.fewshot import FewShotConfig, run_fewshot
+from nac.tracks.image import evaluate_image_run, prune_sweep, train_image_run
+from nac.training.distributed import resolve_device
 
 SKIPPED = "skipped"
 
@@ -46,10 +56,6 @@ def _utc(t: float) -> str:
 
 def device_of(params: dict) -> tuple[str, str]:
     """``(kind, description)``: the GPU's name or ``CPU``, and the device in words."""
-    import torch
-
-    from nac.training.distributed import resolve_device
-
     dev = resolve_device(params.get("device", "auto"))
     if dev.type == "cuda":
         name = torch.cuda.get_device_name(dev)
@@ -68,8 +74,6 @@ def in_work(params: dict, work: str | Path) -> tuple[dict, Path]:
 
 
 def checkpoint_of(piece: P.Piece, models: str | Path = MODELS) -> Path:
-    from nac.pipeline.paths import image_checkpoint, track_checkpoint
-
     return (
         image_checkpoint(piece.run, piece.seed, models)
         if piece.track == "image"
@@ -78,10 +82,6 @@ def checkpoint_of(piece: P.Piece, models: str | Path = MODELS) -> Path:
 
 
 def _image(params: dict, piece: P.Piece, out: Path, progress: bool, models: Path) -> None:
-    from nac.checkpoint_io import load_model
-    from nac.pipeline.paths import parse_run
-    from nac.tracks.image import evaluate_image_run, prune_sweep, train_image_run
-
     run, seed = piece.run, piece.seed
     write_json(out / "train.json", train_image_run(params, run, seed, progress=progress, models=models))
     write_json(out / "eval.json", evaluate_image_run(params, run, seed, models=models))
@@ -100,9 +100,6 @@ def _image(params: dict, piece: P.Piece, out: Path, progress: bool, models: Path
     if fs_runs:
         episodes = P.fewshot_episodes(params, piece)
     if fs_runs and episodes:
-        from nac.tracks.fewshot import FewShotConfig, run_fewshot
-        from nac.training.distributed import resolve_device
-
         fs = params["fewshot"]
         if fs["source"] != "image":
             raise ValueError(
@@ -131,11 +128,11 @@ def _image(params: dict, piece: P.Piece, out: Path, progress: bool, models: Path
 
 
 def _track(params: dict, piece: P.Piece, out: Path, progress: bool, models: Path) -> None:
-    from nac.tracks.common import train_track_run
-
     got = train_track_run(params, piece.track, piece.run, piece.seed, progress=progress, models=models)
     write_json(out / "metrics.json", got)
     if P.analyses(params, piece):
+        # deferred: nac.tracks.nlvr imports nac.stats, hence scipy.stats (~0.45 s), which
+        # `tools/run_converged.py --list` and every piece but the NLVR analysis's would pay for nothing
         from nac.tracks.nlvr import run_analysis
 
         run_analysis(params, out_dir=str(out), progress=progress, models=models)
@@ -150,8 +147,6 @@ def compute(params: dict, piece: P.Piece, out: Path, progress: bool = True, *, m
 def _cannot_write(e: OSError, ctx: dict) -> bool:
     """An OSError of a full, read-only or forbidden pieces or work folder (what ``run_piece`` says in
     one line), not one of the computation itself (a missing dataset file, say)."""
-    import errno
-
     if e.errno not in (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EPERM):
         return False
     where = Path(e.filename).resolve() if e.filename else None
@@ -177,8 +172,6 @@ class CodeChanged(RuntimeError):
 
 def _held(ckpt: Path) -> bool:
     """Whether another training holds ``ckpt``'s lock now (taken and released at once to find out)."""
-    from nac.checkpoint_lock import CheckpointLock
-
     try:
         CheckpointLock(ckpt, owner="run_converged: a check").acquire().release()
     except CheckpointBusyError:
@@ -190,8 +183,6 @@ def source_commit(ctx: dict) -> dict:
     """The commit of the checkout whose code runs, read when a piece's computation starts
     (``nac.provenance.git_commit``; where git cannot say, the one ``NAC_SOURCE_COMMIT`` names, marked
     as such; ``{"commit": "unknown"}`` when neither can)."""
-    from nac.provenance import git_commit
-
     got = git_commit(ctx["code_root"])
     named = os.environ.get("NAC_SOURCE_COMMIT", "").strip()
     if got["commit"] is None:
@@ -211,8 +202,6 @@ class Stretches:
         self.ckpt, self.path = Path(ckpt), Path(ckpt).with_name(Path(ckpt).name + ".stretches.json")
 
     def read(self) -> list[dict]:
-        import json
-
         try:
             got = json.loads(self.path.read_text(encoding="utf-8"))
         except (OSError, ValueError):

@@ -21,12 +21,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import shutil
 import uuid
 from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any, Iterable
+
+import psutil
 
 from nac.imports import files_run_by_import, reached
 
@@ -100,6 +103,8 @@ def fewshot_runs(params: dict, piece: Piece) -> list[str]:
     fs = params.get("fewshot")
     if piece.track != "image" or not fs:
         return []
+    # deferred: nac.pipeline.paths imports nac.registry, hence torch (~1.2 s) and ~1.4 s more (scipy.optimize); this
+    # module is torch-free for tools/window_pieces.py and the records (nac.converged.records)
     from nac.pipeline.paths import fewshot_image_run
 
     return [r for r in fs["runs"] if fewshot_image_run(params, r) == piece.run]
@@ -293,10 +298,6 @@ def status(
 
 
 def _owner() -> dict:
-    import platform
-
-    import psutil
-
     return {"pid": os.getpid(), "started": psutil.Process().create_time(), "host": platform.node()}
 
 
@@ -304,10 +305,6 @@ def writer_alive(d: Path) -> bool:
     """Whether the process writing the partial folder ``d`` may still be at it: its owner (``OWNER``:
     pid and start time) runs on this machine, or the folder was written on another machine (which
     this one cannot see), or, without an owner file, a process of the pid in its name runs."""
-    import platform
-
-    import psutil
-
     try:
         owner = json.loads((d / OWNER).read_text(encoding="utf-8"))
     except (OSError, ValueError):

@@ -23,7 +23,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from nac.converged import pieces as P
+from nac.converged.gpu_proof import PROOF, RECOMPUTED
 
 RECORDS = "records"  # beside the live pieces folder: results/converged/records/<name>/
 ABOUT = "record.json"
@@ -51,8 +54,6 @@ def _commit(root: Path) -> tuple[str, bool]:
 
 def read_about(path: str | Path) -> dict[str, str]:
     """The ``--about`` file: JSON or YAML with ``title``, ``could_show``, ``could_not_show`` (text)."""
-    import yaml
-
     path = Path(path)
     try:
         about = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -113,8 +114,6 @@ def archive(
     equal = pieces_root / P.EQUAL_CODE
     if equal.is_file():  # the proofs its pieces were carried over on, with them
         shutil.copy2(equal, staging / P.EQUAL_CODE)
-    from nac.converged.gpu_proof import PROOF, RECOMPUTED
-
     for name in (PROOF, RECOMPUTED):  # the GPU path's proof is of these pieces: it moves with them
         if (results / name).exists():
             (results / name).rename(staging / name)

@@ -208,7 +208,7 @@ class ArrayDataset:
         return self._len
 
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-        import torch
+        import torch  # deferred: the data stages run without torch (~1.2 s; tests/test_dvc_deps.py)
 
         item = {self.rename.get(k, k): torch.from_numpy(np.array(v[i])) for k, v in self.arrays.items()}
         return self.transform(item) if self.transform else item

@@ -54,7 +54,9 @@ def embedded() -> list[str]:
 
 
 def _import_all() -> None:
-    # Builders live in sibling modules and register on import.
+    # Builders live in sibling modules and register on import (a plugin registry). Deferred: each
+    # builder module imports `register` and `DatasetBuilder` from here, so importing them at this
+    # module's top would be a cycle; the first lookup imports them all, once.
     from nac.data import builders  # noqa: F401
 
 

@@ -26,6 +26,10 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
+
+from nac import repo
+
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 _SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "fish"}
 _PR_SET_PDEATHSIG = 1
@@ -58,8 +62,6 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
 
 def _identity(pid: int) -> tuple[int, float] | None:
     """``(pid, start time)``: a pid reused by another process is not mistaken for the launcher."""
-    import psutil
-
     try:
         return pid, psutil.Process(pid).create_time()
     except psutil.Error:
@@ -67,8 +69,6 @@ def _identity(pid: int) -> tuple[int, float] | None:
 
 
 def _alive(ident: tuple[int, float]) -> bool:
-    import psutil
-
     try:
         return psutil.Process(ident[0]).create_time() == ident[1]
     except psutil.Error:
@@ -78,8 +78,6 @@ def _alive(ident: tuple[int, float]) -> bool:
 def launchers() -> list[tuple[int, float]]:
     """The processes whose death stops this one: the parent, and its parent when the parent is a
     shell. Nothing when the parent is init (already orphaned, or started by a service manager)."""
-    import psutil
-
     out = []
     pid = os.getppid()
     for _ in range(2):
@@ -101,8 +99,6 @@ def launchers() -> list[tuple[int, float]]:
 
 def _hard_stop(why: str) -> None:
     """The graceful stop did not end: say where it hung, then SIGKILL this process's children and itself."""
-    import psutil
-
     try:
         print(f"{why}; where each thread stands:", file=sys.stderr, flush=True)
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
@@ -160,8 +156,6 @@ def stage_process() -> None:
 def orphaned() -> bool:
     """This process was adopted by init: its parent is pid 1 and pid 1 is not a ``dvc`` process (in
     a container ``dvc repro`` may itself be pid 1). Unreadable pid 1: not orphaned (no guess)."""
-    import psutil
-
     if os.getppid() != 1:
         return False
     try:
@@ -170,38 +164,11 @@ def orphaned() -> bool:
         return False
 
 
-BUSY = [False]  # a worker process is running a job (run_job): what a stop signal reads
-STOPPING = [False]  # a worker process was told to stop: it starts no further job (nac.pipeline.pool)
-
-
-def run_job(fn, args: tuple, threads: int | None, progress: bool):
-    """``fn(*args, progress=progress)`` in a worker process (the pool's or submitit's) with
-    ``threads`` intra-op threads (None: torch's default); a stop signal meanwhile ends the job as
-    Ctrl-C would (its checkpoint intact), not the process at once."""
-    if STOPPING[0]:  # told to stop (the stage is ending): start no new job
-        os._exit(128 + signal.SIGTERM)
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
-    BUSY[0] = True
-    try:
-        return fn(*args, progress=progress)
-    finally:
-        BUSY[0] = False
-
-
-def _worker_interrupt(signum, frame):
-    STOPPING[0] = True
-    if BUSY[0]:  # in a job: the training ends with its one line, checkpoint intact
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-    os._exit(128 + signum)  # idle between jobs: nothing to save, nothing to say
-
-
-def worker_process(parent_pid: int) -> None:
-    """For a stage's worker process (started by ``parent_pid``): stop signals like Ctrl-C while a
-    job runs (an idle worker just exits), and stop when the stage dies."""
-    handle_stop_signals(_worker_interrupt)
+def worker_process(parent_pid: int, on_signal) -> None:
+    """For a stage's worker process (started by ``parent_pid``): stop signals handled by
+    ``on_signal`` (``nac.pipeline.worker.Worker.on_signal``: a running job ends as Ctrl-C would, an
+    idle worker exits), and stop when the stage dies."""
+    handle_stop_signals(on_signal)
     die_with_parent()
     if os.getppid() != parent_pid:  # the stage died before the line above took effect
         os.kill(os.getpid(), signal.SIGTERM)
@@ -216,10 +183,9 @@ def foreign_nac(main, name: str) -> None:
     ``python stages/<name>.py``, Python puts ``stages/`` first on the path and imports whatever ``nac`` is
     installed (another checkout's, say), where ``python -m stages.<name>`` from the checkout (dvc.yaml's
     command) imports its own."""
-    import nac
 
     script = Path(main.__code__.co_filename).resolve()
-    own, got = script.parents[1], Path(nac.__file__).resolve().parents[1]
+    own, got = script.parents[1], repo.ROOT
     if own != got and (own / "nac" / "__init__.py").is_file():  # (a script outside any checkout: no claim)
         raise SystemExit(
             f"{name}: {script.name} imports nac from {got}, not from its own checkout {own}: run it as dvc.yaml "

@@ -6,13 +6,14 @@ by every stage before any work starts.
 reads besides (``load_params(check=[image.validate])``), so it runs (and depends on) no other
 track's code. The composer, ``python -m nac.compose [overrides...]``, validates every section.
 
-Validation first checks the shape of a section (``nac.pipeline.schema``: known keys at every
-level, types derived from the config dataclasses, ranges), then the rules between sections;
-every message names the key and what would be valid.
+Validation is pydantic's (``nac.pipeline.schema``: known keys at every level, types, ranges, the
+rules within a section), then the rules between sections; every message names the key, the
+problem and the fix.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable, Iterable
@@ -20,24 +21,23 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from nac.data.registry import available
-from nac.graphs import PRIORS
+from nac import repo
+from nac.environment import mismatch_line
 from nac.pipeline.datasets import builder
-from nac.pipeline.schema import ParamsError, check_schema
+from nac.pipeline.schema import PROFILES, Params, ParamsError, check
 from nac.pipeline.stage_params import project
-from nac.pipeline.typecheck import article
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
-PROFILES = ("smoke", "mini", "converged", "converged_smoke", "paper")
+CONF_DIR = repo.CONF_DIR
 __all__ = ["CONF_DIR", "PROFILES", "ParamsError", "compose", "load_params", "read_params", "validate"]
 
 
 def compose(overrides: list[str] | None = None, conf_dir: str | Path = CONF_DIR) -> dict[str, Any]:
     """Compose ``conf/config.yaml`` with Hydra overrides, as DVC's Hydra integration does."""
-    from hydra import compose as hydra_compose
+    from hydra import compose as hydra_compose  # deferred: Hydra ~0.15 s, only composing needs it
     from hydra import initialize_config_dir
-    from omegaconf import OmegaConf
 
     with initialize_config_dir(str(Path(conf_dir).resolve()), version_base=None):
         cfg = hydra_compose(config_name="config", overrides=list(overrides or []))
@@ -51,9 +51,6 @@ def read_params(path: Path, shown_as: str | Path | None = None) -> dict[str, Any
     tracks params.yaml's text, so a ``${...}`` stays the string it is (and a typed key refuses
     it). A YAML syntax error, an empty file, a non-mapping or a value OmegaConf refuses is a
     ParamsError naming the file (and the line)."""
-    from omegaconf import DictConfig, OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
     name = shown_as or path
     try:
         cfg = OmegaConf.load(path)
@@ -83,7 +80,8 @@ def read_params(path: Path, shown_as: str | Path | None = None) -> dict[str, Any
         value = OmegaConf.to_container(cfg) if OmegaConf.is_config(cfg) else cfg
         raise ParamsError(
             f"{name} must be a mapping of sections (profile, seeds, data, image, ...), got "
-            f"{article(value)}: {str(value)[:60]!r}; recreate it with `python -m nac.compose`"
+            f"a {'null' if value is None else type(value).__name__}: {str(value)[:60]!r}; "
+            "recreate it with `python -m nac.compose`"
         )
     return OmegaConf.to_container(cfg, resolve=False)
 
@@ -116,18 +114,11 @@ def load_params(
     return params if stage is None else project(params, stage, item)
 
 
-_ENV_SAID = [False]
-
-
+@functools.cache
 def _say_environment() -> None:
-    """Once per process: one line when the installed packages differ from requirements.lock (the
-    committed run's environment), so a run whose numbers will not match the committed ones says
-    why at its start (``nac.environment``)."""
-    if _ENV_SAID[0]:
-        return
-    _ENV_SAID[0] = True
-    from nac.environment import mismatch_line
-
+    """Once per process (its first call; ``functools.cache`` keeps that it ran): one line when the
+    installed packages differ from requirements.lock (the committed run's environment), so a run
+    whose numbers will not match the committed ones says why at its start (``nac.environment``)."""
     line = mismatch_line()
     if line:
         print(line, file=sys.stderr)
@@ -142,7 +133,7 @@ def check_workspace(stage: str) -> None:
     if not os.environ.get("DVC_STAGE"):
         return
     here = Path.cwd().resolve()
-    used = Path(__file__).resolve().parents[2]
+    used = repo.ROOT
     if used != here:
         raise ParamsError(
             f"stage {stage!r} runs the nac of {used}, not of the workspace DVC runs it in ({here}); "
@@ -152,42 +143,11 @@ def check_workspace(stage: str) -> None:
 
 
 def validate(params: dict[str, Any]) -> None:
-    """Reject an impossible configuration of the sections every stage reads (``profile``,
-    ``seeds``, ``device``, ``data``, ``prior``), naming the key and what would be valid."""
-    if not isinstance(params, dict):
-        raise ParamsError(
-            f"params.yaml must be a mapping of sections (profile, seeds, data, ...), got {params!r}; "
-            "recreate it with `python -m nac.compose`"
-        )
-    _require(params, "profile")
-    if params["profile"] not in PROFILES:
-        raise ParamsError(f"profile={params['profile']!r}; valid choices: {', '.join(PROFILES)}")
-    seeds = params.get("seeds")
-    if (
-        not isinstance(seeds, list)
-        or not seeds
-        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
-    ):
-        raise ParamsError(f"seeds must be a non-empty list of non-negative ints, got {seeds!r}")
-    if len(set(seeds)) != len(seeds):
-        raise ParamsError(f"seeds contains duplicates: {seeds}")
-    _require(params, "data")
-    _require(params, "prior")
-    check_schema(params)  # top-level keys, device, prior, data
-    prior = params.get("prior", {})
-    if prior.get("name") not in PRIORS:
-        raise ParamsError(f"prior.name={prior.get('name')!r}; valid choices: {', '.join(PRIORS)}")
-    data = params.get("data", {})
-    names = available()
-    for ds in data.get("datasets", []):
-        if ds not in names:
-            raise ParamsError(f"data.datasets lists unknown dataset {ds!r}; valid choices: {', '.join(names)}")
+    """Reject an impossible configuration of the sections every stage reads (``nac.pipeline.schema.
+    Params``), then a dataset its builder refuses, naming the key and the fix."""
+    check(Params, params)
+    for ds in params["data"]["datasets"]:
         try:
-            builder({"data": data}, ds)
+            builder({"data": params["data"]}, ds)
         except ValueError as e:
             raise ParamsError(f"data.{ds}: {e}") from e
-
-
-def _require(params: dict, key: str) -> None:
-    if key not in params:
-        raise ParamsError(f"params.yaml has no {key!r}; recreate it with `python -m nac.compose`")

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from nac.config import VARIANTS
 from nac.graphs import PRIORS
-from nac.model import BASELINES
 from nac.pipeline.schema import ParamsError
+from nac.registry import BASELINES
 
 PLAIN_RUNS = tuple(v for v in VARIANTS if v != "nac") + tuple(BASELINES)
 CONTROLS = {

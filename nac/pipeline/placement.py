@@ -51,7 +51,7 @@ def _visible_gpus() -> list[str]:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and visible.strip() != "":
         return [v.strip() for v in visible.split(",") if v.strip()]
-    import torch
+    import torch  # deferred: the data stages run without torch (~1.2 s; tests/test_dvc_deps.py)
 
     return [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
 
@@ -113,7 +113,7 @@ def pin(slot: Slot | None) -> None:
     if slot.kind == "cpu":
         os.sched_setaffinity(0, {int(slot.target)})
         return
-    import torch
+    import torch  # deferred: the data stages run without torch (~1.2 s; tests/test_dvc_deps.py)
 
     if torch.cuda.is_initialized():
         torch.cuda.set_device(slot.index)

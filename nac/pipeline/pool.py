@@ -21,6 +21,12 @@ Placement (``nac.pipeline.placement``): each worker is pinned to one device of `
 ``local`` and ``slurm`` submit every job through submitit (``nac.pipeline.slurm``), on this
 machine or on a SLURM cluster, and wait for them: the same outputs either way. Signals and the
 death of the launching ``dvc`` stop the workers (``nac.pipeline.lifeline``).
+
+Why its own workers (``serve``, ``_Workers``: spawned processes, one pipe each) rather than
+``concurrent.futures.ProcessPoolExecutor``: the stage must name the job a dead worker ran (the
+executor breaks the whole pool on a death and says which job of none; the earlier version needed a
+side queue and module lists for it) and hand a job to a chosen worker, whose own loop runs it
+(issue 48: the route from the stage to ``optimizer.step()`` in five calls, ``docs/design.md``).
 """
 
 from __future__ import annotations
@@ -31,14 +37,16 @@ import os
 import signal
 import sys
 import time
+import traceback
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.connection import wait as wait_ready
 from typing import Any
+
+from tqdm.auto import tqdm
 
 from nac.pipeline import lifeline, placement
 from nac.pipeline.envvars import choice, positive_int
-from nac.progress import set_worker_line
+from nac.pipeline.worker import Worker, set_threads
 
 WORKERS_ENV, THREADS_ENV, EXECUTOR_ENV = "NAC_WORKERS", "NAC_THREADS", "NAC_EXECUTOR"
 EXECUTORS = ("pool", "local", "slurm")
@@ -79,7 +87,7 @@ def _on_gpu(device: str) -> bool:
         return True
     if device != "auto":
         return False
-    import torch
+    import torch  # deferred: the data stages run without torch (~1.2 s; tests/test_dvc_deps.py)
 
     return torch.cuda.is_available()
 
@@ -110,42 +118,6 @@ def threads_for(device: str) -> int | None:
     if asked is not None:
         return asked
     return None if _on_gpu(device) else 1
-
-
-_STARTED: list = [None]  # in a worker: the queue it reports (job index, pid) on when a job starts
-
-
-def _run_one(fn: Callable, args: tuple, threads: int | None, progress: bool, index: int | None = None) -> Any:
-    """Job ``index`` in a worker: say that it starts (``_STARTED``), then ``lifeline.run_job``."""
-    if lifeline.STOPPING[0]:  # told to stop (the stage is ending): start no new job
-        os._exit(128 + signal.SIGTERM)
-    if index is not None and _STARTED[0] is not None:
-        _STARTED[0].put((index, os.getpid()))
-    return lifeline.run_job(fn, args, threads, progress)
-
-
-def _init_worker(slots, lines, bar_lock, parent_pid: int, started=None) -> None:
-    """A worker's start: take the next device (a queue of the workers' slots) and bar line (a queue
-    of 1..n), watch the stage; ``started``: where it says which job it starts."""
-    _STARTED[0] = started
-    lifeline.worker_process(parent_pid)
-    placement.pin(slots.get())
-    set_worker_line(lines.get(), bar_lock)
-
-
-def _run_here(fn: Callable, jobs: list, threads: int | None, slot: placement.Slot | None, bar) -> list[Any]:
-    """The jobs one after another in this process (pinned to ``slot``; a CPU pin is undone after)."""
-    affinity = os.sched_getaffinity(0) if slot is not None and slot.kind == "cpu" else None
-    placement.pin(slot)
-    try:
-        results = []
-        for job in jobs:
-            results.append(_run_one(fn, job, threads, True))
-            bar.update()
-        return results
-    finally:
-        if affinity is not None:
-            os.sched_setaffinity(0, affinity)
 
 
 class WorkerKilled(SystemExit):
@@ -180,22 +152,120 @@ def killed_message(desc: str, exitcode: int | None, job: str | None, pid: int) -
 STOP_GRACE_S = 30.0  # a stopped job's time to report back (its one line; its checkpoint is intact)
 
 
-def _stop(procs: list, pending: set) -> None:
-    """Stop a stage's workers: queued jobs are cancelled, running ones get SIGTERM (each ends with
-    its one line, the checkpoint of its last epoch intact) and up to ``STOP_GRACE_S`` to report
-    back; then every worker is killed (a pool worker would otherwise wait for the next job, and
-    one can block on a queue lock a stopped worker held), so the stage never hangs on them."""
-    running = {f for f in pending if not f.cancel()}
-    deadline = time.monotonic() + STOP_GRACE_S
-    for p in procs:
-        if p.is_alive():
-            p.terminate()
-    wait(running, timeout=STOP_GRACE_S)
-    for p in procs:  # a worker told to stop starts no new job (lifeline.STOPPING): it exits
-        p.join(max(0.0, deadline - time.monotonic()))
-        if p.is_alive():
-            p.kill()
-        p.join()
+def serve(conn, slot: placement.Slot | None, line: int, bar_lock, parent_pid: int) -> None:
+    """A worker process's life: its ``Worker`` (bars on ``line``), the stage watched
+    (``lifeline.worker_process``), pinned to ``slot``; then the jobs the stage sends on ``conn``,
+    ``(index, fn, args, threads)``, one at a time: ``fn(*args, progress=True)``, answered
+    ``(index, True, result)`` or ``(index, False, (error, its traceback))``, until ``None``. A
+    stop signal between jobs (or one that lands outside the job's own handling) ends the process."""
+    worker = Worker.start(line)
+    lifeline.worker_process(parent_pid, worker.on_signal)
+    placement.pin(slot)
+    tqdm.set_lock(bar_lock)  # the stage's bar and its workers' share the terminal
+    try:
+        while (task := conn.recv()) is not None:
+            index, fn, args, threads = task
+            with worker.job(threads):
+                try:
+                    answer = (index, True, fn(*args, progress=True))
+                except BaseException as e:  # noqa: BLE001 (the stage raises it; a stop's one line included)
+                    answer = (index, False, (e, traceback.format_exc()))
+            _answer(conn, answer)
+    except (KeyboardInterrupt, EOFError):  # told to stop, or the stage is gone: nothing left to say
+        os._exit(128 + signal.SIGTERM)
+
+
+def _answer(conn, answer: tuple) -> None:
+    try:
+        conn.send(answer)
+    except Exception as e:  # noqa: BLE001 (a result or error that cannot be pickled: its text)
+        index, ok, value = answer
+        tb = value[1] if not ok else ""
+        error = RuntimeError(f"job {index}'s {'result' if ok else 'error'} cannot be sent back: {e}")
+        conn.send((index, False, (error, tb)))
+
+
+class RemoteTraceback(Exception):
+    """A job's traceback in its worker, attached to its error raised in the stage."""
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+def _raised(value: tuple) -> BaseException:
+    error, tb = value
+    if tb:
+        error.__cause__ = RemoteTraceback(f'\n"""\n{tb}"""')
+    return error
+
+
+class _Workers:
+    """The stage's worker processes (``serve``), one pipe each: which job each runs is known here."""
+
+    def __init__(self, slots: list, bar_lock, desc: str):
+        ctx = mp.get_context("spawn")
+        self.procs, self.conns = [], []
+        self.running: dict[int, int] = {}  # worker -> the index of the job it runs
+        for k, slot in enumerate(slots, start=1):
+            here, there = ctx.Pipe()
+            p = ctx.Process(target=serve, args=(there, slot, k, bar_lock, os.getpid()), name=f"{desc}-worker-{k}")
+            self.procs.append(p)
+            self.conns.append(here)
+            p.start()
+            there.close()  # the worker's end: its death closes the pipe (EOF here)
+
+    def give(self, w: int, index: int, task: tuple) -> None:
+        """Job ``index`` to worker ``w`` (``task``: what ``serve`` reads)."""
+        self.conns[w].send(task)
+        self.running[w] = index
+
+    def ready(self) -> tuple[list[int], list[int]]:
+        """Wait until a running worker answers or any worker dies: ``(workers with an answer, dead workers)``."""
+        alive = [p.sentinel for p in self.procs]
+        ready = set(wait_ready([self.conns[w] for w in self.running] + alive))
+        answered = [w for w in self.running if self.conns[w] in ready or self.conns[w].poll()]
+        dead = [w for w, p in enumerate(self.procs) if p.sentinel in ready and w not in answered]
+        return answered, dead
+
+    def close(self) -> None:
+        """Every worker told to end after its job (all done), then joined."""
+        for conn in self.conns:
+            try:
+                conn.send(None)
+            except OSError:
+                pass
+        self._join(time.monotonic() + STOP_GRACE_S)
+
+    def stop(self) -> None:
+        """Stop the workers: running jobs get SIGTERM (each ends with its one line, the checkpoint of
+        its last epoch intact) and up to ``STOP_GRACE_S`` to report back, idle workers exit; their
+        answers are read meanwhile (a worker blocked writing one would not end); then every worker
+        still there is killed, so the stage never hangs on them."""
+        deadline = time.monotonic() + STOP_GRACE_S
+        for p in self.procs:
+            if p.is_alive():
+                p.terminate()
+        while time.monotonic() < deadline and any(p.is_alive() for p in self.procs):
+            open_conns = [c for c in self.conns if not c.closed]
+            ready = wait_ready(
+                open_conns + [p.sentinel for p in self.procs if p.is_alive()],
+                timeout=max(0.0, deadline - time.monotonic()),
+            )
+            for c in open_conns:
+                if c in ready:
+                    try:
+                        c.recv()
+                    except (EOFError, OSError):
+                        c.close()
+        self._join(deadline)
+
+    def _join(self, deadline: float) -> None:
+        for p, conn in zip(self.procs, self.conns):
+            p.join(max(0.0, deadline - time.monotonic()))
+            if p.is_alive():
+                p.kill()
+            p.join()
+            conn.close()
 
 
 def run_jobs(
@@ -214,18 +284,20 @@ def run_jobs(
     jobs; in workers each job's own bars go on its worker's line (``nac.progress``), and a line per
     finished job says ``<label> <outcome(result)> (<seconds> s)`` (default: done; with one worker
     the jobs run in this process, their own output in view, and no such line is written). The first job
-    that fails stops the rest: jobs not started are cancelled, running ones are stopped (their last
-    per-epoch checkpoint stays, so a rerun resumes), and its error is raised here. ``workdir``: the
-    folder submitit's logs and pickles go under (``NAC_EXECUTOR`` ``local`` / ``slurm``;
-    ``nac.pipeline.slurm``), the working directory unless given."""
-    from tqdm.auto import tqdm
+    that fails stops the rest: jobs not started are not, running ones are stopped (their last
+    per-epoch checkpoint stays, so a rerun resumes), and its error is raised here; a worker that
+    dies names its job (``WorkerKilled``). ``workdir``: the folder submitit's logs and pickles go
+    under (``NAC_EXECUTOR`` ``local`` / ``slurm``; ``nac.pipeline.slurm``), the working directory
+    unless given.
 
+    Each job is one call of ``fn``: here (one worker) or in a worker's ``serve`` loop, which
+    the job's index, ``fn`` and arguments reach by the worker's pipe."""
     jobs = list(jobs)
     executor = choice(EXECUTOR_ENV, EXECUTORS, "pool")
     threads, n = threads_for(device), workers_for(device, len(jobs))
     slots = placement.assign(slots_for(device), n)
     if executor != "pool":
-        from nac.pipeline import slurm
+        from nac.pipeline import slurm  # deferred: submitit, only for NAC_EXECUTOR=local|slurm
 
         return slurm.run_jobs(
             fn,
@@ -243,87 +315,62 @@ def run_jobs(
         total=len(jobs), desc=f"{desc} ({n} worker{'s' if n > 1 else ''}{where})", unit="job", dynamic_ncols=True
     )
     results: list[Any] = [None] * len(jobs)
-    if n == 1:
+    if n == 1:  # in this process, pinned to its slot (a CPU pin undone after)
+        affinity = os.sched_getaffinity(0) if slots[0] is not None and slots[0].kind == "cpu" else None
+        placement.pin(slots[0])
         try:
-            return _run_here(fn, jobs, threads, slots[0], bar)
+            for i, job in enumerate(jobs):
+                set_threads(threads)
+                results[i] = fn(*job, progress=True)
+                bar.update()
+            return results
         finally:
             bar.close()
+            if affinity is not None:
+                os.sched_setaffinity(0, affinity)
     start = time.perf_counter()
-    ctx = mp.get_context("spawn")
-    queue, lines = ctx.Queue(), ctx.Queue()
-    for k, slot in enumerate(slots, start=1):
-        queue.put(slot)
-        lines.put(k)
-    bar_lock = ctx.RLock()
-    tqdm.set_lock(bar_lock)  # this process's bar and the workers' share the terminal
-    # which worker runs which job: a SimpleQueue, whose put writes to the pipe before it returns (a
-    # Queue's feeder thread may not have written when the worker is SIGKILLed just after: the job
-    # was then unnamed), drained after every finished job so that the pipe never fills
-    started, running = ctx.SimpleQueue(), {}
-    ex = ProcessPoolExecutor(
-        max_workers=n,
-        mp_context=ctx,
-        initializer=_init_worker,
-        initargs=(queue, lines, bar_lock, os.getpid(), started),
-    )
-    futures: dict = {}
-    pending: set = set()
-    procs: dict = {}
+    lock = mp.get_context("spawn").RLock()
+    tqdm.set_lock(lock)  # this process's bar and the workers' share the terminal
+    todo = list(range(len(jobs)))[::-1]  # pop(): the next job
+    workers, ended = _Workers(slots, lock, desc), False
     try:
-        futures = {ex.submit(_run_one, fn, job, threads, True, i): i for i, job in enumerate(jobs)}
-        procs = dict(getattr(ex, "_processes", None) or {})  # kept: a broken pool forgets its workers
-        pending = set(futures)
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            _drain(started, running)
-            for f in done:
-                i = futures[f]
+        for w in range(n):
+            i = todo.pop()
+            workers.give(w, i, (i, fn, jobs[i], threads))
+        while workers.running:
+            answered, dead = workers.ready()
+            for w in answered:
                 try:
-                    results[i] = f.result()  # re-raises the job's error (the finally stops the rest)
-                except BrokenProcessPool:
-                    pending |= {g for g in futures if not g.done()}
-                    raise _killed(desc, procs, started, running, jobs, label) from None
+                    i, ok, value = workers.conns[w].recv()
+                except EOFError:  # died before answering
+                    dead.append(w)
+                    continue
+                del workers.running[w]
+                if not ok:
+                    raise _raised(value)  # the job's error (the finally stops the rest)
+                results[i] = value
                 bar.update()
                 tqdm.write(
-                    f"{desc}: {label(jobs[i])} {outcome(results[i])} ({time.perf_counter() - start:.0f} s)",
-                    file=sys.stderr,
+                    f"{desc}: {label(jobs[i])} {outcome(value)} ({time.perf_counter() - start:.0f} s)", file=sys.stderr
                 )
+                if todo:
+                    i = todo.pop()
+                    workers.give(w, i, (i, fn, jobs[i], threads))
+            if dead:
+                w = dead[0]
+                job = label(jobs[workers.running[w]]) if w in workers.running else None
+                raise _killed(desc, workers.procs[w], job)
+        ended = True
     finally:
         bar.close()
-        broken = bool(getattr(ex, "_broken", False))  # a worker died: its survivors must not go on
-        if pending or broken:  # a job failed (or this process was interrupted) with others still queued or running
-            _stop(list(procs.values()) or list((getattr(ex, "_processes", None) or {}).values()), pending)
-        ex.shutdown(wait=True, cancel_futures=True)
+        workers.close() if ended else workers.stop()
     return results
 
 
-def _drain(started, running: dict[int, int]) -> None:
-    """Read every (job index, worker pid) the workers reported so far into ``running`` (pid -> job)."""
-    while not started.empty():
-        i, pid = started.get()
-        running[pid] = i
-
-
-def _killed(desc: str, procs: dict, started, running: dict[int, int], jobs: list, label: Callable) -> WorkerKilled:
-    """The error for a pool broken by a worker's death: the dead worker (a signal other than the
-    SIGTERM the pool sends its survivors), the job it was running (the last one it reported)."""
-    _drain(started, running)
-    survivor_codes = (0, -signal.SIGTERM, 128 + signal.SIGTERM)
-    # a dead worker's pipe (the pool's sentinel) closes a moment before the kernel reports its exit
-    # status, so the pool can break while waitpid still says "running": wait for the statuses (the
-    # pool terminates and joins the survivors), bounded
+def _killed(desc: str, proc, job: str | None) -> WorkerKilled:
+    """The error for worker ``proc``'s death while running ``job`` (None: between jobs). Its pipe
+    closes a moment before the kernel reports its exit status: the status is awaited, bounded."""
     deadline = time.monotonic() + STOP_GRACE_S
-    while time.monotonic() < deadline and not any(
-        p.exitcode is not None and p.exitcode not in survivor_codes for p in procs.values()
-    ):
-        if all(p.exitcode is not None for p in procs.values()):
-            break
-        time.sleep(0.02)
-    dead = [p for p in procs.values() if p.exitcode is not None and p.exitcode not in survivor_codes]
-    if not dead:
-        dead = [p for p in procs.values() if p.exitcode is not None] or list(procs.values())[:1]
-    if not dead:
-        return WorkerKilled(f"{desc}: a worker process died; rerun (the finished jobs' results are kept)")
-    p = dead[0]
-    job = label(jobs[running[p.pid]]) if p.pid in running else None
-    return WorkerKilled(killed_message(desc, p.exitcode, job, p.pid))
+    while proc.exitcode is None and time.monotonic() < deadline:
+        proc.join(0.02)
+    return WorkerKilled(killed_message(desc, proc.exitcode, job, proc.pid))

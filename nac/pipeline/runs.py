@@ -11,8 +11,8 @@ import torch
 
 from nac.config import ModelConfig
 from nac.fingerprint import source_fingerprint
-from nac.model import build_model
 from nac.pipeline.datasets import builder
+from nac.registry import build_model
 from nac.training.config import TrainConfig
 from nac.training.distributed import World, init_distributed
 

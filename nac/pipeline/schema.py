@@ -1,227 +1,237 @@
-"""The shape of params.yaml: known keys, types and ranges of every section, checked before any
-semantic rule. ``check_schema`` covers the sections every stage reads (``profile``, ``device``,
-``seeds``, ``data``, ``prior``) and ``check_prune``; the checks of model-bearing sections
-(``check_image``, ``check_track``, ``check_fewshot``) live in ``nac.pipeline.schema_models`` so
-that data-only stages do not import the model code. Each is called by the validator of the track
-that reads the section (``nac.tracks.<track>.validate``), and all of them by the composer
-(``nac.compose``).
+"""The shape of params.yaml as pydantic models: strict types, ranges, choices, unknown keys
+refused at every level. ``Params`` is the sections every stage reads (``profile``, ``device``,
+``seeds``, ``data``, ``prior``, ``template``, ``costs``; the others are checked by their tracks'
+validators with the models of ``nac.pipeline.schema_models``, which import the model code that
+data-only stages do not). ``Prune`` is the ``prune`` section.
 
-Types come from the code wherever a section maps to it, so a field added there is checked here
-without a change: the dataclass annotations of ``ModelConfig`` (``<section>.model``),
-``TrainConfig`` (``<section>.train``) and ``FewShotConfig`` (``fewshot.protocol``), the
-signatures of the tokenizers (``model.tokenizer``), the ``defaults`` of the dataset builders
-(``data.<dataset>``) and ``nac.graphs.PRIOR_DEFAULTS`` (``prior.params``). The remaining
-sections (``image``, ``prune``, ``fewshot``, the tracks) are described by the tables below.
-
-Every message names the key (``image.train.lr``), the problem and the fix; a quoted number
-(``"5"``, ``"1e-3"``) is named as the string it is. params.yaml is read by OmegaConf
-(``nac.pipeline.params.read_params``), as YAML 1.2 reads it and as DVC and Hydra do: ``1e-3`` is a
-float.
+Types come from the code wherever a section maps to it: the ``defaults`` of the dataset builders
+(``data.<dataset>``) and ``nac.graphs.PRIOR_DEFAULTS`` (``prior.params``). ``check`` runs a model
+and raises ``ParamsError`` with pydantic's location and message, the value and the fix
+(``nac.fields.explain``). The rules that relate sections (a split read against its size, a batch
+against its split) are the functions at the end.
 """
 
 from __future__ import annotations
 
 import re
-from pathlib import Path, PurePosixPath
-from typing import Annotated, Any
+from functools import cache
+from pathlib import PurePosixPath
+from typing import Annotated, Any, Literal, Union
 
 import annotated_types as at
+from pydantic import AfterValidator, Field, TypeAdapter, ValidationError, create_model, field_validator, model_validator
 
+from nac import repo
 from nac.data.registry import _REGISTRY, available, embedded
-from nac.fields import AT_LEAST_2, NONNEGATIVE_INT, POSITIVE, POSITIVE_INT
+from nac.fields import AT_LEAST_2, DEVICES, NONNEGATIVE_INT, POSITIVE, POSITIVE_INT, TAGS, Section, explain, unique
 from nac.graphs import PRIOR_DEFAULTS, PRIORS
-from nac.pipeline.typecheck import (
-    ParamsError,
-    article,
-    check_keys,
-    check_table,
-    check_type,
-    check_unique,
-)
 
-TOP_LEVEL = (
-    "profile",
-    "device",
-    "seeds",
-    "data",
-    "image",
-    "prune",
-    "fewshot",
-    "points",
-    "listops",
-    "text",
-    "nlvr",
-    "prior",
-    "template",
-    "costs",
-)
-TRACKS = ("points", "listops", "text", "nlvr")
-DEVICES = ("auto", "cpu", "cuda")
+PROFILES = ("smoke", "mini", "converged", "converged_smoke", "paper")
 SPLITS = ("train", "val", "test")
+COST_PAIRS = ("tiny", "imagenet")  # nac.bench.step_ops.pairs' paper-size pairs
+Split = Literal[SPLITS]
+Names = Annotated[list[str], AfterValidator(unique)]
+Runs = Annotated[list[str], at.MinLen(1), AfterValidator(unique)]
 
-# ModelConfig / TrainConfig fields the pipeline sets itself (from the run, the dataset, ``seeds``,
-# ``device`` and ``prior``): a value in params.yaml would be silently overwritten, so it is rejected.
-# (Names that are not ModelConfig fields are ignored, so both old and new field names may be listed.)
-IMAGE_MODEL_SET = {
-    "variant": "the ladder run",
-    "num_classes": "the dataset",
-    "frozen_graph_seed": "the seed",
-    "graph_seed": "the seed",
-    "prior": "the ladder run (nac-<prior>)",
-    "prior_params": "nac.graphs.PRIOR_DEFAULTS",
-}
-TRACK_MODEL_SET = {
-    "variant": "the run",
-    "num_classes": "the dataset",
-    "generator": "the run",
-    "prior": "the `prior` group (prior.name)",
-    "prior_params": "the `prior` group (prior.params)",
-}
-TRAIN_SET = {"seed": "`seeds`", "device": "the top-level `device`"}
 
-# Hand-written sections (no dataclass reads them): key -> (annotated type, required).
-PRUNE_KEYS = {
-    "runs": (list[str], True),
-    "dropped_fraction": (list[float], True),
-    "calibration_size": (POSITIVE_INT, True),
-    "throughput_batch": (POSITIVE_INT, True),
-    "throughput_repeats": (POSITIVE_INT, True),
-    "random_orders": (NONNEGATIVE_INT, False),
-}
-NLVR_ANALYSIS_KEYS = {
-    "run": (str, False),
-    "seed": (NONNEGATIVE_INT, False),
-    "pca_dim": (POSITIVE_INT, False),
-    "knn_k": (POSITIVE_INT, False),
-    "folds": (AT_LEAST_2, False),
-    "shuffles": (POSITIVE_INT, False),
-    "perplexity": (POSITIVE, False),
-    "clique_sentences": (AT_LEAST_2, False),
-}
-NGRAM_KEYS = {"n": (POSITIVE_INT, True), "buckets": (AT_LEAST_2, True)}
+class ParamsError(ValueError):
+    """params.yaml asks for something impossible; raised before any work starts."""
+
+
+def check(model: Any, value: Any, where: str = "") -> Any:
+    """``value`` validated by ``model`` (a class or an annotation), or ParamsError."""
+    try:
+        return TypeAdapter(model).validate_python(value)
+    except ValidationError as e:
+        raise ParamsError(explain(e, where, model)) from None
 
 
 # ------------------------------------------------------------------------------------- data
-def _data_type(key: str, default: int | float, ranges: dict | None = None) -> Any:
-    """A dataset param's annotated type, from its builder default: the builder's declared range
-    where it has one (``ranges``: ``{key: (lo, hi)}``), else sizes >= 1; ``n_val``, ``n_test``,
-    seeds and worker counts >= 0; fractions in [0, 1). A float param takes an int too."""
-    kind = float | int if isinstance(default, float) else type(default)
-    if ranges and key in ranges:
+def _data_type(key: str, default: Any, ranges: dict) -> Any:
+    """A dataset param's type, from its builder default: the builder's declared range where it has
+    one, else sizes >= 1; ``n_val``, ``n_test``, seeds and worker counts >= 0; fractions in [0, 1)."""
+    if isinstance(default, bool):
+        return bool
+    if isinstance(default, str):
+        return str | list[str]
+    if isinstance(default, list) and default and all(isinstance(v, (int, float)) for v in default):
+        return list[float | int]
+    if not isinstance(default, (int, float)):
+        return Any
+    kind = float if isinstance(default, float) else int
+    if key in ranges:
         lo, hi = ranges[key]
         return Annotated[kind, at.Ge(lo)] if hi is None else Annotated[kind, at.Ge(lo), at.Le(hi)]
     if key.endswith("fraction"):
-        return Annotated[type(default), at.Ge(0), at.Lt(1)]
-    if key in ("seed", "workers", "n_val", "n_test"):
-        return Annotated[type(default), at.Ge(0)]
-    return Annotated[type(default), at.Ge(1)]
+        return Annotated[kind, at.Ge(0), at.Lt(1)]
+    return Annotated[kind, at.Ge(0 if key in ("seed", "workers", "n_val", "n_test") else 1)]
 
 
-def check_downloads(downloads: Any, datasets: list[str]) -> None:
-    """``data.downloads``: the downloaded datasets of ``data.datasets``, each once (dvc.yaml runs one
-    download and one prepare stage per entry; the ``generate`` stage makes every embedded one)."""
-    check_type("data.downloads", downloads, list[str])
-    generated = set(embedded())
-    for ds in downloads:
-        if ds in generated:
-            raise ParamsError(
-                f"data.downloads lists the embedded dataset {ds!r}, which the generate stage makes; remove it"
+class _Dataset(Section):
+    @model_validator(mode="after")
+    def _splits(self):
+        fr = {k: v for k, v in self if k.endswith("_fraction")}
+        if len(fr) > 1 and sum(fr.values()) >= 1:
+            raise ValueError(
+                f"the split fractions {', '.join(fr)} sum to {sum(fr.values())}; they must leave a training "
+                "split (sum < 1)"
             )
-        if ds not in datasets:
-            raise ParamsError(f"data.downloads lists {ds!r}, which is not in data.datasets {datasets}; add it there")
-    if len(set(downloads)) != len(downloads):
-        raise ParamsError(f"data.downloads contains duplicates: {downloads}")
-    missing = [ds for ds in datasets if ds not in generated and ds not in downloads]
-    if missing:
-        raise ParamsError(
-            f"data.datasets lists {missing}, downloaded datasets missing from data.downloads {downloads}; "
-            "add them there (dvc.yaml downloads and prepares only those)"
-        )
+        lo, hi = getattr(self, "min_length", None), getattr(self, "max_length", None)
+        if isinstance(lo, int) and isinstance(hi, int) and lo > hi:
+            raise ValueError(f"min_length={lo} exceeds max_length={hi}")
+        return self
 
 
-def check_data(params: dict) -> None:
-    """``data``: root, datasets (known names) and one section per dataset, typed and ranged by
-    the builder's ``defaults`` (ints stay ints; sizes >= 1, ``n_val`` / ``n_test`` / seeds >= 0,
-    fractions in [0, 1))."""
-    names = available()
-    data = params.get("data")
-    if not isinstance(data, dict):
-        raise ParamsError(f"data must be a mapping {{root, datasets, <dataset>: {{...}}}}, got {data!r}")
-    check_keys("data", data, ["root", "datasets", "downloads", *names], ["datasets"])
-    if "root" in data:
-        check_type("data.root", data["root"], str)
-        check_data_root(data["root"])
-    datasets = data["datasets"]
-    check_type("data.datasets", datasets, list[str])
-    for ds in datasets:
-        if ds not in names:
-            raise ParamsError(f"data.datasets lists unknown dataset {ds!r}; valid choices: {', '.join(names)}")
-    if len(set(datasets)) != len(datasets):
-        raise ParamsError(f"data.datasets contains duplicates: {datasets}")
-    check_downloads(data.get("downloads", []), datasets)
-    for ds in names:
-        if ds not in data or data[ds] is None:
-            continue
-        where = f"data.{ds}"
-        sec, defaults = data[ds], _REGISTRY[ds].defaults
-        if not isinstance(sec, dict):
-            raise ParamsError(
-                f"{where} must be a mapping of dataset params ({', '.join(sorted(defaults))}), got {sec!r}"
+class _Data(Section):
+    root: str = "data"
+    datasets: Names
+    downloads: Names = []
+
+    @field_validator("root")
+    @classmethod
+    def _inside(cls, root: str) -> str:
+        """DVC 3 tracks no output outside the repository (nor through a symlinked folder)."""
+        path = PurePosixPath(root.replace("\\", "/"))
+        outside = path.is_absolute() or re.match(r"^[A-Za-z]:", root) or root.startswith("~") or ".." in path.parts
+        if outside or not root.strip() or path == PurePosixPath("."):
+            raise ValueError(
+                f"data.root={root!r} must be a relative folder inside the repository (e.g. data): DVC 3 tracks no "
+                f"output outside the repository, nor through a symlinked folder, and would refuse the downloads "
+                f"only after fetching them. To keep the data on another disk, keep data.root: data and bind-mount "
+                f"the disk there (`mkdir -p data && sudo mount --bind /mnt/disk/nac-data data`), or put DVC's "
+                f"cache on it (`dvc cache dir /mnt/disk/dvc-cache && dvc config cache.type symlink`)"
             )
-        unknown = sorted(set(sec) - set(defaults))
-        if unknown:
-            raise ParamsError(
-                f"{where}.{unknown[0]}: unknown params {unknown} of dataset {ds!r}; valid params: {sorted(defaults)}"
+        return root
+
+    @model_validator(mode="after")
+    def _downloads(self):
+        """The downloaded datasets of ``datasets``, each listed in ``downloads`` (dvc.yaml runs one
+        download and one prepare stage per entry; the ``generate`` stage makes the embedded ones)."""
+        generated = set(embedded())
+        for ds in self.downloads:
+            if ds in generated:
+                raise ValueError(
+                    f"downloads lists the embedded dataset {ds!r}, which the generate stage makes; remove it"
+                )
+            if ds not in self.datasets:
+                raise ValueError(f"downloads lists {ds!r}, which is not in datasets {self.datasets}; add it there")
+        missing = [ds for ds in self.datasets if ds not in generated and ds not in self.downloads]
+        if missing:
+            raise ValueError(
+                f"datasets lists {missing}, downloaded datasets missing from downloads {self.downloads}; add them "
+                "there (dvc.yaml downloads and prepares only those)"
             )
-        for key, value in sec.items():
-            default = defaults[key]
-            if isinstance(default, bool):
-                check_type(f"{where}.{key}", value, bool)
-            elif isinstance(default, (int, float)):
-                check_type(f"{where}.{key}", value, _data_type(key, default, _REGISTRY[ds].ranges))
-            elif isinstance(default, list) and default and all(isinstance(v, (int, float)) for v in default):
-                check_type(f"{where}.{key}", value, list[float | int])
-            elif isinstance(default, str):
-                check_type(f"{where}.{key}", value, str | list[str])
-        merged = {**defaults, **sec}
-        fr = [merged[k] for k in merged if k.endswith("_fraction")]
-        if len(fr) > 1 and sum(fr) >= 1:
-            raise ParamsError(
-                f"{where}: the split fractions {', '.join(k for k in merged if k.endswith('_fraction'))} "
-                f"sum to {sum(fr)}; they must leave a training split (sum < 1)"
-            )
-        if (
-            isinstance(merged.get("min_length"), int)
-            and isinstance(merged.get("max_length"), int)
-            and merged["min_length"] > merged["max_length"]
-        ):
-            raise ParamsError(
-                f"{where}.min_length={merged['min_length']} exceeds {where}.max_length={merged['max_length']}"
-            )
+        return self
 
 
-def check_data_root(root: str) -> None:
-    """``data.root`` holds DVC outputs (``<root>/raw/<dataset>``, ``<root>/cache/<dataset>``), and
-    DVC 3 tracks no output outside the repository (nor through a symlinked folder): it must be a
-    relative path that stays inside the repository, refused here before any download."""
-    path = PurePosixPath(root.replace("\\", "/"))
-    outside = path.is_absolute() or re.match(r"^[A-Za-z]:", root) or root.startswith("~") or ".." in path.parts
-    if outside or not root.strip() or path == PurePosixPath("."):
-        raise ParamsError(
-            f"data.root={root!r} must be a relative folder inside the repository (e.g. data): DVC 3 tracks no "
-            f"output outside the repository, nor through a symlinked folder, and would refuse the downloads only "
-            f"after fetching them. To keep the data on another disk, keep data.root: data and bind-mount the disk "
-            f"there (`mkdir -p data && sudo mount --bind /mnt/disk/nac-data data`), or put DVC's cache on it "
-            f"(`dvc cache dir /mnt/disk/dvc-cache && dvc config cache.type symlink`)"
-        )
+@cache
+def data_model() -> type:
+    """``data``: root, datasets (known names), downloads and one section per dataset."""
+    sections = {}
+    for ds in available():
+        reg = _REGISTRY[ds]
+        keys = {k: (_data_type(k, v, reg.ranges or {}), v) for k, v in reg.defaults.items()}
+        sections[ds] = (create_model(f"data.{ds}", __base__=_Dataset, **keys) | None, None)
+    return create_model("data", __base__=_Data, datasets=(list[Literal[tuple(available())]], ...), **sections)
 
 
-def check_batch_fits(params: dict, where: str, dataset: Any, train: Any) -> None:
+# ----------------------------------------------------------------------------------- sections
+def _prior(name: str) -> type:
+    keys = {k: (type(v) if isinstance(v, (int, float)) else Any, None) for k, v in PRIOR_DEFAULTS[name].items()}
+    params = create_model(f"prior.params.{name}", __base__=Section, **keys)
+    return create_model(f"prior.{name}", __base__=Section, name=(Literal[name], ...), params=(params | None, None))
+
+
+TAGS.update(PRIORS)  # a location names the key, not the prior
+Prior = Annotated[Union[tuple(_prior(name) for name in PRIORS)], Field(discriminator="name")]  # noqa: UP007
+
+
+class Costs(Section):
+    """``costs.pairs``: which paper-size model pairs the ``costs`` stage counts; ``costs.throughput``:
+    the ``throughput`` stage's timing (repeats >= 2: a CI needs two)."""
+
+    class Throughput(Section):
+        repeats: AT_LEAST_2
+        batch: POSITIVE_INT
+        threads: POSITIVE_INT
+
+    pairs: Annotated[list[Literal[COST_PAIRS]], at.MinLen(1), AfterValidator(unique)]
+    throughput: Throughput
+
+
+def templates() -> list[str]:
+    """The model templates (``conf/template/<name>.yaml``)."""
+    return sorted(p.stem for p in (repo.CONF_DIR / "template").glob("*.yaml"))
+
+
+def _template(name: str) -> str:
+    if templates() and name not in templates():
+        raise ValueError(f"valid choices: {', '.join(templates())} (pick one with `template=<name>`)")
+    return name
+
+
+class _Params(Section):
+    """The sections every stage reads."""
+
+    profile: Literal[PROFILES]
+    device: Literal[DEVICES] = "auto"
+    seeds: Annotated[list[NONNEGATIVE_INT], at.MinLen(1), AfterValidator(unique)]
+    data: Any
+    prior: Prior
+    template: Annotated[str, AfterValidator(_template)] = None
+    costs: Costs = None
+
+    @field_validator("data")
+    @classmethod
+    def _data(cls, data: Any) -> Any:
+        return data_model().model_validate(data)
+
+
+TRACK_SECTIONS = ("image", "prune", "fewshot", "points", "listops", "text", "nlvr")  # their tracks check them
+Params = create_model("params", __base__=_Params, **dict.fromkeys(TRACK_SECTIONS, (Any, None)))
+
+
+class Prune(Section):
+    runs: Names
+    dropped_fraction: list[Annotated[float, at.Ge(0), at.Lt(1)]]
+    calibration_size: POSITIVE_INT
+    throughput_batch: POSITIVE_INT
+    throughput_repeats: POSITIVE_INT
+    random_orders: NONNEGATIVE_INT = 0
+
+    @field_validator("dropped_fraction")
+    @classmethod
+    def _increasing(cls, fr: list[float]) -> list[float]:
+        if not fr or fr[0] != 0.0 or sorted(fr) != list(fr):
+            raise ValueError("must be increasing fractions in [0, 1) starting at 0.0 (the full model)")
+        return fr
+
+
+class Ngram(Section):
+    n: POSITIVE_INT
+    buckets: AT_LEAST_2
+
+
+class Analysis(Section):
+    run: str = "conditional"
+    seed: NONNEGATIVE_INT = None
+    pca_dim: POSITIVE_INT = None
+    knn_k: POSITIVE_INT = None
+    folds: AT_LEAST_2 = None
+    shuffles: POSITIVE_INT = None
+    perplexity: POSITIVE = None
+    clique_sentences: AT_LEAST_2 = None
+
+
+# ------------------------------------------------------------------------- across sections
+def dataset_params(params: dict, dataset: str) -> dict:
+    return {**_REGISTRY[dataset].defaults, **((params.get("data") or {}).get(dataset) or {})}
+
+
+def check_batch_fits(params: dict, where: str, dataset: Any, train: dict) -> None:
     """Training drops the last incomplete batch: a batch larger than the training split (when its
     size is a param) would train on nothing."""
-    if dataset not in _REGISTRY or not isinstance(train, dict):
-        return
-    n = {**_REGISTRY[dataset].defaults, **(params.get("data", {}).get(dataset) or {})}.get("n_train")
+    n = dataset_params(params, dataset).get("n_train") if dataset in _REGISTRY else None
     bs = train.get("batch_size")
     if isinstance(n, int) and isinstance(bs, int) and bs > n:
         raise ParamsError(
@@ -230,15 +240,9 @@ def check_batch_fits(params: dict, where: str, dataset: Any, train: Any) -> None
         )
 
 
-def check_split_read(params: dict, where: str, dataset: Any, split: Any) -> None:
-    """A split a stage reads must be one of train/val/test and, where the dataset's size is a param
-    (``n_<split>``), non-empty."""
-    if split not in SPLITS:
-        raise ParamsError(f"{where}={split!r}; valid choices: {', '.join(SPLITS)}")
-    if dataset not in _REGISTRY:
-        return
-    merged = {**_REGISTRY[dataset].defaults, **(params.get("data", {}).get(dataset) or {})}
-    n = merged.get(f"n_{split}")
+def check_split_read(params: dict, where: str, dataset: Any, split: str) -> None:
+    """A split a stage reads is non-empty where the dataset's size is a param (``n_<split>``)."""
+    n = dataset_params(params, dataset).get(f"n_{split}") if dataset in _REGISTRY else None
     if isinstance(n, int) and n < 1:
         raise ParamsError(
             f"{where}={split!r} reads the {split} split of {dataset!r}, but data.{dataset}.n_{split}={n}; "
@@ -246,92 +250,9 @@ def check_split_read(params: dict, where: str, dataset: Any, split: Any) -> None
         )
 
 
-# ----------------------------------------------------------------------------------- sections
-def check_schema(params: Any) -> None:
-    """The sections every stage reads: the top-level keys, ``device``, ``prior`` and ``data``
-    (known keys at every level, types, ranges; see the module doc). The other sections are
-    checked by their tracks' validators."""
-    if not isinstance(params, dict):
-        raise ParamsError(
-            f"params.yaml must be a mapping of sections ({', '.join(TOP_LEVEL)}), got {article(params)}; "
-            "recreate it with `python -m nac.compose`"
-        )
-    unknown = [k for k in params if k not in TOP_LEVEL]
-    if unknown:
-        raise ParamsError(
-            f"params.yaml has an unknown top-level key {unknown[0]!r} (unknown: {unknown}); valid keys: "
-            f"{', '.join(TOP_LEVEL)}"
-        )
-    if "device" in params and params["device"] not in DEVICES:
-        raise ParamsError(f"device={params['device']!r}; valid choices: {', '.join(DEVICES)}")
-    check_prior(params)
-    check_template(params)
-    check_data(params)
-    check_costs(params)
-
-
-def templates() -> list[str]:
-    """The model templates (``conf/template/<name>.yaml``): their switch values sit in every
-    track's ``model`` / ``train`` section, where the model config checks them."""
-    conf = Path(__file__).resolve().parents[2] / "conf"  # nac.pipeline.params.CONF_DIR (not imported: stage deps)
-    return sorted(p.stem for p in (conf / "template").glob("*.yaml"))
-
-
-def check_template(params: dict) -> None:
-    """``template``: the name of the ``template`` group's choice (a record; the values it set are
-    checked with the sections they sit in)."""
-    if "template" not in params:
-        return
-    name, known = params["template"], templates()
-    if not isinstance(name, str) or (known and name not in known):
-        raise ParamsError(f"template={name!r}; valid choices: {', '.join(known)} (pick one with `template=<name>`)")
-
-
-COST_PAIRS = ("tiny", "imagenet")  # nac.bench.step_ops.pairs' paper-size pairs
-
-
-THROUGHPUT_KEYS = {
-    "repeats": (AT_LEAST_2, True),
-    "batch": (POSITIVE_INT, True),
-    "threads": (POSITIVE_INT, True),
-}
-
-
-def check_costs(params: dict) -> None:
-    """``costs.pairs``: which of the paper-size model pairs the ``costs`` stage counts;
-    ``costs.throughput``: the ``throughput`` stage's timing (repeats >= 2: a CI needs two)."""
-    if "costs" not in params:
-        return
-    check_keys("costs", params["costs"], ["pairs", "throughput"], ["pairs", "throughput"])
-    check_table("costs.throughput", params["costs"]["throughput"], THROUGHPUT_KEYS)
-    pairs = params["costs"]["pairs"]
-    if not isinstance(pairs, list) or not pairs:
-        raise ParamsError(f"costs.pairs must be a non-empty list of {', '.join(COST_PAIRS)}, got {pairs!r}")
-    for i, pair in enumerate(pairs):
-        if pair not in COST_PAIRS:
-            raise ParamsError(f"costs.pairs[{i}]={pair!r}; valid choices: {', '.join(COST_PAIRS)}")
-    check_unique("costs.pairs", pairs)
-
-
-def check_prune(params: dict) -> None:
-    check_table("prune", params["prune"], PRUNE_KEYS)
-    check_unique("prune.runs", params["prune"]["runs"])
-
-
-def check_prior(params: dict) -> None:
-    prior = params.get("prior")
-    if not isinstance(prior, dict):
-        raise ParamsError(
-            f"prior must be a mapping {{name, params}}, got {prior!r}; pick one with `prior=<name>` "
-            f"({', '.join(PRIORS)})"
-        )
-    check_keys("prior", prior, ["name", "params"], ["name"])
-    if prior["name"] not in PRIORS:
-        raise ParamsError(f"prior.name={prior['name']!r}; valid choices: {', '.join(PRIORS)}")
-    pp = prior.get("params") or {}
-    defaults = PRIOR_DEFAULTS[prior["name"]]
-    check_keys("prior.params", pp, defaults, what="param")
-    for key, value in pp.items():
-        default = defaults[key]
-        if isinstance(default, (int, float)) and not isinstance(default, bool):
-            check_type(f"prior.params.{key}", value, type(default))
+def check_in_data(params: dict, where: str, datasets: list[str]) -> None:
+    """Every dataset a section reads is one of ``data.datasets`` (prepared by the pipeline)."""
+    listed = params["data"]["datasets"]
+    for ds in datasets:
+        if ds not in listed:
+            raise ParamsError(f"{where}={ds!r} is not in data.datasets {listed}; add it there")

@@ -30,8 +30,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import submitit
+from submitit.core.utils import FailedJobError, UncompletedJobError
+from tqdm.auto import tqdm
+
 from nac.pipeline import lifeline, placement
 from nac.pipeline.envvars import positive_int, raw
+from nac.pipeline.worker import set_threads
 
 POLL_S = 0.5
 
@@ -55,12 +60,11 @@ class Job:
                 raise SystemExit(f"the stage (pid {self.watch_pid}) that submitted this job is gone")
             lifeline.watch([ident], sig=signal.SIGINT)
         placement.pin(self.slot)
-        return lifeline.run_job(self.fn, self.args, self.threads, False)
+        set_threads(self.threads)
+        return self.fn(*self.args, progress=False)
 
     def checkpoint(self, *args, **kwargs):
         """Preempted or timed out: requeue this same job; it resumes from its own checkpoint."""
-        import submitit
-
         return submitit.helpers.DelayedSubmission(self)
 
 
@@ -77,8 +81,6 @@ def _gpus() -> int:
 def make_executor(kind: str, desc: str, workdir: str | Path | None = None):
     """A submitit executor: ``local`` (this machine) or ``slurm`` with the ``NAC_SLURM_*`` settings;
     its logs and pickles under ``_folder(workdir)``."""
-    import submitit
-
     folder = _folder(workdir) / desc / "%j"
     if kind == "local":
         ex = submitit.LocalExecutor(folder=folder)
@@ -125,9 +127,6 @@ def run_jobs(
     """``[fn(*job, progress=False) for job in jobs]`` as submitit jobs, at most ``len(slots)``
     (local) or ``NAC_WORKERS`` (SLURM; default all) in flight; results in job order. ``workdir``:
     where a relative ``NAC_SUBMITIT_DIR`` is (``_folder``)."""
-    from submitit.core.utils import FailedJobError, UncompletedJobError
-    from tqdm.auto import tqdm
-
     ex = make_executor(executor, desc, workdir)
     retries = positive_int("NAC_RETRIES", "2", minimum=0)
     retries = 2 if retries is None else retries

@@ -11,6 +11,7 @@ import platform
 import re
 import shutil
 import subprocess
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,15 @@ import pandas as pd
 import torch
 
 from nac import metrics_io
+from nac import provenance as prov_io
 from nac.checkpoint_io import load_model
-from nac.pipeline.datasets import builder
+from nac.converged.records import all_records
+from nac.environment import installed
+from nac.pipeline.datasets import builder, dataset_info
 from nac.pipeline.io import staged, write_json
 from nac.pipeline.paths import MODELS, image_checkpoint, paper_throughput, parse_run
 from nac.pipeline.pool import usable_cores
+from nac.repo import ROOT
 from nac.report import (
     bench_figures,
     costs,
@@ -36,7 +41,9 @@ from nac.report import (
     switches,
     tables,
 )
+from nac.report.claims import claims_metrics, evaluate_claims, gate, headline, registered, write_claims
 from nac.report.claims.metrics import CONVERGENCE
+from nac.report.converged import record_section, section
 from nac.report.findings import converged_counts_line, counts_line, findings_table, read_rows
 from nac.report.published import (
     FEWSHOT_CLAIM,
@@ -46,6 +53,7 @@ from nac.report.published import (
     TABLE3,
     discrepancies,
 )
+from nac.report.reproduction import write_reproduction
 from nac.report.sections import caption, plot_csv
 from nac.report.style import setup
 
@@ -66,8 +74,6 @@ TEMPLATES = jinja2.Environment(
 
 
 def _provenance(params: dict) -> dict:
-    from nac.environment import installed
-
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
@@ -102,6 +108,8 @@ def build_report(
     provenance: dict | None = None,
     converged: str | Path | None = CONVERGED,
     models: str | Path = MODELS,
+    *,
+    root: str | Path,
 ) -> dict[str, Any]:
     """Every table, figure and the index README, then ``reports/claims.md``; returns summary.json.
 
@@ -111,24 +119,17 @@ def build_report(
     metric), else beside the report (``tables/headline.json``): a kept result set is not rewritten.
     ``converged``: the converged result set, built into ``out/converged/`` and linked from the index
     when it exists (one line saying how to make it when not); ``None`` for a result set's own report.
-    ``models``: the checkpoints' root (the learned graphs of Figure 3 are read from ``<models>/image``)."""
-    from nac.report.claims import (
-        claims_metrics,
-        evaluate_claims,
-        gate,
-        headline,
-        registered,
-        write_claims,
-    )  # at call time: tests stand in a fake registry
-    from nac.report.reproduction import write_reproduction
-
+    ``models``: the checkpoints' root (the learned graphs of Figure 3 are read from ``<models>/image``).
+    ``root``: the repository folder whose committed benchmark results (``bench/results/``) and cost
+    counts (``metrics/costs/``) the engineering sections read (the stage passes ``nac.repo.ROOT``);
+    the report names them relative to it."""
     setup()
-    out, metrics = Path(out), Path(metrics)
+    out, metrics, root = Path(out), Path(metrics), Path(root)
     validate_inputs(params, metrics)  # every file it reads, before anything is written
     kept = provenance is not None  # a kept result set's report: its provenance, its metrics untouched
-    converged_md = _converged(converged, out) if converged is not None else ""
+    converged_md = _converged(converged, out, root) if converged is not None else ""
     if converged is not None:  # the records of earlier benchmarks (nac.converged.records), each its own report
-        converged_md = "\n\n".join(x for x in (converged_md, *_records(converged, out)) if x)
+        converged_md = "\n\n".join(x for x in (converged_md, *_records(converged, out, root)) if x)
     md: dict[str, str] = {}
     figs: dict[str, list[Path]] = {}
     # all or nothing: built in staging folders that replace the files of out/ and metrics/summary.json
@@ -138,9 +139,9 @@ def build_report(
         prov = provenance or _provenance(params)
         md["caption_prov"] = prov  # type: ignore[assignment]
         md["caption"] = caption(prov, params["seeds"])  # every figure names profile, seeds and model version
-        summary = {"provenance": prov, **_image(params, stage, metrics, models, md, figs)}
+        summary = {"provenance": prov, **_image(params, stage, metrics, models, md, figs, root)}
         md["converged"] = converged_md
-        sections.switches_section(params, metrics, stage, md)
+        sections.switches_section(params, metrics, stage, md, root)
         summary["table2"] = sections.comparison(params, stage, metrics, md, ["points"], TABLE2, "table2")
         summary["table3"] = sections.comparison(params, stage, metrics, md, ["listops", "text"], TABLE3, "table3")
         summary["nlvr"] = sections.nlvr(params, stage, metrics, md, figs)
@@ -155,7 +156,7 @@ def build_report(
         md["findings"] = findings_table(rows, [c.name for c in registered()], params["profile"], conv_rows)
         md["counts"] = counts_line(rows)
         md["converged_counts"] = converged_counts_line(conv_rows)
-        _write_readme(stage, params, summary, md, figs)
+        _write_readme(stage, params, summary, md, figs, root)
         write_json(stage / "tables" / "summary.json", summary)
         write_json(stage_metrics / ("headline.json" if kept else "summary.json"), headline(rows))
         write_json(stage_metrics / ("claims_metrics.json" if kept else "claims.json"), claims_metrics(rows))
@@ -186,9 +187,16 @@ def validate_inputs(params: dict, metrics: str | Path = "metrics") -> None:
 
 
 def _image(
-    params: dict, out: Path, metrics: Path, models: str | Path, md: dict[str, str], figs: dict[str, list[Path]]
+    params: dict,
+    out: Path,
+    metrics: Path,
+    models: str | Path,
+    md: dict[str, str],
+    figs: dict[str, list[Path]],
+    root: Path,
 ) -> dict[str, Any]:
-    """Table 1, Figures 3, 5a, 5b, 15 and the image learning curves."""
+    """Table 1, Figures 3, 5a, 5b, 15 and the image learning curves; the convergence check from
+    ``CONVERGENCE`` under the repository folder ``root``."""
     ladder, seeds = params["image"]["ladder"], params["seeds"]
     evals = metrics_io.image_runs(metrics, "eval", ladder, seeds)  # exactly the configured runs and seeds
     trains = metrics_io.image_runs(metrics, "train", ladder, seeds)
@@ -270,7 +278,8 @@ def _image(
         out / "plots",
         "prune_relative",
     )
-    conv = json.loads(CONVERGENCE.read_text(encoding="utf-8")) if CONVERGENCE.exists() else None
+    conv_file = root / CONVERGENCE
+    conv = json.loads(conv_file.read_text(encoding="utf-8")) if conv_file.exists() else None
     if conv is not None and conv.get("profile") == params["profile"]:  # another profile's runs say nothing of this one
         # the runs answer for this model only if they were trained under the committed settings
         md["convergence_current"] = "yes" if conv.get("params") == switches.bench_params(params) else ""
@@ -292,9 +301,7 @@ def _learned_graphs(ladder: list[str], seed: int, metrics: Path, models: str | P
     """Figure 3's learned link probabilities of each prior's NAC (first seed): from the checkpoints
     (models/image/), or, for a kept result set (a ``provenance.json`` beside its metrics), only from
     its ``graphs.json`` (models/ holds another profile's checkpoints), ``None`` without one."""
-    from nac.provenance import PROVENANCE
-
-    if (metrics.parent / PROVENANCE).is_file():
+    if (metrics.parent / prov_io.PROVENANCE).is_file():
         kept = metrics.parent / GRAPHS
         if not kept.is_file():
             return None
@@ -313,32 +320,24 @@ def _learned_graphs(ladder: list[str], seed: int, metrics: Path, models: str | P
 
 def _image_classes(params: dict) -> int | str:
     """The image stand-in's class count for the report's prose ("?" where params or its info lack it)."""
-    from nac.pipeline.datasets import dataset_info
-
     dataset = (params.get("image") or {}).get("dataset")
     info = dataset_info(params, dataset) if dataset else None
     return info["num_classes"] if info else "?"
 
 
-def _records(results: str | Path, out: Path) -> list[str]:
+def _records(results: str | Path, out: Path, root: Path) -> list[str]:
     """The records of earlier benchmarks' converged runs, built into ``out/records/<name>/``; the
     index's line for each (none when there is none)."""
-    from nac.converged.records import all_records
-    from nac.report.converged import record_section
-
     shutil.rmtree(Path(out) / "records", ignore_errors=True)  # a record removed from results/ leaves no page
-    root = Path(__file__).resolve().parents[2]
-    return [record_section(folder, out, root) for folder in all_records(results)]
+    build = partial(build_report, root=root)
+    return [record_section(folder, out, ROOT, build=build) for folder in all_records(results)]
 
 
-def _converged(results: str | Path, out: Path) -> str:
+def _converged(results: str | Path, out: Path, root: Path) -> str:
     """The converged result set's report, built into ``out/converged/`` from its own metrics and
     params (the same builders), and the index's lines about it; when it is absent, one line saying
     so and how to make one."""
-    from nac import provenance as prov_io
-    from nac.report.converged import section
-
-    line = section(results, out, Path(__file__).resolve().parents[2])  # the pieces (tools/run_converged.py)
+    line = section(results, out, ROOT, build=partial(build_report, root=root))  # the pieces (tools/run_converged.py)
     if line is not None:
         return line
     got = prov_io.read(results)
@@ -349,7 +348,7 @@ def _converged(results: str | Path, out: Path) -> str:
             '(docs/convergence.md, "The converged profile").'
         )
     params, prov = got
-    problems = prov_io.check(results, Path(__file__).resolve().parents[2])  # against this checkout's code
+    problems = prov_io.check(results, ROOT)  # against this checkout's code
     label = {
         "profile": prov["profile"],
         "commit": (prov.get("commit") or "unknown")[:7]
@@ -359,7 +358,9 @@ def _converged(results: str | Path, out: Path) -> str:
         "device": prov["device"],
         "torch": torch.__version__,
     }
-    summary = build_report(params, out / "converged", Path(results) / "metrics", provenance=label, converged=None)
+    summary = build_report(
+        params, out / "converged", Path(results) / "metrics", provenance=label, converged=None, root=root
+    )
     head, nac = summary["table1"], f"nac-{params['prior']['name']}"
     lines = [
         f"Converged results, kept apart from this report's: [converged/README.md](converged/README.md), profile "
@@ -396,7 +397,9 @@ def _short(text: str, limit: int = 160) -> str:
     return first if len(first) <= limit else first[: first.rfind(" ", 0, limit)].rstrip(",;:") + " …"
 
 
-def _write_readme(out: Path, params: dict, summary: dict, md: dict[str, str], figs: dict[str, list[Path]]) -> None:
+def _write_readme(
+    out: Path, params: dict, summary: dict, md: dict[str, str], figs: dict[str, list[Path]], root: Path
+) -> None:
     """``out/README.md``: ``templates/README.md.j2`` rendered with the tables' Markdown, the figures'
     paths (relative to ``out``), the provenance and the few-shot and pruning summaries."""
     prune = [
@@ -427,7 +430,7 @@ def _write_readme(out: Path, params: dict, summary: dict, md: dict[str, str], fi
     entries = [{"topic": t, "text": x, "short": _short(x), "anchor": _anchor(t)} for t, x in discrepancies()]
     for name in ("reference.md", "discrepancies.md"):
         page = TEMPLATES.get_template(f"{name}.j2").render(
-            p=summary["provenance"], params=params, md=md, discrepancies=entries, cost=costs.cost_section()
+            p=summary["provenance"], params=params, md=md, discrepancies=entries, cost=costs.cost_section(root)
         )
         (out / name).write_text(page, encoding="utf-8")
 

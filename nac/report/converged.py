@@ -20,11 +20,22 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from nac.converged import pieces as P
+from nac.converged import records as R
+from nac.converged.gpu_proof import summary
+from nac.pipeline.params import compose
+from nac.pipeline.paths import paper_throughput
+from nac.provenance import PROVENANCE
+from nac.report.claims import csv_frame, power_text, test_text
 from nac.report.claims.metrics import Metrics
+from nac.report.claims.registry import Context, registered
+from nac.report.claims.rules import NOT_MEASURED, NOT_SUPPORTED, RULE, SUPPORTED, UNDECIDED
 
 PROFILE = "converged"
 COMMAND = "python tools/run_converged.py --budget MINUTES"
@@ -94,8 +105,6 @@ def judge(
     reason names the missing pieces, and what is wrong with a damaged one). A judged claim that reads
     a piece written from a dirty tree (``dirty``) says so first in its reason."""
     damaged, dirty = damaged or {}, dirty or set()
-    from nac.report.claims.registry import Context, registered
-
     rows = []
     for cl in registered():
         for cid, args in cl.ids(params):
@@ -140,9 +149,6 @@ def _esc(s: Any) -> str:
 
 
 def _claims_md(params: dict, rows: list[dict], n_done: int, n_all: int) -> str:
-    from nac.report.claims import power_text, test_text
-    from nac.report.claims.rules import NOT_MEASURED, NOT_SUPPORTED, RULE, SUPPORTED, UNDECIDED
-
     verdicts = (SUPPORTED, NOT_SUPPORTED, UNDECIDED, NOT_MEASURED, NOT_JUDGED)
     counts = {v: sum(1 for r in rows if r["verdict"] == v) for v in verdicts}
     lines = [
@@ -208,22 +214,22 @@ def _pieces_md(params: dict, rows: list, claims: list[dict], proofs: str = "") -
     return "\n".join(lines) + "\n"
 
 
-def section(results: str | Path, out: str | Path, root: str | Path, profile: str = PROFILE) -> str | None:
+def section(
+    results: str | Path, out: str | Path, root: str | Path, profile: str = PROFILE, *, build: Callable[..., Any]
+) -> str | None:
     """Build ``out/converged/`` from ``results/pieces/<profile>/``; returns the index's line, or
-    None when no piece of the profile is written (the caller then says how to make them)."""
-    from nac.pipeline.params import compose  # (validated by tools/run_converged.py, which wrote the pieces)
-
+    None when no piece of the profile is written (the caller then says how to make them). ``build``:
+    the whole report's builder (``nac.report.build.build_report``, passed in: that module calls this one)."""
     results, out, root = Path(results), Path(out), Path(root)
     pieces_root = results / "pieces"
     if not (pieces_root / profile).is_dir():
         return None
+    # the profile's params, as tools/run_converged.py (which wrote the pieces) validated them
     params = compose([f"profile={profile}"], conf_dir=root / "conf")
     rows = P.status(pieces_root, profile, params, root)
     if not any(rec is not None for _, _, rec, _ in rows):
         return None
-    from nac.converged.gpu_proof import summary
-
-    claims = _build(pieces_root, profile, params, rows, root, out / "converged", summary(results, profile))
+    claims = _build(pieces_root, profile, params, rows, root, out / "converged", summary(results, profile), build)
     done = sum(1 for r in rows if r[1] == "done")
     judged = [c for c in claims if c["verdict"] != NOT_JUDGED]
     return (
@@ -234,18 +240,14 @@ def section(results: str | Path, out: str | Path, root: str | Path, profile: str
     )
 
 
-def record_section(folder: str | Path, out: str | Path, root: str | Path) -> str:
+def record_section(folder: str | Path, out: str | Path, root: str | Path, *, build: Callable[..., Any]) -> str:
     """Build ``out/records/<name>/`` from a record (``nac.converged.records``): its pieces judged
     with the params it was archived with, by today's report code, headed by what it is and what it
-    could and could not show; returns the index's line."""
-    from nac.converged import records as R
-
+    could and could not show; returns the index's line. ``build``: as ``section``'s."""
     folder, out, root = Path(folder), Path(out), Path(root)
     rec = R.read(folder)
     params, profile = rec["params"], rec["profile"]
     rows = R.status(folder, rec)
-    from nac.converged.gpu_proof import summary
-
     proofs = (
         f"A record: read against the params it was archived with (commit `{rec['commit'][:7]}`, "
         f"{rec['archived']}), not against today's code; its pieces are checked for being whole only. "
@@ -258,7 +260,7 @@ def record_section(folder: str | Path, out: str | Path, root: str | Path) -> str
         + summary(folder, profile)
     )
     dest = out / "records" / rec["name"]
-    claims = _build(folder / "pieces", profile, params, rows, root, dest, proofs, record=rec)
+    claims = _build(folder / "pieces", profile, params, rows, root, dest, proofs, build, record=rec)
     done = sum(1 for r in rows if r[1] == "done")
     judged = sum(1 for c in claims if c["verdict"] != NOT_JUDGED)
     return (
@@ -291,6 +293,7 @@ def _build(
     root: Path,
     dest: Path,
     proofs: str,
+    build: Callable[..., Any],
     record: dict | None = None,
 ) -> list[dict]:
     """The report of a set of pieces into ``dest`` (claims.md, pieces.md, and once every piece is
@@ -304,18 +307,14 @@ def _build(
         tmp = Path(tmp)
         metrics = tmp / "set" / "metrics"
         P.assemble(pieces_root, profile, params, sorted(done, key=lambda p: p.id), metrics)
-        from nac.pipeline.paths import paper_throughput  # paper-size timings: the throughput stage's, not a piece
-
-        if paper_throughput(root / "metrics").is_file():  # read as mini's report reads it, under metrics/
+        # paper-size timings: the throughput stage's, not a piece, read as mini's report reads it, under metrics/
+        if paper_throughput(root / "metrics").is_file():
             paper_throughput(metrics).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(paper_throughput(root / "metrics"), paper_throughput(metrics))
         claims = judge(params, metrics, done, kinds, damaged, dirty)
         stage = tmp / "converged"
         complete = len(done) == len(rows)
         if complete:  # the whole report, as any profile's, from the pieces' metrics
-            from nac.provenance import PROVENANCE
-            from nac.report.build import build_report
-
             recs = [rec for _, _, rec, _ in rows]
             label = {
                 "profile": profile,
@@ -323,12 +322,12 @@ def _build(
                 "date": f"{min(r['start'] for r in recs)} to {max(r['end'] for r in recs)}",
                 "machine": ", ".join(sorted({r["machine"] for r in recs})),
                 "device": ", ".join(sorted({r["device_kind"] for r in recs})),
-                "torch": __import__("torch").__version__,
+                "torch": torch.__version__,
             }
             (metrics.parent / PROVENANCE).write_text(
                 json.dumps(label), encoding="utf-8"
             )  # graphs.json beside it: Figure 3
-            build_report(params, stage, metrics, provenance=label, converged=None)
+            build(params, stage, metrics, provenance=label, converged=None)
             if head:
                 readme = stage / "README.md"
                 readme.write_text(_headed(readme.read_text(encoding="utf-8"), head), encoding="utf-8")
@@ -345,8 +344,6 @@ def _build(
                 encoding="utf-8",
             )
             # the judged claims for the findings screen's converged column (the whole report writes its own)
-            from nac.report.claims import csv_frame
-
             (stage / "tables").mkdir()
             csv_frame(claims).to_csv(stage / "tables" / "claims.csv", index=False)
         claims_md = _claims_md(params, claims, len(done), len(rows))

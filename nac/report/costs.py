@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+# relative to the repository folder the section is given (and printed so, in the report)
 OPS = Path("metrics/costs/ops.json")
 COMPILED = Path("bench/results/ops.json")
 GPU = Path("bench/results/gpu.json")
@@ -94,11 +95,12 @@ def _read(path: Path) -> dict | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
 
 
-def cost_section() -> dict:
+def cost_section(root: str | Path) -> dict:
     """What the template's cost section shows: ``table`` (Markdown) from ``OPS`` with the compiled
-    columns of ``COMPILED``'s ``label`` (and its date), ``gpu`` (a sentence) from ``GPU``;
-    ``None`` where a file is absent."""
-    ops, bench, gpu = _read(OPS), _read(COMPILED), _read(GPU)
+    columns of ``COMPILED``'s ``label`` (and its date), ``gpu`` (a sentence) from ``GPU``, each
+    under the repository folder ``root``; ``None`` where a file is absent."""
+    root = Path(root)
+    ops, bench, gpu = _read(root / OPS), _read(root / COMPILED), _read(root / GPU)
     label, table = step_ops_table(ops, bench) if ops else (None, None)
     when = ((bench or {}).get("machine") or {}).get(label) or {}
     return {

@@ -11,6 +11,8 @@ import networkx as nx
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from scipy.cluster.hierarchy import leaves_list, linkage
+from scipy.spatial.distance import squareform
 
 from nac.graphs import PRIORS, sample_prior_graph
 from nac.report.published import PRIOR_LABELS
@@ -83,9 +85,6 @@ def circuit_graph(P: np.ndarray, threshold: float, bandwidth: float) -> nx.Graph
 def _module_order(Ps: list[np.ndarray]) -> np.ndarray:
     """One module order for every drawn matrix: average-linkage clustering of the signature
     distances ``-log P`` averaged over the shown sentences (modules that tend to link sit together)."""
-    from scipy.cluster.hierarchy import leaves_list, linkage
-    from scipy.spatial.distance import squareform
-
     D = np.mean([-np.log(np.clip(P, 1e-6, 1.0)) for P in Ps], axis=0)
     D = (D + D.T) / 2
     np.fill_diagonal(D, 0.0)

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from nac.graphs import PRIORS
+from nac.mechanism import degenerate_numbers
 from nac.report.published import PRIOR_LABELS, RUN_LABELS
 from nac.report.tables import DASH, fmt, paired
 from nac.stats import summarize
@@ -93,8 +94,6 @@ def degenerate_table(trains: list[dict[str, Any]], ladder: list[str], n: int, pr
     random-signature graph (the ``-randinit`` control at initialisation), the empty and the complete
     graph, and the uniform graph at the NAC's own density; each with the measures the claims use
     (density, share below the 0.5 cut, distance, structure and degree distance to ``prior``'s target)."""
-    from nac.mechanism import degenerate_numbers
-
     by = _by_run(trains, ladder)
     head = f"nac-{prior}"
     learned = [t["mechanism"]["final"] for t in by.get(head, []) if "mechanism" in t]

@@ -20,6 +20,7 @@ from pathlib import Path
 import jupytext
 import nbformat
 import zmq
+from ipykernel.kernelspec import RESOURCES, get_kernel_dict
 from jupyter_client import AsyncKernelManager
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from nbclient import NotebookClient
@@ -38,8 +39,6 @@ class _ThisInterpreter(KernelSpecManager):
     """Kernelspecs resolved to ipykernel's spec for ``sys.executable``, never a stray install."""
 
     def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
-        from ipykernel.kernelspec import RESOURCES, get_kernel_dict
-
         return KernelSpec(resource_dir=RESOURCES, **get_kernel_dict())
 
 

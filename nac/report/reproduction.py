@@ -23,6 +23,8 @@ from typing import Any
 
 import pandas as pd
 import yaml
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from nac.environment import differences, installed, read_lock
 from nac.pipeline.stage_params import keys
@@ -44,9 +46,6 @@ def committed(rel: str, root: str | Path = ".") -> str | None:
 def committed_params(root: str | Path = ".") -> dict[str, Any] | None:
     """The params the committed report ran with: ``dvc.lock`` at HEAD, the report stage's
     ``params.yaml`` entry (dotted key -> value), or None."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
     text = committed("dvc.lock", root)
     try:  # as DVC writes it, YAML 1.2 (PyYAML's YAML 1.1 reads its ``1e-05`` as a string)
         lock = OmegaConf.to_container(OmegaConf.create(text), resolve=False)

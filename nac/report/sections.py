@@ -163,10 +163,12 @@ def convergence_table(conv: dict, histories: dict[str, list[list[dict]]]) -> pd.
     return pd.DataFrame(rows).astype(object).fillna("—")
 
 
-def switches_section(params: dict, metrics: Path, out: Path, md: dict[str, str]) -> None:
+def switches_section(params: dict, metrics: Path, out: Path, md: dict[str, str], root: Path) -> None:
     """Every switch between the authors' model and ours, and the measured effect of the mechanism
-    switches (``bench/bench_switches.py``), paired by seed with this pipeline's default NAC."""
-    bench = json.loads(switches.BENCH.read_text(encoding="utf-8")) if switches.BENCH.exists() else None
+    switches (``bench/bench_switches.py``'s ``BENCH`` under the repository folder ``root``), paired by
+    seed with this pipeline's default NAC."""
+    path = root / switches.BENCH
+    bench = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
     md["switches_status"] = switches.bench_status(bench, params) or ""
     long = None
     if not md["switches_status"]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 
 import matplotlib
@@ -12,7 +13,8 @@ import seaborn as sns  # noqa: E402
 
 PALETTE = "colorblind"
 # One style per series, the same in every figure: the runs in this order take colour i % 10 and marker
-# i % 8, so the first 40 series all differ (lcm(10, 8) = 40); names not listed follow in order of use.
+# i % 8, so the first 40 series all differ (lcm(10, 8) = 40); a name not listed takes one of the 40 by a
+# hash of the name (``_index``): its style never depends on which names were drawn before it.
 _ORDER = [
     "perceiver_io",
     "nac",
@@ -29,7 +31,15 @@ _ORDER = [
     "image_only",
 ]
 _MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
-_extra: list[str] = []
+_STYLES = 40  # lcm(10 colours, 8 markers)
+
+
+def _index(name: str) -> int:
+    """The style index of a series: its place in ``_ORDER``, else ``len(_ORDER)`` plus a stable hash of
+    the name (CRC-32, the same in every process, unlike ``hash``) modulo the 40 distinct styles."""
+    if name in _ORDER:
+        return _ORDER.index(name)
+    return len(_ORDER) + zlib.crc32(name.encode("utf-8")) % _STYLES
 
 
 def setup() -> None:
@@ -61,9 +71,7 @@ def series_style(run: str) -> dict:
                 "marker": marker,
                 "color": sns.color_palette(PALETTE, 10)[color],
             }
-    if base not in _ORDER and base not in _extra:
-        _extra.append(base)
-    i = _ORDER.index(base) if base in _ORDER else len(_ORDER) + _extra.index(base)
+    i = _index(base)
     colors = sns.color_palette(PALETTE, 10)
     return {"color": colors[i % 10], "marker": _MARKERS[i % len(_MARKERS)], "ls": "--" if suffix else "-"}
 

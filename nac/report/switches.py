@@ -16,7 +16,7 @@ from nac.fingerprint import source_fingerprint
 from nac.stats import paired_ci
 
 REGISTRY = Path(__file__).with_name("switches.yaml")
-BENCH = Path("bench/results/switches.json")
+BENCH = Path("bench/results/switches.json")  # relative to the repository folder (printed so)
 # the modules whose import closure trains and evaluates an image-track run (as a checkpoint's fingerprint)
 CODE = ("nac.training.loop", "nac.data.registry", "nac.tracks.image")
 

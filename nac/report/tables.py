@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from nac import metrics_io
-from nac.model import BASELINES
+from nac.registry import BASELINES
 from nac.report.published import PAPER_ROW, RUN_LABELS, TABLE1, TABLE1_COLUMNS
 from nac.stats import binomial_se, summarize, welch_ci
 

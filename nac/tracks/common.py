@@ -24,15 +24,17 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from nac.checkpoint_io import mirror_path
 from nac.config import ModelConfig
 from nac.evaluation import accuracy_by_group, predict, topk_accuracy
 from nac.graphs import _resolve as resolve_prior
-from nac.model import BASELINES, count_parameters
 from nac.pipeline import schema_models as schema
 from nac.pipeline.datasets import dataset_info, track_builder
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import MODELS, track_checkpoint, track_metrics
 from nac.pipeline.runs import prior_settings, start_run, train_config
+from nac.pipeline.schema import check_batch_fits, check_in_data, check_split_read
+from nac.registry import BASELINES, count_parameters
 from nac.training.config import TrainConfig
 from nac.training.loop import fit
 
@@ -79,8 +81,6 @@ def track_model_config(params: dict, track: str, run: str, info: dict[str, Any])
     if ngram:  # the input tokens are hashed n-gram ids (see hashed_ngrams)
         if model["tokenizer"].get("kind") != "sequence":
             raise ParamsError(f"{track}.ngram needs a sequence tokenizer, got {model['tokenizer'].get('kind')!r}")
-        if int(ngram.get("n", 0)) < 1 or int(ngram.get("buckets", 0)) < 2:
-            raise ParamsError(f"{track}.ngram must be {{n: >= 1, buckets: >= 2}}, got {ngram}")
         info = dict(info, vocab_size=int(ngram["buckets"]) + 1)
     if run == "neural_interpreter":  # Table 1's Neural Interpreter (image.baselines) reading the track's tokens
         ni = dict((params.get("image", {}).get("baselines") or {}).get(run) or {})
@@ -207,6 +207,7 @@ def train_track_run(
     *,
     metrics: str | Path | None = None,
     models: str | Path = MODELS,
+    resume: str | Path | None = None,
 ) -> dict[str, Any] | None:
     """Train one run of a track with one seed, then evaluate it on the validation and test
     splits. Returns the metrics (``None`` on non-main processes under torchrun). ``metrics`` (a
@@ -229,6 +230,7 @@ def train_track_run(
         cfg,
         world=world,
         checkpoint=track_checkpoint(track, run, seed, models),
+        mirror=None if resume is None else mirror_path(track_checkpoint(track, run, seed, models), models, resume),
         live_dir=None if metrics is None else f"{metrics}/tracks/live/{track}/{run}-{seed}",
         progress=progress,
         desc=f"{track} {run}-{seed}",
@@ -324,38 +326,34 @@ def sentences(builder, split: str) -> list[str]:
 
 # ------------------------------------------------------------------------------------ params
 def validate(params: dict[str, Any], track: str) -> None:
-    """The section of one track (on top of ``nac.pipeline.params.validate``): keys, types and
-    ranges (``nac.pipeline.schema_models.check_track``), then runs, dataset, models and the prior's fit
-    to them; for ``nlvr`` the analysed run and seed too."""
+    """The section of one track (on top of ``nac.pipeline.params.validate``): its model
+    (``nac.pipeline.schema_models.Track``), then runs, dataset, models and the prior's fit to them;
+    for ``nlvr`` the analysed run and seed too."""
     if track not in params:
         return
-    schema.check_track(params, track)
-    datasets = params.get("data", {}).get("datasets", [])
+    sec = schema.check(schema.Nlvr if track == "nlvr" else schema.Track, params[track], track)
     seeds = params["seeds"]
-    sec = params[track]
-    if sec["dataset"] not in datasets:
-        raise ParamsError(f"{track}.dataset={sec['dataset']!r} is not in data.datasets {datasets}")
-    bad = [r for r in sec["runs"] if r not in TRACK_RUNS[track]]
-    if bad or not sec["runs"]:
-        raise ParamsError(f"{track}.runs {sec['runs']} must be a non-empty list of: {', '.join(TRACK_RUNS[track])}")
-    info = dataset_info(params, sec["dataset"])
+    check_in_data(params, f"{track}.dataset", [sec.dataset])
+    for i, run in enumerate(sec.runs):
+        if run not in TRACK_RUNS[track]:
+            raise ParamsError(f"{track}.runs[{i}]={run!r}; valid choices: {', '.join(TRACK_RUNS[track])}")
+    check_split_read(params, f"{track}.dataset (train)", sec.dataset, "train")
+    check_batch_fits(params, f"{track}.train", sec.dataset, params[track]["train"])
+    check_split_read(params, f"{track}.val_split", sec.dataset, sec.val_split)
+    check_split_read(params, f"{track}.test_split", sec.dataset, sec.test_split)
+    info = dataset_info(params, sec.dataset)
     if info is not None and "num_classes" in info:
-        for run in sec["runs"]:
+        for run in sec.runs:
             try:
                 track_model_config(params, track, run, info)
             except (ValueError, KeyError) as e:
                 raise ParamsError(f"{track}.model for run {run!r}: {e}") from e
     _check_prior_fits(params, track)
-    try:
-        track_train_config(params, track, seeds[0])
-    except ValueError as e:
-        raise ParamsError(f"{track}.train: {e}") from e
-    if track == "nlvr":
-        analysis = sec.get("analysis", {})
-        if analysis.get("run", "conditional") not in sec["runs"]:
-            raise ParamsError(f"nlvr.analysis.run={analysis.get('run')!r} is not trained (nlvr.runs {sec['runs']})")
-        if analysis.get("seed", seeds[0]) not in seeds:
-            raise ParamsError(f"nlvr.analysis.seed={analysis.get('seed')!r} is not in seeds {seeds}")
+    analysis = getattr(sec, "analysis", None)
+    if analysis is not None and analysis.run not in sec.runs:
+        raise ParamsError(f"nlvr.analysis.run={analysis.run!r} is not trained (nlvr.runs {sec.runs})")
+    if analysis is not None and analysis.seed is not None and analysis.seed not in seeds:
+        raise ParamsError(f"nlvr.analysis.seed={analysis.seed!r} is not in seeds {seeds}")
 
 
 def validator(track: str):

@@ -41,31 +41,34 @@ from typing import Annotated, Any, Literal
 
 import annotated_types as at
 import numpy as np
+import pandas as pd
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from tqdm.auto import tqdm
 
-from nac.baselines.fewshot import MN_TRAIN
+from nac.baselines.fewshot import MN_TRAIN, prepare_baseline
 from nac.checkpoint_io import load_model
-from nac.config import ConfigDict, check_field_types
-from nac.fields import AT_LEAST_2, NONNEGATIVE, NONNEGATIVE_INT, POSITIVE_INT
+from nac.config import ConfigDict
+from nac.fields import AT_LEAST_2, NONNEGATIVE, NONNEGATIVE_INT, POSITIVE_INT, Real, config
 from nac.model import NAC
 from nac.pipeline.datasets import builder
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import MODELS, fewshot_image_run, image_checkpoint, pretrain_checkpoint
+from nac.progress import bar_kwargs
 from nac.training.distributed import resolve_device
 from nac.training.objective import Objective
 
 
-@dataclass
+@config
 class FewShotConfig(ConfigDict):
-    section = "fewshot protocol"
+    section = "fewshot.protocol"
     ways: AT_LEAST_2 = 8
     shots: Annotated[list[POSITIVE_INT], at.MinLen(1)] = field(default_factory=lambda: [1, 2, 4, 8, 16])
     episodes: POSITIVE_INT = 5
     queries_per_class: POSITIVE_INT = 40
     steps: POSITIVE_INT = 30
-    lr: Annotated[float, at.Gt(0), at.Le(1)] = 1e-3
+    lr: Annotated[Real, at.Gt(0), at.Le(1)] = 1e-3
     weight_decay: NONNEGATIVE = 0.0
     batch_size: POSITIVE_INT = 128
     reg_weight: NONNEGATIVE = 0.1
@@ -75,9 +78,6 @@ class FewShotConfig(ConfigDict):
     query_split: str = "test"
     ni_new_functions: NONNEGATIVE_INT = 0  # Neural Interpreter: new functions per script (nac.baselines.fewshot)
     mn_train: Literal[MN_TRAIN] = "modules"  # Modular Network: "modules" or "head" (nac.baselines.fewshot)
-
-    def __post_init__(self) -> None:
-        check_field_types(self)  # each field's type, choices and bounds (its annotation)
 
 
 @dataclass
@@ -199,8 +199,6 @@ def adapt(
 # =================================================================================================
 def _prepare(pretrained: nn.Module, cfg: FewShotConfig, seed: int) -> tuple[nn.Module, list[str]]:
     """The model to fine-tune and the module prefixes kept frozen and in eval mode."""
-    from nac.baselines.fewshot import prepare_baseline
-
     baseline = prepare_baseline(pretrained, cfg.ways, seed, cfg.ni_new_functions, cfg.mn_train, cfg.freeze)
     return baseline if baseline is not None else (prepare_model(pretrained, cfg.ways, cfg.freeze, seed), cfg.freeze)
 
@@ -268,10 +266,6 @@ def run_fewshot(
     ``episodes``: only these episode indices (a converged piece's: those its seed's model serves;
     each episode's rows are the same as in the full run, being seeded by target and index only).
     Returns one row per (target, run, shots, episode)."""
-    from tqdm.auto import tqdm
-
-    from nac.progress import bar_kwargs
-
     rows = []
     jobs = [(t, e) for t in targets for e in range(cfg.episodes) if episodes is None or e in episodes]
     bar = tqdm(
@@ -351,8 +345,6 @@ def run_target(
 ) -> list[dict]:
     """The stage for one target: every episode, shot count and run; writes ``<target>.json``
     (protocol + rows) and ``<target>.csv`` (rows)."""
-    import pandas as pd
-
     fs = params["fewshot"]
     cfg = FewShotConfig.from_dict(dict(fs.get("protocol") or {}))
     device = resolve_device(params.get("device", "auto"))

@@ -9,6 +9,7 @@ the data order, so differences between them are paired by seed.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -16,19 +17,19 @@ import torch
 from tqdm.auto import tqdm
 
 from nac.baselines.analysis import baseline_analysis
-from nac.checkpoint_io import load_model
+from nac.checkpoint_io import load_model, mirror_path
 from nac.config import ModelConfig
 from nac.evaluation import accuracy_by_group, predict, predict_tokens, tokenize, topk_accuracy
 from nac.graphs import PRIOR_DEFAULTS
 from nac.mechanism import has_graph, mechanism_numbers, processor_graph
-from nac.model import BASELINES, count_parameters
 from nac.pipeline import schema_models as schema
 from nac.pipeline.datasets import builder
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import MODELS, image_checkpoint, parse_run
 from nac.pipeline.runs import start_run, train_config
-from nac.pipeline.schema import check_prune
+from nac.pipeline.schema import Prune, check_batch_fits, check_in_data, check_split_read, dataset_params
 from nac.pruning import drop_modules, module_connectivity, random_connectivity
+from nac.registry import BASELINES, count_parameters
 from nac.training.config import TrainConfig
 from nac.training.distributed import resolve_device
 from nac.training.loop import fit
@@ -74,6 +75,7 @@ def train_image_run(
     *,
     metrics: str | Path | None = None,
     models: str | Path = MODELS,
+    resume: str | Path | None = None,
 ) -> dict | None:
     """Train one ladder entry with one seed (resuming its checkpoint, or reloading a finished one);
     returns the training history and final metrics (on the main process; ``None`` on the others
@@ -95,6 +97,7 @@ def train_image_run(
         cfg,
         world=world,
         checkpoint=image_checkpoint(run, seed, models),
+        mirror=None if resume is None else mirror_path(image_checkpoint(run, seed, models), models, resume),
         live_dir=None if metrics is None else f"{metrics}/image/live/{name}",
         progress=progress,
         desc=f"train {name}",
@@ -187,8 +190,6 @@ def throughput(model: torch.nn.Module, example: torch.Tensor, repeats: int, devi
     report's CI is computed from. The clock is ``torch.utils.benchmark``'s, which synchronises the
     accelerator (CUDA or another) before it reads the time; its ``Timer.timeit`` would add two
     warm-up passes per value, and ``blocked_autorange`` picks the number of values itself."""
-    import logging
-
     cpp = logging.getLogger("torch.utils.cpp_extension")  # its import warns "No CUDA runtime" on a CPU machine
     level = cpp.level
     cpp.setLevel(logging.ERROR)
@@ -262,54 +263,50 @@ def prune_sweep(params: dict, progress: bool = True, *, models: str | Path = MOD
 
 # ------------------------------------------------------------------------------------ params
 def validate(params: dict[str, Any]) -> None:
-    """The ``image`` section (on top of ``nac.pipeline.params.validate``): keys, types and ranges
-    (``nac.pipeline.schema_models.check_image``), datasets, every ladder run's model and the training
-    config; every message names the key and what would be valid."""
+    """The ``image`` section (on top of ``nac.pipeline.params.validate``): its model
+    (``nac.pipeline.schema_models.Image``), its datasets and splits, every ladder run's model."""
     if "image" not in params:
         return
-    schema.check_image(params)
-    image, data, seeds = params["image"], params.get("data", {}), params["seeds"]
-    for key in ("dataset", "ood_dataset"):
-        if image[key] not in data.get("datasets", []):
-            raise ParamsError(f"image.{key}={image[key]!r} is not in data.datasets {data.get('datasets')}")
-    if not image.get("ladder"):
-        raise ParamsError("image.ladder is empty; list at least one of perceiver_io, modfc, frozen_graph, nac-<prior>")
-    for run in image["ladder"]:
+    image = schema.check(schema.Image, params["image"], "image")
+    check_in_data(params, "image.dataset", [image.dataset])
+    check_in_data(params, "image.ood_dataset", [image.ood_dataset])
+    check_split_read(params, "image.dataset (train)", image.dataset, "train")
+    check_batch_fits(params, "image.train", image.dataset, params["image"]["train"])
+    check_split_read(params, "image.val_split", image.dataset, image.val_split)
+    check_split_read(params, "image.test_split", image.dataset, image.test_split)
+    check_split_read(params, "image.ood_split", image.ood_dataset, image.ood_split)
+    size, tok = dataset_params(params, image.dataset).get("image_size"), image.model.tokenizer.get("image_size")
+    if isinstance(size, int) and tok is not None and tok != size:
+        raise ParamsError(
+            f"image.model.tokenizer.image_size={tok} but data.{image.dataset}.image_size={size}; "
+            "the tokenizer must read the dataset's image size"
+        )
+    for run in image.ladder:
         try:  # parse_run raises ParamsError (a ValueError) naming the valid runs
-            image_model_config(params, run, seeds[0], num_classes=2)
+            image_model_config(params, run, params["seeds"][0], num_classes=2)
         except ParamsError:
             raise
         except ValueError as e:
             raise ParamsError(f"image.model for {run!r}: {e}") from e
-    try:
-        image_train_config(params, seeds[0])
-    except ValueError as e:
-        raise ParamsError(f"image.train: {e}") from e
 
 
 def validate_prune(params: dict[str, Any]) -> None:
-    """The ``prune`` section: its runs are trained, its fractions drop whole modules."""
+    """The ``prune`` section: its runs are trained NAC-family models, its fractions drop whole modules."""
     if "prune" not in params:
         return
-    check_prune(params)
-    prune = params["prune"]
-    bad = [r for r in prune["runs"] if r not in params["image"]["ladder"]]
-    if bad:
-        raise ParamsError(f"prune.runs {bad} are not trained (not in image.ladder {params['image']['ladder']})")
-    for i, run in enumerate(prune["runs"]):  # module dropping ranks a NAC-family model's processor modules
+    prune = schema.check(Prune, params["prune"], "prune")
+    ladder = params["image"]["ladder"]
+    for i, run in enumerate(prune.runs):  # module dropping ranks a NAC-family model's processor modules
+        if run not in ladder:
+            raise ParamsError(f"prune.runs[{i}]={run!r} is not trained (not in image.ladder {ladder})")
         if parse_run(run)[0] in BASELINES:
             raise ParamsError(
                 f"prune.runs[{i}]={run!r} cannot be pruned: module dropping ranks the processor modules "
                 f"of a NAC-family model by their graph (perceiver_io, modfc, frozen_graph, nac-<prior>), "
                 f"and the baselines ({', '.join(BASELINES)}) have none; remove it from prune.runs"
             )
-    fr = prune["dropped_fraction"]
-    if not fr or not all(0 <= f < 1 for f in fr) or 0.0 not in fr or sorted(fr) != list(fr):
-        raise ParamsError(
-            f"prune.dropped_fraction must be increasing fractions in [0, 1) starting at 0.0 (the full model), got {fr}"
-        )
     n = params.get("image", {}).get("model", {}).get("n_processor")
-    uneven = [f for f in fr if isinstance(n, int) and abs(f * n - round(f * n)) > 1e-9]
+    uneven = [f for f in prune.dropped_fraction if isinstance(n, int) and abs(f * n - round(f * n)) > 1e-9]
     if uneven:
         raise ParamsError(
             f"prune.dropped_fraction {uneven} of image.model.n_processor={n} modules is not a whole "

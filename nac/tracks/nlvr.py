@@ -27,15 +27,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import networkx as nx
 import numpy as np
+import pandas as pd
 import torch
+from networkx.algorithms.community import greedy_modularity_communities, modularity
+from sklearn.decomposition import PCA
+from sklearn.manifold import TSNE
+from sklearn.metrics import silhouette_score
+from sklearn.model_selection import StratifiedKFold, cross_val_score
+from sklearn.neighbors import KNeighborsClassifier
 from torch.utils.data import DataLoader
 
 from nac.checkpoint_io import load_model
-from nac.model import build_model
 from nac.pipeline.datasets import track_builder
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import MODELS, track_checkpoint
+from nac.registry import build_model
 from nac.stats import t_half_width
 from nac.tracks.common import reasoning_types, sentences
 from nac.training.distributed import resolve_device
@@ -79,11 +87,6 @@ def analyse(
 
     Returns ``{"embedding": [N, 2] (None without ``embed``), "pca": [N, d], **measures}``.
     """
-    from sklearn.decomposition import PCA
-    from sklearn.manifold import TSNE
-    from sklearn.metrics import silhouette_score
-    from sklearn.model_selection import StratifiedKFold, cross_val_score
-    from sklearn.neighbors import KNeighborsClassifier
 
     types = np.asarray(types)
     X = lower_triangle(P).astype(np.float64)
@@ -155,8 +158,6 @@ def community_structure(A: np.ndarray) -> tuple[float, int]:
     """Modularity of a greedy-modularity partition of the undirected graph with adjacency ``A``
     ``[U, U]`` (bool, symmetric, no self-loops) and the number of its large clique-like communities
     (``LARGE_FRACTION``, ``CLIQUE_DENSITY``). A graph with no links has modularity 0 and none."""
-    import networkx as nx
-    from networkx.algorithms.community import greedy_modularity_communities, modularity
 
     G = nx.from_numpy_array(A.astype(np.int8))
     if G.number_of_edges() == 0:
@@ -174,7 +175,6 @@ def degree_preserving_shuffle(A: np.ndarray, seed: int, swaps_per_edge: int = 10
     """The control graph: ``A`` with its links rewired by double edge swaps (``10 x`` links
     attempted, at most 10 tries per swap), which keeps every module's degree and destroys any other
     structure. A graph where no swap is possible (complete, or too few links) comes back unchanged."""
-    import networkx as nx
 
     G = nx.from_numpy_array(A.astype(np.int8))
     U, E = len(A), G.number_of_edges()
@@ -243,7 +243,6 @@ def typical_examples(Z: np.ndarray, types: np.ndarray) -> dict[int, int]:
 def graph_of(P: np.ndarray, threshold: float = 0.5):
     """networkx graph of one ``P``: an edge ``i - j`` where ``P_ij > threshold`` (``i != j``),
     weighted by ``1 / (1 - cos)`` (inverse signature distance) for the force-directed layout."""
-    import networkx as nx
 
     U = P.shape[0]
     G = nx.Graph()
@@ -262,7 +261,6 @@ def run_analysis(
     """The stage: load the analysed model, compute ``P`` on the validation split, analyse, write
     ``analysis.json`` (measures), ``embedding.csv`` (t-SNE points with type and sentence) and
     ``examples.json`` (``P`` of one typical sentence per type). The model: ``<models>/nlvr/<run>-<seed>.pt``."""
-    import pandas as pd
 
     sec = params["nlvr"]
     cfg = dict(sec.get("analysis") or {})

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch.nn as nn
 
+from nac.checkpoint_io import mirror_path
 from nac.config import ModelConfig
 from nac.pipeline.datasets import builder
 from nac.pipeline.io import write_json
@@ -21,7 +22,15 @@ from nac.pipeline.runs import prior_settings, start_run, train_config
 from nac.training.loop import fit
 
 
-def pretrain(params: dict, run: str, seed: int, progress: bool = True, *, models: str | Path = MODELS) -> nn.Module:
+def pretrain(
+    params: dict,
+    run: str,
+    seed: int,
+    progress: bool = True,
+    *,
+    models: str | Path = MODELS,
+    resume: str | Path | None = None,
+) -> nn.Module:
     """Pre-train (or resume / reload) the source model of a few-shot run on ``fewshot.pretrain``.
     A finished checkpoint is reloaded at no cost, so the few-shot stages of several targets read
     it without training. The checkpoint: ``<models>/fewshot_pretrain/<run>-<seed>.pt``."""
@@ -44,6 +53,7 @@ def pretrain(params: dict, run: str, seed: int, progress: bool = True, *, models
         train_cfg,
         world=world,
         checkpoint=pretrain_checkpoint(run, seed, models),
+        mirror=None if resume is None else mirror_path(pretrain_checkpoint(run, seed, models), models, resume),
         progress=progress,
         desc=f"pretrain {run}-{seed}",
         fingerprint=fingerprint,
@@ -51,7 +61,9 @@ def pretrain(params: dict, run: str, seed: int, progress: bool = True, *, models
     return model
 
 
-def pretrain_all(params: dict, progress: bool = True, *, models: str | Path = MODELS) -> dict:
+def pretrain_all(
+    params: dict, progress: bool = True, *, models: str | Path = MODELS, resume: str | Path | None = None
+) -> dict:
     """The stage: every few-shot run and seed when ``fewshot.source`` is ``pretrain``, nothing
     otherwise; writes ``<models>/fewshot_pretrain/manifest.json``."""
     fs = params["fewshot"]
@@ -59,7 +71,7 @@ def pretrain_all(params: dict, progress: bool = True, *, models: str | Path = MO
     if fs["source"] == "pretrain":
         for run in fs["runs"]:
             for seed in params["seeds"]:
-                pretrain(params, run, seed, progress, models=models)
+                pretrain(params, run, seed, progress, models=models, resume=resume)
                 done.append(pretrain_checkpoint(run, seed, models).name)
     manifest = {"source": fs["source"], "dataset": (fs.get("pretrain") or {}).get("dataset"), "checkpoints": done}
     write_json(pretrain_dir(models) / "manifest.json", manifest)

@@ -101,7 +101,7 @@ def seeded(*parts: int):
 def sample_transform(recipe: Recipe, image_size: int):
     """timm's training transform of ``recipe`` for ``image_size`` px: PIL image -> float tensor
     ``[3, S, S]``, ImageNet-normalised (as the authors' pipeline gives it)."""
-    from timm.data import create_transform
+    from timm.data import create_transform  # deferred: timm ~2.2 s after torch, only for the authors' recipe
 
     return create_transform(
         image_size,
@@ -136,7 +136,7 @@ class AugmentedDataset(Dataset):
 
     def transform(self, image: torch.Tensor) -> torch.Tensor:
         """uint8 ``[3, H, W]`` -> float32 ``[3, S, S]`` (global RNGs as they are: see ``seeded``)."""
-        from torchvision.transforms.functional import to_pil_image
+        from torchvision.transforms.functional import to_pil_image  # deferred: torchvision ~2.5 s, as timm
 
         if image.dim() != 3 or image.shape[0] != 3:
             raise ValueError(f"the {AUTHORS_TINYIMAGENET!r} recipe needs images [3, H, W], got {tuple(image.shape)}")
@@ -220,7 +220,7 @@ class BatchMixer:
     ``label_smoothing`` spread over all classes."""
 
     def __init__(self, recipe: Recipe, num_classes: int, label_smoothing: float = 0.1, seed: int = 0):
-        from timm.data import Mixup
+        from timm.data import Mixup  # deferred: timm, as above
 
         self.seed = int(seed)
         self.mixup = Mixup(
@@ -246,6 +246,6 @@ def soft_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Ten
     """Mean over the batch of ``-sum(targets * log_softmax(logits))`` for logits and soft targets
     ``[B, C]``: timm's ``SoftTargetCrossEntropy`` (imported on use, as timm's ``Mixup`` that makes
     the soft targets)."""
-    from timm.loss import SoftTargetCrossEntropy
+    from timm.loss import SoftTargetCrossEntropy  # deferred: timm, as above
 
     return SoftTargetCrossEntropy()(logits, targets)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 
 from nac.model import NAC
@@ -95,8 +96,6 @@ class StepChecks:
     def raise_if_bad(self, state: RunState, world: World | None) -> None:
         first = self.first
         if world is not None and world.distributed:
-            import torch.distributed as dist
-
             first = all_reduce_(first.clone(), op=dist.ReduceOp.MIN)
         code = int(first)
         if code == self.NONE:

@@ -34,52 +34,25 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
-from nac.rules import compile_rules
-from nac.training.augment import soft_cross_entropy
-from nac.training.config import COMPILE_MATCHINGS, COMPILE_MODES, COMPILE_SCOPES
+from nac.training.config import TrainConfig
 from nac.training.objective import Objective, objective_losses
 from nac.training.optim import clip_and_step
 
 
 def check_compile(value, matching: str = "before", scope: str = "forward") -> None:
-    """``nac.rules.compile_rules`` on a compiled step's settings, with ``train``'s choices."""
-    compile_rules(value, matching, scope, modes=COMPILE_MODES, matchings=COMPILE_MATCHINGS, scopes=COMPILE_SCOPES)
+    """A compiled step's settings, checked as ``train``'s (``TrainConfig``: one place)."""
+    TrainConfig(compile=value, compile_matching=matching, compile_scope=scope)
 
 
-def objective_parts(wrapped, kw: dict, labels, targets, label_smoothing: float, amp: bool):
-    """``objective_losses`` of a NAC less its regularizer: ``(logits, ce, Ps)``, ``Ps`` the
-    step's ``{layer: P}`` (``Objective(..., perms="later")``) for ``overlapped_losses`` to finish."""
-    with torch.autocast(labels.device.type, dtype=torch.bfloat16, enabled=amp):
-        logits, Ps = wrapped(**kw, perms="later")
-        if targets is not None:
-            ce = soft_cross_entropy(logits.float(), targets)
-        else:
-            ce = F.cross_entropy(logits.float(), labels, label_smoothing=label_smoothing)
-    return logits, ce, Ps
-
-
-def overlapped_losses(
-    parts, objective: Objective, wrapped, kw: dict, labels, targets, pending: dict, label_smoothing, reg_weight, amp
-):
-    """``objective_losses`` with the matching ``pending`` (``Objective.matching_in_advance``) awaited only after
-    ``parts`` (``objective_parts``, compiled) is launched: ``(logits, ce, reg, loss)``, the same
-    values; the regularizer at the permutations computed eagerly from the region's ``Ps``."""
-    logits, ce, Ps = parts(wrapped, kw, labels, targets, label_smoothing, amp)
-    reg = objective.regularizer(None, Ps, perms=finish_matching(pending, labels.device))
-    return logits, ce, reg, ce + reg_weight * reg.float()
-
-
-def compile_losses(mode, fn=objective_losses):
-    """``fn`` (``objective_losses`` or ``objective_parts``) compiled in ``mode``
-    (``COMPILE_MODES``; ``False``: itself)."""
+def compile_losses(mode):
+    """``objective_losses`` compiled in ``mode`` (``COMPILE_MODES``; ``False``: itself)."""
     check_compile(mode)
     if mode is False:
-        return fn
+        return objective_losses
     if mode == "aot_eager":
-        return torch.compile(fn, backend="aot_eager", dynamic=False)
-    return torch.compile(fn, mode=mode, dynamic=False)
+        return torch.compile(objective_losses, backend="aot_eager", dynamic=False)
+    return torch.compile(objective_losses, mode=mode, dynamic=False)
 
 
 def finish_matching(pending: tuple | None, device) -> dict | None:
@@ -134,18 +107,17 @@ def compile_regions(model: nn.Module, mode) -> list[str]:
 
 class CompiledStep:
     """A training step's compiled forms (``train.compile`` ``mode``, ``train.compile_scope``
-    ``scope``, ``train.compile_matching`` ``matching``; see the module's docstring): ``losses``,
-    ``objective_losses`` compiled, at the matching ``begin`` started; ``update``, ``clip_and_step``
-    compiled (``scope="step"``; else None: the eager one).
+    ``scope``; see the module's docstring): ``fn``, ``objective_losses`` compiled (the step calls it
+    as it calls ``objective_losses``, with the permutations of the matching ``begin`` started:
+    ``perms``); ``update``, ``clip_and_step`` compiled (``scope="step"``; else None: the eager one).
 
     ``loop.train_step`` calls ``begin`` before it prepares the batch (the matching then runs on the
-    worker thread while the host does) and ``losses`` with the batch on the device."""
+    worker thread while the host does) and ``perms`` with the batch on the device."""
 
     def __init__(self, mode, scope: str = "forward", matching: str = "before"):
         check_compile(mode, matching, scope)
         self.mode = mode
         self.fn = compile_losses(mode)  # the forward and the loss (objective_losses)
-        self.parts = compile_losses(mode, objective_parts) if matching == "overlap" else None
         self.update = compile_update(mode) if scope == "step" else None  # clip_and_step
         self.pending: tuple | None = None  # this step's matching (begin)
 
@@ -153,14 +125,10 @@ class CompiledStep:
         """Start this step's matching on the objective's worker thread."""
         self.pending = objective.matching_in_advance()
 
-    def losses(self, run, kw: dict, labels, targets) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(logits, ce, reg, loss)`` of ``objective_losses`` compiled, the regularizer at the
-        permutations of the matching ``begin`` started. ``run``: ``nac.training.run.Run``."""
-        cfg, pending = run.cfg, self.pending
-        args = (cfg.label_smoothing, cfg.reg_weight, run.use_amp)
-        self.pending = None
+    def perms(self, device) -> dict | None:
+        """The permutations of the matching ``begin`` started, on ``device`` (waited for: the
+        compiled region takes them as inputs); under ``reduce-overhead`` a new step begins."""
+        pending, self.pending = self.pending, None
         if self.mode == "reduce-overhead":  # a new step: the CUDA graphs' outputs may be reused
             torch.compiler.cudagraph_mark_step_begin()
-        if pending is not None and self.parts is not None:  # the matching awaited while the device runs the forward
-            return overlapped_losses(self.parts, run.objective, run.wrapped, kw, labels, targets, pending, *args)
-        return self.fn(run.wrapped, kw, labels, targets, finish_matching(pending, run.world.device), *args)
+        return finish_matching(pending, device)

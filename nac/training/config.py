@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated, Literal
 
 import annotated_types as at
+from pydantic import model_validator
 
-from nac.config import ConfigDict, check_field_types
-from nac.fields import DECAY, FRACTION, NONNEGATIVE, NONNEGATIVE_INT, POSITIVE_INT
-from nac.rules import train_rules
+from nac.config import ConfigDict
+from nac.fields import DECAY, DEVICES, EXACT, FRACTION, NONNEGATIVE, NONNEGATIVE_INT, POSITIVE_INT, Real, config
 
 # The choices of the fields below, defined here (where the field is) and read by the code they select.
 DECAY_FILTERS = ("authors", "ours", "all")  # nac.training.optim.decays
@@ -17,25 +16,24 @@ AUTHORS_TINYIMAGENET = "authors_tinyimagenet"  # the authors' recipe (nac.traini
 AUGMENT_RECIPES = (AUTHORS_TINYIMAGENET,)  # nac.training.augment's recipes besides true / false
 ADAMW_IMPLS = ("default", "foreach", "fused")  # nac.training.optim.make_adamw
 COMPILE_MODES = (False, "default", "reduce-overhead", "aot_eager")  # nac.training.compiled
-COMPILE_MATCHINGS = ("before", "overlap")  # where a compiled step waits for the matching (the field)
+COMPILE_MATCHINGS = ("before",)  # where a compiled step waits for the matching (the field; "overlap" removed, issue 48)
 COMPILE_SCOPES = ("forward", "step", "regional")
-DEVICES = ("auto", "cpu", "cuda")
 # Bounds of plain sanity, not of taste: an lr above 1 or ten thousand epochs is a typo (1e+300, 100000000).
 EPOCHS = Annotated[int, at.Ge(1), at.Le(10_000)]
 
 
-@dataclass
+@config
 class TrainConfig(ConfigDict):
-    section = "train config"
+    section = "train"
     epochs: EPOCHS = 10
     batch_size: POSITIVE_INT = 128  # global batch (split across processes under torchrun)
-    lr: Annotated[float, at.Gt(0), at.Le(1)] = 1e-3  # peak learning rate, after warm-up
+    lr: Annotated[Real, at.Gt(0), at.Le(1)] = 1e-3  # peak learning rate, after warm-up
     lr_batch_scaling: POSITIVE_INT | None = None  # authors: lr * global_batch / 512; None = no scaling
     weight_decay: NONNEGATIVE = 0.05
     decay_filter: Literal[DECAY_FILTERS] = (
         "authors"  # which parameters decay (nac.training.optim.decays): authors | ours (nac v1) | all (m2mKD)
     )
-    warmup_epochs: Annotated[float, at.Ge(0), at.Le(10_000)] = 1.0
+    warmup_epochs: Annotated[Real, at.Ge(0), at.Le(10_000)] = 1.0
     min_lr: NONNEGATIVE = 1e-5
     label_smoothing: FRACTION = 0.1
     grad_clip: NONNEGATIVE | None = 1.0
@@ -45,7 +43,7 @@ class TrainConfig(ConfigDict):
     # images: true = random flip and 4 px translation; false = none; "authors_tinyimagenet" = the
     # authors' recipe (RandAugment, random erasing, repeated augmentation x3, mixup/cutmix with
     # label_smoothing; nac/training/augment.py)
-    augment: bool | Literal[AUGMENT_RECIPES] = True
+    augment: Annotated[Literal[(True, False, *AUGMENT_RECIPES)], EXACT] = True
     num_workers: NONNEGATIVE_INT = 0
     seed: int = 0
     device: Literal[DEVICES] = "auto"
@@ -59,9 +57,9 @@ class TrainConfig(ConfigDict):
     # torch.compile of the step's forward and loss (nac/training/compiled.py): false (eager) |
     # default | reduce-overhead (CUDA graphs) | aot_eager (traced, no code generation). Inductor's
     # random draws differ from eager's: the same distribution, not the same numbers.
-    compile: Literal[COMPILE_MODES] = False
-    # where a compiled step waits for the regularizer's matching (nac.training.compiled): before |
-    # overlap (while the device runs the forward; the regularizer's few ops then run eagerly)
+    compile: Annotated[Literal[COMPILE_MODES], EXACT] = False
+    # where a compiled step waits for the regularizer's matching (nac.training.compiled): before (the
+    # only one left: "overlap", a second loss path no committed result used, was removed in issue 48)
     compile_matching: Literal[COMPILE_MATCHINGS] = "before"
     # what train.compile compiles (nac/training/compiled.py): forward (forward and loss; backward,
     # clipping and AdamW eager) | step (the update too: clip_and_step compiled, torch's compiled optimizer)
@@ -72,9 +70,17 @@ class TrainConfig(ConfigDict):
     # it computes: a converged piece's params leave it out, as they leave out the device.
     cuda_graphs: bool = False
 
-    def __post_init__(self) -> None:
-        check_field_types(self)  # each field's type, choices and bounds (its annotation)
-        train_rules(self)  # the rules across fields (nac.rules)
+    @model_validator(mode="after")
+    def _rules(self):
+        if self.min_lr > self.lr:
+            raise ValueError(f"need train.min_lr <= train.lr; got lr={self.lr}, min_lr={self.min_lr}")
+        if self.warmup_epochs > self.epochs:
+            raise ValueError(f"train.warmup_epochs must be in [0, epochs={self.epochs}], got {self.warmup_epochs}")
+        if self.compile_scope in ("step", "regional") and self.compile is False:
+            raise ValueError(
+                f"train.compile_scope={self.compile_scope} compiles the step: set train.compile (default, say)"
+            )
+        return self
 
     def to_dict(self) -> dict:
         """All fields, less ``adamw`` and the ``compile`` fields at their defaults:

@@ -34,13 +34,13 @@ what the CPU tests use to prove the two-graph step equal to the eager one
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Callable
 
 import torch
 
 from nac.model import NAC
-from nac.training.compiled import objective_parts
-from nac.training.objective import objective_losses
+from nac.training.objective import cross_entropy, objective_losses
 from nac.training.optim import clip_and_step
 
 WARMUP_STEPS = 2  # eager steps before the capture (AdamW's state made, cuBLAS and the allocator warm)
@@ -68,6 +68,15 @@ def graphs_refusal(model, device: torch.device, distributed: bool, compile_mode)
             "inside the forward, which cannot be captured; set train.cuda_graphs: false"
         )
     return None
+
+
+def objective_parts(wrapped, kw: dict, labels, targets, label_smoothing: float, amp: bool):
+    """Graph 1's forward: ``objective_losses`` of a NAC less its regularizer, ``(logits, ce, Ps)``,
+    ``Ps`` the step's ``{layer: P}`` (``Objective(..., perms="later")``) for graph 2's regularizer."""
+    with torch.autocast(labels.device.type, dtype=torch.bfloat16, enabled=amp):
+        logits, Ps = wrapped(**kw, perms="later")
+        ce = cross_entropy(logits, labels, targets, label_smoothing)
+    return logits, ce, Ps
 
 
 class Replay:
@@ -109,9 +118,10 @@ class CudaGraph:
 class GraphedStep:
     """The step of ``train.cuda_graphs`` (see the module's docstring) for one ``Run``.
 
-    ``step(run, batch, epoch, step, eager)`` takes one training step, ``eager`` (``loop.eager_update``)
-    for the first ``warmup`` steps, then the captured graphs; returns what the eager update returns,
-    ``(logits, ce, reg, loss, grad_norm, labels)``. ``capture=False``: ``Replay`` stand-ins (the CPU)."""
+    ``loop.train_step`` takes the first ``warmup`` steps eagerly ``with warming()``, then every
+    step by ``step(run, batch, epoch, step)`` (the captured graphs), which returns what the eager
+    step computes, ``(logits, ce, reg, loss, grad_norm, labels)``. ``capture=False``: ``Replay``
+    stand-ins (the CPU)."""
 
     def __init__(self, run, *, capture: bool = True, warmup: int = WARMUP_STEPS):
         self.capture_graphs, self.warmup_left = capture, warmup
@@ -125,10 +135,28 @@ class GraphedStep:
         self.captured_at: int | None = None  # the step the graphs were captured at
 
     # -- the step ---------------------------------------------------------------------------
-    def step(self, run, batch: dict, epoch: int, step: int, eager: Callable):
-        if self.warmup_left > 0:
-            self.warmup_left -= 1
-            return self._side(lambda: eager(run, batch, epoch, step))
+    @property
+    def warm(self) -> bool:
+        """The warm-up's eager steps are taken: every later step is ``step`` (captured, replayed)."""
+        return self.warmup_left <= 0
+
+    @contextmanager
+    def warming(self):
+        """One of the first ``warmup`` steps, the eager step, taken inside: on a side stream
+        (torch's recipe for the steps before a capture); on the CPU as it is."""
+        self.warmup_left -= 1
+        if not self.capture_graphs or not torch.cuda.is_available():
+            yield
+            return
+        side, main = torch.cuda.Stream(), torch.cuda.current_stream()
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            yield
+        main.wait_stream(side)
+
+    def step(self, run, batch: dict, epoch: int, step: int):
+        """A step after the warm-up: captured at the first, replayed; returns what the eager step
+        computes, ``(logits, ce, reg, loss, grad_norm, labels)``."""
         from nac.training.loop import batch_inputs  # (the loop imports this module's class through Run)
 
         pending = run.objective.matching_in_advance() if self.matching else None  # P, then the host matches
@@ -148,17 +176,6 @@ class GraphedStep:
                 self.static["perms"].copy_(future.result(), non_blocking=True)  # pinned: no host wait
                 reg, loss, grad_norm = self.graphs[1].replay()
         return logits, ce, reg, loss, grad_norm, self.static["labels"]
-
-    def _side(self, fn: Callable):
-        """``fn()`` on a side stream (torch's recipe for the steps before a capture); on the CPU itself."""
-        if not self.capture_graphs or not torch.cuda.is_available():
-            return fn()
-        side, main = torch.cuda.Stream(), torch.cuda.current_stream()
-        side.wait_stream(main)
-        with torch.cuda.stream(side):
-            out = fn()
-        main.wait_stream(side)
-        return out
 
     # -- the capture ---------------------------------------------------------------------------
     def _copy_in(self, kw: dict, labels, targets) -> None:

@@ -10,7 +10,7 @@ def open_live(live_dir, history):
     (``tests/test_training.py::test_resumed_run_logs_the_dvclive_files_of_an_uninterrupted_run``)."""
     if live_dir is None:
         return None
-    from dvclive import Live
+    from dvclive import Live  # deferred: dvclive costs ~0.6 s, paid only by a run that logs
 
     live = Live(dir=str(live_dir), resume=False, save_dvc_exp=False, dvcyaml=False)
     for entry in history:
@@ -25,7 +25,7 @@ def close_live(live) -> None:
     repo index in every job (1.4 s; docs/costs.md), and pooled workers race to remove dvclive's one
     step signal file (FileNotFoundError). The signal file is removed here, tolerating a worker that
     removed it first."""
-    from dvclive.vscode import cleanup_dvclive_step_completed
+    from dvclive.vscode import cleanup_dvclive_step_completed  # deferred: as above
 
     try:
         cleanup_dvclive_step_completed()

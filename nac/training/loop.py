@@ -24,15 +24,17 @@ traceback). Resuming and saving are in ``nac.training.resume``, the finiteness c
 
 The path to ``optimizer.step``: ``fit`` builds a ``Run`` (``nac.training.run.build_run``: model,
 optimizer and schedule, EMA, sampler, loader), takes the lock, resumes, then runs the epochs: each
-batch is one call of ``train_step``, which reads from the batch to ``optimizer.step()`` (the LR,
-the forward with the regularizer, the loss, backward, clipping, AdamW, the checks, the EMA and the
-epoch's sums); ``_end_epoch`` then evaluates, saves the checkpoint and logs. ``train.compile``
-runs the step's forward and loss (and with ``compile_scope: step`` its update) compiled
-(``nac.training.compiled``): the same functions.
+batch is one call of ``train_step``, which goes from the batch to ``optimizer.step()`` itself (the
+LR, the forward with the regularizer, the loss, backward, clipping, AdamW, the checks, the EMA and
+the epoch's sums in ``EpochState``); ``_end_epoch`` then evaluates, saves the checkpoint and logs.
+``train.compile`` runs the step's forward and loss (and with ``compile_scope: step`` its update)
+compiled (``nac.training.compiled``): the same functions. The whole route from a stage is in
+docs/design.md ("The route from the stage to ``optimizer.step()``").
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable
 
@@ -52,9 +54,9 @@ from nac.training.config import TrainConfig
 from nac.training.distributed import World, all_reduce_, barrier
 from nac.training.ema import ema_update
 from nac.training.errors import TrainingInterrupted
-from nac.training.objective import objective_losses
+from nac.training.optim import clip_gradients
 from nac.training.resume import resume_from, save_epoch
-from nac.training.run import Run, build_run
+from nac.training.run import EpochState, Run, build_run
 
 # The host reads the device-side finiteness record (and the bar's epoch-so-far metrics) every SYNC_EVERY
 # steps and at each epoch end; no other read happens in a step.
@@ -73,6 +75,7 @@ def fit(
     desc: str = "train",
     on_epoch_end: Callable[[int], None] | None = None,
     fingerprint: str | None = None,
+    mirror: str | Path | None = None,
 ) -> dict[str, Any]:
     """Train ``model`` in place; returns ``{"history": [per-epoch metrics], "final": last entry}``.
 
@@ -86,6 +89,9 @@ def fit(
     refused (``CheckpointBusyError``). ``val_set`` is held-out data: never the training set; only the
     main process (``world.is_main``) evaluates it.
     ``on_epoch_end(epoch)`` is called after each checkpoint (tests use it).
+    ``mirror``: where the checkpoint is also hard-linked after each save and restored from when it was
+    deleted after it was written (``nac.checkpoint_io.mirror_path``; the training stages pass it); None:
+    no mirror.
 
     A model with its own training objective (a baseline trained by EM, say) defines
     ``training_loss(batch_kwargs, labels, indices, step, label_smoothing=...) -> (logits, loss)``;
@@ -103,16 +109,18 @@ def fit(
     val_set = val_set if world.is_main else None  # validation runs on the main process only
     run = build_run(model, train_set, val_set, cfg, world, checkpoint, desc, on_epoch_end, fingerprint)
     state, world = run.state, run.world
+    state.mirror = Path(mirror) if mirror is not None and state.ckpt_path else None
     lock = CheckpointLock(state.ckpt_path, owner=desc).acquire() if state.ckpt_path and world.is_main else None
-    start_epoch = 0
+    start_epoch, now = 0, None
     try:
-        if state.ckpt_path and world.is_main and (src := restore(state.ckpt_path)) is not None:
+        if state.ckpt_path and world.is_main and (src := restore(state.ckpt_path, state.mirror)) is not None:
             tqdm.write(
                 f"{desc}: {state.ckpt_path} was deleted after it was written (`dvc checkout`?); restored it from {src}"
             )
         barrier()
+        history: list = []
         if state.ckpt_path and state.ckpt_path.exists():
-            start_epoch, run.history = resume_from(
+            start_epoch, history = resume_from(
                 state.ckpt_path,
                 run.model,
                 run.optimizer,
@@ -126,8 +134,9 @@ def fit(
                 scheduler=run.scheduler,
             )
         state.saved_epoch = start_epoch
-        run.live = dvclive_log.open_live(live_dir, run.history) if world.is_main else None
-        run.bar = tqdm(
+        now = EpochState.of(run, history)  # the EMA's first update copies: read once
+        now.live = dvclive_log.open_live(live_dir, now.history) if world.is_main else None
+        now.bar = tqdm(
             total=run.total,
             initial=start_epoch * run.steps_per_epoch,
             desc=desc,
@@ -136,26 +145,25 @@ def fit(
             disable=not (progress and world.is_main),
             **bar_kwargs(),
         )
-        run.ema_copy = run.ema is not None and int(run.ema.n_averaged) == 0  # read once: the first update copies
         for epoch in range(start_epoch, cfg.epochs):
             state.epoch, state.step = epoch + 1, 0
             torch.manual_seed(_epoch_seed(cfg.seed, epoch, world.rank))
             run.sampler.set_epoch(epoch)
             run.wrapped.train()
             run.checks.reset()
-            run.sums = torch.zeros(4, dtype=torch.float64, device=world.device)  # loss, reg, correct, count
+            now.sums = torch.zeros(4, dtype=torch.float64, device=world.device)  # loss, reg, correct, count
             for i, batch in enumerate(run.loader):
-                train_step(run, batch, epoch, i)
-                run.bar.update(1)
+                train_step(run, now, batch, epoch, i)
+                now.bar.update(1)
                 state.step = i + 1
                 if (i + 1) % SYNC_EVERY == 0:  # the host's periodic read: finiteness, and the bar's loss
                     run.checks.raise_if_bad(state, world)
-                    loss_sum, _, correct, count = run.sums.tolist()  # the epoch so far, this process's
-                    run.bar.set_postfix(
+                    loss_sum, _, correct, count = now.sums.tolist()  # the epoch so far, this process's
+                    now.bar.set_postfix(
                         loss=f"{loss_sum / count:.3f}", acc=f"{100 * correct / count:.1f}", epoch=epoch + 1
                     )
             run.checks.raise_if_bad(state, world)  # before anything is evaluated or saved
-            _end_epoch(run, epoch, run.sums)
+            _end_epoch(run, now, epoch)
     except KeyboardInterrupt:
         where = (
             f"at epoch {state.epoch} after {state.step}/{run.steps_per_epoch} steps"
@@ -164,44 +172,64 @@ def fit(
         )
         raise TrainingInterrupted(f"{desc}: interrupted {where}; {state.intact()}") from None
     finally:
-        if run.bar is not None:
-            run.bar.close()
-        if run.live is not None:
-            dvclive_log.close_live(run.live)
+        if now is not None and now.bar is not None:
+            now.bar.close()
+        if now is not None and now.live is not None:
+            dvclive_log.close_live(now.live)
         if lock is not None:
             lock.release()
     if run.ema is not None:  # hand back the averaged weights: they are what was evaluated
         run.model.load_state_dict(run.ema.module.state_dict())
-    return {"history": run.history, "final": run.history[-1] if run.history else {}}
+    return {"history": now.history, "final": now.history[-1] if now.history else {}}
 
 
-def train_step(run: Run, batch: dict, epoch: int, i: int) -> torch.Tensor:
+def train_step(run: Run, now: EpochState, batch: dict, epoch: int, i: int) -> torch.Tensor:
     """Step ``i`` of ``epoch``, from a batch to ``optimizer.step()``; returns the loss minimised.
 
     The learning rate of this step, the batch on the device (augmented, mixed), the forward with
     the graph regularizer computed from the same link probabilities, cross-entropy + ``reg_weight``
-    x regularizer, backward, gradient clipping and AdamW (``clip_and_step``); then the device-side
-    finiteness record (read by the host every ``SYNC_EVERY`` steps), the EMA and the epoch's metric
-    sums. Nothing here waits on the device. ``train.compile`` runs these same functions compiled:
-    ``objective_losses`` (``run.compiled.losses``, the matching started before the batch) and with
-    ``compile_scope: step`` ``clip_and_step`` (``run.update``; ``nac.training.compiled``);
-    ``train.cuda_graphs`` replays them captured as CUDA graphs (``run.graphed``,
-    ``nac.training.graphed``)."""
-    cfg = run.cfg
+    x regularizer (``objective_losses``, ``run.losses``; a baseline's own loss: ``own_losses``),
+    backward, gradient clipping (``clip_gradients``) and AdamW's ``optimizer.step()``; then the
+    device-side finiteness record (read by the host every ``SYNC_EVERY`` steps), the EMA and the
+    epoch's metric sums (``now``). Nothing here waits on the device. ``train.compile`` runs these
+    same functions compiled: ``run.losses`` is ``objective_losses`` compiled, at the permutations
+    matched before the batch (``run.compiled``), and with ``compile_scope: step`` ``run.update`` is
+    ``clip_and_step`` (the clipping and the step) compiled (``nac.training.compiled``);
+    ``train.cuda_graphs`` replays this step captured as CUDA graphs after its warm-up steps
+    (``run.graphed``, ``nac.training.graphed``)."""
+    cfg, graphed = run.cfg, run.graphed
     step = epoch * run.steps_per_epoch + i
     if step:  # the scheduler's count becomes this step's (it starts at 0; a resumed one at the last step)
         run.scheduler.step()
-    if run.graphed is not None:  # train.cuda_graphs: eager_update's work replayed as CUDA graphs
-        logits, ce, reg, loss, grad_norm, labels = run.graphed.step(run, batch, epoch, step, eager_update)
+    if graphed is not None and graphed.warm:  # train.cuda_graphs: the step below, captured and replayed
+        logits, ce, reg, loss, grad_norm, labels = graphed.step(run, batch, epoch, step)
     else:
-        logits, ce, reg, loss, grad_norm, labels = eager_update(run, batch, epoch, step)
+        with graphed.warming() if graphed is not None else nullcontext():
+            if run.compiled is not None:  # its matching runs on the worker thread while the host prepares the batch
+                run.compiled.begin(run.objective)
+            kw, labels, targets = batch_inputs(run, batch, epoch, step)
+            with run.checks.guard(run.state):
+                if run.own_objective:  # a baseline's own loss (training_loss), e.g. a Modular Network's EM
+                    logits, ce, reg, loss = own_losses(run, kw, labels, batch, step)
+                else:  # the logits and the graph regularizer from one circuit design (Objective), and the loss
+                    perms = run.compiled.perms(run.world.device) if run.compiled is not None else None
+                    logits, ce, reg, loss = run.losses(
+                        run.wrapped, kw, labels, targets, perms, cfg.label_smoothing, cfg.reg_weight, run.use_amp
+                    )
+            run.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if run.update is not None:  # compile_scope: step: clip_and_step (the two lines below) compiled
+                grad_norm = run.update(run.params, run.optimizer, cfg.grad_clip)
+            else:
+                grad_norm = clip_gradients(run.params, cfg.grad_clip)
+                run.optimizer.step()
     run.checks.record(i, loss, grad_norm)
     if run.ema is not None:
-        ema_update(run.ema, run.ema_groups, cfg.ema, copy=run.ema_copy)
-        run.ema_copy = False
+        ema_update(run.ema, run.ema_groups, cfg.ema, copy=now.ema_copy)
+        now.ema_copy = False
     with torch.no_grad():
         n = len(labels)
-        run.sums += torch.stack(
+        now.sums += torch.stack(
             [
                 ce.detach().double() * n,
                 reg.detach().double() * n,
@@ -210,30 +238,6 @@ def train_step(run: Run, batch: dict, epoch: int, i: int) -> torch.Tensor:
             ]
         )
     return loss
-
-
-def eager_update(run: Run, batch: dict, epoch: int, step: int) -> tuple:
-    """The step's work from the batch to ``optimizer.step()``: ``(logits, ce, reg, loss, grad_norm,
-    labels)``. The batch on the device, the forward and the loss (``objective_losses``, or it
-    compiled, or a baseline's own), backward, clipping and AdamW (``run.update``: ``clip_and_step``,
-    or it compiled)."""
-    cfg = run.cfg
-    if run.compiled is not None:  # its matching runs on the worker thread while the host prepares the batch
-        run.compiled.begin(run.objective)
-    kw, labels, targets = batch_inputs(run, batch, epoch, step)
-    with run.checks.guard(run.state):
-        if run.own_objective:  # a baseline's own loss (training_loss), e.g. a Modular Network's EM
-            logits, ce, reg, loss = own_losses(run, kw, labels, batch, step)
-        elif run.compiled is not None:  # objective_losses compiled, at the matching started above
-            logits, ce, reg, loss = run.compiled.losses(run, kw, labels, targets)
-        else:  # the logits and the graph regularizer from one circuit design (Objective), and the loss
-            logits, ce, reg, loss = objective_losses(
-                run.wrapped, kw, labels, targets, None, cfg.label_smoothing, cfg.reg_weight, run.use_amp
-            )
-    run.optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    grad_norm = run.update(run.params, run.optimizer, cfg.grad_clip)  # clip_and_step, or it compiled
-    return logits, ce, reg, loss, grad_norm, labels
 
 
 def own_losses(run: Run, kw: dict, labels: torch.Tensor, batch: dict, step: int) -> tuple:
@@ -303,10 +307,10 @@ def evaluate_accuracy(model: nn.Module, data: Dataset, device, batch_size: int) 
     }
 
 
-def _end_epoch(run: Run, epoch: int, sums: torch.Tensor) -> None:
-    """The epoch's metrics (``sums``: loss, reg, correct, count, summed on the device) reduced over
+def _end_epoch(run: Run, now: EpochState, epoch: int) -> None:
+    """The epoch's metrics (``now.sums``: loss, reg, correct, count, summed on the device) reduced over
     the processes, the validation accuracy, the checkpoint and the dvclive entry (main process)."""
-    cfg, world, state, ema = run.cfg, run.world, run.state, run.ema
+    cfg, world, state, ema, sums = run.cfg, run.world, run.state, run.ema, now.sums
     all_reduce_(sums)
     means = torch.stack([sums[0] / sums[3], sums[1] / sums[3], 100 * sums[2] / sums[3]]).tolist()  # one read
     entry = {
@@ -325,7 +329,7 @@ def _end_epoch(run: Run, epoch: int, sums: torch.Tensor) -> None:
                     for k, v in evaluate_accuracy(eval_model, run.val_set, world.device, cfg.eval_batch_size).items()
                 }
             )
-        run.history.append(entry)
+        now.history.append(entry)
         if state.ckpt_path:
             extra = {"ema": ema.state_dict()} if ema is not None else {}
             save_epoch(
@@ -334,13 +338,13 @@ def _end_epoch(run: Run, epoch: int, sums: torch.Tensor) -> None:
                 optimizer=run.optimizer.state_dict(),
                 scheduler=run.scheduler.state_dict(),
                 epoch=epoch + 1,
-                history=run.history,
+                history=now.history,
                 train_config=cfg.to_dict(),
                 fingerprint=run.fingerprint,
                 **extra,
             )
-        dvclive_log.log_live(run.live, entry)
-        run.bar.write(
+        dvclive_log.log_live(now.live, entry)
+        now.bar.write(
             f"{state.desc}: epoch {epoch + 1}/{cfg.epochs} "
             + " ".join(f"{k}={v:.4g}" for k, v in entry.items() if k != "epoch")
         )

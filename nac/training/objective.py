@@ -43,8 +43,9 @@ class Objective(nn.Module):
 
     ``perms``: a NAC's permutations matched before the step (``matching_in_advance``, a compiled
     step's), or ``"later"``: ``(logits, Ps)`` returned, the regularizer left to the caller
-    (``regularizer(None, Ps, perms=...)``). A model with its own training objective
-    (``training_loss``, a baseline trained by EM) is called with the step's extra keywords."""
+    (``regularizer(None, Ps, perms=...)``: the CUDA-graphs step's second graph,
+    ``nac.training.graphed``). A model with its own training objective (``training_loss``, a
+    baseline trained by EM) is called with the step's extra keywords."""
 
     def __init__(self, model: nn.Module):
         super().__init__()
@@ -176,9 +177,15 @@ def objective_losses(wrapped, kw: dict, labels, targets, perms, label_smoothing:
     as it is, a compiled one compiled (``nac.training.compiled.compile_losses``)."""
     with torch.autocast(labels.device.type, dtype=torch.bfloat16, enabled=amp):
         logits, reg = wrapped(**kw) if perms is None else wrapped(**kw, perms=perms)
-        if targets is not None:
-            ce = soft_cross_entropy(logits.float(), targets)
-        else:
-            ce = F.cross_entropy(logits.float(), labels, label_smoothing=label_smoothing)
+        ce = cross_entropy(logits, labels, targets, label_smoothing)
         loss = ce + reg_weight * reg.float()
     return logits, ce, reg, loss
+
+
+def cross_entropy(logits, labels, targets, label_smoothing: float) -> torch.Tensor:
+    """The step's cross-entropy (float32) of ``logits``: against soft ``targets`` (mixup/cutmix)
+    when given, else against ``labels`` with ``label_smoothing``. ``objective_losses``' and the
+    CUDA-graphs step's first graph's (``nac.training.graphed``)."""
+    if targets is not None:
+        return soft_cross_entropy(logits.float(), targets)
+    return F.cross_entropy(logits.float(), labels, label_smoothing=label_smoothing)

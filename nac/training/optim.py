@@ -48,15 +48,21 @@ def make_adamw(param_groups, lr: float, impl: str | None = "default", *, compile
     return torch.optim.AdamW(param_groups, lr=lr, **kw)
 
 
-def clip_and_step(params: list[torch.Tensor], optimizer: torch.optim.Optimizer, grad_clip: float) -> torch.Tensor:
-    """A training step's update once ``loss.backward()`` has filled the gradients: their total norm
-    (clipped to ``grad_clip`` by ``clip_grad_norm_``; 0: only measured) and ``optimizer.step()``;
-    returns the norm (before clipping; on the device). ``train.compile_scope: step`` runs this same
-    function under ``torch.compile`` (``nac.training.compiled.compile_update``)."""
+def clip_gradients(params: list[torch.Tensor], grad_clip: float) -> torch.Tensor:
+    """The total norm of the gradients ``loss.backward()`` filled (before clipping; on the device),
+    clipped to ``grad_clip`` by ``clip_grad_norm_`` (0: only measured)."""
     if grad_clip:
-        grad_norm = nn.utils.clip_grad_norm_(params, grad_clip)
-    else:  # the same norm, nothing rescaled
-        grad_norm = nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+        return nn.utils.clip_grad_norm_(params, grad_clip)
+    return nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])  # the same norm, nothing rescaled
+
+
+def clip_and_step(params: list[torch.Tensor], optimizer: torch.optim.Optimizer, grad_clip: float) -> torch.Tensor:
+    """A training step's update once ``loss.backward()`` has filled the gradients:
+    ``clip_gradients`` and ``optimizer.step()``; returns the norm. The eager step
+    (``loop.train_step``) runs these two lines itself; ``train.compile_scope: step`` runs this
+    function under ``torch.compile`` (``nac.training.compiled.compile_update``), a CUDA-graphs step
+    captures it (``nac.training.graphed``)."""
+    grad_norm = clip_gradients(params, grad_clip)
     optimizer.step()
     return grad_norm
 

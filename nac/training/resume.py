@@ -33,8 +33,9 @@ class RunState:
     step in progress, the epoch of this run's last checkpoint, a foreign checkpoint still in
     place (written with other settings, to be moved aside on the first save)."""
 
-    def __init__(self, ckpt_path: Path | None, desc: str):
+    def __init__(self, ckpt_path: Path | None, desc: str, mirror: Path | None = None):
         self.ckpt_path, self.desc = ckpt_path, desc
+        self.mirror = mirror  # the checkpoint's resume mirror (nac.checkpoint_io.mirror_path), if any
         self.epoch, self.step, self.saved_epoch = 0, 0, 0  # step: steps completed in the epoch
         self.stale_dest: Path | None = None  # where the foreign checkpoint goes on the first save
         self.stale_reason = ""
@@ -91,7 +92,7 @@ def resume_from(
     except PoisonedCheckpointError:  # written before checkpoints were checked: worthless, never resumed
         barrier()  # every process has read it before the main one moves it
         if world.is_main:
-            moved = move_aside(ckpt_path, tag="nonfinite")
+            moved = move_aside(ckpt_path, tag="nonfinite", mirror_to=state.mirror)
             tqdm.write(
                 f"{desc}: {ckpt_path} holds NaN or infinite values (a diverged run); moved it to {moved}; starting over"
             )
@@ -99,7 +100,7 @@ def resume_from(
     except DamagedCheckpointError as e:  # empty or truncated (a write or copy cut short): nothing to resume
         barrier()
         if world.is_main:
-            moved = move_aside(ckpt_path, tag="damaged")
+            moved = move_aside(ckpt_path, tag="damaged", mirror_to=state.mirror)
             tqdm.write(f"{desc}: {ckpt_path} cannot be read ({e.reason}); moved it to {moved}; starting over")
         return 0, []
     differ = []
@@ -139,11 +140,11 @@ def save_epoch(state: RunState, model: NAC, **extra) -> None:
     path = state.ckpt_path
     moved = None
     if state.stale_dest is not None and path.exists():
-        moved = move_aside(path, state.stale_dest)
+        moved = move_aside(path, state.stale_dest, mirror_to=state.mirror)
         if moved != state.stale_dest:
             tqdm.write(f"{state.desc}: moved {path} (written with other settings) to {moved}")
     try:
-        save_checkpoint(path, model, **extra)
+        save_checkpoint(path, model, mirror_to=state.mirror, **extra)
     except BaseException as e:
         if moved is not None and not path.exists():  # this run wrote nothing: put the old one back
             os.replace(moved, path)

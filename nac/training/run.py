@@ -1,7 +1,7 @@
 """What ``nac.training.loop.fit`` builds before its first step (``build_run``): the model on its
 device wrapped with its objective, the optimizer and LR schedule, the EMA, the sampler and loader,
 the compiled step where ``train.compile`` asks for one, the CUDA graphs where ``train.cuda_graphs``
-does: one ``Run``, the state a step reads."""
+does: one ``Run``, what a step reads; ``EpochState``, what changes as the training runs."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from nac.training.config import TrainConfig
 from nac.training.distributed import World
 from nac.training.ema import ema_groups, make_ema
 from nac.training.graphed import GraphedStep, graphs_refusal
-from nac.training.objective import Objective
-from nac.training.optim import clip_and_step, decay_groups, make_adamw, warmup_cosine
+from nac.training.objective import Objective, objective_losses
+from nac.training.optim import decay_groups, make_adamw, warmup_cosine
 from nac.training.resume import RunState
 
 
@@ -44,7 +44,7 @@ class WithIndex(Dataset):
 
 @dataclass
 class Run:
-    """One training while it runs: what ``build_run`` makes and each step reads."""
+    """One training's parts, built once (``build_run``) and read by every step."""
 
     model: NAC  # trained in place (SyncBatchNorm under DDP on CUDA)
     objective: Objective  # Objective(model): the logits and the regularizer of one design, the matching
@@ -52,6 +52,7 @@ class Run:
     optimizer: torch.optim.AdamW
     scheduler: LambdaLR  # the LR schedule (warmup_cosine), stepped before each optimizer step
     ema: Any  # the AveragedModel (train.ema), evaluated and handed back; or None
+    ema_groups: dict | None  # the EMA's tensors and the model's, paired (ema.ema_groups); or None
     mixer: BatchMixer | None  # mixup/cutmix of an augmentation recipe (soft targets); or None
     sampler: Any  # the loader's sampler, reshuffled per epoch (set_epoch)
     loader: DataLoader
@@ -59,23 +60,44 @@ class Run:
     cfg: TrainConfig
     world: World
     steps_per_epoch: int
-    total: int  # optimizer steps of the whole training (the LR schedule's length)
     use_amp: bool  # bf16 autocast (train.amp on CUDA)
     own_objective: bool  # the model defines training_loss (a baseline trained by EM, say)
     state: RunState  # where training stands, for the messages that say what is kept
     checks: StepChecks  # the device-side finiteness record of the epoch's steps
     fingerprint: str | None
     on_epoch_end: Callable[[int], None] | None
-    params: list = field(default_factory=list)  # the model's parameters, what clip_and_step clips
-    update: Callable = clip_and_step  # the step's update: clip_and_step, or it compiled (compile_scope: step)
+    params: list  # the model's parameters, what the update clips
+    losses: Callable  # objective_losses, or it compiled (train.compile)
+    update: Callable | None = None  # clip_and_step compiled (compile_scope: step); None: its two lines eager
     compiled: CompiledStep | None = None  # train.compile: the step's compiled forms
     graphed: GraphedStep | None = None  # train.cuda_graphs: the step's CUDA graphs (nac.training.graphed)
-    ema_groups: dict | None = None  # the EMA's tensors and the model's, paired (ema.ema_groups)
+
+    @property
+    def total(self) -> int:
+        """Optimizer steps of the whole training (the LR schedule's length)."""
+        return self.cfg.epochs * self.steps_per_epoch
+
+
+@dataclass
+class EpochState:
+    """What changes as a training runs (``fit``'s): the epoch's metric sums, the EMA's first-update
+    flag, the history, the dvclive logger and the bar."""
+
+    sums: torch.Tensor  # this epoch's loss, reg, correct, count, summed on the device
     ema_copy: bool = False  # the next EMA update is the first: it copies
-    sums: torch.Tensor | None = None  # this epoch's loss, reg, correct, count, summed on the device
     history: list = field(default_factory=list)  # per-epoch metrics (resumed ones first)
     live: Any = None  # the dvclive logger (main process, live_dir given)
     bar: Any = None  # the tqdm bar
+
+    @classmethod
+    def of(cls, run: Run, history: list | None = None) -> EpochState:
+        """A training's state at its (re)start: zero sums, the EMA's first update a copy when it has
+        averaged nothing yet (read once)."""
+        return cls(
+            sums=torch.zeros(4, dtype=torch.float64, device=run.world.device),
+            ema_copy=run.ema is not None and int(run.ema.n_averaged) == 0,
+            history=[] if history is None else history,
+        )
 
 
 def build_run(
@@ -174,7 +196,6 @@ def build_run(
         cfg=cfg,
         world=world,
         steps_per_epoch=steps_per_epoch,
-        total=total,
         objective=objective,
         use_amp=cfg.amp and device.type == "cuda",
         own_objective=hasattr(model, "training_loss"),
@@ -183,7 +204,8 @@ def build_run(
         fingerprint=fingerprint,
         on_epoch_end=on_epoch_end,
         params=list(model.parameters()),
-        update=compiled.update if compiled is not None and compiled.update is not None else clip_and_step,
+        losses=compiled.fn if compiled is not None else objective_losses,
+        update=compiled.update if compiled is not None else None,
         compiled=compiled,
         ema_groups=ema_groups(ema, model) if ema is not None else None,
     )

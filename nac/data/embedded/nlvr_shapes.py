@@ -103,7 +103,7 @@ class PairItem(ToItem):
 
     def __call__(self, item: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         item = super().__call__(item)
-        import torch
+        import torch  # deferred: the data stages run without torch (~1.2 s; tests/test_dvc_deps.py)
 
         item["input"] = torch.stack([item["left"], item["right"]])
         return item

@@ -152,7 +152,8 @@ CLASSES: tuple[str, ...] = tuple(SAMPLERS)
 def random_rotations(rng: Rng, n: int) -> np.ndarray:
     """``n`` rotations uniform on SO(3) (normalised Gaussian quaternions). float64 [n, 3, 3]."""
     q = rng.normal(size=(n, 4))
-    from scipy.spatial.transform import Rotation  # on use: every stage imports this module (dataset registry)
+    # deferred: scipy.spatial.transform ~0.25 s, and every stage imports this module (the dataset registry)
+    from scipy.spatial.transform import Rotation
 
     return Rotation.from_quat(q / np.linalg.norm(q, axis=1, keepdims=True)).as_matrix()
 

@@ -29,8 +29,8 @@ class _CifarBase(RealBuilder):
 
     @property
     def tv_class(self) -> type:
-        # imported on use: torchvision is slow to import (seconds), and every pipeline stage imports
-        # this module through the dataset registry when it validates params.yaml
+        # deferred: torchvision costs ~2.5 s after torch, and every pipeline stage imports this module
+        # through the dataset registry when it validates params.yaml (tests/test_dvc_deps.py)
         import torchvision
 
         return getattr(torchvision.datasets, self.tv_name)

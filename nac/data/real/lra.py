@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from nac.data.download import CorruptFileError, prefix_filter
+from nac.data.embedded import bytes as byte_text
+from nac.data.embedded import listops
 from nac.data.real._common import RealBuilder, progress, source_defaults
 from nac.data.registry import register
 
@@ -36,17 +38,15 @@ class LRAListOps(RealBuilder):
     members = staticmethod(prefix_filter([LISTOPS_DIR]))
 
     def prepare(self) -> None:
-        from nac.data.embedded.listops import OPERATORS, PAD_ID, VOCAB, read_lra_tsv, tokenize_listops
-
         max_length = int(self.params["max_length"])
         splits = {}
         for split in ("train", "val", "test"):
             path = self.require_extracted(LISTOPS_DIR, f"basic_{split}.tsv")
             try:
-                sources, targets = read_lra_tsv(path)
+                sources, targets = listops.read_lra_tsv(path)
             except (ValueError, KeyError, IndexError, UnicodeDecodeError) as e:
                 raise CorruptFileError(f"cannot parse {path} as an LRA TSV (Source, Target): {e}") from e
-            tokens, mask = tokenize_listops(sources, max_length)  # raises on a sequence > max_length
+            tokens, mask = listops.tokenize_listops(sources, max_length)  # raises on a sequence > max_length
             splits[split] = {
                 "tokens": tokens.astype(np.uint8),
                 "mask": mask,
@@ -61,10 +61,10 @@ class LRAListOps(RealBuilder):
                 "input_kind": "tokens",
                 "input_shape": [max_length],
                 "input_dtype": "int64",
-                "vocab": list(VOCAB),
-                "vocab_size": len(VOCAB),
-                "pad_id": PAD_ID,
-                "operators": list(OPERATORS),
+                "vocab": list(listops.VOCAB),
+                "vocab_size": len(listops.VOCAB),
+                "pad_id": listops.PAD_ID,
+                "operators": list(listops.OPERATORS),
             },
         )
 
@@ -88,8 +88,6 @@ class IMDBBytes(RealBuilder):
     members = staticmethod(prefix_filter([f"{IMDB_DIR}/{s}/{c}" for s in ("train", "test") for c in ("pos", "neg")]))
 
     def prepare(self) -> None:
-        from nac.data.embedded.bytes import PAD_ID, VOCAB_SIZE, encode_bytes
-
         max_length = int(self.params["max_length"])
         splits = {}
         for split in ("train", "test"):
@@ -105,7 +103,7 @@ class IMDBBytes(RealBuilder):
                 except OSError as e:
                     raise CorruptFileError(f"cannot read {path}: {e}; rerun the download") from e
                 labels.append(label)
-            tokens, mask = encode_bytes(texts, max_length, dtype=np.int16)
+            tokens, mask = byte_text.encode_bytes(texts, max_length, dtype=np.int16)
             splits[split] = {"tokens": tokens, "mask": mask, "labels": np.asarray(labels, dtype=np.int64)}
         # The same info() keys as the embedded ``bytes``.
         self.write(
@@ -116,7 +114,7 @@ class IMDBBytes(RealBuilder):
                 "input_kind": "bytes",
                 "input_shape": [max_length],
                 "input_dtype": "int64",
-                "vocab_size": VOCAB_SIZE,
-                "pad_id": PAD_ID,
+                "vocab_size": byte_text.VOCAB_SIZE,
+                "pad_id": byte_text.PAD_ID,
             },
         )

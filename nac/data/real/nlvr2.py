@@ -53,13 +53,13 @@ class OpenCLIPEncoder:
 
     def __init__(self, model: str, pretrained: str, device: str = "auto"):
         try:
-            import open_clip
+            import open_clip  # deferred: an optional extra ([clip]), absent from the default install
         except ImportError as e:
             raise ImportError(
                 "NLVR2 features need open_clip, an optional extra: run `pip install -e .[clip]` "
                 "(or `pip install open_clip_torch`)"
             ) from e
-        import torch
+        import torch  # deferred: the data stages run without torch (~1.2 s; tests/test_dvc_deps.py)
 
         self.device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
         try:
@@ -74,14 +74,14 @@ class OpenCLIPEncoder:
         self.name = f"open_clip:{model}:{pretrained}"
 
     def encode_images(self, images: list[Image.Image]) -> torch.Tensor:
-        import torch
+        import torch  # deferred: the data stages run without torch (~1.2 s; tests/test_dvc_deps.py)
 
         with torch.no_grad():
             batch = torch.stack([self.preprocess(im) for im in images]).to(self.device)
             return self.model.encode_image(batch).float().cpu()
 
     def encode_texts(self, texts: list[str]) -> torch.Tensor:
-        import torch
+        import torch  # deferred: the data stages run without torch (~1.2 s; tests/test_dvc_deps.py)
 
         with torch.no_grad():
             return self.model.encode_text(self.tokenizer(texts).to(self.device)).float().cpu()
