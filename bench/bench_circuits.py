@@ -96,7 +96,7 @@ def bench_train_step(device: str, batch: int, U: int, d: int, depth: int, repeat
         y = torch.randint(0, 100, (batch,), device=device)
 
         def step():
-            loss = F.cross_entropy(model(x), y) + 0.1 * model.graph_regularizer()
+            loss = F.cross_entropy(model(x), y) + 0.1 * model.graph.regularizer()
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

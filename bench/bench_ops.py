@@ -48,7 +48,7 @@ P (``--modulation per_layer``; P then computed by the executor and again by the 
 the modulation broadcasts as it is) and each propagator's P computed once per step (the "kernel"
 part). "after_fused_adamw" predates both.
 "after_kernel_regularizer": "after" plus every propagator's P from one cosine distance by one
-batched set of ops (``NAC.kernel_probabilities``; the signatures normalised once), P computed in
+batched set of ops (``NAC.graph.kernel_probabilities``; the signatures normalised once), P computed in
 the training objective and passed to the executor and the regularizer, and the regularizer's
 matching on a worker thread while the forward runs (``Objective.match_async``: P copied to pinned host
 memory without blocking on CUDA, the target read from a host copy made once, the permutation
@@ -56,7 +56,7 @@ copied back non-blocking): no host sync left in the NAC's step. The matching's n
 work is off the step's thread and not counted (it still costs host time, in parallel).
 "after_batched_kernel": "after_loop_kernel" plus every propagator's kernel drawn by one draw
 ``[L, B, U, V]`` and every ``log K_hat`` computed by one chain of ops on CUDA's path
-(``NAC._layer_samplers``: ``KernelSampler(layers=True)``, ``layer_kernel_biases``; the CPU keeps
+(``NAC.graph._layer_samplers``: ``KernelSampler(layers=True)``, ``layer_kernel_biases``; the CPU keeps
 its sparse per-layer shortcut), and every layer's regularizer term by one chain
 (``layer_losses_from_permutations``; the permutations stacked on the host and copied once): the
 kernel part 744 -> 301 ops at the Tiny size (the batched draw's ``stack``/``unbind`` now counted

@@ -114,7 +114,7 @@ def bench_train_step(repeats: int, adamw: str = "default") -> dict:
 
         def step(model=model, opt=opt, x=x, y=y, plain=variant == "nac_plain"):
             threads = None if plain else 1  # numpy's default threads: the plain form
-            loss = F.cross_entropy(model(x), y) + 0.1 * model.graph_regularizer(blas_threads=threads)
+            loss = F.cross_entropy(model(x), y) + 0.1 * model.graph.regularizer(blas_threads=threads)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -157,7 +157,7 @@ def bench_mini_step(blocks: int, steps_per_block: int = 5, num_classes: int = 10
 
         def step(model=model, opt=opt, x=x, y=y, plain=variant == "nac_plain"):
             loss = F.cross_entropy(model(x), y, label_smoothing=tr["label_smoothing"])
-            loss = loss + tr["reg_weight"] * model.graph_regularizer(blas_threads=None if plain else 1)
+            loss = loss + tr["reg_weight"] * model.graph.regularizer(blas_threads=None if plain else 1)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), tr["grad_clip"])

@@ -1,9 +1,16 @@
-"""The NAC's circuit graph, a part of ``nac.model.NAC`` kept in its own file: the kernels' link
+"""The NAC's circuit graph, a part the model owns (``nac.model.NAC.graph``): the kernels' link
 probabilities ``P`` (eq. 2; one bandwidth per propagator, the read-out's, the graph's mean), the
 graph regularizer against the prior's target, and the executor's kernel samplers (the Concrete
-sample of SKMDPA, eq. 3). ``CircuitGraph`` is a mixin: it reads the NAC's ``config``,
-``generator``, ``propagators``, ``read_out``, ``prior_target`` and ``cpu_shortcuts``, and holds no
-state of its own."""
+sample of SKMDPA, eq. 3).
+
+``CircuitGraph`` is a plain object, not an ``nn.Module``: it holds a reference to its model and
+no tensors of its own. It reads the model's current ``config``, ``design``, ``training``,
+``generator``, ``input_latents``, ``propagators``, ``read_out``, the shared ``bandwidth``,
+``prior_target`` and ``cpu_shortcuts`` at every call, so a device or dtype move of the model
+(``model.to``, ``.double()``), a pruned copy or a loaded state dict is what it sees; the model's
+parameter and buffer names (state dict, checkpoints, the weight-decay filter, the optimizer's
+order) are those of a model without it. ``copy.deepcopy(model)`` (the EMA, module dropping) and
+pickling copy the reference with the model: the copy's graph reads the copy."""
 
 from __future__ import annotations
 
@@ -16,19 +23,32 @@ from nac.regularizer import graph_structure_loss
 
 
 class CircuitGraph:
-    """The kernels, their samplers and the graph regularizer of ``nac.model.NAC`` (see the module)."""
+    """The kernels, their samplers and the graph regularizer of one ``nac.model.NAC``, ``model``
+    (see the module): ``model.graph``, made by the model's constructor."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+
+    def __repr__(self) -> str:
+        return f"CircuitGraph(variant={self.config.variant!r})"
+
+    @property
+    def config(self):
+        """The model's ``ModelConfig`` (read at each call: a few-shot copy may replace it)."""
+        return self.model.config
 
     def kernel_bandwidth(self, layer: int | str | None = None) -> torch.Tensor:
         """The bandwidth ``eps`` (0-d) of propagator ``layer`` (0-based), of the read-out
         (``"readout"``), or of the graph (``None``: the mean over the propagators). With one shared
         bandwidth (``kernel_per_module=False``) every answer is that one."""
+        m = self.model
         if not self.config.kernel_per_module:
-            return self._parameters.get("bandwidth", self._buffers.get("bandwidth"))
+            return m._parameters.get("bandwidth", m._buffers.get("bandwidth"))
         if layer is None:
-            return torch.stack([p.bandwidth for p in self.propagators]).mean()
-        return self.read_out.bandwidth if layer == "readout" else self.propagators[layer].bandwidth
+            return torch.stack([p.bandwidth for p in m.propagators]).mean()
+        return m.read_out.bandwidth if layer == "readout" else m.propagators[layer].bandwidth
 
-    def graph_bandwidth(self) -> float:
+    def bandwidth(self) -> float:
         """``kernel_bandwidth(None)`` as a float (what the mechanism numbers report)."""
         return float(self.kernel_bandwidth(None).detach())
 
@@ -43,7 +63,7 @@ class CircuitGraph:
         exactly their zeros; a module's expected degree in it is its mean degree over the layers
         that use it (what module dropping ranks by), and it equals each layer's ``P`` when the
         bandwidths agree (at initialisation)."""
-        design = design or self.design()
+        design = design or self.model.design()
         if design.signatures is None:
             raise ValueError(f"variant {self.config.variant!r} has no signatures, so no link probabilities")
         if layer is not None or not self.config.kernel_per_module:
@@ -53,7 +73,7 @@ class CircuitGraph:
     def kernel_probabilities(self, design: CircuitDesign) -> dict | None:
         """The propagators' ``P`` (eq. 2), ``{layer: P}``: one per propagator with
         ``kernel_per_module``, else ``{None: P}``; ``None`` for a design without signatures. A
-        training step computes them once and passes them to ``execute`` and ``graph_regularizer``
+        training step computes them once and passes them to ``NAC.execute`` and ``regularizer``
         (``nac.training.Objective``)."""
         if design is None or design.signatures is None:
             return None
@@ -87,7 +107,7 @@ class CircuitGraph:
             distance=distance,
         )
 
-    def graph_regularizer(
+    def regularizer(
         self, design: CircuitDesign | None = None, Ps: dict | None = None, *, blas_threads: int | None = 1
     ) -> torch.Tensor:
         """Graph-structure regularizer between ``P`` and the prior's target (0 for other rungs);
@@ -98,23 +118,23 @@ class CircuitGraph:
         1, None: numpy's default; the same permutations and loss either way). A training step
         takes ``nac.training.Objective`` instead: the same loss, its matching on a worker thread
         while the forward runs."""
-        if self.prior_target is None:
+        if self.model.prior_target is None:
             return torch.zeros(())
         c = self.config
         if Ps is None:  # (given ``Ps``, no design is drawn: its noise would consume random numbers)
-            design = design or self.design()
+            design = design or self.model.design()
             Ps = self.kernel_probabilities(design)
         if c.generator == "conditional":
-            return self.conditional_graph_regularizer(design, Ps, blas_threads=blas_threads)
+            return self.conditional_regularizer(design, Ps, blas_threads=blas_threads)
         kw = dict(kind=c.regularizer, matching=c.matching, blas_threads=blas_threads)
-        return sum(graph_structure_loss(P, self.prior_target, **kw) for P in Ps.values())
+        return sum(graph_structure_loss(P, self.model.prior_target, **kw) for P in Ps.values())
 
     def layer_probabilities(self) -> torch.Tensor:
         """Every propagator's ``P`` of the unconditional design, stacked ``[L, U_p, U_p]`` (``[1,
         U_p, U_p]`` for one shared kernel): ``kernel_probabilities``' batched form, each entry the
         same as that layer's own (what a compiled step matches before its graph,
         ``nac.training.Objective.probabilities_in_advance``)."""
-        sig = self.generator.signatures
+        sig = self.model.generator.signatures
         if self.config.kernel_per_module:
             return self._P(sig, layer=list(range(self.config.depth)), distance=cosine_distance(sig))
         return self._P(sig, layer=None, distance=cosine_distance(sig))[None]
@@ -122,27 +142,27 @@ class CircuitGraph:
     def kernel_mode(self, readout: bool = False, eval_kernel: str | None = None) -> str:
         """How the kernel is drawn: a Concrete sample in training with ``stochastic_kernel`` (the
         paper's SKMDPA; the read-out's only with ``sample_readout``), else ``P`` itself; at
-        evaluation ``eval_kernel`` (this call's, from ``forward``), else the config's."""
+        evaluation ``eval_kernel`` (this call's, from ``NAC.forward``), else the config's."""
         c = self.config
-        if not self.training:
+        if not self.model.training:
             return c.eval_kernel if eval_kernel is None else eval_kernel
         return "sample" if c.stochastic_kernel and (c.sample_readout or not readout) else "expectation"
 
-    def conditional_graph_regularizer(
+    def conditional_regularizer(
         self, design: CircuitDesign, Ps: dict | None = None, *, blas_threads: int | None = 1
     ) -> torch.Tensor:
         """The regularizer on a conditional design (``generator_regularizer``; not in the paper,
         whose section 4.4 trains without one): the mean over samples of each sample's ``P``
         ``[U_p, U_p]`` (the graph's, ``link_probabilities``) against the prior's target, one
         matching per sample. ``Ps``: the design's ``kernel_probabilities`` if computed;
-        ``blas_threads``: ``graph_regularizer``'s."""
+        ``blas_threads``: ``regularizer``'s."""
         Ps = Ps if Ps is not None else self.kernel_probabilities(design)
         P = torch.stack(list(Ps.values())).mean(0) if self.config.kernel_per_module else Ps[None]
         return torch.stack(
             [
                 graph_structure_loss(
                     Pb,
-                    self.prior_target,
+                    self.model.prior_target,
                     kind=self.config.regularizer,
                     matching=self.config.matching,
                     blas_threads=blas_threads,
@@ -157,11 +177,11 @@ class CircuitGraph:
         """The model's kernel draw from one ``P``: ``sample_kernel(P, tau, B, mode)`` as
         ``sampler(B)``, ``P``'s logits computed once for all the draws from it (``KernelSampler``:
         sparse on the CPU with ``cpu_shortcuts``, else fixed-shape). Public so that a reference
-        form may be given in its place (an instance attribute; ``nac.testing.reference_kernel``)."""
+        form may be given in its place (an attribute of this graph; ``nac.testing.reference_kernel``)."""
         if P is None:
             return None
         mode = self.kernel_mode(readout, eval_kernel)
-        return KernelSampler(P, self.config.tau, mode=mode, cpu_shortcuts=self.cpu_shortcuts)
+        return KernelSampler(P, self.config.tau, mode=mode, cpu_shortcuts=self.model.cpu_shortcuts)
 
     def kernel_samplers(
         self, design: CircuitDesign, Ps: dict | None = None, eval_kernel: str | None = None
@@ -170,15 +190,15 @@ class CircuitGraph:
         layer) and the read-out's (``None`` for a dense graph): each propagator draws from its own
         kernel (``kernel_per_module``), or from one ``P`` whose logits are computed once, a fresh
         sample per layer. ``Ps``: the design's ``kernel_probabilities``, computed here if not
-        given; ``eval_kernel``: ``execute``'s. Public so that a reference form may be given in its
-        place (an instance attribute; ``nac.testing.reference_kernel``)."""
+        given; ``eval_kernel``: ``NAC.execute``'s. Public so that a reference form may be given in its
+        place (an attribute of this graph; ``nac.testing.reference_kernel``)."""
         c = self.config
         if design.signatures is None:
             return [None] * c.depth, None
         Ps, P_out = self.executor_probabilities(design, Ps)
         sample_op = self.kernel_sampler(P_out, readout=True, eval_kernel=eval_kernel)
         P0 = next(iter(Ps.values()))
-        if P0.dim() == 2 and not cpu_shortcut(P0, self.cpu_shortcuts):  # CUDA's path: every layer's kernel at once
+        if P0.dim() == 2 and not cpu_shortcut(P0, self.model.cpu_shortcuts):  # CUDA's path: every layer's at once
             return self._layer_samplers(Ps, eval_kernel), sample_op
         samplers = [self.kernel_sampler(P, eval_kernel=eval_kernel) for P in Ps.values()]
         samplers = samplers if c.kernel_per_module else samplers * c.depth
@@ -196,7 +216,11 @@ class CircuitGraph:
         c = self.config
         P = torch.stack(list(Ps.values())) if c.kernel_per_module else next(iter(Ps.values())).expand(c.depth, -1, -1)
         sampler = KernelSampler(
-            P, c.tau, mode=self.kernel_mode(eval_kernel=eval_kernel), layers=True, cpu_shortcuts=self.cpu_shortcuts
+            P,
+            c.tau,
+            mode=self.kernel_mode(eval_kernel=eval_kernel),
+            layers=True,
+            cpu_shortcuts=self.model.cpu_shortcuts,
         )
         drawn = []
 
@@ -221,7 +245,7 @@ class CircuitGraph:
         equals the kernel of the concatenation), the rest ``Ps``' (what the regularizer reads); the
         read-out's is ``[(B,) U_o, N + U_p]``."""
         Ps = Ps if Ps is not None else self.kernel_probabilities(design)
-        latents = getattr(self, "input_latents", None)
+        latents = getattr(self.model, "input_latents", None)
         s_in = None if latents is None else latents.signatures
         if s_in is None:
             return Ps, self._P(design.readout_signatures, design.signatures, layer="readout")

@@ -62,7 +62,7 @@ def has_graph(model: NAC) -> bool:
 @torch.no_grad()
 def processor_graph(model: NAC) -> torch.Tensor:
     """``P`` among processor modules, ``[U_p, U_p]`` float64 on the CPU (no sampling)."""
-    return model.link_probabilities().detach().to("cpu", torch.float64)
+    return model.graph.link_probabilities().detach().to("cpu", torch.float64)
 
 
 def _correlation(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -128,7 +128,7 @@ def mechanism_numbers(model: NAC, P_init: torch.Tensor | None = None) -> dict[st
     ``P``) the mean absolute change of off-diagonal ``P`` since initialisation."""
     P = processor_graph(model)
     out = graph_numbers(P)
-    out["bandwidth"] = model.graph_bandwidth()
+    out["bandwidth"] = model.graph.bandwidth()
     if P_init is not None:
         off = ~torch.eye(P.shape[0], dtype=torch.bool)
         out["p_change"] = float((P - P_init).abs()[off].mean())

@@ -26,12 +26,19 @@ from nac.graphs import prior_target
 from nac.signatures import prior_signatures
 
 
-class NAC(CircuitGraph, nn.Module):
+class NAC(nn.Module):
     """``forward(inputs, mask=None, cond=None, cond_mask=None) -> logits [B, num_classes]``.
 
     inputs: whatever the tokenizer reads (images ``[B, 3, H, W]``, points ``[B, N, 3]``, token
     ids ``[B, T]``, ...); mask ``[B, T]`` bool marks real tokens; cond / cond_mask: what the
     conditional circuit generator reads.
+
+    ``graph`` (``nac.circuit_graph.CircuitGraph``): the model's circuit graph, a part it owns and
+    reads through it: the kernels' link probabilities ``P`` (eq. 2; ``graph.link_probabilities()``,
+    ``graph.kernel_probabilities(design)``, ``graph.kernel_bandwidth(layer)``), the graph
+    regularizer (``graph.regularizer()``) and the executor's kernel samplers. A plain object, not a
+    module: it holds no parameters or buffers (the state dict is the model's children's and its own
+    ``bandwidth``) and reads the model's current tensors at each call.
 
     ``input_latents = N > 0`` (the authors' ``TINY-INET-NC-X`` and m2mKD layout, their
     ``LatentGraph`` in ``model/nc/block.py`` with its defaults): the read-in reads the input into
@@ -43,7 +50,7 @@ class NAC(CircuitGraph, nn.Module):
     attentions has one kernel over the concatenated signatures: the links from the input latents
     are gated by ``P = exp(-d / eps)`` of their signatures with the same bandwidth, truncation
     (the read-out's only with ``truncate_readout``), Concrete sampling and eq. 3 normalisation
-    (over the whole row) as the processors' links (``executor_probabilities``). The input
+    (over the whole row) as the processors' links (``graph.executor_probabilities``). The input
     latents' signatures are random and learnable (the authors' ``input_latent_kwargs: null``;
     fixed for the frozen-graph rung), not fitted to a prior; the graph, the regularizer (the
     authors' ``regularize_input_latents: false``), the mechanism numbers and module dropping
@@ -63,6 +70,8 @@ class NAC(CircuitGraph, nn.Module):
         super().__init__()
         self.config = c = config
         self.cpu_shortcuts = cpu_shortcuts
+        # the circuit graph (kernels, their samplers, the regularizer): a plain object, no parameters
+        self.graph = CircuitGraph(self)
         self.tokenizer = build_tokenizer(c.tokenizer)
         if c.variant == "perceiver_io":
             self.generator = PerceiverLatents(n_processor=c.n_processor, n_readout=c.n_readout, d=c.d_model)
@@ -245,7 +254,7 @@ class NAC(CircuitGraph, nn.Module):
         """Everything after the tokenizer: ``forward(x) == execute(tokenizer(x))``. Dropping
         modules leaves the tokenizer unchanged, so the prune sweep tokenizes once and executes
         each smaller model on the same tokens (``nac.evaluation.predict_tokens``). ``Ps``: the
-        design's ``kernel_probabilities`` if already computed (a training step shares them with
+        design's ``graph.kernel_probabilities`` if already computed (a training step shares them with
         the regularizer).
 
         ``eval_kernel`` (keyword; ``KERNEL_MODES``): the kernel at evaluation for this call
@@ -261,7 +270,7 @@ class NAC(CircuitGraph, nn.Module):
             return self._execute_with_input_latents(tokens, mask, design, Ps, eval_kernel)
         codes = self.code_modulations(design)
         states = self.read_in(tokens, design.states, codes["processors"], mask)
-        samplers, sample_op = self.kernel_samplers(design, Ps, eval_kernel)
+        samplers, sample_op = self.graph.kernel_samplers(design, Ps, eval_kernel)
         procs = codes["processors"]
         for i, (layer, sample) in enumerate(zip(self.propagators, samplers)):
             K = None if sample is None else sample(B)
@@ -303,13 +312,13 @@ class NAC(CircuitGraph, nn.Module):
     ) -> torch.Tensor:
         """``execute`` with ``input_latents = N > 0``: tokens ``[B, T, d_in]`` read into the input
         latents ``[B, N, d]``, which every propagator and the read-out receive from, through their
-        kernels (``executor_probabilities``; dense without signatures)."""
+        kernels (``graph.executor_probabilities``; dense without signatures)."""
         B = tokens.shape[0]
         latent_codes, latent_states = self.input_latents()
         codes = self.code_modulations(design, latent_codes)
         latents = self.read_in(tokens, latent_states, codes["latents"], mask)  # [B, N, d]
         states = design.states.expand(B, *design.states.shape[-2:])  # [B, U_p, d]
-        samplers, sample_op = self.kernel_samplers(design, Ps, eval_kernel)
+        samplers, sample_op = self.graph.kernel_samplers(design, Ps, eval_kernel)
         for layer, sample in zip(self.propagators, samplers):
             K = None if sample is None else sample(B)
             states = layer(

@@ -28,7 +28,7 @@ from nac.model import NAC
 def expected_degree(model: NAC) -> torch.Tensor:
     """``[U_p]`` expected degree from the link probabilities (self-links excluded)."""
     with torch.no_grad():
-        P = model.link_probabilities()
+        P = model.graph.link_probabilities()
         return P.sum(dim=-1) - P.diagonal()
 
 

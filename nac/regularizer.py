@@ -213,7 +213,7 @@ def loss_from_permutation(P: torch.Tensor, G, perm: torch.Tensor, kind: str = "m
 
 def layer_losses_from_permutations(P: torch.Tensor, G, perms: torch.Tensor, kind: str = "mse") -> torch.Tensor:
     """``sum_l loss_from_permutation(P[l], G, perms[l], kind)`` by one chain of ops: every
-    propagator's kernel regularised at once (``NAC.graph_regularizer``). P ``[L, n, n]``
+    propagator's kernel regularised at once (``NAC.graph.regularizer``). P ``[L, n, n]``
     (differentiable), G ``[n, n]``, perms ``[L, n]`` (``stacked_permutations``). The same
     elementwise terms and per-layer means as the per-layer form; only the final sum's rounding
     may differ (``tests/test_batched_kernels.py``). Returns a scalar."""

@@ -82,7 +82,7 @@ print(f"profile {params.get('profile')!r}: {run}-{seed}, {U} processor modules, 
 
 # %%
 with torch.no_grad():
-    P = model.link_probabilities().float().cpu()
+    P = model.graph.link_probabilities().float().cpu()
 G = model.prior_target.float().cpu()
 perm = closest_permutation(P, G)
 P_perm = P[perm][:, perm]

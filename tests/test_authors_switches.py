@@ -76,7 +76,7 @@ def test_linked_entries_have_the_formula_and_its_gradient_in_both_modes(mode):
 def test_nac_passes_its_truncation_mode_to_the_kernel():
     for mode, zero in (("direct", True), ("masked", False)):
         model = build_model(make_tiny_config(truncation_mode=mode, signature_fit_steps=20, **TINY_KERNEL))
-        P = model.link_probabilities(layer=0)
+        P = model.graph.link_probabilities(layer=0)
         cut = P.detach() == 0
         assert cut.any()
         (P * cut).sum().backward()
@@ -98,12 +98,12 @@ def test_a_bandwidth_per_propagator_and_the_readout_and_the_regularizer_sums_ove
     d = _distance(s)
     expected = [torch.exp(-d / (0.6 + 0.2 * i)).masked_fill(d > cfg.truncation, 0.0) for i in range(3)]
     for i in range(3):
-        torch.testing.assert_close(model.link_probabilities(layer=i), expected[i])
-    torch.testing.assert_close(model.link_probabilities(), torch.stack(expected).mean(0))  # the model's graph
+        torch.testing.assert_close(model.graph.link_probabilities(layer=i), expected[i])
+    torch.testing.assert_close(model.graph.link_probabilities(), torch.stack(expected).mean(0))  # the model's graph
     # the regularizer: the sum over the propagators' kernels, the read-out's left out
     from nac.regularizer import graph_structure_loss
 
-    reg = model.graph_regularizer()
+    reg = model.graph.regularizer()
     torch.testing.assert_close(reg, sum(graph_structure_loss(P, model.prior_target) for P in expected))
     reg.backward()
     assert model.read_out.bandwidth.grad is None
@@ -125,7 +125,7 @@ def test_shared_bandwidth_form_keeps_one_parameter_named_bandwidth():
     model = build_model(make_tiny_config(signature_fit_steps=20, **shared))
     names = [n for n, _ in model.named_parameters() if n.endswith("bandwidth")]
     assert names == ["bandwidth"]
-    assert model.kernel_bandwidth(0) is model.kernel_bandwidth("readout") is model.bandwidth
+    assert model.graph.kernel_bandwidth(0) is model.graph.kernel_bandwidth("readout") is model.bandwidth
     state = model.state_dict()
     again = build_model(make_tiny_config(**shared), fit_signatures=False)
     again.load_state_dict(state)  # the old checkpoint layout loads
@@ -138,9 +138,9 @@ def test_per_module_state_dict_round_trips_and_bandwidth_reads_the_graph_mean():
     again = build_model(make_tiny_config(**TINY_KERNEL), fit_signatures=False)
     again.load_state_dict(model.state_dict())
     assert again.propagators[0].bandwidth.item() == 0.5
-    assert model.graph_bandwidth() == pytest.approx((0.5 + 1.0) / 2)
+    assert model.graph.bandwidth() == pytest.approx((0.5 + 1.0) / 2)
     assert not hasattr(model, "bandwidth")  # only the shared form has a model-level bandwidth
-    assert mechanism_numbers(model)["bandwidth"] == model.graph_bandwidth()  # what the mechanism numbers read
+    assert mechanism_numbers(model)["bandwidth"] == model.graph.bandwidth()  # what the mechanism numbers read
 
 
 # ------------------------------------------------------------- item 5: read-out
@@ -172,7 +172,7 @@ def test_readout_kernel_is_truncated_only_with_truncate_readout():
     for truncate in (False, True):
         model = build_model(make_tiny_config(truncate_readout=truncate, signature_fit_steps=20, **TINY_KERNEL))
         d = model.generator.readout_signatures, model.generator.signatures
-        P = model._P(*d, layer="readout")
+        P = model.graph._P(*d, layer="readout")
         assert bool((P == 0).any()) == truncate
 
 
@@ -212,14 +212,14 @@ def test_drop_path_schedule(schedule):
 
 def test_stochastic_kernel_off_trains_with_P_itself():
     model = build_model(make_tiny_config(stochastic_kernel=False, signature_fit_steps=20)).train()
-    assert model.kernel_mode() == "expectation"
+    assert model.graph.kernel_mode() == "expectation"
     x = torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8)
     torch.manual_seed(1)
     a = model(x)
     torch.manual_seed(2)
     assert torch.equal(a, model(x))  # no sample drawn (drop path 0)
     on = build_model(make_tiny_config(sample_readout=False, signature_fit_steps=20)).train()
-    assert on.kernel_mode() == "sample" and on.kernel_mode(readout=True) == "expectation"
+    assert on.graph.kernel_mode() == "sample" and on.graph.kernel_mode(readout=True) == "expectation"
 
 
 @pytest.mark.parametrize("decay_filter", ["authors", "ours", "all"])

@@ -3,7 +3,7 @@ once, on CUDA's path (issue 21, item 1), against the per-layer forms.
 
 * ``KernelSampler(P [L, U, V], layers=True)`` draws ``[L, B, U, V]`` by one ``torch.rand``;
   ``layer_kernel_biases`` computes every layer's ``log K_hat`` by one chain of ops
-  (``NAC._layer_samplers``). The plain form, ``nac/testing/reference_kernel.py``'s
+  (``NAC.graph._layer_samplers``). The plain form, ``nac/testing/reference_kernel.py``'s
   ``per_layer_kernels``, draws ``[B, U, V]`` and computes the bias in each layer.
 * ``layer_losses_from_permutations`` (every layer's regularizer term from ``[L, n, n]``) against
   the sum of ``loss_from_permutation`` per layer.
@@ -152,7 +152,7 @@ def test_with_drop_path_only_the_order_of_independent_draws_differs():
     x = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
     y = torch.randint(0, 5, (4,))
     reordered = copy.deepcopy(model)
-    reordered.kernel_samplers = types.MethodType(_kernels_first, reordered)
+    reordered.graph.kernel_samplers = types.MethodType(_kernels_first, reordered.graph)
     _compare(_step(model, x, y), _step(reordered, x, y))
 
 

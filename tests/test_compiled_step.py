@@ -109,7 +109,7 @@ def test_the_matching_inside_the_forward_was_the_break():
 
 
 def _links(model) -> int:
-    return int((model.link_probabilities() > 0).sum())
+    return int((model.graph.link_probabilities() > 0).sum())
 
 
 def test_no_recompile_when_the_number_of_links_changes():

@@ -5,7 +5,7 @@ every batch of queries), and gives what the plain forms give."""
 import pytest
 import torch
 
-from nac.model import NAC
+from nac.circuit_graph import CircuitGraph
 from nac.registry import build_model
 from nac.tracks import fewshot as fs
 from nac.training.objective import Objective
@@ -14,15 +14,15 @@ from nac.training.objective import Objective
 def _plain_objective(self, inputs, mask=None, cond=None, cond_mask=None, perms=None):
     """The step before: the forward and the regularizer each compute ``P`` from the same design."""
     design = self.model.design(cond, cond_mask)
-    return self.model(inputs, mask=mask, design=design), self.model.graph_regularizer(design)
+    return self.model(inputs, mask=mask, design=design), self.model.graph.regularizer(design)
 
 
 @pytest.fixture
 def counted(monkeypatch):
-    """The number of ``NAC.kernel_probabilities`` calls (every propagator's ``P``) so far."""
+    """The number of ``CircuitGraph.kernel_probabilities`` calls (every propagator's ``P``) so far."""
     calls = []
-    real = NAC.kernel_probabilities
-    monkeypatch.setattr(NAC, "kernel_probabilities", lambda self, design: calls.append(1) or real(self, design))
+    real = CircuitGraph.kernel_probabilities
+    monkeypatch.setattr(CircuitGraph, "kernel_probabilities", lambda self, d: calls.append(1) or real(self, d))
     return calls
 
 

@@ -211,7 +211,7 @@ def test_prior_fitted_signatures_reproduce_their_graph_with_real_zeros(name, n, 
 
 def _false_links(sig: torch.Tensor, A: np.ndarray, truncation: float) -> tuple[int, int]:
     """(non-edges the kernel links, non-edges), unordered pairs, with the kernel as the model
-    computes it (``NAC._P``: ``link_probabilities`` at the config's truncation, bandwidth 1.0,
+    computes it (``NAC.graph._P``: ``link_probabilities`` at the config's truncation, bandwidth 1.0,
     straight-through; the cut does not depend on the bandwidth)."""
     P = link_probabilities(sig, bandwidth=torch.tensor(1.0), truncation=truncation, straight_through=True)
     iu = np.triu_indices(len(A), 1)

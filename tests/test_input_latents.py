@@ -47,7 +47,7 @@ def _authors_P(model, recv, layer):
     return link_probabilities(
         recv,
         send,
-        bandwidth=model.kernel_bandwidth(layer).clamp_min(1e-3),
+        bandwidth=model.graph.kernel_bandwidth(layer).clamp_min(1e-3),
         truncation=None if readout and not c.truncate_readout else c.truncation,
         mode=c.truncation_mode,
     )
@@ -116,8 +116,8 @@ def test_the_executor_gates_input_latent_links_by_the_kernel_of_the_concatenated
             if "bandwidth" in m._parameters or "bandwidth" in m._buffers:
                 m.bandwidth.fill_(0.7 + 0.1 * i)
     design = model.design()
-    Ps, P_out = model.executor_probabilities(design)
-    graph = model.kernel_probabilities(design)
+    Ps, P_out = model.graph.executor_probabilities(design)
+    graph = model.graph.kernel_probabilities(design)
     for layer, P in Ps.items():
         assert P.shape == (16, N + 16)
         torch.testing.assert_close(P, _authors_P(model, design.signatures, 0 if layer is None else layer))
@@ -215,15 +215,15 @@ def test_the_input_latents_signatures_learn_but_take_no_part_in_the_regularizer(
     g = model.input_latents.signatures.grad
     assert g is not None and g.abs().sum() > 0
     model.zero_grad(set_to_none=True)
-    reg = model.graph_regularizer()
+    reg = model.graph.regularizer()
     assert reg.requires_grad and reg > 0
     reg.backward()
     assert model.input_latents.signatures.grad is None
-    P = model.link_probabilities().detach().clone()
+    P = model.graph.link_probabilities().detach().clone()
     with torch.no_grad():
         model.input_latents.signatures.copy_(torch.randn(N, 8))
-    assert torch.equal(model.link_probabilities().detach(), P) and P.shape == (16, 16)
-    assert torch.equal(model.graph_regularizer().detach(), reg.detach())
+    assert torch.equal(model.graph.link_probabilities().detach(), P) and P.shape == (16, 16)
+    assert torch.equal(model.graph.regularizer().detach(), reg.detach())
 
 
 @pytest.mark.parametrize(
@@ -264,10 +264,10 @@ def _old_execute(model, tokens):
     states = model.read_in(tokens, design.states, design.codes, None)
     # P as the executor computes it (every layer's at once, issue 21; equal to each layer's own to
     # float rounding in the backward: tests/test_shared_link_probabilities.py)
-    samplers = [model.kernel_sampler(P) for P in model.kernel_probabilities(design).values()]
+    samplers = [model.graph.kernel_sampler(P) for P in model.graph.kernel_probabilities(design).values()]
     samplers = samplers if model.config.kernel_per_module else samplers * model.config.depth  # one shared P
-    sample_op = model.kernel_sampler(
-        model._P(design.readout_signatures, design.signatures, layer="readout"), readout=True
+    sample_op = model.graph.kernel_sampler(
+        model.graph._P(design.readout_signatures, design.signatures, layer="readout"), readout=True
     )
     for layer, sample in zip(model.propagators, samplers):
         states = layer(states, design.codes, sample(B))
@@ -305,7 +305,7 @@ def test_a_model_with_input_latents_trains_a_step_and_round_trips_through_a_chec
     )
     x, y = _images(), torch.tensor([0, 1, 2])
     before = model.input_latents.codes.detach().clone()
-    loss = F.cross_entropy(model(x), y) + model.graph_regularizer()
+    loss = F.cross_entropy(model(x), y) + model.graph.regularizer()
     assert torch.isfinite(loss)
     loss.backward()
     opt.step()
@@ -333,7 +333,7 @@ def test_module_dropping_keeps_the_input_latents():
     smaller = drop_modules(model, 4)
     assert smaller.config.n_processor == 12 and smaller.input_latents.codes.shape == (N, 32)
     assert torch.equal(smaller.input_latents.signatures, model.input_latents.signatures)
-    Ps, P_out = smaller.executor_probabilities(smaller.design())
+    Ps, P_out = smaller.graph.executor_probabilities(smaller.design())
     assert all(P.shape == (12, N + 12) for P in Ps.values()) and P_out.shape == (3, N + 12)
     assert smaller(_images()).shape == (3, 5)
     dense = _model(variant="modfc").eval()
@@ -379,8 +379,8 @@ def test_fast_paths_give_the_plain_step_with_input_latents(train):
     logits and gradients, the same random stream. The truncated kernel (``tiny_inet_nc_x``), so that
     cut links, of processors and of input latents, exercise the sparse and masked paths."""
     model = _model(n_processor=24, depth=3, signature_fit_steps=50, **TINY_KERNEL).train(train)
-    assert (model.link_probabilities().detach() == 0).float().mean() > 0.1  # cut links: the masked path matters
-    P_in = next(iter(model.executor_probabilities(model.design())[0].values()))[:, :N].detach()
+    assert (model.graph.link_probabilities().detach() == 0).float().mean() > 0.1  # cut links: the masked path matters
+    P_in = next(iter(model.graph.executor_probabilities(model.design())[0].values()))[:, :N].detach()
     assert (P_in == 0).any() and (P_in > 0).any()  # and cut input-latent links
     x, y = _images(), torch.tensor([0, 1, 2])
     results = {}
@@ -389,7 +389,7 @@ def test_fast_paths_give_the_plain_step_with_input_latents(train):
         torch.manual_seed(123)
         logits = model(x)
         model.zero_grad(set_to_none=True)
-        (F.cross_entropy(logits, y) + 0.1 * model.graph_regularizer()).backward()
+        (F.cross_entropy(logits, y) + 0.1 * model.graph.regularizer()).backward()
         results[plain] = (logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}, torch.rand(4))
     (lf, gf, rf), (lp, gp, rp) = results[False], results[True]
     torch.testing.assert_close(lf, lp, rtol=1e-4, atol=1e-4 * float(lp.abs().max()))

@@ -28,7 +28,7 @@ def test_ladder_forward_backward_determinism(variant, prior, tiny_config):
     logits = model(x)
     assert logits.shape == (4, cfg.num_classes)
     assert torch.isfinite(logits).all()
-    loss = torch.nn.functional.cross_entropy(logits, torch.arange(4) % cfg.num_classes) + model.graph_regularizer()
+    loss = torch.nn.functional.cross_entropy(logits, torch.arange(4) % cfg.num_classes) + model.graph.regularizer()
     loss.backward()
     missing = [
         n
@@ -61,7 +61,7 @@ def test_ladder_rungs_differ_as_described(tiny_config):
     assert "generator.signatures" not in dict(frozen.named_parameters())  # frozen: not learnable
     assert "generator.signatures" in dict(frozen.named_buffers())
     assert nac.generator.signatures.requires_grad
-    assert modfc.graph_regularizer().item() == 0.0 and nac.graph_regularizer().detach().item() > 0.0
+    assert modfc.graph.regularizer().item() == 0.0 and nac.graph.regularizer().detach().item() > 0.0
 
 
 def _fit_threshold(cfg) -> float:
@@ -83,7 +83,7 @@ def test_frozen_graph_kernel_reproduces_a_barabasi_albert_graph(kernel, tiny_con
     cfg = tiny_config(variant="frozen_graph", n_processor=16, signature_fit_steps=1000, **KERNELS[kernel])
     model = build_model(cfg)
     A = torch.as_tensor(nx.to_numpy_array(sample_prior_graph("scale_free", 16, seed=0, m=2), nodelist=range(16)))
-    P = model.link_probabilities().detach()
+    P = model.graph.link_probabilities().detach()
     off = ~torch.eye(16, dtype=torch.bool)
     # an edge is a pair closer than the fit's threshold t: P >= exp(-t / bandwidth) (untruncated: P > 0 everywhere)
     linked = P >= math.exp(-_fit_threshold(cfg) / cfg.bandwidth)
@@ -128,7 +128,7 @@ def test_bandwidth_is_a_learnable_scalar_without_weight_decay_and_gets_a_gradien
     assert model.bandwidth.item() == pytest.approx(0.7)
     model.train()
     x = torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8)
-    (model(x).logsumexp(-1).sum() + model.graph_regularizer()).backward()
+    (model(x).logsumexp(-1).sum() + model.graph.regularizer()).backward()
     assert model.bandwidth.grad is not None and model.bandwidth.grad.abs() > 0
     fixed = build_model(tiny_config(learn_bandwidth=False, kernel_per_module=False))  # the default (inet_baral)
     assert "bandwidth" not in dict(fixed.named_parameters()) and "bandwidth" in dict(fixed.named_buffers())
@@ -176,7 +176,7 @@ def test_eval_kernel_per_call_is_the_config_field_without_changing_the_model(tin
     got, want = predict(model, data, batch_size=2, eval_kernel="dense"), predict(ref, data, batch_size=2)
     assert np.array_equal(got["logits"], want["logits"]) and model.config.eval_kernel == "expectation"
     model.train()
-    assert model.kernel_mode(eval_kernel="dense") == model.kernel_mode()
+    assert model.graph.kernel_mode(eval_kernel="dense") == model.graph.kernel_mode()
     with pytest.raises(ValueError, match="unknown eval_kernel 'none'"):
         model(x, eval_kernel="none")
 
@@ -192,7 +192,7 @@ def test_conditional_nac_forward(tiny_config):
     assert logits.shape == (2, 5)
     logits.sum().backward()
     assert model.generator.queries.grad.abs().sum() > 0
-    assert model.link_probabilities(model.design(cond)).shape == (2, 16, 16)
+    assert model.graph.link_probabilities(model.design(cond)).shape == (2, 16, 16)
 
 
 def test_conditional_regularizer_is_off_by_default_and_per_sample_when_on(tiny_config):
@@ -205,7 +205,7 @@ def test_conditional_regularizer_is_off_by_default_and_per_sample_when_on(tiny_c
     cond = torch.randint(1, 20, (3, 6))
     torch.manual_seed(0)
     off = build_model(tiny_config(generator="conditional", cond_tokenizer=cond_tok))
-    assert off.prior_target is None and float(off.graph_regularizer(off.design(cond))) == 0.0
+    assert off.prior_target is None and float(off.graph.regularizer(off.design(cond))) == 0.0
     torch.manual_seed(0)
     on = build_model(
         tiny_config(
@@ -217,9 +217,9 @@ def test_conditional_regularizer_is_off_by_default_and_per_sample_when_on(tiny_c
         )
     )
     design = on.design(cond)
-    reg = on.graph_regularizer(design)
+    reg = on.graph.regularizer(design)
     G = prior_target("planted_partition", 16, n_blocks=2)
-    P = on.link_probabilities(design)
+    P = on.graph.link_probabilities(design)
     direct = sum(graph_structure_loss(P[b], G) for b in range(3)) / 3
     assert reg.item() == pytest.approx(direct.item(), rel=1e-6) and reg.item() > 0
     reg.backward()

@@ -70,7 +70,7 @@ def _step(model, impl, x, y, kw):
         logits = model(x, **kw)
     loss = torch.nn.functional.cross_entropy(logits, y)
     if model.prior_target is not None:  # the unconditional NAC's regularizer, as training adds it
-        loss = loss + model.graph_regularizer()
+        loss = loss + model.graph.regularizer()
     loss.backward()
     grads = {n: None if p.grad is None else p.grad.clone() for n, p in model.named_parameters()}
     return logits.detach(), loss.detach(), grads, torch.rand(())

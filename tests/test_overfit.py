@@ -40,7 +40,7 @@ def test_tiny_nac_overfits_a_fixed_batch(tiny_config):
     max_steps, acc = 400, 0.0
     for step in range(max_steps):
         model.train()
-        loss = F.cross_entropy(model(x), y) + 0.1 * model.graph_regularizer()
+        loss = F.cross_entropy(model(x), y) + 0.1 * model.graph.regularizer()
         opt.zero_grad()
         loss.backward()
         opt.step()

@@ -37,11 +37,11 @@ def test_least_connected_modules_are_dropped_first(tiny_config):
 
 def test_pruned_model_keeps_the_surviving_modules_graph(tiny_config):
     model = build_model(tiny_config(variant="nac"))
-    P = model.link_probabilities().detach()
+    P = model.graph.link_probabilities().detach()
     deg = module_connectivity(model)
     keep = torch.argsort(deg, descending=True)[:11].sort().values
     smaller = drop_modules(model, 5)
-    assert torch.allclose(smaller.link_probabilities(), P[keep][:, keep], atol=1e-6)
+    assert torch.allclose(smaller.graph.link_probabilities(), P[keep][:, keep], atol=1e-6)
 
 
 def test_dense_variant_needs_a_calibration_batch_and_bad_k_is_rejected(tiny_config):

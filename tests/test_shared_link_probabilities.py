@@ -8,7 +8,7 @@ own loop takes) computes each of a NAC's propagators' ``P`` (eq. 2) once
 copy), runs the forward with the same ``P`` and then finishes the
 regularizer with the thread's permutations.
 
-* Against the plain step (``forward`` then ``graph_regularizer`` of the same design, each
+* Against the plain step (``forward`` then ``graph.regularizer`` of the same design, each
   computing its own ``P``, the matching in the caller's thread): the same logits, regularizer and
   loss, every parameter gradient to float rounding (not bit-exact: the backward through ``P`` runs
   once on the sum of both consumers' gradients instead of twice, a different summation order).
@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from tiny_models import COND_TOKENIZER, TINY_KERNEL, make_tiny_config, tiny_batch
 
 from nac import build_model, graph_matching, regularizer
-from nac.model import NAC
+from nac.circuit_graph import CircuitGraph
 from nac.training.objective import Objective
 
 CONFIGS = {
@@ -46,7 +46,7 @@ def _model(cpu_shortcuts=True, **kw):
 def _plain(model, x, mask=None, cond=None, cond_mask=None):
     """The step before issue 21: the executor and the regularizer each compute ``P``."""
     design = model.design(cond, cond_mask)
-    return model(x, mask=mask, design=design), model.graph_regularizer(design)
+    return model(x, mask=mask, design=design), model.graph.regularizer(design)
 
 
 def _step(model, x, y, kw, calls, forward):
@@ -65,8 +65,8 @@ def test_P_once_gives_the_step_that_computes_it_twice(name, monkeypatch):
     assert model.prior_target is not None
     x, y, kw = tiny_batch(model, seed=5)
     calls = []
-    real = NAC._P
-    monkeypatch.setattr(NAC, "_P", lambda self, *a, **k: calls.append(k.get("layer")) or real(self, *a, **k))
+    real = CircuitGraph._P
+    monkeypatch.setattr(CircuitGraph, "_P", lambda self, *a, **k: calls.append(k.get("layer")) or real(self, *a, **k))
     shared = _step(model, x, y, kw, calls, lambda m, *a, **k: Objective(m)(*a, **k))
     calls.clear()
     ref = _step(model, x, y, kw, calls, _plain)
@@ -94,13 +94,13 @@ def test_kernel_probabilities_are_each_layers_own_P(name):
     model = _model(**CONFIGS[name])
     x, _, kw = tiny_batch(model, seed=5)
     design = model.design(kw.get("cond"), kw.get("cond_mask"))
-    batched = model.kernel_probabilities(design)
-    own = {i: model._P(design.signatures, layer=i) for i in batched}
+    batched = model.graph.kernel_probabilities(design)
+    own = {i: model.graph._P(design.signatures, layer=i) for i in batched}
     assert list(batched) == (list(range(model.config.depth)) if model.config.kernel_per_module else [None])
     w = torch.randn(batched[next(iter(batched))].shape, generator=torch.Generator().manual_seed(0))
     grads = []
     for Ps in (batched, own):
-        bandwidths = [model.kernel_bandwidth(i) for i in Ps]
+        bandwidths = [model.graph.kernel_bandwidth(i) for i in Ps]
         assert all(b.requires_grad == model.config.learn_bandwidth for b in bandwidths)  # fixed: a buffer
         params = [design.signatures, *(b for b in bandwidths if b.requires_grad)]
         loss = sum((P * w * (k + 1)).sum() for k, P in enumerate(Ps.values()))
@@ -178,7 +178,7 @@ def test_the_readme_training_call_waits_on_no_host_copy():
     op the host would wait on (``nac.bench.opcount``'s counter: sync ops, copies to the host,
     blocking copies from it), forward and backward, once its first call has copied the prior's
     constant target to the host (``host_target``, once per model); the plain form, ``model(x)`` then
-    ``model.graph_regularizer()``, copies every ``P`` to the host (the counter can fail)."""
+    ``model.graph.regularizer()``, copies every ``P`` to the host (the counter can fail)."""
     from contextlib import ExitStack
 
     from nac.bench import opcount
@@ -189,7 +189,7 @@ def test_the_readme_training_call_waits_on_no_host_copy():
     objective(x)  # the first step: the target's one host copy
     forms = {
         "objective": lambda: objective(x),
-        "plain": lambda: (model(x), model.graph_regularizer()),
+        "plain": lambda: (model(x), model.graph.regularizer()),
     }
     syncs = {}
     for name, form in forms.items():

@@ -225,7 +225,7 @@ def test_nac_fast_paths_give_the_plain_step(train, kernels, monkeypatch):
     model.train(train)
     x = torch.randint(0, 256, (3, 3, 32, 32), dtype=torch.uint8)
     y = torch.randint(0, 5, (3,))
-    P = model.link_probabilities().detach()
+    P = model.graph.link_probabilities().detach()
     if kernels == "default":
         assert cfg.truncation is None and not cfg.learn_bandwidth and (P > 0).all()
     else:
@@ -236,7 +236,7 @@ def test_nac_fast_paths_give_the_plain_step(train, kernels, monkeypatch):
         model = use_reference_kernel(copy.deepcopy(model)) if plain else model
         torch.manual_seed(123)
         logits = model(x)
-        loss = F.cross_entropy(logits, y) + 0.1 * model.graph_regularizer()
+        loss = F.cross_entropy(logits, y) + 0.1 * model.graph.regularizer()
         model.zero_grad(set_to_none=True)
         loss.backward()
         grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}

@@ -4,9 +4,9 @@ step, on the code paths CUDA takes.
 
 Counting: a ``TorchDispatchMode`` (``OpCounter``) sees every aten op. Parts: forward hooks on the
 model's children (tokenizer, generator, read-in, propagators, read-out) and wrappers around the
-kernel (``NAC.kernel_probabilities``, ``link_probabilities``, ``KernelSampler``,
+kernel (``NAC.graph.kernel_probabilities``, ``link_probabilities``, ``KernelSampler``,
 ``layer_kernel_biases``, ``log_normalized_kernel``, ``Kernel.log_normalized``), the ModFCs' batched
-code modulation (``NAC.code_modulations``), the regularizer (``NAC.graph_regularizer``,
+code modulation (``NAC.code_modulations``), the regularizer (``NAC.graph.regularizer``,
 ``Objective.regularizer``, ``Objective.match_async``), the loss, the optimizer, gradient norm, the
 loop's checks, the EMA and the data loader (``instrument``); ops of the backward pass are given to
 the part whose forward created their autograd node (by sequence number). Host syncs, as CUDA would
@@ -305,14 +305,14 @@ def instrument(model: nn.Module, t: Tracker, stack: ExitStack) -> None:
         hooks(layer, "propagators")
     for owner, name, part in (
         (circuit_graph, "link_probabilities", "kernel"),
-        (nac_model.NAC, "kernel_probabilities", "kernel"),
+        (circuit_graph.CircuitGraph, "kernel_probabilities", "kernel"),
         (circuit_graph.KernelSampler, "__init__", "kernel"),
         (circuit_graph.KernelSampler, "__call__", "kernel"),
         (circuit_graph, "layer_kernel_biases", "kernel"),
-        (nac_model.NAC, "kernel_samplers", "kernel"),
+        (circuit_graph.CircuitGraph, "kernel_samplers", "kernel"),
         (circuit_kernel, "log_normalized_kernel", "kernel"),
         (circuit_kernel.Kernel, "log_normalized", "kernel"),
-        (nac_model.NAC, "graph_regularizer", "regularizer"),
+        (circuit_graph.CircuitGraph, "regularizer", "regularizer"),
         (training_objective.Objective, "regularizer", "regularizer"),
         (training_objective.Objective, "match_async", "regularizer"),
         (nac_model.NAC, "code_modulations", "modulation"),

@@ -264,7 +264,7 @@ class KernelSampler:
     layer), and a draw is every layer's sample at once, a ``Kernel`` ``[L, B, U, V]``: one ``torch.rand`` of
     that shape and one chain of elementwise ops instead of ``L`` (always ``"prepared"``). Layer
     ``l``'s slice is the same formula of its own ``P`` and of ``L * B * U * V`` independent
-    uniforms, so its distribution is that of a per-layer draw (``NAC.kernel_samplers``;
+    uniforms, so its distribution is that of a per-layer draw (``NAC.graph.kernel_samplers``;
     ``tests/test_batched_kernels.py``).
 
     ``cpu_shortcuts`` (keyword; default True): whether the default ``impl`` may be the CPU's

@@ -94,7 +94,7 @@ def _image(params: dict, piece: P.Piece, out: Path, progress: bool, models: Path
         write_json(out / "prune.json", rows)
     variant, prior, control = parse_run(run)
     if variant == "nac" and control is None:  # Figure 3: the learned graph
-        p = load_model(checkpoint_of(piece, models)).link_probabilities().detach()
+        p = load_model(checkpoint_of(piece, models)).graph.link_probabilities().detach()
         write_json(out / "graph.json", [[round(float(x), 6) for x in row] for row in p])
     fs_runs, episodes = P.fewshot_runs(params, piece), []
     if fs_runs:

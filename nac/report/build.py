@@ -314,7 +314,7 @@ def _learned_graphs(ladder: list[str], seed: int, metrics: Path, models: str | P
         # a checkpoint absent here (a report rebuilt from the committed metrics alone) leaves its panel
         # saying so; under `dvc repro` models/image is a dependency, so every one is there
         if variant == "nac" and control is None and image_checkpoint(run, seed, models).is_file():
-            learned[prior] = load_model(image_checkpoint(run, seed, models)).link_probabilities().detach().numpy()
+            learned[prior] = load_model(image_checkpoint(run, seed, models)).graph.link_probabilities().detach().numpy()
     return learned
 
 

@@ -10,14 +10,15 @@ times as "NAC, plain forms".
 * attention by ``F.scaled_dot_product_attention`` (CUDA's form) on every device, not
   ``explicit_attention``;
 * each propagator's kernel drawn and its ``log K_hat`` computed by its own layer
-  (``per_layer_samplers``), not every layer's at once (``NAC._layer_samplers``, CUDA's path).
+  (``per_layer_samplers``), not every layer's at once (``CircuitGraph._layer_samplers``, CUDA's path).
 
 The first two reach the model through its public kernel type: ``PlainSampler`` draws a
 ``PlainKernel``, a ``nac.circuits.kernel.Kernel`` whose ``log_normalized`` is the plain form.
 ``use_reference_kernel(model)`` switches one model to all four, giving these forms in place of
-its public kernel draws ``NAC.kernel_sampler`` and ``NAC.kernel_samplers`` (instance attributes, so
-another model in the same process keeps the fast forms); ``per_layer_kernels(model)`` to the last
-only.
+its circuit graph's public kernel draws ``model.graph.kernel_sampler`` and
+``model.graph.kernel_samplers`` (attributes of that graph, so another model in the same process
+keeps the fast forms; ``copy.deepcopy`` of the model binds them to the copy's graph);
+``per_layer_kernels(model)`` to the last only.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def _plain_sampler(self, P, readout: bool = False, eval_kernel=None):
 
 
 def per_layer_samplers(self, design, Ps=None, eval_kernel=None):
-    """``NAC.kernel_samplers`` as it was before every layer's kernel was drawn at once: one sampler
+    """``CircuitGraph.kernel_samplers`` as it was before every layer's kernel was drawn at once: one sampler
     per propagator (one ``P``'s sampler ``depth`` times with a shared bandwidth), each drawing
     ``[B, U, V]`` when its layer runs; the layer computes its own ``log K_hat``."""
     c = self.config
@@ -76,13 +77,13 @@ def per_layer_samplers(self, design, Ps=None, eval_kernel=None):
 
 def per_layer_kernels(model):
     """Switch ``model`` (a NAC) to ``per_layer_samplers``, in place; returns it."""
-    model.kernel_samplers = types.MethodType(per_layer_samplers, model)
+    model.graph.kernel_samplers = types.MethodType(per_layer_samplers, model.graph)
     return model
 
 
 def use_reference_kernel(model):
     """Switch ``model`` (a NAC) to the plain forms above, in place; returns it."""
-    model.kernel_sampler = types.MethodType(_plain_sampler, model)
+    model.graph.kernel_sampler = types.MethodType(_plain_sampler, model.graph)
     per_layer_kernels(model)
     for m in model.modules():
         if isinstance(m, SKMDPA):  # its CPU shortcut off: SDPA (its bias is the kernel's, plain)

@@ -226,7 +226,7 @@ def query_accuracy(
     shared = {}
     if isinstance(model, NAC):  # an evaluation design draws no noise: one design and P (eq. 2) for every batch
         design = model.design()
-        shared = dict(design=design, Ps=model.kernel_probabilities(design))
+        shared = dict(design=design, Ps=model.graph.kernel_probabilities(design))
     preds = []
     for i in range(0, len(query_x), batch_size):
         x = query_x[i : i + batch_size].to(device)

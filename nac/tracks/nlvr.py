@@ -60,7 +60,7 @@ def link_matrices(
     for batch in DataLoader(data, batch_size=batch_size, shuffle=False):
         cond = batch["cond"].to(device)
         mask = batch["cond_mask"].to(device).bool() if "cond_mask" in batch else None
-        out.append(model.link_probabilities(model.design(cond, mask)).float().cpu())
+        out.append(model.graph.link_probabilities(model.design(cond, mask)).float().cpu())
     return torch.cat(out).numpy()
 
 
@@ -305,7 +305,7 @@ def run_analysis(
         split=split,
         reasoning_types=names,
         modules=int(P.shape[-1]),
-        bandwidth=model.graph_bandwidth(),
+        bandwidth=model.graph.bandwidth(),
         count_by_type={names[int(t)]: int((types == t).sum()) for t in np.unique(types)},
     )
     out = Path(out_dir)
@@ -326,5 +326,5 @@ def run_analysis(
         {"reasoning_type": names[t], "index": i, "sentence": texts[i], "P": np.round(P[i], 5).tolist()}
         for t, i in typical_examples(Z, types).items()
     ]
-    write_json(out / "examples.json", {"threshold": 0.5, "bandwidth": model.graph_bandwidth(), "examples": examples})
+    write_json(out / "examples.json", {"threshold": 0.5, "bandwidth": model.graph.bandwidth(), "examples": examples})
     return res

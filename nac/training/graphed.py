@@ -252,7 +252,7 @@ class GraphedStep:
     def _regularizer_and_update(self, run):
         cfg, model, device = run.cfg, run.model, self.static["labels"].device
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=run.use_amp):
-            Ps = dict(zip(self.layers, model.layer_probabilities().unbind(0)))  # the forward's P, recomputed
+            Ps = dict(zip(self.layers, model.graph.layer_probabilities().unbind(0)))  # the forward's P, recomputed
             reg = run.objective.regularizer(None, Ps, perms=dict(zip(self.layers, self.static["perms"].unbind(0))))
             loss = self._ce.detach() + cfg.reg_weight * reg.float()
         loss.backward()  # the regularizer's gradients, added to the cross-entropy's

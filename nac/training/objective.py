@@ -13,7 +13,7 @@ while the forward runs (``match_async``: ``P`` copied to pinned host memory with
 the prior's target read from a host copy made once), so the step never waits on a device-to-host
 copy; and, for a compiled step (``nac.training.compiled``), the matching done before the graph
 (``matching_in_advance``), whose permutations then enter the graph as inputs (``perms``). The
-model's own ``NAC.graph_regularizer`` is the plain form, matching synchronously: the same
+model's own ``NAC.graph.regularizer`` is the plain form, matching synchronously: the same
 permutations, the same loss and gradients (``tests/test_shared_link_probabilities.py``).
 """
 
@@ -70,7 +70,7 @@ class Objective(nn.Module):
             return model.training_loss(kw, **own)
         design = model.design(cond, cond_mask)
         if isinstance(model, NAC):  # Perceiver IO too: its regularizer is the host's constant 0
-            Ps = model.kernel_probabilities(design)  # once, for the executor and the regularizer
+            Ps = model.graph.kernel_probabilities(design)  # once, for the executor and the regularizer
             if perms == "later":  # (logits, Ps): the regularizer is the caller's
                 return model(inputs, mask=mask, design=design, Ps=Ps), Ps
             pending = self.match_async(Ps) if perms is None else None
@@ -79,7 +79,7 @@ class Objective(nn.Module):
         else:
             logits, reg = model(inputs, mask=mask, design=design), model.graph_regularizer(design)
         if reg.device != inputs.device:  # a host value: the constant 0 of a model without the regularizer
-            # (``graph_regularizer``'s ``torch.zeros(())``, the only host value without a gradient) made
+            # (the regularizer's ``torch.zeros(())``, the only host value without a gradient) made
             # on the device: no copy for the host to wait on (a blocking copy from the host synchronises
             # on CUDA) and no read of its value (``float(reg)`` broke a compiled graph); a
             # differentiable one is copied non-blocking
@@ -94,11 +94,11 @@ class Objective(nn.Module):
         """The NAC's graph regularizer of the design whose ``kernel_probabilities`` are ``Ps``, at the
         permutations already found: ``pending`` (``match_async``'s futures) or ``perms`` (``{layer:
         LongTensor [U_p]}`` on the device; no host work here: what a compiled step traces). With
-        neither, or for a conditional design, ``NAC.graph_regularizer`` (matched here). The same loss
+        neither, or for a conditional design, ``NAC.graph.regularizer`` (matched here). The same loss
         either way; every layer's at once (the per-layer sum: ``tests/test_batched_kernels.py``)."""
         model = self.model
         if not self.matches() or (perms is None and pending is None):
-            return model.graph_regularizer(design, Ps)
+            return model.graph.regularizer(design, Ps)
         P = next(iter(Ps.values()))
         found = [perms[i] if perms is not None else pending[i].result() for i in Ps]
         if len(Ps) == 1:
@@ -137,7 +137,7 @@ class Objective(nn.Module):
 
     def probabilities_in_advance(self) -> torch.Tensor | None:
         """Every propagator's ``P`` the next training forward computes, stacked ``[L, U_p, U_p]``
-        (``NAC.layer_probabilities``), without gradient; ``None`` where a step matches nothing.
+        (``NAC.graph.layer_probabilities``), without gradient; ``None`` where a step matches nothing.
         ``P`` depends only on the parameters (the signatures and bandwidths, no noise and no random
         draw), so it is computed from the same tensors by the same ops: the same values, so the
         same permutations as the forward's own matching. A conditional design's ``P`` depends on
@@ -151,7 +151,7 @@ class Objective(nn.Module):
                 "sample's P inside the forward, which cannot be compiled as one graph; set train.compile: false"
             )
         with torch.no_grad():
-            return model.layer_probabilities()
+            return model.graph.layer_probabilities()
 
     def matching_in_advance(self, Ps: torch.Tensor | None = None) -> tuple | None:
         """The regularizer's matchings of the ``P`` the next training forward computes
