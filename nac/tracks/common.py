@@ -33,7 +33,7 @@ from nac.pipeline.datasets import dataset_info, track_builder
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import MODELS, track_checkpoint, track_metrics
 from nac.pipeline.runs import prior_settings, start_run, train_config
-from nac.pipeline.schema import check_batch_fits, check_in_data, check_split_read
+from nac.pipeline.schema import check_reads
 from nac.registry import BASELINES, count_parameters
 from nac.training.config import TrainConfig
 from nac.training.loop import fit
@@ -333,14 +333,10 @@ def validate(params: dict[str, Any], track: str) -> None:
         return
     sec = schema.check(schema.Nlvr if track == "nlvr" else schema.Track, params[track], track)
     seeds = params["seeds"]
-    check_in_data(params, f"{track}.dataset", [sec.dataset])
     for i, run in enumerate(sec.runs):
         if run not in TRACK_RUNS[track]:
             raise ParamsError(f"{track}.runs[{i}]={run!r}; valid choices: {', '.join(TRACK_RUNS[track])}")
-    check_split_read(params, f"{track}.dataset (train)", sec.dataset, "train")
-    check_batch_fits(params, f"{track}.train", sec.dataset, params[track]["train"])
-    check_split_read(params, f"{track}.val_split", sec.dataset, sec.val_split)
-    check_split_read(params, f"{track}.test_split", sec.dataset, sec.test_split)
+    check_reads(params, track, sec)
     info = dataset_info(params, sec.dataset)
     if info is not None and "num_classes" in info:
         for run in sec.runs:

@@ -27,7 +27,7 @@ from nac.pipeline.datasets import builder
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import MODELS, image_checkpoint, parse_run
 from nac.pipeline.runs import start_run, train_config
-from nac.pipeline.schema import Prune, check_batch_fits, check_in_data, check_split_read, dataset_params
+from nac.pipeline.schema import Prune, check_reads, dataset_params
 from nac.pruning import drop_modules, module_connectivity, random_connectivity
 from nac.registry import BASELINES, count_parameters
 from nac.training.config import TrainConfig
@@ -268,13 +268,8 @@ def validate(params: dict[str, Any]) -> None:
     if "image" not in params:
         return
     image = schema.check(schema.Image, params["image"], "image")
-    check_in_data(params, "image.dataset", [image.dataset])
-    check_in_data(params, "image.ood_dataset", [image.ood_dataset])
-    check_split_read(params, "image.dataset (train)", image.dataset, "train")
-    check_batch_fits(params, "image.train", image.dataset, params["image"]["train"])
-    check_split_read(params, "image.val_split", image.dataset, image.val_split)
-    check_split_read(params, "image.test_split", image.dataset, image.test_split)
-    check_split_read(params, "image.ood_split", image.ood_dataset, image.ood_split)
+    check_reads(params, "image", image)
+    check_reads(params, "image", image, ood=True)
     size, tok = dataset_params(params, image.dataset).get("image_size"), image.model.tokenizer.get("image_size")
     if isinstance(size, int) and tok is not None and tok != size:
         raise ParamsError(
