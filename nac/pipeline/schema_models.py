@@ -1,9 +1,6 @@
-"""The model-bearing params sections as pydantic models (``image``, the tracks, ``fewshot``):
-their ``model`` / ``train`` / ``protocol`` / ``baselines`` sections are the config classes
-themselves (``ModelConfig``, ``TrainConfig``, ``FewShotConfig``, the baselines' configs), less the
-keys the pipeline sets. Split from ``nac.pipeline.schema`` so that stages which read only data
-params (download, prepare) do not import the model code.
-"""
+"""The model-bearing params sections (``image``, the tracks, ``fewshot``): their ``model``, ``train``,
+``protocol`` and ``baselines`` are the config classes less the keys the pipeline sets (apart from
+``nac.pipeline.schema``: the data-only stages import no model code)."""
 
 from __future__ import annotations
 
@@ -20,20 +17,10 @@ from nac.training.config import TrainConfig
 
 # ModelConfig / TrainConfig fields the pipeline sets itself (from the run, the dataset, ``seeds``,
 # ``device`` and ``prior``): a value in params.yaml would be silently overwritten, so it is refused.
-IMAGE_MODEL_SET = {
-    "variant": "the ladder run",
-    "num_classes": "the dataset",
-    "graph_seed": "the seed",
-    "prior": "the ladder run (nac-<prior>)",
-    "prior_params": "nac.graphs.PRIOR_DEFAULTS",
-}
-TRACK_MODEL_SET = {
-    "variant": "the run",
-    "num_classes": "the dataset",
-    "generator": "the run",
-    "prior": "the `prior` group (prior.name)",
-    "prior_params": "the `prior` group (prior.params)",
-}
+IMAGE_MODEL_SET = dict(variant="the ladder run", num_classes="the dataset", graph_seed="the seed")
+IMAGE_MODEL_SET.update(prior="the ladder run (nac-<prior>)", prior_params="nac.graphs.PRIOR_DEFAULTS")
+TRACK_MODEL_SET = dict(variant="the run", num_classes="the dataset", generator="the run")
+TRACK_MODEL_SET.update(prior="the `prior` group (prior.name)", prior_params="the `prior` group (prior.params)")
 TRAIN_SET = {"seed": "`seeds`", "device": "the top-level `device`"}
 BASELINE_SET = {"variant": "the ladder run", "num_classes": "the dataset", "selection_seed": "the seed"}
 
@@ -59,8 +46,6 @@ class Image(Section):
 
 
 class Track(Section):
-    """A track section ``{dataset, runs, val_split, test_split, model, train[, ngram]}``."""
-
     dataset: str
     runs: Runs
     val_split: Split = "val"

@@ -326,9 +326,8 @@ def sentences(builder, split: str) -> list[str]:
 
 # ------------------------------------------------------------------------------------ params
 def validate(params: dict[str, Any], track: str) -> None:
-    """The section of one track (on top of ``nac.pipeline.params.validate``): its model
-    (``nac.pipeline.schema_models.Track``), then runs, dataset, models and the prior's fit to them;
-    for ``nlvr`` the analysed run and seed too."""
+    """A track's section: ``schema_models.Track``, runs, dataset, models, the prior's fit to them;
+    ``nlvr``'s analysed run and seed."""
     if track not in params:
         return
     sec = schema.check(schema.Nlvr if track == "nlvr" else schema.Track, params[track], track)
@@ -358,8 +357,7 @@ def validator(track: str):
 
 
 def _check_prior_fits(params: dict[str, Any], track: str) -> None:
-    """The ``prior`` group's params must suit the track's module count (e.g. n_blocks divides
-    n_processor) for the runs that use that prior."""
+    """The ``prior`` group's params suit the module count of the runs that use it."""
     if not any(r in ("nac", "text_only", "image_only") for r in params[track]["runs"]):
         return
     n = params[track]["model"].get("n_processor")

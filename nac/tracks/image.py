@@ -263,8 +263,7 @@ def prune_sweep(params: dict, progress: bool = True, *, models: str | Path = MOD
 
 # ------------------------------------------------------------------------------------ params
 def validate(params: dict[str, Any]) -> None:
-    """The ``image`` section (on top of ``nac.pipeline.params.validate``): its model
-    (``nac.pipeline.schema_models.Image``), its datasets and splits, every ladder run's model."""
+    """The ``image`` section: ``schema_models.Image``, its datasets and splits, every run's model."""
     if "image" not in params:
         return
     image = schema.check(schema.Image, params["image"], "image")
@@ -286,7 +285,7 @@ def validate(params: dict[str, Any]) -> None:
 
 
 def validate_prune(params: dict[str, Any]) -> None:
-    """The ``prune`` section: its runs are trained NAC-family models, its fractions drop whole modules."""
+    """``prune``: its runs are trained NAC-family models, its fractions drop whole modules."""
     if "prune" not in params:
         return
     prune = schema.check(Prune, params["prune"], "prune")
