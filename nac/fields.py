@@ -80,10 +80,17 @@ def section_of(cls: type, set_by: dict[str, str] | None = None) -> Any:
             raise ValueError(f"{key} is set by {set_by[key]}, not by params.yaml; remove it")
         obj = cls.__new__(cls)
         cls.__pydantic_validator__.validate_python(ArgsKwargs((), value), self_instance=obj)
+        obj.__dict__["_given"] = dict(value)  # ``given``: not a field, never recorded
         return obj
 
     check.config_class = cls  # what ``explain`` lists the valid keys of
     return Annotated[dict, AfterValidator(check)]
+
+
+def given(obj: Any) -> dict:
+    """The mapping params.yaml gave a ``section_of`` config (checked; {} for None): what a config
+    composed from the section (with the run's settings) is built from, key for key as written."""
+    return dict(getattr(obj, "__dict__", {}).get("_given", {}))
 
 
 def unique(values: list) -> list:

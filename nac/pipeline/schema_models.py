@@ -4,13 +4,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import create_model
 
 from nac.config import ModelConfig
 from nac.fields import NONNEGATIVE_INT, Section, section_of
-from nac.pipeline.schema import Analysis, Names, Ngram, ParamsError, Runs, Split, check  # noqa: F401 (ParamsError, check: re-exported)
+from nac.pipeline.schema import Analysis, Names, Ngram, ParamsError, Prune, Runs, Split, check  # noqa: F401 (ParamsError: re-exported)
+from nac.pipeline.stage_params import guarded, whole
 from nac.registry import BASELINES
 from nac.tracks.fewshot import FewShotConfig
 from nac.training.config import TrainConfig
@@ -74,3 +75,18 @@ class FewShot(Section):
     seed: NONNEGATIVE_INT = 0
     protocol: section_of(FewShotConfig) | None = None
     pretrain: Pretrain | None = None
+
+
+SECTIONS = {"image": Image, "image.baselines": Baselines, "prune": Prune, "fewshot": FewShot, "nlvr": Nlvr}
+SECTIONS.update(dict.fromkeys(("points", "listops", "text"), Track))
+
+
+def section(params: dict[str, Any], name: str) -> Any:
+    """Section ``name`` (dotted) of params.yaml as its typed model (``SECTIONS``; None where absent),
+    validated from the whole of params.yaml (a ParamsError where invalid). ``params`` may be a
+    stage's view (``load_params(stage=...)``): then a field the stage does not declare raises on
+    reading, as the view does (``nac.pipeline.stage_params.guarded``)."""
+    raw, view = whole(params), params
+    for part in name.split("."):
+        raw, view = (raw or {}).get(part), None if view is None else view.get(part)
+    return guarded(None if raw is None else check(SECTIONS[name], raw, name), view)

@@ -17,7 +17,7 @@ def validate(params: dict[str, Any]) -> None:
     """``schema_models.FewShot``, then targets, runs, the models' source and the ways per target."""
     if "fewshot" not in params:
         return
-    fs = schema.check(schema.FewShot, params["fewshot"], "fewshot")
+    fs = schema.section(params, "fewshot")
     check_in_data(params, "fewshot.targets", fs.targets)
     valid = ("perceiver_io", "nac", *FEWSHOT_BASELINES)
     for i, run in enumerate(fs.runs):
