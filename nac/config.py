@@ -46,8 +46,7 @@ ConfigTypeError = ConfigError  # the name of record for a config's bad value
 
 
 class NotImplementedSetting(NotImplementedError, ValueError):
-    """A config value that names a form this code does not implement (a ValueError too, so params
-    validation reports it by key)."""
+    """A config value naming a form this code does not implement (a ValueError: reported by key)."""
 
 
 class ConfigDict:
@@ -195,9 +194,6 @@ class ModelConfig(ConfigDict):
 
     @model_validator(mode="after")
     def _rules(self):
-        """``d_code`` defaults to ``d_model``; ``initial_state='code'`` needs ``d_code == d_model``;
-        every head count divides ``d_model``; a conditional generator needs variant ``nac`` and a
-        ``cond_tokenizer``."""
         if self.d_code is None:
             self.d_code = self.d_model
         if self.initial_state == "code" and self.d_code != self.d_model:

@@ -1,16 +1,11 @@
-"""Typed configs and params sections, checked by pydantic (strict): the annotated field types
-(``POSITIVE_INT``, ``FRACTION``, ...), the ``config`` decorator that makes a config class a
-pydantic dataclass, the ``Section`` base of params.yaml's sections (unknown keys refused) and
-``explain``, which turns pydantic's errors into one message: pydantic's location and message,
-the value given and the fix.
-
-Strict means: a bool is no number, a string no number, a float no int; an int is a float, and it
-stays the int it was (``Real``: JSON and YAML write ``1`` for ``1.0``, and a config records what it
-was given). Floats must be finite.
-"""
+"""Typed configs and params sections, checked by pydantic (strict: a bool or a string is no number,
+a float no int; an int is a float and stays the int it was, ``Real``; floats finite): field types,
+``config`` (a config class as a pydantic dataclass), ``Section`` (a params section, unknown keys
+refused) and ``explain`` (pydantic's location and message, the value given and the fix)."""
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import math
@@ -52,8 +47,7 @@ TAGS: set[str] = set()  # the tags of discriminated unions (a tokenizer's kind):
 
 
 class ConfigError(TypeError, ValueError):
-    """A config holds an invalid value (a ValueError, and a TypeError for the callers that catch a
-    wrong type): pydantic's location and message, the value and the fix (``explain``)."""
+    """A config holds an invalid value (``explain`` says where, and the fix)."""
 
 
 class Section(BaseModel):
@@ -63,8 +57,7 @@ class Section(BaseModel):
 
 
 def config(cls: type) -> type:
-    """``cls`` as a pydantic dataclass (strict, unknown keys refused) whose errors are one
-    ``ConfigError`` naming ``cls.section``'s key."""
+    """``cls`` as a strict pydantic dataclass whose errors are a ``ConfigError`` under ``cls.section``."""
     cls = dataclass(cls, config=STRICT)
     init = cls.__init__
 
@@ -80,24 +73,28 @@ def config(cls: type) -> type:
 
 
 def section_of(cls: type, set_by: dict[str, str] | None = None) -> Any:
-    """Config class ``cls`` as a params section: a mapping checked by ``cls`` (its errors located
-    under the section), refusing the keys the pipeline sets (``set_by``: key -> what sets it)."""
+    """Config class ``cls`` as a params section, refusing the keys the pipeline sets (``set_by``)."""
 
     def check(value: dict) -> Any:
-        for key in value:
-            if key in (set_by or {}):
-                raise ValueError(f"{key} is set by {set_by[key]}, not by params.yaml; remove it")
+        if (key := next((k for k in value if k in (set_by or {})), None)) is not None:
+            raise ValueError(f"{key} is set by {set_by[key]}, not by params.yaml; remove it")
         obj = cls.__new__(cls)
         cls.__pydantic_validator__.validate_python(ArgsKwargs((), value), self_instance=obj)
+        obj.__dict__["_given"] = dict(value)  # ``given``: not a field, never recorded
         return obj
 
     check.config_class = cls  # what ``explain`` lists the valid keys of
     return Annotated[dict, AfterValidator(check)]
 
 
+def given(obj: Any) -> dict:
+    """The mapping params.yaml gave a ``section_of`` config (checked; {} for None): what a config
+    composed from the section (with the run's settings) is built from, key for key as written."""
+    return dict(getattr(obj, "__dict__", {}).get("_given", {}))
+
+
 def unique(values: list) -> list:
-    """A list that names runs (or targets) names each once: a repeated run would be trained,
-    evaluated and reported twice."""
+    """A list of runs (or targets) names each once: a repeat would be trained twice."""
     for i, v in enumerate(values):
         if v in values[:i]:
             raise ValueError(f"[{i}]={v!r} repeats an earlier entry; list each once (seeds come from `seeds`)")
@@ -107,22 +104,17 @@ def unique(values: list) -> list:
 def as_number(text: str) -> int | float | None:
     """The finite number a string spells (``"5"``, ``"1e-3"``), or None."""
     for cast in (int, float):
-        try:
-            number = cast(text.strip())
-        except ValueError:
-            continue
-        return number if math.isfinite(number) else None
+        with contextlib.suppress(ValueError):
+            return number if math.isfinite(number := cast(text.strip())) else None
     return None
 
 
 def _fields(cls: Any) -> dict | None:
-    """The fields of a pydantic model or dataclass (None: not one)."""
     return getattr(cls, "__pydantic_fields__", None) or getattr(cls, "model_fields", None)
 
 
 def _holder(tp: Any, metadata: tuple = ()) -> Any:
-    """The model or config class an annotation holds (through Annotated, Optional, a union, a
-    ``section_of`` mapping; ``metadata``: a field's, where pydantic keeps Annotated's), or None."""
+    """The model or config class an annotation holds (through Annotated, unions, ``section_of``)."""
     if _fields(tp) is not None:
         return tp
     for meta in (*metadata, *getattr(tp, "__metadata__", ())):  # section_of: AfterValidator(check)
@@ -135,8 +127,7 @@ def _holder(tp: Any, metadata: tuple = ()) -> Any:
 
 
 def _known_keys(root: Any, loc: tuple) -> list[str]:
-    """The valid keys beside the unknown last key of ``loc``, read from the model ``root`` down
-    (empty when the walk loses the model: a list, a free mapping)."""
+    """The valid keys beside the unknown last key of ``loc``, from the model ``root`` down."""
     cls = root
     for part in loc[:-1]:
         fields = _fields(cls)
@@ -149,8 +140,7 @@ def _known_keys(root: Any, loc: tuple) -> list[str]:
 def _fix(err: dict, root: Any = None) -> str:
     """What to write instead, for the errors whose message does not say it."""
     kind, value = err["type"], err.get("input")
-    if isinstance(value, str) and kind in ("int_type", "float_type") and as_number(value) is not None:
-        number = as_number(value)
+    if isinstance(value, str) and kind in ("int_type", "float_type") and (number := as_number(value)) is not None:
         text = str(int(number)) if kind == "int_type" and float(number).is_integer() else value.strip()
         return f"remove the quotes (write {text})"
     if kind in ("int_from_float", "int_type") and isinstance(value, float):
@@ -158,18 +148,16 @@ def _fix(err: dict, root: Any = None) -> str:
     if kind in ("extra_forbidden", "unexpected_keyword_argument"):
         known = _known_keys(root, err["loc"]) if root is not None and err["loc"] else []
         near = difflib.get_close_matches(str(err["loc"][-1]), known, n=1) if known else []
-        if near:
-            return f"remove it (or correct its spelling: did you mean {near[0]}?)"
-        if known:
-            return f"remove it (or correct its spelling; valid keys here: {', '.join(known)})"
-        return "remove it (or correct its spelling; conf/base.yaml has every key)"
-    if kind == "finite_number":
-        return "write a finite value"
-    if kind == "bool_type":
-        return "write true or false"
-    if kind == "missing":
-        return "add it (conf/base.yaml has a complete section)"
-    return ""
+        hint = f": did you mean {near[0]}?" if near else f"; valid keys here: {', '.join(known)}" if known else ""
+        return f"remove it (or correct its spelling{hint or '; conf/base.yaml has every key'})"
+    return _FIXES.get(kind, "")
+
+
+_FIXES = {
+    "finite_number": "write a finite value",
+    "bool_type": "write true or false",
+    "missing": "add it (conf/base.yaml has a complete section)",
+}
 
 
 def _where(prefix: str, loc: tuple) -> str:
@@ -183,8 +171,7 @@ def _where(prefix: str, loc: tuple) -> str:
 
 
 def explain(e: ValidationError, prefix: str = "", root: Any = None) -> str:
-    """pydantic's first error: its location (under ``prefix``), the value given, its message
-    and the fix (for an unknown key, the valid keys of the model ``root`` at that location)."""
+    """pydantic's first error: its location (under ``prefix``), the value, its message and the fix."""
     err = e.errors()[0]
     where, fix = _where(prefix, err["loc"]), _fix(err, root)
     shown = err["loc"] and err["type"] not in ("missing", "value_error") and not isinstance(err["input"], ArgsKwargs)

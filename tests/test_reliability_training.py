@@ -257,9 +257,12 @@ def test_evaluate_image_run_refuses_a_stale_checkpoint(tmp_path, tiny_config, mo
     from nac.tracks import image
 
     model_params = {
-        k: v for k, v in tiny_config().to_dict().items() if k not in ("variant", "num_classes", "graph_seed")
+        k: v
+        for k, v in tiny_config().to_dict().items()
+        if k not in ("variant", "num_classes", "graph_seed", "prior", "prior_params")  # the ladder run sets them
     }
-    params = {"device": "cpu", "image": {"model": model_params, "dataset": "toy", "train": {}}}
+    image_params = {"model": model_params, "dataset": "toy", "ood_dataset": "toy", "ladder": ["modfc"], "train": {}}
+    params = {"device": "cpu", "image": image_params}
     monkeypatch.setattr(image, "builder", lambda p, name: types.SimpleNamespace(info=lambda: {"num_classes": 4}))
     (tmp_path / "image").mkdir()
     save_checkpoint(tmp_path / "image" / "modfc-0.pt", build_model(image.image_model_config(params, "modfc", 0, 4)))

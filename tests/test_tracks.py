@@ -125,7 +125,8 @@ def test_fewshot_reads_its_source_checkpoints_and_trains_nothing(tmp_path, monke
 
     monkeypatch.chdir(tmp_path)  # nothing may be read from, or written to, the working directory's models/
     root = tmp_path / "elsewhere"
-    params = {"seeds": [0, 1], "prior": {"name": "scale_free"}, "fewshot": {"source": source}}
+    fewshot = {"source": source, "runs": ["nac"], "targets": ["cifar_fs"]}
+    params = {"seeds": [0, 1], "prior": {"name": "scale_free"}, "fewshot": fewshot}
     models = {}
     for seed in params["seeds"]:
         torch.manual_seed(seed)
@@ -160,6 +161,9 @@ NLVR_INFO = {"num_classes": 2, "vocab_size": 30, "cond_shape": [16], "input_shap
 NLVR_PARAMS = {
     "prior": {"name": "ring_of_cliques", "params": {"n_blocks": 4, "p_in": 0.9, "p_out": 0.05}},
     "nlvr": {
+        "dataset": "nlvr_shapes",
+        "runs": ["conditional", "text_only", "image_only"],
+        "train": {},
         "model": {
             "tokenizer": {"kind": "image_pair", "image": {"kind": "conv32", "dim": 16, "pos_dim": 4}},
             "cond_tokenizer": {"kind": "sequence", "dim": 16},
@@ -169,7 +173,7 @@ NLVR_PARAMS = {
             "n_readout": 2,
             "depth": 1,
             "heads": 2,
-        }
+        },
     },
 }
 

@@ -81,8 +81,6 @@ class ModularNetworkConfig(ConfigDict):
 
     @model_validator(mode="after")
     def _rules(self):
-        """At least one modular layer, ``pool_after`` names existing conv layers (sorted), an odd
-        kernel, an image that survives its poolings."""
         self.pool_after = sorted(self.pool_after)
         if not self.conv_layers and not self.dense_layers:
             raise ValueError("a modular network needs at least one modular layer (conv_layers or dense_layers)")

@@ -1,15 +1,7 @@
-"""The shape of params.yaml as pydantic models: strict types, ranges, choices, unknown keys
-refused at every level. ``Params`` is the sections every stage reads (``profile``, ``device``,
-``seeds``, ``data``, ``prior``, ``template``, ``costs``; the others are checked by their tracks'
-validators with the models of ``nac.pipeline.schema_models``, which import the model code that
-data-only stages do not). ``Prune`` is the ``prune`` section.
-
-Types come from the code wherever a section maps to it: the ``defaults`` of the dataset builders
-(``data.<dataset>``) and ``nac.graphs.PRIOR_DEFAULTS`` (``prior.params``). ``check`` runs a model
-and raises ``ParamsError`` with pydantic's location and message, the value and the fix
-(``nac.fields.explain``). The rules that relate sections (a split read against its size, a batch
-against its split) are the functions at the end.
-"""
+"""The shape of params.yaml as pydantic models (strict types, ranges, choices, unknown keys refused):
+``Params``, the sections every stage reads (the tracks' are ``nac.pipeline.schema_models``'); the
+types of ``data.<dataset>`` and ``prior.params`` come from the code's defaults. ``check`` raises
+``ParamsError`` (``nac.fields.explain``); ``check_reads`` relates a section to ``data``."""
 
 from __future__ import annotations
 
@@ -48,8 +40,8 @@ def check(model: Any, value: Any, where: str = "") -> Any:
 
 # ------------------------------------------------------------------------------------- data
 def _data_type(key: str, default: Any, ranges: dict) -> Any:
-    """A dataset param's type, from its builder default: the builder's declared range where it has
-    one, else sizes >= 1; ``n_val``, ``n_test``, seeds and worker counts >= 0; fractions in [0, 1)."""
+    """A dataset param's type from its default: the builder's range, else >= 1 (>= 0: n_val, n_test,
+    seed, workers; [0, 1): fractions)."""
     if isinstance(default, bool):
         return bool
     if isinstance(default, str):
@@ -71,11 +63,8 @@ class _Dataset(Section):
     @model_validator(mode="after")
     def _splits(self):
         fr = {k: v for k, v in self if k.endswith("_fraction")}
-        if len(fr) > 1 and sum(fr.values()) >= 1:
-            raise ValueError(
-                f"the split fractions {', '.join(fr)} sum to {sum(fr.values())}; they must leave a training "
-                "split (sum < 1)"
-            )
+        if len(fr) > 1 and (total := sum(fr.values())) >= 1:
+            raise ValueError(f"the split fractions {', '.join(fr)} sum to {total}; they must leave a training split")
         lo, hi = getattr(self, "min_length", None), getattr(self, "max_length", None)
         if isinstance(lo, int) and isinstance(hi, int) and lo > hi:
             raise ValueError(f"min_length={lo} exceeds max_length={hi}")
@@ -90,28 +79,24 @@ class _Data(Section):
     @field_validator("root")
     @classmethod
     def _inside(cls, root: str) -> str:
-        """DVC 3 tracks no output outside the repository (nor through a symlinked folder)."""
         path = PurePosixPath(root.replace("\\", "/"))
         outside = path.is_absolute() or re.match(r"^[A-Za-z]:", root) or root.startswith("~") or ".." in path.parts
         if outside or not root.strip() or path == PurePosixPath("."):
             raise ValueError(
-                f"data.root={root!r} must be a relative folder inside the repository (e.g. data): DVC 3 tracks no "
-                f"output outside the repository, nor through a symlinked folder, and would refuse the downloads "
-                f"only after fetching them. To keep the data on another disk, keep data.root: data and bind-mount "
-                f"the disk there (`mkdir -p data && sudo mount --bind /mnt/disk/nac-data data`), or put DVC's "
-                f"cache on it (`dvc cache dir /mnt/disk/dvc-cache && dvc config cache.type symlink`)"
+                f"data.root={root!r} must be a relative folder inside the repository (DVC 3 tracks no output "
+                "outside it); for another disk, bind-mount it at data (`sudo mount --bind /mnt/disk/nac-data data`)"
+                " or put DVC's cache there (`dvc cache dir /mnt/disk/dvc-cache && dvc config cache.type symlink`)"
             )
         return root
 
     @model_validator(mode="after")
     def _downloads(self):
-        """The downloaded datasets of ``datasets``, each listed in ``downloads`` (dvc.yaml runs one
-        download and one prepare stage per entry; the ``generate`` stage makes the embedded ones)."""
+        """``downloads``: the downloaded datasets of ``datasets`` (``generate`` makes the embedded ones)."""
         generated = set(embedded())
         for ds in self.downloads:
             if ds in generated:
                 raise ValueError(
-                    f"downloads lists the embedded dataset {ds!r}, which the generate stage makes; remove it"
+                    f"downloads lists the embedded dataset {ds!r} (the generate stage makes it); remove it"
                 )
             if ds not in self.datasets:
                 raise ValueError(f"downloads lists {ds!r}, which is not in datasets {self.datasets}; add it there")
@@ -126,7 +111,6 @@ class _Data(Section):
 
 @cache
 def data_model() -> type:
-    """``data``: root, datasets (known names), downloads and one section per dataset."""
     sections = {}
     for ds in available():
         reg = _REGISTRY[ds]
@@ -147,9 +131,6 @@ Prior = Annotated[Union[tuple(_prior(name) for name in PRIORS)], Field(discrimin
 
 
 class Costs(Section):
-    """``costs.pairs``: which paper-size model pairs the ``costs`` stage counts; ``costs.throughput``:
-    the ``throughput`` stage's timing (repeats >= 2: a CI needs two)."""
-
     class Throughput(Section):
         repeats: AT_LEAST_2
         batch: POSITIVE_INT
@@ -160,7 +141,6 @@ class Costs(Section):
 
 
 def templates() -> list[str]:
-    """The model templates (``conf/template/<name>.yaml``)."""
     return sorted(p.stem for p in (repo.CONF_DIR / "template").glob("*.yaml"))
 
 
@@ -171,8 +151,6 @@ def _template(name: str) -> str:
 
 
 class _Params(Section):
-    """The sections every stage reads."""
-
     profile: Literal[PROFILES]
     device: Literal[DEVICES] = "auto"
     seeds: Annotated[list[NONNEGATIVE_INT], at.MinLen(1), AfterValidator(unique)]
@@ -228,25 +206,25 @@ def dataset_params(params: dict, dataset: str) -> dict:
     return {**_REGISTRY[dataset].defaults, **((params.get("data") or {}).get(dataset) or {})}
 
 
-def check_batch_fits(params: dict, where: str, dataset: Any, train: dict) -> None:
-    """Training drops the last incomplete batch: a batch larger than the training split (when its
-    size is a param) would train on nothing."""
-    n = dataset_params(params, dataset).get("n_train") if dataset in _REGISTRY else None
-    bs = train.get("batch_size")
-    if isinstance(n, int) and isinstance(bs, int) and bs > n:
+def check_reads(params: dict, where: str, sec: Any, ood: bool = False) -> None:
+    """Section ``where`` (``sec``) reads a prepared dataset's non-empty splits (``ood``: its
+    ``ood_dataset``'s ``ood_split``) and trains on whole batches (the last incomplete batch is
+    dropped: a batch larger than the training split would take no step)."""
+    key = "ood_dataset" if ood else "dataset"
+    ds = getattr(sec, key)
+    check_in_data(params, f"{where}.{key}", [ds])
+    sizes = dataset_params(params, ds)
+    splits = {"ood_split": sec.ood_split} if ood else {"dataset (train)": "train", "val_split": sec.val_split}
+    for name, split in {**splits, **({} if ood else {"test_split": sec.test_split})}.items():
+        if isinstance(n := sizes.get(f"n_{split}"), int) and n < 1:
+            raise ParamsError(
+                f"{where}.{name}={split!r} reads the {split} split of {ds!r}, but data.{ds}.n_{split}={n}; "
+                "make it >= 1 or read another split"
+            )
+    if not ood and isinstance(n := sizes.get("n_train"), int) and sec.train.batch_size > n:
         raise ParamsError(
-            f"{where}.batch_size={bs} exceeds data.{dataset}.n_train={n}: the last incomplete batch is "
-            f"dropped, so no step would be taken; make batch_size <= {n}"
-        )
-
-
-def check_split_read(params: dict, where: str, dataset: Any, split: str) -> None:
-    """A split a stage reads is non-empty where the dataset's size is a param (``n_<split>``)."""
-    n = dataset_params(params, dataset).get(f"n_{split}") if dataset in _REGISTRY else None
-    if isinstance(n, int) and n < 1:
-        raise ParamsError(
-            f"{where}={split!r} reads the {split} split of {dataset!r}, but data.{dataset}.n_{split}={n}; "
-            f"make it >= 1 or read another split"
+            f"{where}.train.batch_size={sec.train.batch_size} exceeds data.{ds}.n_train={n}: the last incomplete "
+            f"batch is dropped, so no step would be taken; make batch_size <= {n}"
         )
 
 

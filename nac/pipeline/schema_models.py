@@ -1,39 +1,27 @@
-"""The model-bearing params sections as pydantic models (``image``, the tracks, ``fewshot``):
-their ``model`` / ``train`` / ``protocol`` / ``baselines`` sections are the config classes
-themselves (``ModelConfig``, ``TrainConfig``, ``FewShotConfig``, the baselines' configs), less the
-keys the pipeline sets. Split from ``nac.pipeline.schema`` so that stages which read only data
-params (download, prepare) do not import the model code.
-"""
+"""The model-bearing params sections (``image``, the tracks, ``fewshot``): their ``model``, ``train``,
+``protocol`` and ``baselines`` are the config classes less the keys the pipeline sets (apart from
+``nac.pipeline.schema``: the data-only stages import no model code)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import create_model
 
 from nac.config import ModelConfig
 from nac.fields import NONNEGATIVE_INT, Section, section_of
-from nac.pipeline.schema import Analysis, Names, Ngram, ParamsError, Runs, Split, check  # noqa: F401 (ParamsError, check: re-exported)
+from nac.pipeline.schema import Analysis, Names, Ngram, ParamsError, Prune, Runs, Split, check  # noqa: F401 (ParamsError: re-exported)
+from nac.pipeline.stage_params import guarded, whole
 from nac.registry import BASELINES
 from nac.tracks.fewshot import FewShotConfig
 from nac.training.config import TrainConfig
 
 # ModelConfig / TrainConfig fields the pipeline sets itself (from the run, the dataset, ``seeds``,
 # ``device`` and ``prior``): a value in params.yaml would be silently overwritten, so it is refused.
-IMAGE_MODEL_SET = {
-    "variant": "the ladder run",
-    "num_classes": "the dataset",
-    "graph_seed": "the seed",
-    "prior": "the ladder run (nac-<prior>)",
-    "prior_params": "nac.graphs.PRIOR_DEFAULTS",
-}
-TRACK_MODEL_SET = {
-    "variant": "the run",
-    "num_classes": "the dataset",
-    "generator": "the run",
-    "prior": "the `prior` group (prior.name)",
-    "prior_params": "the `prior` group (prior.params)",
-}
+IMAGE_MODEL_SET = dict(variant="the ladder run", num_classes="the dataset", graph_seed="the seed")
+IMAGE_MODEL_SET.update(prior="the ladder run (nac-<prior>)", prior_params="nac.graphs.PRIOR_DEFAULTS")
+TRACK_MODEL_SET = dict(variant="the run", num_classes="the dataset", generator="the run")
+TRACK_MODEL_SET.update(prior="the `prior` group (prior.name)", prior_params="the `prior` group (prior.params)")
 TRAIN_SET = {"seed": "`seeds`", "device": "the top-level `device`"}
 BASELINE_SET = {"variant": "the ladder run", "num_classes": "the dataset", "selection_seed": "the seed"}
 
@@ -59,8 +47,6 @@ class Image(Section):
 
 
 class Track(Section):
-    """A track section ``{dataset, runs, val_split, test_split, model, train[, ngram]}``."""
-
     dataset: str
     runs: Runs
     val_split: Split = "val"
@@ -89,3 +75,18 @@ class FewShot(Section):
     seed: NONNEGATIVE_INT = 0
     protocol: section_of(FewShotConfig) | None = None
     pretrain: Pretrain | None = None
+
+
+SECTIONS = {"image": Image, "image.baselines": Baselines, "prune": Prune, "fewshot": FewShot, "nlvr": Nlvr}
+SECTIONS.update(dict.fromkeys(("points", "listops", "text"), Track))
+
+
+def section(params: dict[str, Any], name: str) -> Any:
+    """Section ``name`` (dotted) of params.yaml as its typed model (``SECTIONS``; None where absent),
+    validated from the whole of params.yaml (a ParamsError where invalid). ``params`` may be a
+    stage's view (``load_params(stage=...)``): then a field the stage does not declare raises on
+    reading, as the view does (``nac.pipeline.stage_params.guarded``)."""
+    raw, view = whole(params), params
+    for part in name.split("."):
+        raw, view = (raw or {}).get(part), None if view is None else view.get(part)
+    return guarded(None if raw is None else check(SECTIONS[name], raw, name), view)

@@ -189,8 +189,42 @@ class StageParams(dict):
         return super().__contains__(k)
 
 
+class StageSection:
+    """A typed section (a pydantic model or config, validated from the whole of params.yaml) as a
+    stage sees it: ``view`` is the section's :class:`StageParams`, and a field that params.yaml has
+    and the stage does not declare raises :class:`UndeclaredParam` as the view does."""
+
+    def __init__(self, typed: Any, view: StageParams):
+        self.__dict__.update(_typed=typed, _view=view)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # dunder lookups (pickle, copy) and the private fields
+            raise AttributeError(name)
+        self._view._check(name)
+        return guarded(getattr(self._typed, name), dict.get(self._view, name))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"a stage's params are read-only ({name})")
+
+    def __repr__(self) -> str:
+        return f"StageSection({self._typed!r}, stage={self._view._stage!r})"
+
+
+def guarded(typed: Any, view: Any) -> Any:
+    """``typed`` as the stage sees it: itself where the stage declares all of it (``view`` not a
+    :class:`StageParams`), else a :class:`StageSection` over ``view``."""
+    return StageSection(typed, view) if isinstance(view, StageParams) else typed
+
+
+def whole(params: dict[str, Any]) -> dict[str, Any]:
+    """The whole of params.yaml behind a stage's view (what its typed sections are validated
+    from; reading it goes through :func:`guarded`), or ``params`` itself."""
+    return getattr(params, "_whole", params)
+
+
 def project(params: dict[str, Any], stage: str, item: str | None = None) -> dict[str, Any]:
-    """``params`` restricted to the keys ``stage`` declares (``params`` itself for ``ALL``)."""
+    """``params`` restricted to the keys ``stage`` declares (``params`` itself for ``ALL``); the
+    whole stays behind it for the typed sections (:func:`whole`, :func:`guarded`)."""
     wanted = keys(stage, params, item)
     if wanted is None:
         return params
@@ -211,4 +245,6 @@ def project(params: dict[str, Any], stage: str, item: str | None = None) -> dict
         kept = {k: build(src[k], w, f"{prefix}{k}.") for k, w in want.items() if k in src}
         return StageParams(kept, set(src) - set(kept), stage, prefix)
 
-    return build(params, tree, "")
+    view = build(params, tree, "")
+    view._whole = params
+    return view

@@ -27,13 +27,14 @@ from torch.utils.data import Dataset
 from nac.checkpoint_io import mirror_path
 from nac.config import ModelConfig
 from nac.evaluation import accuracy_by_group, predict, topk_accuracy
+from nac.fields import given
 from nac.graphs import _resolve as resolve_prior
 from nac.pipeline import schema_models as schema
 from nac.pipeline.datasets import dataset_info, track_builder
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import MODELS, track_checkpoint, track_metrics
 from nac.pipeline.runs import prior_settings, start_run, train_config
-from nac.pipeline.schema import check_batch_fits, check_in_data, check_split_read
+from nac.pipeline.schema import check_reads
 from nac.registry import BASELINES, count_parameters
 from nac.training.config import TrainConfig
 from nac.training.loop import fit
@@ -75,15 +76,16 @@ def track_model_config(params: dict, track: str, run: str, info: dict[str, Any])
     reading this track's tokens (``<track>.model.tokenizer``)."""
     if run not in TRACK_RUNS[track]:
         raise ParamsError(f"{track}: unknown run {run!r}; valid: {', '.join(TRACK_RUNS[track])}")
-    model = dict(params[track]["model"])
+    sec = schema.section(params, track)
+    model = given(sec.model)
     cond_tok = model.pop("cond_tokenizer", None)
-    ngram = params[track].get("ngram")
+    ngram = sec.ngram
     if ngram:  # the input tokens are hashed n-gram ids (see hashed_ngrams)
         if model["tokenizer"].get("kind") != "sequence":
             raise ParamsError(f"{track}.ngram needs a sequence tokenizer, got {model['tokenizer'].get('kind')!r}")
-        info = dict(info, vocab_size=int(ngram["buckets"]) + 1)
+        info = dict(info, vocab_size=int(ngram.buckets) + 1)
     if run == "neural_interpreter":  # Table 1's Neural Interpreter (image.baselines) reading the track's tokens
-        ni = dict((params.get("image", {}).get("baselines") or {}).get(run) or {})
+        ni = given(getattr(schema.section(params, "image.baselines"), run, None))
         ni.update(tokenizer=_with_vocab(model["tokenizer"], info), num_classes=int(info["num_classes"]))
         return BASELINES[run][0].from_dict(ni)
     cfg = dict(model, num_classes=int(info["num_classes"]))
@@ -111,7 +113,7 @@ def track_model_config(params: dict, track: str, run: str, info: dict[str, Any])
 
 
 def track_train_config(params: dict, track: str, seed: int) -> TrainConfig:
-    return train_config(params, params[track]["train"], seed)
+    return train_config(params, given(schema.section(params, track).train), seed)
 
 
 def hashed_ngrams(ids: torch.Tensor, n: int, buckets: int) -> torch.Tensor:
@@ -194,7 +196,7 @@ _TRACK_COST = {
 def train_track_jobs(params: dict, track: str) -> list[tuple[dict, str, str, int]]:
     """A ``train_<track>`` stage's jobs, ``(params, track, run, seed)``, longest first (so that the
     last job to finish is a short one)."""
-    jobs = [(params, track, run, seed) for run in params[track]["runs"] for seed in params["seeds"]]
+    jobs = [(params, track, run, seed) for run in schema.section(params, track).runs for seed in params["seeds"]]
     return sorted(jobs, key=lambda j: -_TRACK_COST.get(j[2], 30))
 
 
@@ -215,14 +217,14 @@ def train_track_run(
     ``<metrics>/tracks/live/<track>/<run>-<seed>`` and the metrics to
     ``<metrics>/tracks/<track>/<run>-<seed>.json`` (``track_metrics``). The checkpoint (resumed
     from, written each epoch) is ``<models>/<track>/<run>-<seed>.pt`` (``track_checkpoint``)."""
-    sec = params[track]
+    sec = schema.section(params, track)
     ds = track_builder(params, track)
     cfg = track_train_config(params, track, seed)
-    ngram = sec.get("ngram")
+    ngram = sec.ngram.model_dump() if sec.ngram else None
     train_set = RunInputs(ds.load("train"), run, ngram)
-    val = RunInputs(ds.load(sec.get("val_split", "val")), run, ngram)
+    val = RunInputs(ds.load(sec.val_split), run, ngram)
     model_config = track_model_config(params, track, run, ds.info())
-    model, world, fingerprint = start_run(params, model_config, cfg, dataset=sec["dataset"], source=__name__)
+    model, world, fingerprint = start_run(params, model_config, cfg, dataset=sec.dataset, source=__name__)
     out = fit(
         model,
         train_set,
@@ -240,17 +242,17 @@ def train_track_run(
         return None
     res: dict[str, Any] = {
         "track": track,
-        "dataset": sec["dataset"],
+        "dataset": sec.dataset,
         "run": run,
         "seed": seed,
         "parameters": count_parameters(model),
         "history": out["history"],
     }
     device = world.device
-    for split in (sec.get("val_split", "val"), sec.get("test_split", "test")):
+    for split in (sec.val_split, sec.test_split):
         groups, names = reasoning_types(ds, split) if track == "nlvr" else (None, None)
         ev = evaluate_split(model, RunInputs(ds.load(split), run, ngram), device, cfg.eval_batch_size, groups, names)
-        key = "val" if split == sec.get("val_split", "val") else "test"
+        key = "val" if split == sec.val_split else "test"
         res.update({f"{key}_{k}": v for k, v in ev.items()})
     if metrics is not None:
         write_json(track_metrics(track, run, seed, root=metrics), res)
@@ -326,21 +328,16 @@ def sentences(builder, split: str) -> list[str]:
 
 # ------------------------------------------------------------------------------------ params
 def validate(params: dict[str, Any], track: str) -> None:
-    """The section of one track (on top of ``nac.pipeline.params.validate``): its model
-    (``nac.pipeline.schema_models.Track``), then runs, dataset, models and the prior's fit to them;
-    for ``nlvr`` the analysed run and seed too."""
+    """A track's section: ``schema_models.Track``, runs, dataset, models, the prior's fit to them;
+    ``nlvr``'s analysed run and seed."""
     if track not in params:
         return
-    sec = schema.check(schema.Nlvr if track == "nlvr" else schema.Track, params[track], track)
+    sec = schema.section(params, track)
     seeds = params["seeds"]
-    check_in_data(params, f"{track}.dataset", [sec.dataset])
     for i, run in enumerate(sec.runs):
         if run not in TRACK_RUNS[track]:
             raise ParamsError(f"{track}.runs[{i}]={run!r}; valid choices: {', '.join(TRACK_RUNS[track])}")
-    check_split_read(params, f"{track}.dataset (train)", sec.dataset, "train")
-    check_batch_fits(params, f"{track}.train", sec.dataset, params[track]["train"])
-    check_split_read(params, f"{track}.val_split", sec.dataset, sec.val_split)
-    check_split_read(params, f"{track}.test_split", sec.dataset, sec.test_split)
+    check_reads(params, track, sec)
     info = dataset_info(params, sec.dataset)
     if info is not None and "num_classes" in info:
         for run in sec.runs:
@@ -348,7 +345,7 @@ def validate(params: dict[str, Any], track: str) -> None:
                 track_model_config(params, track, run, info)
             except (ValueError, KeyError) as e:
                 raise ParamsError(f"{track}.model for run {run!r}: {e}") from e
-    _check_prior_fits(params, track)
+    _check_prior_fits(params, track, sec)
     analysis = getattr(sec, "analysis", None)
     if analysis is not None and analysis.run not in sec.runs:
         raise ParamsError(f"nlvr.analysis.run={analysis.run!r} is not trained (nlvr.runs {sec.runs})")
@@ -361,12 +358,11 @@ def validator(track: str):
     return lambda params: validate(params, track)
 
 
-def _check_prior_fits(params: dict[str, Any], track: str) -> None:
-    """The ``prior`` group's params must suit the track's module count (e.g. n_blocks divides
-    n_processor) for the runs that use that prior."""
-    if not any(r in ("nac", "text_only", "image_only") for r in params[track]["runs"]):
+def _check_prior_fits(params: dict[str, Any], track: str, sec: Any) -> None:
+    """The ``prior`` group's params suit the module count of the runs that use it."""
+    if not any(r in ("nac", "text_only", "image_only") for r in sec.runs):
         return
-    n = params[track]["model"].get("n_processor")
+    n = given(sec.model).get("n_processor")
     if not isinstance(n, int):
         return
     settings = prior_settings(params)

@@ -50,7 +50,7 @@ from tqdm.auto import tqdm
 from nac.baselines.fewshot import MN_TRAIN, prepare_baseline
 from nac.checkpoint_io import load_model
 from nac.config import ConfigDict
-from nac.fields import AT_LEAST_2, NONNEGATIVE, NONNEGATIVE_INT, POSITIVE_INT, Real, config
+from nac.fields import AT_LEAST_2, NONNEGATIVE, NONNEGATIVE_INT, POSITIVE_INT, Real, config, given
 from nac.model import NAC
 from nac.pipeline.datasets import builder
 from nac.pipeline.io import write_json
@@ -329,8 +329,9 @@ def load_pretrained(
 ) -> list[nn.Module]:
     """The pre-trained models of one few-shot run, one per seed, from under ``models`` (see the
     module docstring)."""
-    fs = params["fewshot"]
-    if fs["source"] == "image":
+    from nac.pipeline import schema_models as schema  # it imports FewShotConfig from here
+
+    if schema.section(params, "fewshot").source == "image":
         return [
             load_model(image_checkpoint(fewshot_image_run(params, run), s, models), map_location=device)
             for s in params["seeds"]
@@ -345,21 +346,21 @@ def run_target(
 ) -> list[dict]:
     """The stage for one target: every episode, shot count and run; writes ``<target>.json``
     (protocol + rows) and ``<target>.csv`` (rows)."""
-    fs = params["fewshot"]
-    cfg = FewShotConfig.from_dict(dict(fs.get("protocol") or {}))
+    from nac.pipeline import schema_models as schema  # it imports FewShotConfig from here
+
+    fs = schema.section(params, "fewshot")
+    cfg = FewShotConfig.from_dict(given(fs.protocol))
     device = resolve_device(params.get("device", "auto"))
     b = builder(params, target)
     pretrained = {
         run: [m.to(device).eval() for m in load_pretrained(params, run, device, progress, models=models)]
-        for run in fs["runs"]
+        for run in fs.runs
     }
-    rows = run_fewshot(pretrained, {target: b}, cfg, device=device, progress=progress, seed=int(fs.get("seed", 0)))
+    rows = run_fewshot(pretrained, {target: b}, cfg, device=device, progress=progress, seed=fs.seed)
     for r in rows:
-        r["model"] = fewshot_image_run(params, r["run"]) if fs["source"] == "image" else r["run"]
+        r["model"] = fewshot_image_run(params, r["run"]) if fs.source == "image" else r["run"]
     out = Path(out_dir)
-    write_json(
-        out / f"{target}.json", {"target": target, "source": fs["source"], "protocol": cfg.to_dict(), "rows": rows}
-    )
+    write_json(out / f"{target}.json", {"target": target, "source": fs.source, "protocol": cfg.to_dict(), "rows": rows})
     pd.DataFrame([{k: v for k, v in r.items() if k != "classes"} for r in rows]).to_csv(
         out / f"{target}.csv", index=False
     )

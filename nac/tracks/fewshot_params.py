@@ -1,5 +1,4 @@
-"""Validation of the ``fewshot`` section (on top of ``nac.pipeline.params.validate``), read by the
-``pretrain`` and ``fewshot`` stages."""
+"""Validation of the ``fewshot`` section, read by the ``pretrain`` and ``fewshot`` stages."""
 
 from __future__ import annotations
 
@@ -15,11 +14,10 @@ ParamsError = schema.ParamsError
 
 
 def validate(params: dict[str, Any]) -> None:
-    """The section's model (``nac.pipeline.schema_models.FewShot``), then targets, runs, the
-    source of the pre-trained models and the protocol's fit to each target."""
+    """``schema_models.FewShot``, then targets, runs, the models' source and the ways per target."""
     if "fewshot" not in params:
         return
-    fs = schema.check(schema.FewShot, params["fewshot"], "fewshot")
+    fs = schema.section(params, "fewshot")
     check_in_data(params, "fewshot.targets", fs.targets)
     valid = ("perceiver_io", "nac", *FEWSHOT_BASELINES)
     for i, run in enumerate(fs.runs):

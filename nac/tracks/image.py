@@ -20,6 +20,7 @@ from nac.baselines.analysis import baseline_analysis
 from nac.checkpoint_io import load_model, mirror_path
 from nac.config import ModelConfig
 from nac.evaluation import accuracy_by_group, predict, predict_tokens, tokenize, topk_accuracy
+from nac.fields import given
 from nac.graphs import PRIOR_DEFAULTS
 from nac.mechanism import has_graph, mechanism_numbers, processor_graph
 from nac.pipeline import schema_models as schema
@@ -27,7 +28,7 @@ from nac.pipeline.datasets import builder
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import MODELS, image_checkpoint, parse_run
 from nac.pipeline.runs import start_run, train_config
-from nac.pipeline.schema import Prune, check_batch_fits, check_in_data, check_split_read, dataset_params
+from nac.pipeline.schema import check_reads, dataset_params
 from nac.pruning import drop_modules, module_connectivity, random_connectivity
 from nac.registry import BASELINES, count_parameters
 from nac.training.config import TrainConfig
@@ -43,17 +44,17 @@ def image_model_config(params: dict, run: str, seed: int, num_classes: int):
     The baselines (``neural_interpreter``, ``modular_network``) read ``image.baselines.<run>`` and
     share NAC's tokenizer where they have one; a Modular Network's persistent selection needs the
     training-set size (``dataset_size``, default ``data.<dataset>.n_train``)."""
-    variant, prior, control = parse_run(run)
+    image, (variant, prior, control) = schema.section(params, "image"), parse_run(run)
     if variant in BASELINES:
-        cfg = dict((params["image"].get("baselines") or {}).get(variant) or {}, num_classes=num_classes)
+        cfg = dict(given(getattr(image.baselines, variant, None)), num_classes=num_classes)
         if variant == "neural_interpreter":
-            cfg.setdefault("tokenizer", params["image"]["model"]["tokenizer"])
+            cfg.setdefault("tokenizer", image.model.tokenizer)
         else:
             cfg.setdefault("selection_seed", seed)
             if not cfg.get("dataset_size"):
-                cfg["dataset_size"] = int((params["data"].get(params["image"]["dataset"]) or {}).get("n_train", 0))
+                cfg["dataset_size"] = int((params["data"].get(image.dataset) or {}).get("n_train", 0))
         return BASELINES[variant][0].from_dict(cfg)
-    cfg = dict(params["image"]["model"], variant=variant, num_classes=num_classes, graph_seed=seed)
+    cfg = dict(given(image.model), variant=variant, num_classes=num_classes, graph_seed=seed)
     if prior is not None:
         cfg.update(prior=prior, prior_params=dict(PRIOR_DEFAULTS[prior]))
     if control == "noreg":
@@ -64,7 +65,7 @@ def image_model_config(params: dict, run: str, seed: int, num_classes: int):
 
 
 def image_train_config(params: dict, seed: int) -> TrainConfig:
-    return train_config(params, params["image"]["train"], seed)
+    return train_config(params, given(schema.section(params, "image").train), seed)
 
 
 def train_image_run(
@@ -83,12 +84,12 @@ def train_image_run(
     under ``<metrics>/image/live/<run>-<seed>``, the result to
     ``<metrics>/image/train/<run>-<seed>.json``, and evaluate the model IID and OOD
     (``evaluate_image_run``) into ``<metrics>/image/eval/<run>-<seed>.json``."""
-    image, name = params["image"], f"{run}-{seed}"
-    ds = builder(params, image["dataset"])
-    train_set, val_set = ds.load("train"), ds.load(image["val_split"])
+    image, name = schema.section(params, "image"), f"{run}-{seed}"
+    ds = builder(params, image.dataset)
+    train_set, val_set = ds.load("train"), ds.load(image.val_split)
     cfg = image_train_config(params, seed)
     model_config = image_model_config(params, run, seed, ds.info()["num_classes"])
-    model, world, fingerprint = start_run(params, model_config, cfg, dataset=image["dataset"], source=__name__)
+    model, world, fingerprint = start_run(params, model_config, cfg, dataset=image.dataset, source=__name__)
     initial = {"P": processor_graph(model), "numbers": mechanism_numbers(model)} if has_graph(model) else None
     out = fit(
         model,
@@ -129,34 +130,34 @@ _COST = {
 def train_image_jobs(params: dict) -> list[tuple[dict, str, int]]:
     """The ``train`` stage's jobs, ``(params, run, seed)`` for every ladder run and seed, longest
     first (so that the last job to finish is a short one)."""
-    jobs = [(params, run, seed) for run in params["image"]["ladder"] for seed in params["seeds"]]
+    jobs = [(params, run, seed) for run in schema.section(params, "image").ladder for seed in params["seeds"]]
     return sorted(jobs, key=lambda j: -_COST.get(parse_run(j[1])[0], 60))
 
 
 def _ood_classes(params: dict) -> list[int] | None:
     """Class indices of the OOD set when it covers only a subset (Tiny-ImageNet-R: 62 classes)."""
-    return builder(params, params["image"]["ood_dataset"]).info().get("class_indices")
+    return builder(params, schema.section(params, "image").ood_dataset).info().get("class_indices")
 
 
 def evaluate_image_run(params: dict, run: str, seed: int, *, models: str | Path = MODELS) -> dict[str, Any]:
     """IID validation and OOD Acc@1 / Acc@5, and OOD Acc@1 per rendition style, of the checkpoint
     ``<models>/image/<run>-<seed>.pt``."""
-    image = params["image"]
+    image = schema.section(params, "image")
     device = resolve_device(params.get("device", "auto"))
     model = load_model(
         image_checkpoint(run, seed, models),
         map_location=device,
         expect_config=image_model_config(
-            params, run, seed, builder(params, image["dataset"]).info()["num_classes"]
+            params, run, seed, builder(params, image.dataset).info()["num_classes"]
         ).to_dict(),
     ).to(device)
-    bs = image["train"].get("eval_batch_size", 256)
+    bs = image.train.eval_batch_size
     # IID: the held-out test split (image.test_split; "val" where a profile sets none, as before it existed)
-    val_set = builder(params, image["dataset"]).load(image.get("test_split", "val"))
+    val_set = builder(params, image.dataset).load(image.test_split)
     iid = predict(model, val_set, device, bs)
     analysis = baseline_analysis(model, val_set, device, bs, seed)
-    ood_builder = builder(params, image["ood_dataset"])
-    ood_set = ood_builder.load(image["ood_split"])
+    ood_builder = builder(params, image.ood_dataset)
+    ood_set = ood_builder.load(image.ood_split)
     has_style = "style" in ood_set[0]
     ood = predict(model, ood_set, device, bs, keep=("style",) if has_style else ())
     dense = None
@@ -216,14 +217,14 @@ def prune_sweep(params: dict, progress: bool = True, *, models: str | Path = MOD
     validation for every run and seed; inference throughput (one value per timed repeat, so the
     report can give a CI) for the connectivity order of the first seed. One row per (run, seed,
     order, fraction)."""
-    image, prune = params["image"], params["prune"]
+    image, prune = schema.section(params, "image"), schema.section(params, "prune")
     device = resolve_device(params.get("device", "auto"))
-    ds = builder(params, image["dataset"])
-    val_set, train_set = ds.load(image["val_split"]), ds.load("train")
-    calib = torch.stack([train_set[i]["input"] for i in range(min(prune["calibration_size"], len(train_set)))])
-    speed_batch = torch.stack([val_set[i % len(val_set)]["input"] for i in range(prune["throughput_batch"])])
-    rows, eval_batch = [], image["train"].get("eval_batch_size", 256)
-    jobs = [(run, seed) for run in prune["runs"] for seed in params["seeds"]]
+    ds = builder(params, image.dataset)
+    val_set, train_set = ds.load(image.val_split), ds.load("train")
+    calib = torch.stack([train_set[i]["input"] for i in range(min(prune.calibration_size, len(train_set)))])
+    speed_batch = torch.stack([val_set[i % len(val_set)]["input"] for i in range(prune.throughput_batch)])
+    rows, eval_batch = [], image.train.eval_batch_size
+    jobs = [(run, seed) for run in prune.runs for seed in params["seeds"]]
     for run, seed in tqdm(jobs, desc="prune", disable=not progress):
         model = (
             load_model(
@@ -237,10 +238,10 @@ def prune_sweep(params: dict, progress: bool = True, *, models: str | Path = MOD
         U = model.config.n_processor
         orders = {"connectivity": module_connectivity(model, calib.to(device))}
         tokens, labels = tokenize(model, val_set, device, eval_batch)  # dropping modules keeps the tokenizer
-        for i in range(int(prune.get("random_orders", 0))):
+        for i in range(prune.random_orders):
             orders[f"random-{i}"] = random_connectivity(U, seed=1000 * seed + i)
         for order, connectivity in orders.items():
-            for frac in prune["dropped_fraction"]:
+            for frac in prune.dropped_fraction:
                 k = min(U - 1, int(round(frac * U)))
                 smaller = drop_modules(model, k, connectivity=connectivity)
                 out = predict_tokens(smaller, tokens, labels, device)
@@ -256,25 +257,19 @@ def prune_sweep(params: dict, progress: bool = True, *, models: str | Path = MOD
                     "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",
                 }
                 if seed == params["seeds"][0] and order == "connectivity":
-                    row["images_per_s"] = throughput(smaller, speed_batch, prune["throughput_repeats"], device)
+                    row["images_per_s"] = throughput(smaller, speed_batch, prune.throughput_repeats, device)
                 rows.append(row)
     return rows
 
 
 # ------------------------------------------------------------------------------------ params
 def validate(params: dict[str, Any]) -> None:
-    """The ``image`` section (on top of ``nac.pipeline.params.validate``): its model
-    (``nac.pipeline.schema_models.Image``), its datasets and splits, every ladder run's model."""
+    """The ``image`` section: ``schema_models.Image``, its datasets and splits, every run's model."""
     if "image" not in params:
         return
-    image = schema.check(schema.Image, params["image"], "image")
-    check_in_data(params, "image.dataset", [image.dataset])
-    check_in_data(params, "image.ood_dataset", [image.ood_dataset])
-    check_split_read(params, "image.dataset (train)", image.dataset, "train")
-    check_batch_fits(params, "image.train", image.dataset, params["image"]["train"])
-    check_split_read(params, "image.val_split", image.dataset, image.val_split)
-    check_split_read(params, "image.test_split", image.dataset, image.test_split)
-    check_split_read(params, "image.ood_split", image.ood_dataset, image.ood_split)
+    image = schema.section(params, "image")
+    check_reads(params, "image", image)
+    check_reads(params, "image", image, ood=True)
     size, tok = dataset_params(params, image.dataset).get("image_size"), image.model.tokenizer.get("image_size")
     if isinstance(size, int) and tok is not None and tok != size:
         raise ParamsError(
@@ -291,11 +286,11 @@ def validate(params: dict[str, Any]) -> None:
 
 
 def validate_prune(params: dict[str, Any]) -> None:
-    """The ``prune`` section: its runs are trained NAC-family models, its fractions drop whole modules."""
+    """``prune``: its runs are trained NAC-family models, its fractions drop whole modules."""
     if "prune" not in params:
         return
-    prune = schema.check(Prune, params["prune"], "prune")
-    ladder = params["image"]["ladder"]
+    prune, image = schema.section(params, "prune"), schema.section(params, "image")
+    ladder = image.ladder
     for i, run in enumerate(prune.runs):  # module dropping ranks a NAC-family model's processor modules
         if run not in ladder:
             raise ParamsError(f"prune.runs[{i}]={run!r} is not trained (not in image.ladder {ladder})")
@@ -305,7 +300,7 @@ def validate_prune(params: dict[str, Any]) -> None:
                 f"of a NAC-family model by their graph (perceiver_io, modfc, frozen_graph, nac-<prior>), "
                 f"and the baselines ({', '.join(BASELINES)}) have none; remove it from prune.runs"
             )
-    n = params.get("image", {}).get("model", {}).get("n_processor")
+    n = given(image.model).get("n_processor")
     uneven = [f for f in prune.dropped_fraction if isinstance(n, int) and abs(f * n - round(f * n)) > 1e-9]
     if uneven:
         raise ParamsError(

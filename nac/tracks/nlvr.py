@@ -40,6 +40,7 @@ from sklearn.neighbors import KNeighborsClassifier
 from torch.utils.data import DataLoader
 
 from nac.checkpoint_io import load_model
+from nac.pipeline import schema_models as schema
 from nac.pipeline.datasets import track_builder
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import MODELS, track_checkpoint
@@ -262,10 +263,10 @@ def run_analysis(
     ``analysis.json`` (measures), ``embedding.csv`` (t-SNE points with type and sentence) and
     ``examples.json`` (``P`` of one typical sentence per type). The model: ``<models>/nlvr/<run>-<seed>.pt``."""
 
-    sec = params["nlvr"]
-    cfg = dict(sec.get("analysis") or {})
+    sec = schema.section(params, "nlvr")
+    cfg = sec.analysis.model_dump(exclude_unset=True) if sec.analysis else {}
     run, seed = cfg.pop("run", "conditional"), int(cfg.pop("seed", params["seeds"][0]))
-    split = sec.get("val_split", "val")
+    split = sec.val_split
     device = resolve_device(params.get("device", "auto"))
     model = load_model(track_checkpoint("nlvr", run, seed, models), map_location=device)
     if model.config.generator != "conditional":
@@ -274,7 +275,7 @@ def run_analysis(
     data = ds.load(split)
     types, names = reasoning_types(ds, split)
     texts = sentences(ds, split)
-    bs = sec["train"].get("eval_batch_size", 256)
+    bs = sec.train.eval_batch_size
     P = link_matrices(model, data, device, bs)
     res = analyse(P, types, seed=seed, **cfg)
     emb, Z = res.pop("embedding"), res.pop("pca")

@@ -15,6 +15,8 @@ import torch.nn as nn
 
 from nac.checkpoint_io import mirror_path
 from nac.config import ModelConfig
+from nac.fields import given
+from nac.pipeline import schema_models as schema
 from nac.pipeline.datasets import builder
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import MODELS, pretrain_checkpoint, pretrain_dir
@@ -34,17 +36,17 @@ def pretrain(
     """Pre-train (or resume / reload) the source model of a few-shot run on ``fewshot.pretrain``.
     A finished checkpoint is reloaded at no cost, so the few-shot stages of several targets read
     it without training. The checkpoint: ``<models>/fewshot_pretrain/<run>-<seed>.pt``."""
-    pre = params["fewshot"]["pretrain"]
-    ds = builder(params, pre["dataset"])
-    cfg = dict(pre["model"], num_classes=int(ds.info()["num_classes"]))
+    pre = schema.section(params, "fewshot").pretrain
+    ds = builder(params, pre.dataset)
+    cfg = dict(given(pre.model), num_classes=int(ds.info()["num_classes"]))
     if run == "perceiver_io":
-        cfg.update(variant="perceiver_io", **(pre.get("perceiver_io") or {}))
+        cfg.update(variant="perceiver_io", **given(pre.perceiver_io))
     else:
         cfg.update(variant="nac", **prior_settings(params))
-    train_cfg = train_config(params, pre["train"], seed)
-    train_set, val_set = ds.load("train"), ds.load(pre.get("val_split", "val"))
+    train_cfg = train_config(params, given(pre.train), seed)
+    train_set, val_set = ds.load("train"), ds.load(pre.val_split)
     model, world, fingerprint = start_run(
-        params, ModelConfig.from_dict(cfg), train_cfg, dataset=pre["dataset"], source=__name__
+        params, ModelConfig.from_dict(cfg), train_cfg, dataset=pre.dataset, source=__name__
     )
     fit(
         model,
@@ -66,13 +68,13 @@ def pretrain_all(
 ) -> dict:
     """The stage: every few-shot run and seed when ``fewshot.source`` is ``pretrain``, nothing
     otherwise; writes ``<models>/fewshot_pretrain/manifest.json``."""
-    fs = params["fewshot"]
+    fs = schema.section(params, "fewshot")
     done = []
-    if fs["source"] == "pretrain":
-        for run in fs["runs"]:
+    if fs.source == "pretrain":
+        for run in fs.runs:
             for seed in params["seeds"]:
                 pretrain(params, run, seed, progress, models=models, resume=resume)
                 done.append(pretrain_checkpoint(run, seed, models).name)
-    manifest = {"source": fs["source"], "dataset": (fs.get("pretrain") or {}).get("dataset"), "checkpoints": done}
+    manifest = {"source": fs.source, "dataset": fs.pretrain.dataset if fs.pretrain else None, "checkpoints": done}
     write_json(pretrain_dir(models) / "manifest.json", manifest)
     return manifest
