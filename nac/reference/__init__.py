@@ -36,7 +36,7 @@ def template(name: str) -> dict:
     if not path.is_file():
         known = sorted(p.stem for p in TEMPLATES.glob("*.yaml"))
         raise KeyError(f"no recorded template {name!r}; known: {', '.join(known)}")
-    return yaml.safe_load(path.read_text())
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 
 def fields(name: str) -> dict[str, dict]:

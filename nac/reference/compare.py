@@ -54,13 +54,20 @@ def _senders(m: dict) -> str:
     return "mediators" if not m["input_latents"] else "input_latents_and_mediators"
 
 
+# The authors' filter formula (as recorded) that each of our decay filters implements
+# (tests/test_reference_blocks.py checks the implementation against the formula).
+DECAY_FORMULAS = {
+    "baral_x": "param.dim() <= 1 or name.endswith('bias') or name.endswith('signatures_') or name.endswith('grid')",
+    "tiny": "param.dim() == 1 or name.endswith('bias') or name.endswith('signatures_') or name.endswith('grid')",
+}
+
 # The recorded fields whose value on our side follows from other fields (fields.yaml `derived`).
 DERIVE = {
     "read_in.latents": lambda m, t: m["input_latents"] or m["n_processor"],
     "read_in.into_processors": lambda m, t: m["input_latents"] == 0,
-    "read_in.head_dim": lambda m, t: m["d_model"] // m["readin_heads"],
+    "read_in.head_dim": lambda m, t: m["head_dim"] or m["d_model"] // m["readin_heads"],
     "read_in.ffn_kind": lambda m, t: "geglu" if m["gated_ffn"] else "gelu",
-    "propagators.head_dim": lambda m, t: m["d_model"] // m["heads"],
+    "propagators.head_dim": lambda m, t: m["head_dim"] or m["d_model"] // m["heads"],
     "propagators.ffn_kind": lambda m, t: "geglu" if m["gated_ffn"] else "gelu",
     "propagators.senders": lambda m, t: _senders(m),
     "kernel.read_out_truncation": lambda m, t: m["truncation"] if m["truncate_readout"] else None,
@@ -69,7 +76,7 @@ DERIVE = {
         "graph": f"prior ({m['prior']})",
         "fit_truncation": m["signature_fit_threshold"],
     },
-    "read_out.head_dim": lambda m, t: m["d_model"] // m["readout_heads"],
+    "read_out.head_dim": lambda m, t: m["head_dim"] or m["d_model"] // m["readout_heads"],
     "read_out.ffn_kind": lambda m, t: "geglu" if m["gated_ffn"] else "gelu",
     "read_out.senders": lambda m, t: _senders(m),
     "initial_state.use_code_as_mean_state": lambda m, t: m["initial_state"] == "code",
@@ -89,6 +96,7 @@ DERIVE = {
     "optimizer.lr_scaling": lambda m, t: (
         f"lr * batch_size / {t['lr_batch_scaling']}" if t["lr_batch_scaling"] else "none"
     ),
+    "optimizer.no_weight_decay_filter": lambda m, t: DECAY_FORMULAS.get(t["decay_filter"], t["decay_filter"]),
     "tokenizer.kind": lambda m, t: _KINDS.get(_tokenizer(m).get("kind"), _tokenizer(m).get("kind")),
     "tokenizer.stages": lambda m, t: len(_tokenizer(m)["depths"]) if "depths" in _tokenizer(m) else None,
     "tokenizer.depths": lambda m, t: _tokenizer(m).get("depths"),
@@ -176,6 +184,46 @@ def pretrain_table(profile: str = "paper") -> str:
         v = ours(key, spec[key], m, t)
         lines.append(f"| {key} | {show(entry['value'])} | {show(v)} | {'yes' if _same(v, entry['value']) else 'no'} |")
     return "\n".join(lines)
+
+
+# The rule (docs/reference.md, "Configurations"): BARAL-X decides the model and its optimisation; on the
+# image track the dataset's template, TINY-INET-NC-X with its dataset macro, decides the data side (these
+# fields); the ImageNet pre-training takes BARAL-X whole (its own dataset).
+DATA_SIDE = (
+    "tokenizer.",
+    "dims.token_dim",
+    "optimizer.lr",
+    "optimizer.lr_scaling",
+    "optimizer.batch_size",
+    "schedule.",
+    "ema.",
+)
+WHERE = {
+    "mini": ("mini", "image"),
+    "converged": ("converged", "image"),
+    "paper": ("paper", "image"),
+    "pretrain": ("paper", "pretrain"),
+}  # a departures-table profile name -> (profile, section)
+
+
+def rule_template(key: str, where: str) -> str:
+    """The recorded template the rule names for field ``key`` (``inet_baral_x`` or ``tiny_inet_nc_x``)."""
+    return "tiny_inet_nc_x" if where == "image" and key.startswith(DATA_SIDE) else "inet_baral_x"
+
+
+def departures(name: str) -> dict[str, tuple[str, object, object]]:
+    """``{field: (template, template's value, ours)}`` for every recorded field where the composed
+    configuration of ``name`` (a key of ``WHERE``) differs from the template the rule names for it."""
+    profile, where = WHERE[name]
+    spec, m_t = template("fields"), composed(profile, where)
+    recorded = {t: fields(t) for t in ("inet_baral_x", "tiny_inet_nc_x")}
+    out = {}
+    for key in recorded["inet_baral_x"]:
+        t = rule_template(key, where)
+        ref, v = recorded[t][key]["value"], ours(key, spec[key], *m_t)
+        if not _same(v, ref):
+            out[key] = (t, ref, v)
+    return out
 
 
 def main(argv: list[str]) -> None:
