@@ -54,12 +54,17 @@ def _senders(m: dict) -> str:
     return "mediators" if not m["input_latents"] else "input_latents_and_mediators"
 
 
-# The authors' filter formula (as recorded) that each of our decay filters implements
-# (tests/test_reference_blocks.py checks the implementation against the formula).
-DECAY_FORMULAS = {
-    "baral_x": "param.dim() <= 1 or name.endswith('bias') or name.endswith('signatures_') or name.endswith('grid')",
-    "tiny": "param.dim() == 1 or name.endswith('bias') or name.endswith('signatures_') or name.endswith('grid')",
-}
+# The recorded template whose weight-decay filter each of ours implements (its formula is that template's
+# ``optimizer.no_weight_decay_filter``; tests/test_reference_blocks.py checks the implementation against it).
+DECAY_TEMPLATES = {"baral_x": "inet_baral_x", "tiny": "tiny_inet_nc_x"}
+
+
+def _decay_filter(name: str) -> str:
+    """The recorded formula our decay filter ``name`` implements, or the name of one the authors have not."""
+    if name not in DECAY_TEMPLATES:
+        return name
+    return fields(DECAY_TEMPLATES[name])["optimizer.no_weight_decay_filter"]["value"]
+
 
 # The recorded fields whose value on our side follows from other fields (fields.yaml `derived`).
 DERIVE = {
@@ -96,7 +101,7 @@ DERIVE = {
     "optimizer.lr_scaling": lambda m, t: (
         f"lr * batch_size / {t['lr_batch_scaling']}" if t["lr_batch_scaling"] else "none"
     ),
-    "optimizer.no_weight_decay_filter": lambda m, t: DECAY_FORMULAS.get(t["decay_filter"], t["decay_filter"]),
+    "optimizer.no_weight_decay_filter": lambda m, t: _decay_filter(t["decay_filter"]),
     "tokenizer.kind": lambda m, t: _KINDS.get(_tokenizer(m).get("kind"), _tokenizer(m).get("kind")),
     "tokenizer.stages": lambda m, t: len(_tokenizer(m)["depths"]) if "depths" in _tokenizer(m) else None,
     "tokenizer.depths": lambda m, t: _tokenizer(m).get("depths"),
