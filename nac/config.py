@@ -81,7 +81,7 @@ class _Conv32(Section):
 
 class _ConvNext(Section):
     kind: Literal["convnext"]
-    depths: list[POSITIVE_INT] = None
+    depths: list[NONNEGATIVE_INT] = None  # blocks per stage (BARAL-X's femto: [1, 0])
     dims: list[POSITIVE_INT] = None
     pos_dim: POSITIVE_INT = None
     image_size: POSITIVE_INT = None
@@ -146,14 +146,18 @@ class ModelConfig(ConfigDict):
     readin_heads: POSITIVE_INT = 1
     readout_heads: POSITIVE_INT = 1
     generator_heads: POSITIVE_INT = 4
-    ffn_mult: POSITIVE = 2.0
-    gated_ffn: bool = False
+    # one head's width in the read-in, the propagators and the read-out (BARAL-X: 64, so 1 x 64 in the
+    # read-in and read-out and 8 x 64 = 512 in the propagators at d_model 384); null: d_model / heads
+    head_dim: POSITIVE_INT | None = None
+    qkv_bias: bool = False  # biases on the attention's q and v (BARAL-X: none; TINY-INET-NC-X: yes)
+    ffn_mult: POSITIVE = 4.0  # hidden width / d_model of every ModFFN (BARAL-X: 4)
+    gated_ffn: bool = True  # GEGLU (BARAL-X) or GELU (TINY-INET-NC-X) ModFFNs
     drop_path: FRACTION = 0.0
     layer_scale: POSITIVE | None = None
     alpha_init: NONNEGATIVE = 0.1
     tau: POSITIVE = 0.5  # Concrete temperature (eq. 2)
     # The defaults are the default template's (conf/template/inet_baral.yaml): the authors' regularized
-    # family INET-110E-NC-*-BARAL-X for the kernel, TINY-INET-NC-X for the rest (docs/reference.md).
+    # INET-110E-NC-CHONKER-BARAL-X for every block of the model (docs/reference.md, "Configurations").
     bandwidth: POSITIVE = 1.0  # eps of eq. 2 (its initial value when learnable)
     learn_bandwidth: bool = False  # BARAL: fixed (TINY-INET-NC-X: a learnable scalar per kernel)
     truncation: COSINE_DISTANCE | None = None  # BARAL: none (TINY-INET-NC-X: P = 0 where 1 - cos > 0.9)
@@ -165,7 +169,7 @@ class ModelConfig(ConfigDict):
     truncate_readout: bool = False  # authors: the read-out kernel is untruncated
     readout_residual: bool = False  # authors' pooling: no attention residual (nac v1: true)
     readout_norm: bool = False  # authors' pooling scores raw states (nac v1: a LayerNorm)
-    readout_layer_scale: POSITIVE | None = 0.1  # authors (Tiny, m2mKD): LayerScale 0.1 in the read-out
+    readout_layer_scale: POSITIVE | None = None  # BARAL-X: none (TINY-INET-NC-X, m2mKD: 0.1)
     modfc_norm_affine: bool = False  # authors: LayerNorm(W_c c) without scale or shift
     modfc_gain: Literal[MODFC_GAINS] = "one_plus_alpha"  # paper eq. 1 (TINY-INET-NC-X's class default: ln_only)
     drop_path_schedule: Literal[DROP_PATH_SCHEDULES] = "uniform"  # authors: one rate in every layer (nac v1: linear)
@@ -201,11 +205,12 @@ class ModelConfig(ConfigDict):
                 f"model.initial_state='code' makes the initial states the codes, so it needs d_code == "
                 f"d_model; got d_code={self.d_code}, d_model={self.d_model} (set d_code: null)"
             )
-        for name in ("heads", "readin_heads", "readout_heads", "generator_heads"):
+        split = ("generator_heads",) if self.head_dim else ("heads", "readin_heads", "readout_heads", "generator_heads")
+        for name in split:
             if self.d_model % getattr(self, name):
                 raise ValueError(
                     f"model.d_model={self.d_model} is not divisible by model.{name}={getattr(self, name)}; "
-                    "pick a head count that divides d_model"
+                    "pick a head count that divides d_model" + ("" if self.head_dim else " or set model.head_dim")
                 )
         if self.generator == "conditional" and self.variant != "nac":
             raise ValueError(

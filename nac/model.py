@@ -122,7 +122,9 @@ class NAC(nn.Module):
         form = ModFCForm(
             modulated=c.modulated, alpha_init=c.alpha_init, norm_affine=c.modfc_norm_affine, gain=c.modfc_gain
         )
-        common = dict(d_code=c.d_code, ffn_mult=c.ffn_mult, gated=c.gated_ffn, form=form)
+        common = dict(
+            d_code=c.d_code, head_dim=c.head_dim, qkv_bias=c.qkv_bias, ffn_mult=c.ffn_mult, gated=c.gated_ffn, form=form
+        )
         self.read_in = ReadIn(d_in=self.tokenizer.d_out, d=c.d_model, heads=c.readin_heads, **common)
         self.propagators = nn.ModuleList(
             Propagator(

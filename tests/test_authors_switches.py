@@ -222,7 +222,7 @@ def test_stochastic_kernel_off_trains_with_P_itself():
     assert on.graph.kernel_mode() == "sample" and on.graph.kernel_mode(readout=True) == "expectation"
 
 
-@pytest.mark.parametrize("decay_filter", ["authors", "ours", "all"])
+@pytest.mark.parametrize("decay_filter", ["baral_x", "tiny", "ours", "all"])
 def test_weight_decay_groups_by_filter(decay_filter):
     model = build_model(make_tiny_config(signature_fit_steps=20, **TINY_KERNEL))  # learnable bandwidths
     decay, no_decay = decay_groups(model, decay_filter)
@@ -237,8 +237,11 @@ def test_weight_decay_groups_by_filter(decay_filter):
     assert one_d and not decayed & set(one_d)
     assert "generator.signatures" not in decayed and "generator.readout_signatures" not in decayed
     alphas = [n for n in named if n.endswith(".alpha")]
-    if decay_filter == "authors":  # codes (2-d) and the 0-d bandwidths and gains are decayed
+    if decay_filter == "tiny":  # codes (2-d) and the 0-d bandwidths and gains are decayed
         assert {"generator.codes", "propagators.0.bandwidth", alphas[0]} <= decayed
+    elif decay_filter == "baral_x":  # codes decayed; the 0-d bandwidths and gains and the positional grid not
+        assert "generator.codes" in decayed
+        assert not decayed & {"propagators.0.bandwidth", "tokenizer.pos", *alphas}
     else:
         assert not decayed & {"generator.codes", "generator.readout_codes", "propagators.0.bandwidth", *alphas}
 
@@ -286,6 +289,17 @@ def test_bad_switch_values_name_the_field_and_the_choices(field, value):
         ModelConfig(**{field: value})
 
 
+# TINY-INET-NC-X's blocks where they differ from BARAL-X's (docs/reference.md, "Switches")
+TINY_BLOCKS = {
+    "readout_layer_scale": 0.1,
+    "layer_scale": 0.1,
+    "drop_path": 0.1,
+    "qkv_bias": True,
+    "gated_ffn": False,
+    "ffn_mult": 1.333,
+}
+
+
 def _template(name):
     from pathlib import Path
 
@@ -293,9 +307,10 @@ def _template(name):
 
 
 def test_defaults_are_the_authors_where_the_paper_is_silent():
-    """The defaults are the default template's, inet_baral: the authors' regularized family
-    INET-110E-NC-*-BARAL-X for the kernel (no truncation, a fixed bandwidth, one kernel, regularizer
-    weight 0.1), TINY-INET-NC-X elsewhere (docs/reference.md, "Configurations")."""
+    """The defaults are the default template's, inet_baral: the authors' regularized
+    INET-110E-NC-CHONKER-BARAL-X for the model, every block (no truncation, a fixed bandwidth, one kernel,
+    regularizer weight 0.1, no q/v bias, GEGLU x 4, no LayerScale, its decay filter, no clipping), the
+    dataset's template for the data side (docs/reference.md, "Configurations")."""
     c = ModelConfig()
     assert (
         c.truncation,
@@ -326,7 +341,7 @@ def test_defaults_are_the_authors_where_the_paper_is_silent():
         True,
         False,
         False,
-        0.1,
+        None,
         False,
         False,
         "one_plus_alpha",
@@ -338,16 +353,25 @@ def test_defaults_are_the_authors_where_the_paper_is_silent():
         "hungarian",
         "formula",
     )
+    assert (c.qkv_bias, c.gated_ffn, c.ffn_mult, c.layer_scale, c.drop_path, c.head_dim) == (
+        False,
+        True,
+        4.0,
+        None,
+        0.0,
+        None,
+    )
     from nac.training.config import TrainConfig
 
-    assert TrainConfig().decay_filter == "authors" and TrainConfig().reg_weight == 0.1
+    assert TrainConfig().decay_filter == "baral_x" and TrainConfig().reg_weight == 0.1
+    assert TrainConfig().grad_clip is None
 
 
 def test_the_defaults_are_the_default_templates_and_tiny_kernel_the_truncated_ones(tmp_path):
     """``ModelConfig()`` and ``TrainConfig()`` equal conf/template/inet_baral.yaml on every key it
     sets (so the defaults and the default template cannot drift), inet_baral is what composes by
     default, and the truncated template tiny_inet_nc_x differs from it exactly in the kernel the tests
-    pass as ``TINY_KERNEL`` and in having no regularizer."""
+    pass as ``TINY_KERNEL``, TINY-INET-NC-X's blocks (``TINY_BLOCKS``) and in having no regularizer."""
     from nac.compose import write_params
     from nac.training.config import TrainConfig
 
@@ -362,7 +386,7 @@ def test_the_defaults_are_the_default_templates_and_tiny_kernel_the_truncated_on
     )
     assert baral["train"]["reg_weight"] == 0.1 and tiny["train"]["reg_weight"] == 0.0
     assert baral["model"].keys() == tiny["model"].keys()
-    assert {k: v for k, v in tiny["model"].items() if v != baral["model"][k]} == TINY_KERNEL
+    assert {k: v for k, v in tiny["model"].items() if v != baral["model"][k]} == {**TINY_KERNEL, **TINY_BLOCKS}
     params = yaml.safe_load(write_params(tmp_path / "params.yaml", []).read_text())
     assert params["template"] == "inet_baral"
     assert {k: params["image"]["model"][k] for k in baral["model"]} == baral["model"]
@@ -430,7 +454,7 @@ def test_each_template_composes_validates_and_reaches_every_track(tmp_path, temp
     assert {k: getattr(cfg, k) for k in expect} == expect
     for track in ("points", "listops", "text", "nlvr"):
         assert {k: params[track]["model"][k] for k in expect} == expect
-    decay = {"inet_baral": "authors", "tiny_inet_nc_x": "authors", "nac_v1": "ours", "m2mkd": "all"}[template]
+    decay = {"inet_baral": "baral_x", "tiny_inet_nc_x": "tiny", "nac_v1": "ours", "m2mkd": "all"}[template]
     assert all(params[s]["train"]["decay_filter"] == decay for s in ("image", "points", "listops", "text", "nlvr"))
     reg = 0.0 if template == "tiny_inet_nc_x" else 0.1  # TINY-INET-NC-X has no graph_sparsity criterion
     assert all(params[s]["train"]["reg_weight"] == reg for s in ("image", "points", "listops", "text", "nlvr"))

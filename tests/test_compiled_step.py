@@ -259,7 +259,7 @@ def test_what_cannot_be_compiled_is_refused():
 def _optimizer(model, compiled_update=False, impl="default"):
     from nac.training.optim import decay_groups, make_adamw
 
-    decay, no_decay = decay_groups(model, "authors")
+    decay, no_decay = decay_groups(model, "baral_x")
     groups = [{"params": decay, "weight_decay": 0.05}, {"params": no_decay, "weight_decay": 0.0}]
     return make_adamw(groups, lr=3e-3, impl=impl, compiled=compiled_update)
 

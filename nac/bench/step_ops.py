@@ -174,7 +174,7 @@ def compiled_counts(
         losses = compiled.compile_losses(mode)
         update = compiled.compile_update(mode) if scope == "step" else None
         if update is not None:
-            decay, no_decay = decay_groups(model, cfg.get("decay_filter", "authors"))
+            decay, no_decay = decay_groups(model, cfg.get("decay_filter", "baral_x"))
             wd, lr = cfg.get("weight_decay", 0.05), cfg.get("lr", 1e-3)
             param_groups = [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}]
             optimizer = make_adamw(param_groups, lr=lr, impl="foreach", compiled=True)  # CUDA's form

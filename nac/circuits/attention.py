@@ -42,6 +42,19 @@ def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: 
     return torch.matmul(scores.add_(bias).softmax(dim=-1), v)
 
 
+def head_width(d: int, heads: int, head_dim: int | None) -> int:
+    """The width of one attention head: ``head_dim`` when given (the authors' ``head_dim``: the inner
+    width ``heads x head_dim`` may differ from the state width ``d``; q, k, v map ``d`` to it and the
+    exit layer maps it back), else ``d / heads`` (which must divide)."""
+    if head_dim is not None:
+        return head_dim
+    if d % heads:
+        raise ValueError(
+            f"state width {d} is not divisible by {heads} heads; choose heads that divide d_model or set model.head_dim"
+        )
+    return d // heads
+
+
 class SKMDPA(nn.Module):
     """Multi-head SKMDPA between receivers ``[B, U, d]`` and senders ``[B, V, d]``.
 
@@ -49,7 +62,8 @@ class SKMDPA(nn.Module):
     ``Modulations`` of its code for the ModFCs reading it, ``code_readers``);
     ``K``: a ``Kernel`` ``[(B,) U, V]`` over every sender (input latents included, the authors' kernel
     over the concatenated signatures) or ``None`` (dense); ``key_mask``: ``[B, V]`` bool, True =
-    keep. Returns ``[B, U, d]``.
+    keep. Returns ``[B, U, d]``. ``head_dim``: one head's width (``head_width``; default ``d / heads``);
+    ``qkv_bias``: biases on the query and value projections (the key's is always left out).
 
     ``cpu_shortcuts`` (keyword; default True): whether the CPU-only fast forms may be taken on the
     CPU (``nac.circuits.kernel.cpu_shortcut``): a kernel's bias on its linked entries only
@@ -63,20 +77,21 @@ class SKMDPA(nn.Module):
         d: int,
         d_code: int,
         heads: int,
+        head_dim: int | None = None,
+        qkv_bias: bool = True,
         form: ModFCForm = ModFCForm(),
         delta: float = 1e-6,
         cpu_shortcuts: bool = True,
     ):
         super().__init__()
-        if d % heads:
-            raise ValueError(f"state width {d} is not divisible by {heads} heads; choose heads that divide d_model")
-        self.heads, self.d_head, self.delta = heads, d // heads, delta
+        self.heads, self.d_head, self.delta = heads, head_width(d, heads, head_dim), delta
         self.cpu_shortcuts = cpu_shortcuts
-        self.q = ModFC(d, d, d_code, form=form)
-        # No key bias: it adds q_i . b_k to a whole row of scores, which softmax ignores.
-        self.k = ModFC(d, d, d_code, form=form, bias=False)
-        self.v = ModFC(d, d, d_code, form=form)
-        self.out = ModFC(d, d, d_code, form=form)
+        inner = heads * self.d_head
+        self.q = ModFC(d, inner, d_code, form=form, bias=qkv_bias)
+        # No key bias even with ``qkv_bias``: it adds q_i . b_k to a whole row of scores, which softmax ignores.
+        self.k = ModFC(d, inner, d_code, form=form, bias=False)
+        self.v = ModFC(d, inner, d_code, form=form, bias=qkv_bias)
+        self.out = ModFC(inner, d, d_code, form=form)  # the exit layer keeps its bias (authors' too)
 
     def code_readers(self) -> tuple[list[ModFC], list[ModFC]]:
         """The modulated ModFCs reading the receivers' codes (q, exit) and the senders' (k, v)."""

@@ -75,6 +75,8 @@ class Propagator(nn.Module):
         d: int,
         d_code: int,
         heads: int,
+        head_dim: int | None = None,
+        qkv_bias: bool = True,
         ffn_mult: float = 4.0,
         gated: bool = False,
         form: ModFCForm = ModFCForm(),
@@ -88,7 +90,8 @@ class Propagator(nn.Module):
         super().__init__()
         register_bandwidth(self, bandwidth, learn_bandwidth)
         self.norm_attn = nn.LayerNorm(d)
-        self.attn = SKMDPA(d=d, d_code=d_code, heads=heads, form=form, delta=delta, cpu_shortcuts=cpu_shortcuts)
+        widths = dict(heads=heads, head_dim=head_dim, qkv_bias=qkv_bias)
+        self.attn = SKMDPA(d=d, d_code=d_code, form=form, delta=delta, cpu_shortcuts=cpu_shortcuts, **widths)
         self.norm_ffn = nn.LayerNorm(d)
         self.ffn = ModFFN(d=d, d_code=d_code, ffn_mult=ffn_mult, gated=gated, form=form)
         self.scale_attn, self.scale_ffn = make_layer_scale(d, layer_scale), make_layer_scale(d, layer_scale)
@@ -135,6 +138,8 @@ class ReadOut(nn.Module):
         d_code: int,
         heads: int,
         num_classes: int,
+        head_dim: int | None = None,
+        qkv_bias: bool = True,
         ffn_mult: float = 4.0,
         gated: bool = False,
         form: ModFCForm = ModFCForm(),
@@ -150,7 +155,8 @@ class ReadOut(nn.Module):
         register_bandwidth(self, bandwidth, learn_bandwidth)
         self.residual = residual
         self.norm_recv, self.norm_send = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.attn = SKMDPA(d=d, d_code=d_code, heads=heads, form=form, delta=delta, cpu_shortcuts=cpu_shortcuts)
+        widths = dict(heads=heads, head_dim=head_dim, qkv_bias=qkv_bias)
+        self.attn = SKMDPA(d=d, d_code=d_code, form=form, delta=delta, cpu_shortcuts=cpu_shortcuts, **widths)
         self.norm_ffn = nn.LayerNorm(d)
         self.ffn = ModFFN(d=d, d_code=d_code, ffn_mult=ffn_mult, gated=gated, form=form)
         self.scale_attn, self.scale_ffn = make_layer_scale(d, layer_scale), make_layer_scale(d, layer_scale)

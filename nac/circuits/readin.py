@@ -28,13 +28,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from nac.circuits.attention import head_width
 from nac.circuits.modfc import ModFC, ModFCForm, ModFFN
 
 
 class ReadIn(nn.Module):
     """tokens ``[B, T, d_in]``, states ``[(B,) U, d]``, codes ``[(B,) U, d_code]`` (or ``None``
     when unmodulated, or a ``Modulations`` of them for every ModFC here), mask ``[B, T]`` bool
-    (True = real token). Returns ``[B, U, d]``."""
+    (True = real token). Returns ``[B, U, d]``. ``head_dim`` and ``qkv_bias`` as ``SKMDPA``'s."""
 
     def __init__(
         self,
@@ -43,21 +44,22 @@ class ReadIn(nn.Module):
         d: int,
         d_code: int,
         heads: int = 1,
+        head_dim: int | None = None,
+        qkv_bias: bool = True,
         ffn_mult: float = 4.0,
         gated: bool = False,
         form: ModFCForm = ModFCForm(),
     ):
         super().__init__()
-        if d % heads:
-            raise ValueError(f"state width {d} is not divisible by {heads} read-in heads")
-        self.heads, self.d_head = heads, d // heads
+        self.heads, self.d_head = heads, head_width(d, heads, head_dim)
+        inner = heads * self.d_head
         self.norm_tokens = nn.LayerNorm(d_in)
         self.norm_states = nn.LayerNorm(d)
-        self.q = ModFC(d, d, d_code, form=form)
+        self.q = ModFC(d, inner, d_code, form=form, bias=qkv_bias)
         # A key bias adds q_u . b_k to every score of row u: softmax ignores it, so it is left out.
-        self.k = ModFC(d_in, d, d_code, form=form, bias=False)
-        self.v = ModFC(d_in, d, d_code, form=form)
-        self.out = ModFC(d, d, d_code, form=form)
+        self.k = ModFC(d_in, inner, d_code, form=form, bias=False)
+        self.v = ModFC(d_in, inner, d_code, form=form, bias=qkv_bias)
+        self.out = ModFC(inner, d, d_code, form=form)
         self.norm_ffn = nn.LayerNorm(d)
         self.ffn = ModFFN(d=d, d_code=d_code, ffn_mult=ffn_mult, gated=gated, form=form)
 

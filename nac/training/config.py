@@ -11,7 +11,7 @@ from nac.config import ConfigDict
 from nac.fields import DECAY, DEVICES, EXACT, FRACTION, NONNEGATIVE, NONNEGATIVE_INT, POSITIVE_INT, Real, config
 
 # The choices of the fields below, defined here (where the field is) and read by the code they select.
-DECAY_FILTERS = ("authors", "ours", "all")  # nac.training.optim.decays
+DECAY_FILTERS = ("baral_x", "tiny", "ours", "all")  # nac.training.optim.decays
 AUTHORS_TINYIMAGENET = "authors_tinyimagenet"  # the authors' recipe (nac.training.augment)
 AUGMENT_RECIPES = (AUTHORS_TINYIMAGENET,)  # nac.training.augment's recipes besides true / false
 ADAMW_IMPLS = ("default", "foreach", "fused")  # nac.training.optim.make_adamw
@@ -30,13 +30,13 @@ class TrainConfig(ConfigDict):
     lr: Annotated[Real, at.Gt(0), at.Le(1)] = 1e-3  # peak learning rate, after warm-up
     lr_batch_scaling: POSITIVE_INT | None = None  # authors: lr * global_batch / 512; None = no scaling
     weight_decay: NONNEGATIVE = 0.05
-    decay_filter: Literal[DECAY_FILTERS] = (
-        "authors"  # which parameters decay (nac.training.optim.decays): authors | ours (nac v1) | all (m2mKD)
-    )
+    # which parameters decay (nac.training.optim.decays): baral_x (the default template's) | tiny
+    # (TINY-INET-NC-X's) | ours (nac v1) | all (m2mKD)
+    decay_filter: Literal[DECAY_FILTERS] = "baral_x"
     warmup_epochs: Annotated[Real, at.Ge(0), at.Le(10_000)] = 1.0
     min_lr: NONNEGATIVE = 1e-5
     label_smoothing: FRACTION = 0.1
-    grad_clip: NONNEGATIVE | None = 1.0
+    grad_clip: NONNEGATIVE | None = None  # both authors' templates: none
     reg_weight: NONNEGATIVE = 0.1  # weight of the graph-structure regularizer
     ema: DECAY | None = None  # EMA decay of the weights (e.g. 0.99996); evaluated with EMA if set
     amp: bool = True  # bf16 autocast, on CUDA only

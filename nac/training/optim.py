@@ -84,22 +84,27 @@ def warmup_cosine(optimizer: torch.optim.Optimizer, total: int, warmup: int, pea
     return LambdaLR(optimizer, factor)
 
 
-def decays(name: str, p: torch.Tensor, decay_filter: str = "authors") -> bool:
-    """Whether AdamW's weight decay applies to parameter ``name``. ``authors`` (their Tiny-ImageNet
-    filter): every parameter but those whose name ends in ``signatures`` and those with
-    ``dim() == 1`` (biases, norms, LayerScale), so codes (2-d) and the 0-d bandwidths and ModFC
-    gains are decayed. ``ours`` (nac v1): no decay for ``dim() < 2`` or a name containing
-    ``signatures`` or ``codes``. ``all`` (m2mKD, which sets no filter): every parameter."""
+def decays(name: str, p: torch.Tensor, decay_filter: str = "baral_x") -> bool:
+    """Whether AdamW's weight decay applies to parameter ``name``. The authors' two filters
+    (``no_weight_decay_filter``) exempt names ending in ``bias`` or ``signatures`` and the
+    tokenizer's positional grid (their name ends in ``grid``; our positional embeddings' in ``pos``)
+    and, ``baral_x`` (INET-110E-NC-CHONKER-BARAL-X), every parameter with ``dim() <= 1`` (norms,
+    LayerScale, the 0-d ModFC gains and bandwidths), ``tiny`` (TINY-INET-NC-X), ``dim() == 1`` (so the
+    0-d gains and bandwidths decay); codes (2-d) decay under both. ``ours`` (nac v1): no decay for
+    ``dim() < 2`` or a name containing ``signatures`` or ``codes``. ``all`` (m2mKD, which sets no
+    filter): every parameter."""
     if decay_filter == "all":
         return True
-    if decay_filter == "authors":
-        return not (name.endswith("signatures") or p.dim() == 1)
+    if decay_filter in ("baral_x", "tiny"):
+        named = name.endswith(("bias", "signatures", "grid")) or name.rsplit(".", 1)[-1] == "pos"
+        small = p.dim() <= 1 if decay_filter == "baral_x" else p.dim() == 1
+        return not (small or named)
     if decay_filter == "ours":
         return not (p.dim() < 2 or "signatures" in name or "codes" in name)
     raise ValueError(f"unknown decay_filter {decay_filter!r}; valid choices: {', '.join(DECAY_FILTERS)}")
 
 
-def decay_groups(model: nn.Module, decay_filter: str = "authors") -> tuple[list, list]:
+def decay_groups(model: nn.Module, decay_filter: str = "baral_x") -> tuple[list, list]:
     """The trainable parameters split into ``(decayed, not decayed)`` by ``decays``."""
     decay, no_decay = [], []
     for name, p in model.named_parameters():
