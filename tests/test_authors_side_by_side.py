@@ -75,7 +75,7 @@ def _ffn(norm: nn.LayerNorm, ffn: ModFFN) -> dict:
     return dict(ln=_ln(norm), fc1=_fc(ffn.fc1), fc2=_fc(ffn.fc2))
 
 
-def _attn(attn: SKMDPA, qv_bias: bool = True) -> dict:
+def _attn(attn: SKMDPA | ReadIn, qv_bias: bool = True) -> dict:
     return dict(q=_fc(attn.q, qv_bias), k=_fc(attn.k), v=_fc(attn.v, qv_bias), exit=_fc(attn.out))
 
 
@@ -278,10 +278,7 @@ def _read_in_params(m: ReadIn, qv_bias: bool = True) -> dict:
     return dict(
         ln_tokens=_ln(m.norm_tokens),
         ln_states=_ln(m.norm_states),
-        q=_fc(m.q, qv_bias),
-        k=_fc(m.k),
-        v=_fc(m.v, qv_bias),
-        exit=_fc(m.out),
+        **_attn(m, qv_bias),  # the read-in's q, k, v and exit, as SKMDPA's
         ffn=_ffn(m.norm_ffn, m.ffn),
     )
 

@@ -11,6 +11,7 @@ import sys
 from dataclasses import MISSING
 from dataclasses import fields as dc_fields
 
+from nac.circuits.attention import head_width
 from nac.config import ModelConfig
 from nac.reference import fields, template
 from nac.training.config import TrainConfig
@@ -70,9 +71,9 @@ def _decay_filter(name: str) -> str:
 DERIVE = {
     "read_in.latents": lambda m, t: m["input_latents"] or m["n_processor"],
     "read_in.into_processors": lambda m, t: m["input_latents"] == 0,
-    "read_in.head_dim": lambda m, t: m["head_dim"] or m["d_model"] // m["readin_heads"],
+    "read_in.head_dim": lambda m, t: head_width(m["d_model"], m["readin_heads"], m["head_dim"]),
     "read_in.ffn_kind": lambda m, t: "geglu" if m["gated_ffn"] else "gelu",
-    "propagators.head_dim": lambda m, t: m["head_dim"] or m["d_model"] // m["heads"],
+    "propagators.head_dim": lambda m, t: head_width(m["d_model"], m["heads"], m["head_dim"]),
     "propagators.ffn_kind": lambda m, t: "geglu" if m["gated_ffn"] else "gelu",
     "propagators.senders": lambda m, t: _senders(m),
     "kernel.read_out_truncation": lambda m, t: m["truncation"] if m["truncate_readout"] else None,
@@ -81,7 +82,7 @@ DERIVE = {
         "graph": f"prior ({m['prior']})",
         "fit_truncation": m["signature_fit_threshold"],
     },
-    "read_out.head_dim": lambda m, t: m["head_dim"] or m["d_model"] // m["readout_heads"],
+    "read_out.head_dim": lambda m, t: head_width(m["d_model"], m["readout_heads"], m["head_dim"]),
     "read_out.ffn_kind": lambda m, t: "geglu" if m["gated_ffn"] else "gelu",
     "read_out.senders": lambda m, t: _senders(m),
     "initial_state.use_code_as_mean_state": lambda m, t: m["initial_state"] == "code",
