@@ -244,7 +244,7 @@ def test_fewshot_runs_accept_the_baselines():
     p["fewshot"]["runs"] = ["perceiver_io", "nac", "neural_interpreter", "modular_network"]
     p["image"]["ladder"] = sorted(set(p["image"]["ladder"]) | {"neural_interpreter", "modular_network"})
     validate_tracks(p)
-    assert [fewshot_image_run(p, r) for r in p["fewshot"]["runs"]] == [
+    assert [fewshot_image_run(p["prior"], r) for r in p["fewshot"]["runs"]] == [
         "perceiver_io",
         f"nac-{p['prior']['name']}",
         "neural_interpreter",

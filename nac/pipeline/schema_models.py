@@ -27,9 +27,10 @@ BASELINE_SET = {"variant": "the ladder run", "num_classes": "the dataset", "sele
 
 Train = section_of(TrainConfig, TRAIN_SET)
 TrackModel = section_of(ModelConfig, TRACK_MODEL_SET)
-Baselines = create_model(
-    "image.baselines",
+Baselines = create_model(  # named as the module's attribute: a stage's section is pickled to its workers
+    "Baselines",
     __base__=Section,
+    __module__=__name__,
     **{n: (section_of(c[0], BASELINE_SET) | None, None) for n, c in BASELINES.items()},
 )
 

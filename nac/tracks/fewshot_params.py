@@ -25,7 +25,7 @@ def validate(params: dict[str, Any]) -> None:
             raise ParamsError(f"fewshot.runs[{i}]={run!r}; valid choices: {', '.join(valid)}")
     if fs.source == "image":
         ladder = params.get("image", {}).get("ladder", [])
-        missing = [r for r in (fewshot_image_run(params, r) for r in fs.runs) if r not in ladder]
+        missing = [r for r in (fewshot_image_run(params["prior"], r) for r in fs.runs) if r not in ladder]
         if missing:
             raise ParamsError(
                 f"fewshot.source=image needs {missing} in image.ladder {ladder} "
