@@ -257,7 +257,10 @@ def test_fewshot_runs_accept_the_baselines():
         validate_tracks(p)
     p["fewshot"]["protocol"]["mn_train"] = "head"
     p["fewshot"]["runs"] = ["nac", "transformer"]
-    with pytest.raises(ParamsError, match="neural_interpreter, modular_network"):
+    with pytest.raises(
+        ParamsError,
+        match=r"fewshot\.runs\[1\]='transformer': Input should be .*'neural_interpreter' or 'modular_network'",
+    ):
         validate_tracks(p)
 
 

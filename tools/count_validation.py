@@ -20,7 +20,7 @@ SPEC = [
     "nac/pipeline/params.py:validate",
     "nac/config.py:ConfigDict,NotImplementedSetting,_Conv32,_ConvNext,_kind,_as_given,ModelConfig._rules",
     "nac/tracks/image.py:validate,validate_prune",
-    "nac/tracks/common.py:validate,validator,_check_prior_fits",
+    "nac/tracks/common.py:validate,validator",
     "nac/training/config.py:TrainConfig._rules",
     "nac/training/compiled.py:check_compile",
     "nac/baselines/neural_interpreter.py:NeuralInterpreterConfig._rules",

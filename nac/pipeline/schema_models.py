@@ -4,12 +4,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import create_model
+import annotated_types as at
+from pydantic import AfterValidator, create_model
 
 from nac.config import ModelConfig
-from nac.fields import NONNEGATIVE_INT, Section, section_of
+from nac.fields import NONNEGATIVE_INT, Section, section_of, unique
+from nac.pipeline.paths import FEWSHOT_BASELINES
 from nac.pipeline.schema import Analysis, Names, Ngram, ParamsError, Prune, Runs, Split, check  # noqa: F401 (ParamsError: re-exported)
 from nac.pipeline.stage_params import guarded, whole
 from nac.registry import BASELINES
@@ -71,7 +73,7 @@ class Pretrain(Section):
 
 class FewShot(Section):
     source: Literal["image", "pretrain"]
-    runs: Runs
+    runs: Annotated[list[Literal[("perceiver_io", "nac", *FEWSHOT_BASELINES)]], at.MinLen(1), AfterValidator(unique)]
     targets: Runs
     seed: NONNEGATIVE_INT = 0
     protocol: section_of(FewShotConfig) | None = None

@@ -339,12 +339,11 @@ def sentences(builder, split: str) -> list[str]:
 
 # ------------------------------------------------------------------------------------ params
 def validate(params: dict[str, Any], track: str) -> None:
-    """A track's section: ``schema_models.Track``, runs, dataset, models, the prior's fit to them;
-    ``nlvr``'s analysed run and seed."""
+    """A track's section: ``schema_models.Track``, runs, dataset, models, the fit of the ``prior``
+    group's params to the module count of the runs that use it; ``nlvr``'s analysed run and seed."""
     if track not in params:
         return
-    sec = schema.section(params, track)
-    seeds = params["seeds"]
+    sec, seeds = schema.section(params, track), params["seeds"]
     for i, run in enumerate(sec.runs):
         if run not in TRACK_RUNS[track]:
             raise ParamsError(f"{track}.runs[{i}]={run!r}; valid choices: {', '.join(TRACK_RUNS[track])}")
@@ -356,7 +355,12 @@ def validate(params: dict[str, Any], track: str) -> None:
                 track_model_config(params, track, run, info)
             except (ValueError, KeyError) as e:
                 raise ParamsError(f"{track}.model for run {run!r}: {e}") from e
-    _check_prior_fits(params, track, sec)
+    n, prior = given(sec.model).get("n_processor"), prior_settings(params.get("prior"))
+    if isinstance(n, int) and any(r in ("nac", "text_only", "image_only") for r in sec.runs):  # the prior's runs
+        try:
+            resolve_prior(prior["prior"], n, prior["prior_params"])
+        except ValueError as e:
+            raise ParamsError(f"prior.params {prior['prior_params']} with {track}.model.n_processor={n}: {e}") from e
     analysis = getattr(sec, "analysis", None)
     if analysis is not None and analysis.run not in sec.runs:
         raise ParamsError(f"nlvr.analysis.run={analysis.run!r} is not trained (nlvr.runs {sec.runs})")
@@ -367,17 +371,3 @@ def validate(params: dict[str, Any], track: str) -> None:
 def validator(track: str):
     """``validate`` of one track, for ``load_params(check=[validator(track)])``."""
     return lambda params: validate(params, track)
-
-
-def _check_prior_fits(params: dict[str, Any], track: str, sec: Any) -> None:
-    """The ``prior`` group's params suit the module count of the runs that use it."""
-    if not any(r in ("nac", "text_only", "image_only") for r in sec.runs):
-        return
-    n = given(sec.model).get("n_processor")
-    if not isinstance(n, int):
-        return
-    settings = prior_settings(params.get("prior"))
-    try:
-        resolve_prior(settings["prior"], n, settings["prior_params"])
-    except ValueError as e:
-        raise ParamsError(f"prior.params {settings['prior_params']} with {track}.model.n_processor={n}: {e}") from e

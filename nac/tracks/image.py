@@ -302,10 +302,9 @@ def validate_prune(params: dict[str, Any]) -> None:
     if "prune" not in params:
         return
     prune, image = schema.section(params, "prune"), schema.section(params, "image")
-    ladder = image.ladder
     for i, run in enumerate(prune.runs):  # module dropping ranks a NAC-family model's processor modules
-        if run not in ladder:
-            raise ParamsError(f"prune.runs[{i}]={run!r} is not trained (not in image.ladder {ladder})")
+        if run not in image.ladder:
+            raise ParamsError(f"prune.runs[{i}]={run!r} is not trained (not in image.ladder {image.ladder})")
         if parse_run(run)[0] in BASELINES:
             raise ParamsError(
                 f"prune.runs[{i}]={run!r} cannot be pruned: module dropping ranks the processor modules "
