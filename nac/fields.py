@@ -135,31 +135,24 @@ def _fix(err: dict, root: Any = None) -> str:
         near = difflib.get_close_matches(str(err["loc"][-1]), known, n=1)
         hint = f": did you mean {near[0]}?" if near else f"; valid keys here: {', '.join(known)}" if known else ""
         return f"remove it (or correct its spelling{hint or '; conf/base.yaml has every key'})"
-    return _FIXES.get(kind, "")
-
-
-_FIXES = {
-    "finite_number": "write a finite value",
-    "bool_type": "write true or false",
-    "missing": "add it (conf/base.yaml has a complete section)",
-    "multiple_of": "use such a multiple (the tokenizer's strided convolutions divide it)",
-}
-
-
-def _where(prefix: str, loc: tuple) -> str:
-    out = prefix
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif not part.startswith(("function-", "literal[", "nullable[")) and part not in ("bool", "str", "int", *TAGS):
-            out += f".{part}" if out else part
-    return out
+    return {
+        "finite_number": "write a finite value",
+        "bool_type": "write true or false",
+        "missing": "add it (conf/base.yaml has a complete section)",
+        "multiple_of": "use such a multiple (the tokenizer's strided convolutions divide it)",
+    }.get(kind, "")
 
 
 def explain(e: ValidationError, prefix: str = "", root: Any = None) -> str:
-    """pydantic's first error: its location (under ``prefix``), the value, its message and the fix."""
-    err = e.errors()[0]
-    where, fix = _where(prefix, err["loc"]), _fix(err, root)
+    """pydantic's first error: its location (under ``prefix``; no union tag or validator name in it),
+    the value, its message and the fix."""
+    err, where = e.errors()[0], prefix
+    for part in err["loc"]:
+        if isinstance(part, int):
+            where += f"[{part}]"
+        elif not part.startswith(("function-", "literal[", "nullable[")) and part not in ("bool", "str", "int", *TAGS):
+            where += f".{part}" if where else part
+    fix = _fix(err, root)
     shown = err["loc"] and err["type"] not in ("missing", "value_error") and not isinstance(err["input"], ArgsKwargs)
     said = f"{where}={err['input']!r}" if shown else where
     return f"{said}: {err['msg']}" + (f"; {fix}" if fix else "")
