@@ -20,7 +20,6 @@ from nac.fields import (
     POSITIVE,
     POSITIVE_INT,
     TAGS,
-    ConfigError,
     Section,
     config,
 )
@@ -43,11 +42,6 @@ MATCHINGS = ("hungarian", "search")
 TARGET_DIAGONALS = ("formula", "one")
 DROP_PATH_SCHEDULES = ("uniform", "linear")
 INITIAL_STATES = ("mlp", "code")
-ConfigTypeError = ConfigError  # the name of record for a config's bad value
-
-
-class NotImplementedSetting(NotImplementedError, ValueError):
-    """A config value naming a form this code does not implement (a ValueError: reported by key)."""
 
 
 class ConfigDict:

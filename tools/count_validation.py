@@ -18,7 +18,7 @@ SPEC = [
     "nac/pipeline/schema_models.py",
     "nac/tracks/fewshot_params.py",
     "nac/pipeline/params.py:validate",
-    "nac/config.py:ConfigDict,NotImplementedSetting,_Conv32,_ConvNext,_kind,_as_given,ModelConfig._rules",
+    "nac/config.py:ConfigDict,_Conv32,_ConvNext,_kind,_as_given,ModelConfig._rules",
     "nac/tracks/image.py:validate,validate_prune",
     "nac/tracks/common.py:validate,validator",
     "nac/training/config.py:TrainConfig._rules",
