@@ -39,10 +39,12 @@ from nac.pipeline.params import load_params
 from nac.pipeline.pool import run_jobs
 from functools import partial
 
+from nac.pipeline.schema_models import section
 from nac.tracks.image import train_image_run
 params = load_params()
 run, seeds = sys.argv[1], [int(s) for s in sys.argv[2:]]
-run_jobs(partial(train_image_run, metrics="metrics"), [(params, run, s) for s in seeds], device="cpu", desc="bench")
+job = partial(train_image_run, section(params, "image"), data=params["data"], device="cpu", metrics="metrics")
+run_jobs(job, [(run, s) for s in seeds], device="cpu", desc="bench")
 """
 
 

@@ -19,6 +19,7 @@ import torch
 
 from nac.checkpoint_io import RESUME_DIR
 from nac.pipeline.params import compose
+from nac.pipeline.schema_models import section
 from nac.tracks.common import train_track_run
 
 
@@ -33,7 +34,18 @@ def main() -> None:
     torch.set_num_threads(1)
     params = compose(["profile=mini", f"{a.track}.train.epochs={a.epochs}"])
     start = time.time()
-    res = train_track_run(params, a.track, a.run, a.seed, progress=False, resume=RESUME_DIR)  # as the stage
+    res = train_track_run(  # as the stage
+        section(params, a.track),
+        a.run,
+        a.seed,
+        False,
+        track=a.track,
+        data=params["data"],
+        prior=params["prior"],
+        baselines=section(params, "image.baselines"),
+        device=params.get("device", "auto"),
+        resume=RESUME_DIR,
+    )
     entry = {
         "val_acc1": [round(h["val_acc1"], 2) for h in res["history"]],
         "train_acc": [round(h["train_acc"], 2) for h in res["history"]],

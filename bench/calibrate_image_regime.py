@@ -61,6 +61,7 @@ import nac.data.embedded.objects as objects_module
 from nac.data.embedded._base import make_rng
 from nac.pipeline.datasets import builder
 from nac.pipeline.params import compose
+from nac.pipeline.schema_models import section
 from nac.tracks.image import evaluate_image_run, train_image_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,14 +131,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix=f"calib-{args.candidate}-") as work:
         params, evaluate = candidate_params(args.candidate, args.epochs, f"{work}/data")
         for name in ("objects", "objects_r"):
-            b = builder(params, name)
+            b = builder(params["data"], name)
             b.download()
             b.prepare()
             raw_sha256[name] = hashlib.sha256((b.raw_dir / "images.npz").read_bytes()).hexdigest()
         t0 = time.time()
-        res = train_image_run(params, "perceiver_io", 0, progress=False, models=f"{work}/models")
+        data, device = params["data"], params.get("device", "auto")
+        res = train_image_run(
+            section(params, "image"), "perceiver_io", 0, False, data=data, device=device, models=f"{work}/models"
+        )
         wall = time.time() - t0
-        ev = evaluate_image_run(evaluate, "perceiver_io", 0, models=f"{work}/models")
+        ev = evaluate_image_run(
+            section(evaluate, "image"), "perceiver_io", 0, data=evaluate["data"], device=device, models=f"{work}/models"
+        )
     record = {
         "started": started,
         "ended": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -29,6 +29,7 @@ import torch
 
 from nac.pipeline.datasets import builder
 from nac.pipeline.params import compose
+from nac.pipeline.schema_models import section
 from nac.tracks.image import evaluate_image_run, train_image_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,21 +63,37 @@ def main() -> None:
         for b in BENCHMARKS:
             p = params_for(b, args.epochs, f"{work}/data")
             for ds in (p["image"]["dataset"], p["image"]["ood_dataset"]):
-                d = builder(p, ds)
+                d = builder(p["data"], ds)
                 d.download()
                 d.prepare()
-            out.setdefault("train_images", {})[b] = len(builder(p, p["image"]["dataset"]).load("train"))
+            out.setdefault("train_images", {})[b] = len(builder(p["data"], p["image"]["dataset"]).load("train"))
         for i in range(args.pairs):
             for b in BENCHMARKS:
                 p = params_for(b, args.epochs, f"{work}/data")
                 t0 = time.perf_counter()
-                train_image_run(p, args.run, 0, progress=False, models=f"{work}/models-{b}-{i}")
+                image, data = section(p, "image"), p["data"]
+                train_image_run(
+                    image,
+                    args.run,
+                    0,
+                    False,
+                    data=data,
+                    device=p.get("device", "auto"),
+                    models=f"{work}/models-{b}-{i}",
+                )
                 out["train_s"][b].append(round(time.perf_counter() - t0, 2))
                 print(b, i, out["train_s"][b][-1], flush=True)
         for b in BENCHMARKS:
             p = params_for(b, args.epochs, f"{work}/data")
             t0 = time.perf_counter()
-            ev = evaluate_image_run(p, args.run, 0, models=f"{work}/models-{b}-0")
+            ev = evaluate_image_run(
+                section(p, "image"),
+                args.run,
+                0,
+                data=p["data"],
+                device=p.get("device", "auto"),
+                models=f"{work}/models-{b}-0",
+            )
             out["eval_s"][b] = {"s": round(time.perf_counter() - t0, 2), "iid_n": ev["iid_n"], "ood_n": ev["ood_n"]}
     ratios = [o / s for o, s in zip(out["train_s"]["objects"], out["train_s"]["shapes"])]
     train_ratio = statistics.median(ratios)

@@ -88,7 +88,7 @@ def main() -> None:
         params["image"]["baselines"]["modular_network"].update(model)
         params["image"]["train"].update(train, epochs=args.epochs)
         for name in (params["image"]["dataset"], params["image"]["ood_dataset"]):
-            b = builder(params, name)
+            b = builder(params["data"], name)
             b.download()
             b.prepare()
         res, ev, wall = train_in_scratch(params, "modular_network", 0)

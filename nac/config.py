@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, field
 from typing import Annotated, Any, Literal, Union
 
+import annotated_types as at
 from pydantic import Field, WrapValidator, create_model, model_validator
 
 from nac.circuits import tokenizers as T
@@ -19,7 +20,6 @@ from nac.fields import (
     POSITIVE,
     POSITIVE_INT,
     TAGS,
-    ConfigError,
     Section,
     config,
 )
@@ -42,11 +42,6 @@ MATCHINGS = ("hungarian", "search")
 TARGET_DIAGONALS = ("formula", "one")
 DROP_PATH_SCHEDULES = ("uniform", "linear")
 INITIAL_STATES = ("mlp", "code")
-ConfigTypeError = ConfigError  # the name of record for a config's bad value
-
-
-class NotImplementedSetting(NotImplementedError, ValueError):
-    """A config value naming a form this code does not implement (a ValueError: reported by key)."""
 
 
 class ConfigDict:
@@ -68,15 +63,9 @@ class _Conv32(Section):
     kind: Literal["conv32"]
     dim: POSITIVE_INT = None
     pos_dim: POSITIVE_INT = None
-    image_size: POSITIVE_INT = None
+    image_size: Annotated[POSITIVE_INT, at.MultipleOf(4)] = None  # two stride-2 convolutions
     norm: str = None
     width: POSITIVE_INT = None
-
-    @model_validator(mode="after")
-    def _stride(self):
-        if self.image_size is not None and self.image_size % 4:
-            raise ValueError(f"image_size={self.image_size} must be divisible by 4 (conv32 has two stride-2 convs)")
-        return self
 
 
 class _ConvNext(Section):
@@ -90,10 +79,7 @@ class _ConvNext(Section):
     def _stride(self):
         stride = 4 * 2 ** (len(self.depths or [0]) - 1)
         if self.image_size is not None and self.depths is not None and self.image_size % stride:
-            raise ValueError(
-                f"image_size={self.image_size} must be divisible by {stride} (the convnext stride with "
-                f"{len(self.depths)} stages)"
-            )
+            raise ValueError(f"image_size={self.image_size} must be divisible by {stride} (the stride of its stages)")
         return self
 
 
@@ -200,10 +186,9 @@ class ModelConfig(ConfigDict):
     def _rules(self):
         if self.d_code is None:
             self.d_code = self.d_model
-        if self.initial_state == "code" and self.d_code != self.d_model:
+        if self.initial_state == "code" and self.d_code != self.d_model:  # the codes are the initial states
             raise ValueError(
-                f"model.initial_state='code' makes the initial states the codes, so it needs d_code == "
-                f"d_model; got d_code={self.d_code}, d_model={self.d_model} (set d_code: null)"
+                f"initial_state='code' needs d_code == d_model, got {self.d_code} != {self.d_model}; set d_code: null"
             )
         split = ("generator_heads",) if self.head_dim else ("heads", "readin_heads", "readout_heads", "generator_heads")
         for name in split:
@@ -214,7 +199,7 @@ class ModelConfig(ConfigDict):
                 )
         if self.generator == "conditional" and self.variant != "nac":
             raise ValueError(
-                f"a conditional circuit generator needs variant 'nac' (signatures and codes), got {self.variant!r}"
+                f"generator 'conditional' needs variant 'nac' (signatures and codes), got {self.variant!r}"
             )
         if self.generator == "conditional" and not self.cond_tokenizer:
             raise ValueError("generator 'conditional' needs model.cond_tokenizer (what the circuit generator reads)")

@@ -101,79 +101,58 @@ def unique(values: list) -> list:
     return values
 
 
-def as_number(text: str) -> int | float | None:
-    """The finite number a string spells (``"5"``, ``"1e-3"``), or None."""
-    for cast in (int, float):
-        with contextlib.suppress(ValueError):
-            return number if math.isfinite(number := cast(text.strip())) else None
-    return None
-
-
-def _fields(cls: Any) -> dict | None:
-    return getattr(cls, "__pydantic_fields__", None) or getattr(cls, "model_fields", None)
-
-
 def _holder(tp: Any, metadata: tuple = ()) -> Any:
     """The model or config class an annotation holds (through Annotated, unions, ``section_of``)."""
-    if _fields(tp) is not None:
+    if hasattr(tp, "__pydantic_fields__"):
         return tp
     for meta in (*metadata, *getattr(tp, "__metadata__", ())):  # section_of: AfterValidator(check)
-        if (cls := getattr(getattr(meta, "func", None), "config_class", None)) is not None:
+        if cls := getattr(getattr(meta, "func", None), "config_class", None):
             return cls
-    for arg in typing.get_args(tp):
-        if (cls := _holder(arg)) is not None:
-            return cls
-    return None
+    return next(filter(None, map(_holder, typing.get_args(tp))), None)
 
 
-def _known_keys(root: Any, loc: tuple) -> list[str]:
-    """The valid keys beside the unknown last key of ``loc``, from the model ``root`` down."""
-    cls = root
+def _known_keys(cls: Any, loc: tuple) -> list[str]:
+    """The valid keys beside the unknown last key of ``loc``, from the model ``cls`` down."""
     for part in loc[:-1]:
-        fields = _fields(cls)
-        if fields is None or part not in fields:
+        if part not in (fields := getattr(cls, "__pydantic_fields__", {})):
             return []
         cls = _holder(fields[part].annotation, tuple(fields[part].metadata))
-    return sorted(_fields(cls) or ())
+    return sorted(getattr(cls, "__pydantic_fields__", ()))
 
 
 def _fix(err: dict, root: Any = None) -> str:
     """What to write instead, for the errors whose message does not say it."""
     kind, value = err["type"], err.get("input")
-    if isinstance(value, str) and kind in ("int_type", "float_type") and (number := as_number(value)) is not None:
-        text = str(int(number)) if kind == "int_type" and float(number).is_integer() else value.strip()
-        return f"remove the quotes (write {text})"
+    if isinstance(value, str) and kind in ("int_type", "float_type"):
+        with contextlib.suppress(ValueError):  # a number in quotes
+            if math.isfinite(number := float(value)):
+                whole = kind == "int_type" and number.is_integer()
+                return f"remove the quotes (write {int(number) if whole else value.strip()})"
     if kind in ("int_from_float", "int_type") and isinstance(value, float):
         return f"write {int(value)}" if math.isfinite(value) and value.is_integer() else "use a whole number"
     if kind in ("extra_forbidden", "unexpected_keyword_argument"):
         known = _known_keys(root, err["loc"]) if root is not None and err["loc"] else []
-        near = difflib.get_close_matches(str(err["loc"][-1]), known, n=1) if known else []
+        near = difflib.get_close_matches(str(err["loc"][-1]), known, n=1)
         hint = f": did you mean {near[0]}?" if near else f"; valid keys here: {', '.join(known)}" if known else ""
         return f"remove it (or correct its spelling{hint or '; conf/base.yaml has every key'})"
-    return _FIXES.get(kind, "")
-
-
-_FIXES = {
-    "finite_number": "write a finite value",
-    "bool_type": "write true or false",
-    "missing": "add it (conf/base.yaml has a complete section)",
-}
-
-
-def _where(prefix: str, loc: tuple) -> str:
-    out = prefix
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif not part.startswith(("function-", "literal[", "nullable[")) and part not in ("bool", "str", "int", *TAGS):
-            out += f".{part}" if out else part
-    return out
+    return {
+        "finite_number": "write a finite value",
+        "bool_type": "write true or false",
+        "missing": "add it (conf/base.yaml has a complete section)",
+        "multiple_of": "use such a multiple (the tokenizer's strided convolutions divide it)",
+    }.get(kind, "")
 
 
 def explain(e: ValidationError, prefix: str = "", root: Any = None) -> str:
-    """pydantic's first error: its location (under ``prefix``), the value, its message and the fix."""
-    err = e.errors()[0]
-    where, fix = _where(prefix, err["loc"]), _fix(err, root)
+    """pydantic's first error: its location (under ``prefix``; no union tag or validator name in it),
+    the value, its message and the fix."""
+    err, where = e.errors()[0], prefix
+    for part in err["loc"]:
+        if isinstance(part, int):
+            where += f"[{part}]"
+        elif not part.startswith(("function-", "literal[", "nullable[")) and part not in ("bool", "str", "int", *TAGS):
+            where += f".{part}" if where else part
+    fix = _fix(err, root)
     shown = err["loc"] and err["type"] not in ("missing", "value_error") and not isinstance(err["input"], ArgsKwargs)
     said = f"{where}={err['input']!r}" if shown else where
     return f"{said}: {err['msg']}" + (f"; {fix}" if fix else "")

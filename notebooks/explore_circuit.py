@@ -156,7 +156,7 @@ plt.show()
 # %%
 FRACTIONS, RANDOM_AT = (0.0, 0.5, 0.75, 0.875), 0.75  # the random control at one fraction (CPU time)
 image = params["image"]
-val_set = builder(params, image["dataset"]).load(image["val_split"])
+val_set = builder(params["data"], image["dataset"]).load(image["val_split"])
 batch_size = image["train"].get("eval_batch_size", 256)
 connectivity = module_connectivity(model)
 random_rank = torch.rand(U, generator=torch.Generator().manual_seed(seed)).to(device)

@@ -47,7 +47,7 @@ from torch.utils.data import Subset
 warnings.filterwarnings("ignore", message="IProgress not found")  # nac imports tqdm.auto; no ipywidgets
 
 from nac.checkpoint_io import load_model
-from nac.pipeline.datasets import track_builder
+from nac.pipeline.datasets import builder
 from nac.pipeline.params import load_params
 from nac.pipeline.paths import track_checkpoint, track_metrics
 from nac.registry import build_model
@@ -161,7 +161,7 @@ N_PER_TYPE = 8
 run = analysis_cfg.get("run", "conditional")
 device = resolve_device(params.get("device", "auto"))
 model = load_model(track_checkpoint("nlvr", run, seed), map_location=device).eval()
-ds = track_builder(params, "nlvr")
+ds = builder(params["data"], nlvr["dataset"])
 split = nlvr.get("val_split", "val")
 data = ds.load(split)
 types, names = reasoning_types(ds, split)

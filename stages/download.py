@@ -17,7 +17,7 @@ def main() -> None:
     args = ap.parse_args()
     params = load_params(stage="download", item=args.dataset)
     try:
-        builder(params, args.dataset).download()
+        builder(params["data"], args.dataset).download()
     except UserDataRequired as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(e.exit_code)

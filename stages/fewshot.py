@@ -18,6 +18,7 @@ from nac.pipeline.lifeline import run_stage
 from nac.pipeline.params import load_params
 from nac.pipeline.paths import add_root_arguments
 from nac.pipeline.pool import run_jobs
+from nac.pipeline.schema_models import section
 from nac.tracks import fewshot_params
 from nac.tracks.fewshot import run_target
 
@@ -29,14 +30,23 @@ def main() -> None:
     args = ap.parse_args()
     OUT = Path(args.metrics) / "fewshot"
     params = load_params(check=[fewshot_params.validate], stage="fewshot")
-    targets = params["fewshot"]["targets"] if args.target is None else [args.target]
+    fs, device = section(params, "fewshot"), params.get("device", "auto")
+    targets = fs.targets if args.target is None else [args.target]
     with staged(OUT) as (stage,), metrics_io.published_as(stage, OUT):
         run_jobs(
-            partial(run_target, models=args.models),
-            [(params, t, str(stage)) for t in targets],
-            device=params.get("device", "auto"),
+            partial(
+                run_target,
+                fs,
+                data=params["data"],
+                seeds=params["seeds"],
+                prior=params["prior"],
+                device=device,
+                models=args.models,
+            ),
+            [(t, str(stage)) for t in targets],
+            device=device,
             desc="fewshot",
-            label=lambda job: job[1],
+            label=lambda job: job[0],
         )
         for t in targets:
             metrics_io.fewshot_target(stage / f"{t}.json", t)

@@ -15,7 +15,7 @@ def main() -> None:
     argparse.ArgumentParser(description=__doc__).parse_args()
     params = load_params(stage="generate")
     for name in embedded():
-        ds = builder(params, name)
+        ds = builder(params["data"], name)
         ds.download()
         ds.prepare()
 

@@ -12,6 +12,7 @@ from nac.pipeline.io import staged
 from nac.pipeline.lifeline import foreign_nac
 from nac.pipeline.params import load_params
 from nac.pipeline.paths import add_root_arguments
+from nac.pipeline.schema_models import section
 from nac.tracks.common import validator
 from nac.tracks.nlvr import run_analysis
 
@@ -23,7 +24,14 @@ def main(argv: list[str] | None = None) -> None:
     params = load_params(check=[validator("nlvr")], stage="nlvr_analysis")
     OUT = Path(args.metrics) / "nlvr"
     with staged(OUT) as (stage,), metrics_io.published_as(stage, OUT):
-        run_analysis(params, out_dir=str(stage), models=args.models)
+        run_analysis(
+            section(params, "nlvr"),
+            out_dir=str(stage),
+            data=params["data"],
+            seeds=params["seeds"],
+            device=params.get("device", "auto"),
+            models=args.models,
+        )
         metrics_io.nlvr_analysis(stage / "analysis.json")
         metrics_io.nlvr_embedding(stage / "embedding.csv")
         metrics_io.nlvr_examples(stage / "examples.json")

@@ -12,7 +12,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("dataset")
     args = ap.parse_args()
-    builder(load_params(stage="prepare", item=args.dataset), args.dataset).prepare()
+    builder(load_params(stage="prepare", item=args.dataset)["data"], args.dataset).prepare()
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from nac.checkpoint_io import RESUME_DIR
 from nac.pipeline.lifeline import run_stage
 from nac.pipeline.params import load_params
 from nac.pipeline.paths import add_root_arguments
+from nac.pipeline.schema_models import section
 from nac.tracks import fewshot_params
 from nac.tracks.pretrain import pretrain_all
 
@@ -16,7 +17,16 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     add_root_arguments(ap, "models")
     args = ap.parse_args(argv)
-    pretrain_all(load_params(check=[fewshot_params.validate], stage="pretrain"), models=args.models, resume=RESUME_DIR)
+    params = load_params(check=[fewshot_params.validate], stage="pretrain")
+    pretrain_all(
+        section(params, "fewshot"),
+        data=params["data"],
+        prior=params["prior"],
+        seeds=params["seeds"],
+        device=params.get("device", "auto"),
+        models=args.models,
+        resume=RESUME_DIR,
+    )
 
 
 if __name__ == "__main__":

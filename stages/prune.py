@@ -13,6 +13,7 @@ from nac.pipeline.io import staged, write_json
 from nac.pipeline.lifeline import foreign_nac
 from nac.pipeline.params import load_params
 from nac.pipeline.paths import add_root_arguments
+from nac.pipeline.schema_models import section
 from nac.tracks.image import prune_sweep, validate, validate_prune
 
 
@@ -21,12 +22,20 @@ def main(argv: list[str] | None = None) -> None:
     add_root_arguments(ap, "models", "metrics")
     args = ap.parse_args(argv)
     params = load_params(check=[validate, validate_prune], stage="prune")
-    rows = prune_sweep(params, models=args.models)
+    image, prune = section(params, "image"), section(params, "prune")
+    rows = prune_sweep(
+        image,
+        prune,
+        data=params["data"],
+        seeds=params["seeds"],
+        device=params.get("device", "auto"),
+        models=args.models,
+    )
     OUT = Path(args.metrics) / "image"
     # prune.json and prune.csv replace the previous ones together, and only once the rows are checked
     with staged(OUT) as (stage,), metrics_io.published_as(stage, OUT):
         write_json(stage / "prune.json", rows)
-        metrics_io.prune_rows(stage / "prune.json", params["prune"]["runs"], params["seeds"])
+        metrics_io.prune_rows(stage / "prune.json", prune.runs, params["seeds"])
         flat = pd.DataFrame(rows)  # dvc plots: one throughput number per row (the mean of the timed repeats)
         flat["images_per_s"] = [
             float(np.mean(v)) if isinstance(v, list) else np.nan for v in flat.get("images_per_s", [])

@@ -20,6 +20,7 @@ from nac.pipeline.lifeline import run_stage
 from nac.pipeline.params import load_params
 from nac.pipeline.paths import add_root_arguments
 from nac.pipeline.pool import add_job_arguments, one_job, run_jobs
+from nac.pipeline.schema_models import section
 from nac.tracks.image import train_image_jobs, train_image_run, validate
 
 
@@ -30,13 +31,22 @@ def main() -> None:
     args = ap.parse_args()
     single = one_job(ap, args, "the whole ladder")
     params = load_params(check=[validate], stage="train")
-    jobs = [(params, args.run, args.seed)] if single else train_image_jobs(params)
+    image, device = section(params, "image"), params.get("device", "auto")
+    jobs = [(args.run, args.seed)] if single else train_image_jobs(image, params["seeds"])
     run_jobs(
-        partial(train_image_run, metrics=args.metrics, models=args.models, resume=RESUME_DIR),
+        partial(
+            train_image_run,
+            image,
+            data=params["data"],
+            device=device,
+            metrics=args.metrics,
+            models=args.models,
+            resume=RESUME_DIR,
+        ),
         jobs,
-        device=params.get("device", "auto"),
+        device=device,
         desc="train",
-        label=lambda job: f"{job[1]}-{job[2]}",
+        label=lambda job: f"{job[0]}-{job[1]}",
     )
 
 

@@ -16,6 +16,7 @@ from nac.pipeline.lifeline import run_stage
 from nac.pipeline.params import load_params
 from nac.pipeline.paths import add_root_arguments
 from nac.pipeline.pool import add_job_arguments, one_job, run_jobs
+from nac.pipeline.schema_models import section
 from nac.tracks.common import TRACK_RUNS, train_track_jobs, train_track_run, validator
 
 
@@ -27,13 +28,25 @@ def main() -> None:
     args = ap.parse_args()
     single = one_job(ap, args, "every run of the track")
     params = load_params(check=[validator(args.track)], stage=f"train_{args.track}")
-    jobs = [(params, args.track, args.run, args.seed)] if single else train_track_jobs(params, args.track)
+    sec, device = section(params, args.track), params.get("device", "auto")
+    jobs = [(args.run, args.seed)] if single else train_track_jobs(sec, params["seeds"])
     run_jobs(
-        partial(train_track_run, metrics=args.metrics, models=args.models, resume=RESUME_DIR),
+        partial(
+            train_track_run,
+            sec,
+            track=args.track,
+            data=params["data"],
+            prior=params["prior"],
+            baselines=section(params, "image.baselines"),
+            device=device,
+            metrics=args.metrics,
+            models=args.models,
+            resume=RESUME_DIR,
+        ),
         jobs,
-        device=params.get("device", "auto"),
+        device=device,
         desc=f"train_{args.track}",
-        label=lambda job: f"{job[2]}-{job[3]}",
+        label=lambda job: f"{job[0]}-{job[1]}",
     )
 
 

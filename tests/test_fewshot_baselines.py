@@ -244,7 +244,7 @@ def test_fewshot_runs_accept_the_baselines():
     p["fewshot"]["runs"] = ["perceiver_io", "nac", "neural_interpreter", "modular_network"]
     p["image"]["ladder"] = sorted(set(p["image"]["ladder"]) | {"neural_interpreter", "modular_network"})
     validate_tracks(p)
-    assert [fewshot_image_run(p, r) for r in p["fewshot"]["runs"]] == [
+    assert [fewshot_image_run(p["prior"], r) for r in p["fewshot"]["runs"]] == [
         "perceiver_io",
         f"nac-{p['prior']['name']}",
         "neural_interpreter",
@@ -257,7 +257,10 @@ def test_fewshot_runs_accept_the_baselines():
         validate_tracks(p)
     p["fewshot"]["protocol"]["mn_train"] = "head"
     p["fewshot"]["runs"] = ["nac", "transformer"]
-    with pytest.raises(ParamsError, match="neural_interpreter, modular_network"):
+    with pytest.raises(
+        ParamsError,
+        match=r"fewshot\.runs\[1\]='transformer': Input should be .*'neural_interpreter' or 'modular_network'",
+    ):
         validate_tracks(p)
 
 

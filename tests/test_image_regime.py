@@ -61,7 +61,7 @@ def test_the_package_regenerates_the_calibrated_data_byte_for_byte(tmp_path):
     chosen = rec["choice"]["chosen"]
     params, _ = cal.candidate_params(chosen, 96, str(tmp_path / "data"))
     for name in ("objects", "objects_r"):
-        b = builder(params, name)
+        b = builder(params["data"], name)
         b.download()
         got = hashlib.sha256((b.raw_dir / "images.npz").read_bytes()).hexdigest()
         assert got == rec["candidates"][chosen]["raw_sha256"][name], name

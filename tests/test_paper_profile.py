@@ -151,7 +151,7 @@ def test_fewshot_imagenet_pretrain_model_takes_a_step(run):
     if run == "perceiver_io":
         cfg.update(variant="perceiver_io", **(pre.get("perceiver_io") or {}))
     else:
-        cfg.update(variant="nac", **prior_settings(PARAMS))
+        cfg.update(variant="nac", **prior_settings(PARAMS["prior"]))
     size = int(PARAMS["data"]["imagenet"]["image_size"])
     assert size == 224 and pre["model"]["tokenizer"]["image_size"] == 224
     _report(

@@ -244,7 +244,7 @@ def test_every_numeric_dataclass_field_is_type_checked(section, cls):
         (
             "image.model.tokenizer.image_size",
             30,
-            r"image\.model\.tokenizer: Value error, image_size=30 must be divisible by 4",
+            r"image\.model\.tokenizer\.image_size=30: Input should be a multiple of 4; use such a multiple",
         ),
         ("image.train.seed", 3, r"image\.train: Value error, seed is set by `seeds`, not by params\.yaml; remove it"),
         (

@@ -254,6 +254,7 @@ def test_load_model_refuses_a_checkpoint_of_another_model_config(tmp_path, tiny_
 
 def test_evaluate_image_run_refuses_a_stale_checkpoint(tmp_path, tiny_config, monkeypatch):
     from nac.checkpoint_io import CheckpointMismatchError, save_checkpoint
+    from nac.pipeline.schema_models import section
     from nac.tracks import image
 
     model_params = {
@@ -268,7 +269,7 @@ def test_evaluate_image_run_refuses_a_stale_checkpoint(tmp_path, tiny_config, mo
     save_checkpoint(tmp_path / "image" / "modfc-0.pt", build_model(image.image_model_config(params, "modfc", 0, 4)))
     params["image"]["model"] = dict(model_params, d_model=64)
     with pytest.raises(CheckpointMismatchError, match=r"modfc-0\.pt was trained with another model config .*d_model"):
-        image.evaluate_image_run(params, "modfc", 0, models=tmp_path)
+        image.evaluate_image_run(section(params, "image"), "modfc", 0, data={}, device="cpu", models=tmp_path)
 
 
 # 4. one trainer per checkpoint, Ctrl-C, full disk ---------------------------------------------

@@ -287,7 +287,7 @@ def test_prune_refuses_a_non_finite_accuracy_and_keeps_the_previous_files(repo, 
     rows = json.loads((repo / "metrics/image/prune.json").read_text())
     rows[5]["acc1"] = float("nan")
     monkeypatch.setattr(mod, "load_params", lambda check=None, stage=None: read_params(repo / "params.yaml"))
-    monkeypatch.setattr(mod, "prune_sweep", lambda params, models: rows)
+    monkeypatch.setattr(mod, "prune_sweep", lambda image, prune, **kw: rows)
     before = snapshot(repo)
     with pytest.raises(
         metrics_io.MetricsError, match=r"^metrics/image/prune\.json: \[5\]\.acc1 is not a finite number"
@@ -305,7 +305,7 @@ def test_nlvr_analysis_publishes_its_three_files_together_or_none(repo, monkeypa
     mod = _stage("nlvr_analysis")
     monkeypatch.setattr(mod, "load_params", lambda check=None, stage=None: read_params(repo / "params.yaml"))
 
-    def fake_analysis(params, out_dir, models):
+    def fake_analysis(sec, out_dir, **kw):
         out = Path(out_dir)
         for name in ("analysis.json", "examples.json"):
             shutil.copy(repo / "metrics/nlvr" / name, out / name)
@@ -328,7 +328,7 @@ def test_fewshot_publishes_every_target_or_none(repo, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["fewshot.py"])
 
     def fake_jobs(fn, jobs, **kw):  # the first target is written, the second repeats an episode
-        for i, (params, target, out_dir) in enumerate(jobs):
+        for i, (target, out_dir) in enumerate(jobs):
             fs = json.loads((repo / "metrics/fewshot" / f"{target}.json").read_text())
             fs["rows"] = fs["rows"] + fs["rows"][:1] if i == 1 else fs["rows"]
             (Path(out_dir) / f"{target}.json").write_text(json.dumps(fs))

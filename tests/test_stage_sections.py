@@ -52,3 +52,15 @@ def test_the_view_travels_to_a_worker_with_what_its_sections_need(params):
 def test_without_a_stage_a_section_is_its_model(params):
     assert section(params, "image").test_split == params["image"]["test_split"]
     assert section({"seeds": [0]}, "image") is None
+
+
+def test_a_stage_section_travels_to_a_worker_guarded(params):
+    """A stage hands its track function the typed section (a job's argument, pickled to the worker):
+    it still reads the declared fields and raises on the others there."""
+    image = pickle.loads(pickle.dumps(section(project(params, "prune"), "image")))
+    assert isinstance(image, StageSection) and image.val_split == params["image"]["val_split"]
+    assert image.train.eval_batch_size == params["image"]["train"]["eval_batch_size"]
+    with pytest.raises(UndeclaredParam, match=r"'image\.test_split'"):
+        image.test_split
+    with pytest.raises(UndeclaredParam, match=r"'image\.train\.batch_size'"):
+        image.train.batch_size

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from nac.pipeline.schema_models import section
 from nac.registry import build_model
 from nac.tracks import fewshot as fs
 from nac.tracks.common import RunInputs, majority_rate, sentence_reasoning_type, track_model_config
@@ -138,7 +139,8 @@ def test_fewshot_reads_its_source_checkpoints_and_trains_nothing(tmp_path, monke
         )
         save_checkpoint(path, models[seed])
     before = sorted((p.as_posix(), p.stat().st_mtime_ns) for p in tmp_path.rglob("*"))
-    loaded = fs.load_pretrained(params, "nac", "cpu", models=root)
+    sec = section(params, "fewshot")
+    loaded = fs.load_pretrained(sec, "nac", "cpu", seeds=params["seeds"], prior=params["prior"], models=root)
     assert len(loaded) == 2
     for seed, model in zip(params["seeds"], loaded):
         want = models[seed].state_dict()

@@ -144,7 +144,7 @@ def prepare_data(params: dict, todo: list[P.Piece]) -> None:
     for p in todo:
         names |= set(P.params_part(params, p)["data"])
     for name in sorted(names):
-        b = builder(params, name)
+        b = builder(params["data"], name)
         b.download()
         b.prepare()
 

@@ -87,8 +87,7 @@ class ModularNetworkConfig(ConfigDict):
         bad = [i for i in self.pool_after if not 0 <= i < len(self.conv_layers)]
         if bad:
             raise ValueError(
-                f"model.pool_after names conv layers {bad} that do not exist "
-                f"({len(self.conv_layers)} conv layers, 0-based)"
+                f"pool_after: conv layers {bad} do not exist ({len(self.conv_layers)} conv layers, 0-based)"
             )
         if self.kernel_size % 2 == 0:
             raise ValueError(f"model.kernel_size must be odd ('same' padding), got {self.kernel_size}")

@@ -41,7 +41,7 @@ def pretrain_model(p: dict, name: str, fit_signatures: bool = True) -> nn.Module
     if name == "perceiver_io":
         cfg.update(variant="perceiver_io", **(pre.get("perceiver_io") or {}))
     else:
-        cfg.update(variant="nac", **prior_settings(p))
+        cfg.update(variant="nac", **prior_settings(p["prior"]))
     return build_model(ModelConfig.from_dict(cfg), fit_signatures=fit_signatures)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import tempfile
 import time
 
+from nac.pipeline.schema_models import section
 from nac.tracks.image import evaluate_image_run, train_image_run
 
 
@@ -15,6 +16,7 @@ def train_in_scratch(params: dict, run: str, seed: int) -> tuple[dict, dict, flo
     its checkpoint under a temporary ``models`` root deleted afterwards."""
     with tempfile.TemporaryDirectory() as models:
         t0 = time.time()
-        res = train_image_run(params, run, seed, progress=False, models=models)
+        image, data, device = section(params, "image"), params["data"], params.get("device", "auto")
+        res = train_image_run(image, run, seed, False, data=data, device=device, models=models)
         wall = time.time() - t0
-        return res, evaluate_image_run(params, run, seed, models=models), wall
+        return res, evaluate_image_run(image, run, seed, data=data, device=device, models=models), wall

@@ -36,6 +36,7 @@ from nac.converged import pieces as P
 from nac.pipeline.datasets import builder, data_root
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import MODELS, image_checkpoint, parse_run, track_checkpoint
+from nac.pipeline.schema_models import section
 from nac.provenance import git_commit
 from nac.tracks.common import train_track_run
 from nac.tracks.fewshot import FewShotConfig, run_fewshot
@@ -82,12 +83,13 @@ def checkpoint_of(piece: P.Piece, models: str | Path = MODELS) -> Path:
 
 
 def _image(params: dict, piece: P.Piece, out: Path, progress: bool, models: Path) -> None:
-    run, seed = piece.run, piece.seed
-    write_json(out / "train.json", train_image_run(params, run, seed, progress=progress, models=models))
-    write_json(out / "eval.json", evaluate_image_run(params, run, seed, models=models))
+    run, seed, image = piece.run, piece.seed, section(params, "image")
+    data, device = params["data"], params.get("device", "auto")
+    write_json(out / "train.json", train_image_run(image, run, seed, progress, data=data, device=device, models=models))
+    write_json(out / "eval.json", evaluate_image_run(image, run, seed, data=data, device=device, models=models))
     if P.prunes(params, piece):
-        one = dict(params, seeds=[seed], prune=dict(params["prune"], runs=[run]))
-        rows = prune_sweep(one, progress=progress, models=models)
+        prune = section(params, "prune").model_copy(update={"runs": [run]})  # this run and seed
+        rows = prune_sweep(image, prune, progress, data=data, seeds=[seed], device=device, models=models)
         if seed != int(params["seeds"][0]):  # the pipeline times the first seed only
             for r in rows:
                 r.pop("images_per_s", None)
@@ -111,7 +113,7 @@ def _image(params: dict, piece: P.Piece, out: Path, progress: bool, models: Path
         model = load_model(checkpoint_of(piece, models), map_location=device).to(device).eval()
         res: dict[str, Any] = {}
         for target in fs["targets"]:
-            b = builder(params, target)
+            b = builder(params["data"], target)
             rows = run_fewshot(
                 {r: [model] * len(params["seeds"]) for r in fs_runs},  # episode e reads models[e % len(seeds)]
                 {target: b},
@@ -128,14 +130,26 @@ def _image(params: dict, piece: P.Piece, out: Path, progress: bool, models: Path
 
 
 def _track(params: dict, piece: P.Piece, out: Path, progress: bool, models: Path) -> None:
-    got = train_track_run(params, piece.track, piece.run, piece.seed, progress=progress, models=models)
+    sec, data, device = section(params, piece.track), params["data"], params.get("device", "auto")
+    got = train_track_run(
+        sec,
+        piece.run,
+        piece.seed,
+        progress,
+        track=piece.track,
+        data=data,
+        prior=params["prior"],
+        baselines=section(params, "image.baselines"),
+        device=device,
+        models=models,
+    )
     write_json(out / "metrics.json", got)
     if P.analyses(params, piece):
         # deferred: nac.tracks.nlvr imports nac.stats, hence scipy.stats (~0.45 s), which
         # `tools/run_converged.py --list` and every piece but the NLVR analysis's would pay for nothing
         from nac.tracks.nlvr import run_analysis
 
-        run_analysis(params, out_dir=str(out), progress=progress, models=models)
+        run_analysis(sec, str(out), progress, data=data, seeds=params["seeds"], device=device, models=models)
 
 
 def compute(params: dict, piece: P.Piece, out: Path, progress: bool = True, *, models: str | Path = MODELS) -> None:

@@ -107,7 +107,7 @@ def fewshot_runs(params: dict, piece: Piece) -> list[str]:
     # module is torch-free for tools/window_pieces.py and the records (nac.converged.records)
     from nac.pipeline.paths import fewshot_image_run
 
-    return [r for r in fs["runs"] if fewshot_image_run(params, r) == piece.run]
+    return [r for r in fs["runs"] if fewshot_image_run(params["prior"], r) == piece.run]
 
 
 def fewshot_episodes(params: dict, piece: Piece) -> list[int]:

@@ -12,20 +12,15 @@ def data_root(data: dict) -> str:
     return data.get("root", "data")
 
 
-def builder(params: dict, name: str):
-    """The builder of dataset ``name`` with its ``data.<name>`` params under ``data.root``."""
-    data = params["data"]
+def builder(data: dict, name: str):
+    """The builder of dataset ``name`` with its ``data.<name>`` params under ``data.root``, from
+    the ``data`` section as params.yaml gives it."""
     return get_builder(name, data_root(data), data.get(name) or {})
-
-
-def track_builder(params: dict, section: str):
-    """The builder of the dataset a params section (``points``, ``nlvr``, ...) trains on."""
-    return builder(params, params[section]["dataset"])
 
 
 def dataset_info(params: dict, name: str) -> dict[str, Any] | None:
     """The dataset's info when it can be computed before download (embedded data), else None."""
     try:
-        return builder(params, name).info()
+        return builder(params["data"], name).info()
     except Exception:  # real datasets read parts of their info from the cache
         return None

@@ -148,6 +148,6 @@ def validate(params: dict[str, Any]) -> None:
     check(Params, params)
     for ds in params["data"]["datasets"]:
         try:
-            builder({"data": params["data"]}, ds)
+            builder(params["data"], ds)
         except ValueError as e:
             raise ParamsError(f"data.{ds}: {e}") from e

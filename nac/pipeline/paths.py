@@ -43,10 +43,10 @@ def parse_run(run: str) -> tuple[str, str | None, str | None]:
 FEWSHOT_BASELINES = ("neural_interpreter", "modular_network")  # few-shot runs = image-track runs of that name
 
 
-def fewshot_image_run(params: dict, run: str) -> str:
-    """The image-track run a few-shot run adapts: ``nac`` -> ``nac-<prior.name>``; Perceiver IO and
-    the baselines keep their names."""
-    return run if run in ("perceiver_io", *FEWSHOT_BASELINES) else f"nac-{params['prior']['name']}"
+def fewshot_image_run(prior: dict, run: str) -> str:
+    """The image-track run a few-shot run adapts: ``nac`` -> ``nac-<prior.name>`` (``prior``: that
+    section of params.yaml); Perceiver IO and the baselines keep their names."""
+    return run if run in ("perceiver_io", *FEWSHOT_BASELINES) else f"nac-{prior['name']}"
 
 
 def run_file(run: str, seed: int, suffix: str = ".json") -> str:

@@ -42,21 +42,17 @@ def check(model: Any, value: Any, where: str = "") -> Any:
 def _data_type(key: str, default: Any, ranges: dict) -> Any:
     """A dataset param's type from its default: the builder's range, else >= 1 (>= 0: n_val, n_test,
     seed, workers; [0, 1): fractions)."""
-    if isinstance(default, bool):
-        return bool
-    if isinstance(default, str):
-        return str | list[str]
+    if isinstance(default, (bool, str)):
+        return bool if isinstance(default, bool) else str | list[str]
     if isinstance(default, list) and default and all(isinstance(v, (int, float)) for v in default):
         return list[float | int]
     if not isinstance(default, (int, float)):
         return Any
     kind = float if isinstance(default, float) else int
-    if key in ranges:
-        lo, hi = ranges[key]
-        return Annotated[kind, at.Ge(lo)] if hi is None else Annotated[kind, at.Ge(lo), at.Le(hi)]
-    if key.endswith("fraction"):
+    lo, hi = ranges.get(key, (0 if key in ("seed", "workers", "n_val", "n_test") else 1, None))
+    if key.endswith("fraction") and key not in ranges:
         return Annotated[kind, at.Ge(0), at.Lt(1)]
-    return Annotated[kind, at.Ge(0 if key in ("seed", "workers", "n_val", "n_test") else 1)]
+    return Annotated[kind, at.Ge(lo)] if hi is None else Annotated[kind, at.Ge(lo), at.Le(hi)]
 
 
 class _Dataset(Section):
@@ -140,13 +136,10 @@ class Costs(Section):
     throughput: Throughput
 
 
-def templates() -> list[str]:
-    return sorted(p.stem for p in (repo.CONF_DIR / "template").glob("*.yaml"))
-
-
 def _template(name: str) -> str:
-    if templates() and name not in templates():
-        raise ValueError(f"valid choices: {', '.join(templates())} (pick one with `template=<name>`)")
+    valid = sorted(p.stem for p in (repo.CONF_DIR / "template").glob("*.yaml"))
+    if valid and name not in valid:
+        raise ValueError(f"valid choices: {', '.join(valid)} (pick one with `template=<name>`)")
     return name
 
 

@@ -4,12 +4,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import create_model
+import annotated_types as at
+from pydantic import AfterValidator, create_model
 
 from nac.config import ModelConfig
-from nac.fields import NONNEGATIVE_INT, Section, section_of
+from nac.fields import NONNEGATIVE_INT, Section, section_of, unique
+from nac.pipeline.paths import FEWSHOT_BASELINES
 from nac.pipeline.schema import Analysis, Names, Ngram, ParamsError, Prune, Runs, Split, check  # noqa: F401 (ParamsError: re-exported)
 from nac.pipeline.stage_params import guarded, whole
 from nac.registry import BASELINES
@@ -27,9 +29,10 @@ BASELINE_SET = {"variant": "the ladder run", "num_classes": "the dataset", "sele
 
 Train = section_of(TrainConfig, TRAIN_SET)
 TrackModel = section_of(ModelConfig, TRACK_MODEL_SET)
-Baselines = create_model(
-    "image.baselines",
+Baselines = create_model(  # named as the module's attribute: a stage's section is pickled to its workers
+    "Baselines",
     __base__=Section,
+    __module__=__name__,
     **{n: (section_of(c[0], BASELINE_SET) | None, None) for n, c in BASELINES.items()},
 )
 
@@ -70,7 +73,7 @@ class Pretrain(Section):
 
 class FewShot(Section):
     source: Literal["image", "pretrain"]
-    runs: Runs
+    runs: Annotated[list[Literal[("perceiver_io", "nac", *FEWSHOT_BASELINES)]], at.MinLen(1), AfterValidator(unique)]
     targets: Runs
     seed: NONNEGATIVE_INT = 0
     protocol: section_of(FewShotConfig) | None = None

@@ -380,7 +380,7 @@ def _converged(results: str | Path, out: Path, root: Path) -> str:
 
 
 def _class_names(params: dict) -> list[str]:
-    info = builder(params, params["image"]["dataset"]).info()
+    info = builder(params["data"], params["image"]["dataset"]).info()
     return list(info.get("class_names") or [str(i) for i in range(int(info["num_classes"]))])
 
 

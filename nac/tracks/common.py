@@ -30,10 +30,10 @@ from nac.evaluation import accuracy_by_group, predict, topk_accuracy
 from nac.fields import given
 from nac.graphs import _resolve as resolve_prior
 from nac.pipeline import schema_models as schema
-from nac.pipeline.datasets import dataset_info, track_builder
+from nac.pipeline.datasets import builder, dataset_info
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import MODELS, track_checkpoint, track_metrics
-from nac.pipeline.runs import prior_settings, start_run, train_config
+from nac.pipeline.runs import prior_settings, seeded_train_config, start_run, train_config
 from nac.pipeline.schema import check_reads
 from nac.registry import BASELINES, count_parameters
 from nac.training.config import TrainConfig
@@ -70,13 +70,13 @@ def _with_vocab(tokenizer: dict[str, Any], info: dict[str, Any], cond: bool = Fa
     return tok
 
 
-def track_model_config(params: dict, track: str, run: str, info: dict[str, Any]):
-    """The model config of one run of a track, from ``<track>.model`` and the dataset's info; for
-    ``neural_interpreter``, Table 1's Neural Interpreter (``image.baselines.neural_interpreter``)
-    reading this track's tokens (``<track>.model.tokenizer``)."""
+def run_config(sec: schema.Track, track: str, run: str, info: dict[str, Any], *, prior: dict, baselines=None):
+    """The model config of one run of a track, from its section's ``model`` and the dataset's info;
+    a NAC's prior from the ``prior`` section (``prior_settings``); for ``neural_interpreter``,
+    Table 1's Neural Interpreter (``baselines``: the ``image.baselines`` section) reading this
+    track's tokens (``<track>.model.tokenizer``)."""
     if run not in TRACK_RUNS[track]:
         raise ParamsError(f"{track}: unknown run {run!r}; valid: {', '.join(TRACK_RUNS[track])}")
-    sec = schema.section(params, track)
     model = given(sec.model)
     cond_tok = model.pop("cond_tokenizer", None)
     ngram = sec.ngram
@@ -85,7 +85,7 @@ def track_model_config(params: dict, track: str, run: str, info: dict[str, Any])
             raise ParamsError(f"{track}.ngram needs a sequence tokenizer, got {model['tokenizer'].get('kind')!r}")
         info = dict(info, vocab_size=int(ngram.buckets) + 1)
     if run == "neural_interpreter":  # Table 1's Neural Interpreter (image.baselines) reading the track's tokens
-        ni = given(getattr(schema.section(params, "image.baselines"), run, None))
+        ni = given(getattr(baselines, run, None))
         ni.update(tokenizer=_with_vocab(model["tokenizer"], info), num_classes=int(info["num_classes"]))
         return BASELINES[run][0].from_dict(ni)
     cfg = dict(model, num_classes=int(info["num_classes"]))
@@ -93,7 +93,7 @@ def track_model_config(params: dict, track: str, run: str, info: dict[str, Any])
     if run == "perceiver_io":
         cfg["variant"] = "perceiver_io"
     elif run == "nac":
-        cfg.update(variant="nac", **prior_settings(params))
+        cfg.update(variant="nac", **prior_settings(prior))
     elif run == "conditional":
         if not cond_tok:
             raise ParamsError(f"{track}.model.cond_tokenizer is required for the conditional NAC")
@@ -101,15 +101,21 @@ def track_model_config(params: dict, track: str, run: str, info: dict[str, Any])
             variant="nac",
             generator="conditional",
             cond_tokenizer=_with_vocab(cond_tok, info, cond=True),
-            **(prior_settings(params) if model.get("generator_regularizer") else {}),
+            **(prior_settings(prior) if model.get("generator_regularizer") else {}),
         )  # its prior: the `prior` group
     elif run == "text_only":
         if not cond_tok:
             raise ParamsError(f"{track}.model.cond_tokenizer is required for the text-only control")
-        cfg.update(variant="nac", tokenizer=_with_vocab(cond_tok, info, cond=True), **prior_settings(params))
+        cfg.update(variant="nac", tokenizer=_with_vocab(cond_tok, info, cond=True), **prior_settings(prior))
     else:  # image_only
-        cfg.update(variant="nac", **prior_settings(params))
+        cfg.update(variant="nac", **prior_settings(prior))
     return ModelConfig.from_dict(cfg)
+
+
+def track_model_config(params: dict, track: str, run: str, info: dict[str, Any]):
+    """``run_config`` of a profile's params (benches, tests, the validator)."""
+    baselines = schema.section(params, "image.baselines") if run == "neural_interpreter" else None
+    return run_config(schema.section(params, track), track, run, info, prior=params.get("prior"), baselines=baselines)
 
 
 def track_train_config(params: dict, track: str, seed: int) -> TrainConfig:
@@ -193,38 +199,43 @@ _TRACK_COST = {
 }
 
 
-def train_track_jobs(params: dict, track: str) -> list[tuple[dict, str, str, int]]:
-    """A ``train_<track>`` stage's jobs, ``(params, track, run, seed)``, longest first (so that the
-    last job to finish is a short one)."""
-    jobs = [(params, track, run, seed) for run in schema.section(params, track).runs for seed in params["seeds"]]
-    return sorted(jobs, key=lambda j: -_TRACK_COST.get(j[2], 30))
+def train_track_jobs(sec: schema.Track, seeds: list[int]) -> list[tuple[str, int]]:
+    """A ``train_<track>`` stage's jobs, ``(run, seed)``, longest first (so that the last job to
+    finish is a short one)."""
+    jobs = [(run, seed) for run in sec.runs for seed in seeds]
+    return sorted(jobs, key=lambda j: -_TRACK_COST.get(j[0], 30))
 
 
 def train_track_run(
-    params: dict,
-    track: str,
+    sec: schema.Track,
     run: str,
     seed: int,
     progress: bool = True,
     *,
+    track: str,
+    data: dict,
+    prior: dict,
+    baselines=None,
+    device: str = "auto",
     metrics: str | Path | None = None,
     models: str | Path = MODELS,
     resume: str | Path | None = None,
 ) -> dict[str, Any] | None:
-    """Train one run of a track with one seed, then evaluate it on the validation and test
-    splits. Returns the metrics (``None`` on non-main processes under torchrun). ``metrics`` (a
-    ``train_<track>`` stage's job, ``metrics``): also write the curves under
-    ``<metrics>/tracks/live/<track>/<run>-<seed>`` and the metrics to
-    ``<metrics>/tracks/<track>/<run>-<seed>.json`` (``track_metrics``). The checkpoint (resumed
-    from, written each epoch) is ``<models>/<track>/<run>-<seed>.pt`` (``track_checkpoint``)."""
-    sec = schema.section(params, track)
-    ds = track_builder(params, track)
-    cfg = track_train_config(params, track, seed)
+    """Train one run of a track (``sec``: its section, ``track`` its name) with one seed, then
+    evaluate it on the validation and test splits. ``data``, ``prior``, ``device``: those sections
+    of params.yaml, ``baselines`` ``image.baselines`` (``run_config``). Returns the metrics
+    (``None`` on non-main processes under torchrun). ``metrics`` (a ``train_<track>`` stage's job,
+    ``metrics``): also write the curves under ``<metrics>/tracks/live/<track>/<run>-<seed>`` and
+    the metrics to ``<metrics>/tracks/<track>/<run>-<seed>.json`` (``track_metrics``). The
+    checkpoint (resumed from, written each epoch) is ``<models>/<track>/<run>-<seed>.pt``
+    (``track_checkpoint``)."""
+    ds = builder(data, sec.dataset)
+    cfg = seeded_train_config(given(sec.train), seed, device)
     ngram = sec.ngram.model_dump() if sec.ngram else None
     train_set = RunInputs(ds.load("train"), run, ngram)
     val = RunInputs(ds.load(sec.val_split), run, ngram)
-    model_config = track_model_config(params, track, run, ds.info())
-    model, world, fingerprint = start_run(params, model_config, cfg, dataset=sec.dataset, source=__name__)
+    model_config = run_config(sec, track, run, ds.info(), prior=prior, baselines=baselines)
+    model, world, fingerprint = start_run(data, model_config, cfg, dataset=sec.dataset, source=__name__)
     out = fit(
         model,
         train_set,
@@ -328,12 +339,11 @@ def sentences(builder, split: str) -> list[str]:
 
 # ------------------------------------------------------------------------------------ params
 def validate(params: dict[str, Any], track: str) -> None:
-    """A track's section: ``schema_models.Track``, runs, dataset, models, the prior's fit to them;
-    ``nlvr``'s analysed run and seed."""
+    """A track's section: ``schema_models.Track``, runs, dataset, models, the fit of the ``prior``
+    group's params to the module count of the runs that use it; ``nlvr``'s analysed run and seed."""
     if track not in params:
         return
-    sec = schema.section(params, track)
-    seeds = params["seeds"]
+    sec, seeds = schema.section(params, track), params["seeds"]
     for i, run in enumerate(sec.runs):
         if run not in TRACK_RUNS[track]:
             raise ParamsError(f"{track}.runs[{i}]={run!r}; valid choices: {', '.join(TRACK_RUNS[track])}")
@@ -345,7 +355,12 @@ def validate(params: dict[str, Any], track: str) -> None:
                 track_model_config(params, track, run, info)
             except (ValueError, KeyError) as e:
                 raise ParamsError(f"{track}.model for run {run!r}: {e}") from e
-    _check_prior_fits(params, track, sec)
+    n, prior = given(sec.model).get("n_processor"), prior_settings(params.get("prior"))
+    if isinstance(n, int) and any(r in ("nac", "text_only", "image_only") for r in sec.runs):  # the prior's runs
+        try:
+            resolve_prior(prior["prior"], n, prior["prior_params"])
+        except ValueError as e:
+            raise ParamsError(f"prior.params {prior['prior_params']} with {track}.model.n_processor={n}: {e}") from e
     analysis = getattr(sec, "analysis", None)
     if analysis is not None and analysis.run not in sec.runs:
         raise ParamsError(f"nlvr.analysis.run={analysis.run!r} is not trained (nlvr.runs {sec.runs})")
@@ -356,17 +371,3 @@ def validate(params: dict[str, Any], track: str) -> None:
 def validator(track: str):
     """``validate`` of one track, for ``load_params(check=[validator(track)])``."""
     return lambda params: validate(params, track)
-
-
-def _check_prior_fits(params: dict[str, Any], track: str, sec: Any) -> None:
-    """The ``prior`` group's params suit the module count of the runs that use it."""
-    if not any(r in ("nac", "text_only", "image_only") for r in sec.runs):
-        return
-    n = given(sec.model).get("n_processor")
-    if not isinstance(n, int):
-        return
-    settings = prior_settings(params)
-    try:
-        resolve_prior(settings["prior"], n, settings["prior_params"])
-    except ValueError as e:
-        raise ParamsError(f"prior.params {settings['prior_params']} with {track}.model.n_processor={n}: {e}") from e

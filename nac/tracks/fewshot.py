@@ -37,7 +37,7 @@ import copy
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import annotated_types as at
 import numpy as np
@@ -58,6 +58,9 @@ from nac.pipeline.paths import MODELS, fewshot_image_run, image_checkpoint, pret
 from nac.progress import bar_kwargs
 from nac.training.distributed import resolve_device
 from nac.training.objective import Objective
+
+if TYPE_CHECKING:  # it imports FewShotConfig from here
+    from nac.pipeline.schema_models import FewShot
 
 
 @config
@@ -325,40 +328,45 @@ def _labels(data) -> np.ndarray:
 
 
 def load_pretrained(
-    params: dict, run: str, device, progress: bool = True, *, models: str | Path = MODELS
+    fs: FewShot, run: str, device, progress: bool = True, *, seeds: list[int], prior: dict, models: str | Path = MODELS
 ) -> list[nn.Module]:
-    """The pre-trained models of one few-shot run, one per seed, from under ``models`` (see the
+    """The pre-trained models of one few-shot run (``fs``: the ``fewshot`` section; ``prior``, the
+    ``prior`` section, names the image track's NAC), one per seed, from under ``models`` (see the
     module docstring)."""
-    from nac.pipeline import schema_models as schema  # it imports FewShotConfig from here
-
-    if schema.section(params, "fewshot").source == "image":
-        return [
-            load_model(image_checkpoint(fewshot_image_run(params, run), s, models), map_location=device)
-            for s in params["seeds"]
-        ]
-    return [
-        load_model(pretrain_checkpoint(run, s, models), map_location=device) for s in params["seeds"]
-    ]  # the pretrain stage's
+    if fs.source == "image":
+        run = fewshot_image_run(prior, run)
+        return [load_model(image_checkpoint(run, s, models), map_location=device) for s in seeds]
+    return [load_model(pretrain_checkpoint(run, s, models), map_location=device) for s in seeds]  # the pretrain stage's
 
 
 def run_target(
-    params: dict, target: str, out_dir: str = "metrics/fewshot", progress: bool = True, *, models: str | Path = MODELS
+    fs: FewShot,
+    target: str,
+    out_dir: str = "metrics/fewshot",
+    progress: bool = True,
+    *,
+    data: dict,
+    seeds: list[int],
+    prior: dict,
+    device: str = "auto",
+    models: str | Path = MODELS,
 ) -> list[dict]:
-    """The stage for one target: every episode, shot count and run; writes ``<target>.json``
-    (protocol + rows) and ``<target>.csv`` (rows)."""
-    from nac.pipeline import schema_models as schema  # it imports FewShotConfig from here
-
-    fs = schema.section(params, "fewshot")
+    """The stage for one target (``fs``: the ``fewshot`` section; ``data``, ``seeds``, ``prior``,
+    ``device``: those sections of params.yaml): every episode, shot count and run; writes
+    ``<target>.json`` (protocol + rows) and ``<target>.csv`` (rows)."""
     cfg = FewShotConfig.from_dict(given(fs.protocol))
-    device = resolve_device(params.get("device", "auto"))
-    b = builder(params, target)
+    device = resolve_device(device)
+    b = builder(data, target)
     pretrained = {
-        run: [m.to(device).eval() for m in load_pretrained(params, run, device, progress, models=models)]
+        run: [
+            m.to(device).eval()
+            for m in load_pretrained(fs, run, device, progress, seeds=seeds, prior=prior, models=models)
+        ]
         for run in fs.runs
     }
     rows = run_fewshot(pretrained, {target: b}, cfg, device=device, progress=progress, seed=fs.seed)
     for r in rows:
-        r["model"] = fewshot_image_run(params, r["run"]) if fs.source == "image" else r["run"]
+        r["model"] = fewshot_image_run(prior, r["run"]) if fs.source == "image" else r["run"]
     out = Path(out_dir)
     write_json(out / f"{target}.json", {"target": target, "source": fs.source, "protocol": cfg.to_dict(), "rows": rows})
     pd.DataFrame([{k: v for k, v in r.items() if k != "classes"} for r in rows]).to_csv(

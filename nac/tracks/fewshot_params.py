@@ -19,13 +19,9 @@ def validate(params: dict[str, Any]) -> None:
         return
     fs = schema.section(params, "fewshot")
     check_in_data(params, "fewshot.targets", fs.targets)
-    valid = ("perceiver_io", "nac", *FEWSHOT_BASELINES)
-    for i, run in enumerate(fs.runs):
-        if run not in valid:
-            raise ParamsError(f"fewshot.runs[{i}]={run!r}; valid choices: {', '.join(valid)}")
     if fs.source == "image":
         ladder = params.get("image", {}).get("ladder", [])
-        missing = [r for r in (fewshot_image_run(params, r) for r in fs.runs) if r not in ladder]
+        missing = [r for r in (fewshot_image_run(params["prior"], r) for r in fs.runs) if r not in ladder]
         if missing:
             raise ParamsError(
                 f"fewshot.source=image needs {missing} in image.ladder {ladder} "

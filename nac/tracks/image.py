@@ -27,7 +27,7 @@ from nac.pipeline import schema_models as schema
 from nac.pipeline.datasets import builder
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import MODELS, image_checkpoint, parse_run
-from nac.pipeline.runs import start_run, train_config
+from nac.pipeline.runs import seeded_train_config, start_run, train_config
 from nac.pipeline.schema import check_reads, dataset_params
 from nac.pruning import drop_modules, module_connectivity, random_connectivity
 from nac.registry import BASELINES, count_parameters
@@ -38,13 +38,13 @@ from nac.training.loop import fit
 ParamsError = schema.ParamsError
 
 
-def image_model_config(params: dict, run: str, seed: int, num_classes: int):
+def ladder_config(image: schema.Image, data: dict, run: str, seed: int, num_classes: int):
     """The ladder entry's model config: ``image.model`` plus the rung's settings. Table 1's NAC rows
     use each prior's published parameters (``nac.graphs.PRIOR_DEFAULTS``), whatever ``prior`` says.
     The baselines (``neural_interpreter``, ``modular_network``) read ``image.baselines.<run>`` and
     share NAC's tokenizer where they have one; a Modular Network's persistent selection needs the
-    training-set size (``dataset_size``, default ``data.<dataset>.n_train``)."""
-    image, (variant, prior, control) = schema.section(params, "image"), parse_run(run)
+    training-set size (``dataset_size``, default ``data.<dataset>.n_train`` of the ``data`` section)."""
+    variant, prior, control = parse_run(run)
     if variant in BASELINES:
         cfg = dict(given(getattr(image.baselines, variant, None)), num_classes=num_classes)
         if variant == "neural_interpreter":
@@ -52,7 +52,7 @@ def image_model_config(params: dict, run: str, seed: int, num_classes: int):
         else:
             cfg.setdefault("selection_seed", seed)
             if not cfg.get("dataset_size"):
-                cfg["dataset_size"] = int((params["data"].get(image.dataset) or {}).get("n_train", 0))
+                cfg["dataset_size"] = int((data.get(image.dataset) or {}).get("n_train", 0))
         return BASELINES[variant][0].from_dict(cfg)
     cfg = dict(given(image.model), variant=variant, num_classes=num_classes, graph_seed=seed)
     if prior is not None:
@@ -64,32 +64,40 @@ def image_model_config(params: dict, run: str, seed: int, num_classes: int):
     return ModelConfig.from_dict(cfg)
 
 
+def image_model_config(params: dict, run: str, seed: int, num_classes: int):
+    """``ladder_config`` of a profile's params (benches, tests)."""
+    return ladder_config(schema.section(params, "image"), params.get("data") or {}, run, seed, num_classes)
+
+
 def image_train_config(params: dict, seed: int) -> TrainConfig:
     return train_config(params, given(schema.section(params, "image").train), seed)
 
 
 def train_image_run(
-    params: dict,
+    image: schema.Image,
     run: str,
     seed: int,
     progress: bool = True,
     *,
+    data: dict,
+    device: str = "auto",
     metrics: str | Path | None = None,
     models: str | Path = MODELS,
     resume: str | Path | None = None,
 ) -> dict | None:
     """Train one ladder entry with one seed (resuming its checkpoint, or reloading a finished one);
     returns the training history and final metrics (on the main process; ``None`` on the others
-    under torchrun). ``metrics`` (the ``train`` stage's job, ``metrics``): also write the curves
-    under ``<metrics>/image/live/<run>-<seed>``, the result to
-    ``<metrics>/image/train/<run>-<seed>.json``, and evaluate the model IID and OOD
-    (``evaluate_image_run``) into ``<metrics>/image/eval/<run>-<seed>.json``."""
-    image, name = schema.section(params, "image"), f"{run}-{seed}"
-    ds = builder(params, image.dataset)
+    under torchrun). ``image``, ``data``, ``device``: those sections of params.yaml. ``metrics``
+    (the ``train`` stage's job, ``metrics``): also write the curves under
+    ``<metrics>/image/live/<run>-<seed>``, the result to ``<metrics>/image/train/<run>-<seed>.json``,
+    and evaluate the model IID and OOD (``evaluate_image_run``) into
+    ``<metrics>/image/eval/<run>-<seed>.json``."""
+    name = f"{run}-{seed}"
+    ds = builder(data, image.dataset)
     train_set, val_set = ds.load("train"), ds.load(image.val_split)
-    cfg = image_train_config(params, seed)
-    model_config = image_model_config(params, run, seed, ds.info()["num_classes"])
-    model, world, fingerprint = start_run(params, model_config, cfg, dataset=image.dataset, source=__name__)
+    cfg = seeded_train_config(given(image.train), seed, device)
+    model_config = ladder_config(image, data, run, seed, ds.info()["num_classes"])
+    model, world, fingerprint = start_run(data, model_config, cfg, dataset=image.dataset, source=__name__)
     initial = {"P": processor_graph(model), "numbers": mechanism_numbers(model)} if has_graph(model) else None
     out = fit(
         model,
@@ -111,7 +119,8 @@ def train_image_run(
         res["mechanism"] = {"init": initial["numbers"], "final": mechanism_numbers(model, initial["P"])}
     if metrics is not None:
         write_json(f"{metrics}/image/train/{name}.json", res)
-        write_json(f"{metrics}/image/eval/{name}.json", evaluate_image_run(params, run, seed, models=models))
+        evaluated = evaluate_image_run(image, run, seed, data=data, device=device, models=models)
+        write_json(f"{metrics}/image/eval/{name}.json", evaluated)
     return res
 
 
@@ -127,43 +136,38 @@ _COST = {
 }
 
 
-def train_image_jobs(params: dict) -> list[tuple[dict, str, int]]:
-    """The ``train`` stage's jobs, ``(params, run, seed)`` for every ladder run and seed, longest
-    first (so that the last job to finish is a short one)."""
-    jobs = [(params, run, seed) for run in schema.section(params, "image").ladder for seed in params["seeds"]]
-    return sorted(jobs, key=lambda j: -_COST.get(parse_run(j[1])[0], 60))
+def train_image_jobs(image: schema.Image, seeds: list[int]) -> list[tuple[str, int]]:
+    """The ``train`` stage's jobs, ``(run, seed)`` for every ladder run and seed, longest first (so
+    that the last job to finish is a short one)."""
+    jobs = [(run, seed) for run in image.ladder for seed in seeds]
+    return sorted(jobs, key=lambda j: -_COST.get(parse_run(j[0])[0], 60))
 
 
-def _ood_classes(params: dict) -> list[int] | None:
-    """Class indices of the OOD set when it covers only a subset (Tiny-ImageNet-R: 62 classes)."""
-    return builder(params, schema.section(params, "image").ood_dataset).info().get("class_indices")
-
-
-def evaluate_image_run(params: dict, run: str, seed: int, *, models: str | Path = MODELS) -> dict[str, Any]:
+def evaluate_image_run(
+    image: schema.Image, run: str, seed: int, *, data: dict, device: str = "auto", models: str | Path = MODELS
+) -> dict[str, Any]:
     """IID validation and OOD Acc@1 / Acc@5, and OOD Acc@1 per rendition style, of the checkpoint
     ``<models>/image/<run>-<seed>.pt``."""
-    image = schema.section(params, "image")
-    device = resolve_device(params.get("device", "auto"))
+    device = resolve_device(device)
+    num_classes = builder(data, image.dataset).info()["num_classes"]
     model = load_model(
         image_checkpoint(run, seed, models),
         map_location=device,
-        expect_config=image_model_config(
-            params, run, seed, builder(params, image.dataset).info()["num_classes"]
-        ).to_dict(),
+        expect_config=ladder_config(image, data, run, seed, num_classes).to_dict(),
     ).to(device)
     bs = image.train.eval_batch_size
     # IID: the held-out test split (image.test_split; "val" where a profile sets none, as before it existed)
-    val_set = builder(params, image.dataset).load(image.test_split)
+    val_set = builder(data, image.dataset).load(image.test_split)
     iid = predict(model, val_set, device, bs)
     analysis = baseline_analysis(model, val_set, device, bs, seed)
-    ood_builder = builder(params, image.ood_dataset)
+    ood_builder = builder(data, image.ood_dataset)
     ood_set = ood_builder.load(image.ood_split)
     has_style = "style" in ood_set[0]
     ood = predict(model, ood_set, device, bs, keep=("style",) if has_style else ())
     dense = None
     if getattr(model.config, "uses_kernel", False):  # the kernel ablation: the same weights with all-to-all attention
         dense = predict(model, val_set, device, bs, eval_kernel="dense")  # model.config left as it is
-    classes = _ood_classes(params)
+    classes = ood_builder.info().get("class_indices")  # the OOD set's classes where a subset (Tiny-ImageNet-R: 62)
     res = {
         "run": run,
         "seed": seed,
@@ -210,27 +214,35 @@ def throughput(model: torch.nn.Module, example: torch.Tensor, repeats: int, devi
     return rates
 
 
-def prune_sweep(params: dict, progress: bool = True, *, models: str | Path = MODELS) -> list[dict[str, Any]]:
+def prune_sweep(
+    image: schema.Image,
+    prune: schema.Prune,
+    progress: bool = True,
+    *,
+    data: dict,
+    seeds: list[int],
+    device: str = "auto",
+    models: str | Path = MODELS,
+) -> list[dict[str, Any]]:
     """Drop processor modules at every fraction of ``prune.dropped_fraction``, least connected
     first (``order: "connectivity"``) and, as the control any ranking must beat, in
     ``prune.random_orders`` seeded random orders (``order: "random-<i>"``). Accuracy on IID
     validation for every run and seed; inference throughput (one value per timed repeat, so the
     report can give a CI) for the connectivity order of the first seed. One row per (run, seed,
     order, fraction)."""
-    image, prune = schema.section(params, "image"), schema.section(params, "prune")
-    device = resolve_device(params.get("device", "auto"))
-    ds = builder(params, image.dataset)
+    device = resolve_device(device)
+    ds = builder(data, image.dataset)
     val_set, train_set = ds.load(image.val_split), ds.load("train")
     calib = torch.stack([train_set[i]["input"] for i in range(min(prune.calibration_size, len(train_set)))])
     speed_batch = torch.stack([val_set[i % len(val_set)]["input"] for i in range(prune.throughput_batch)])
     rows, eval_batch = [], image.train.eval_batch_size
-    jobs = [(run, seed) for run in prune.runs for seed in params["seeds"]]
+    jobs = [(run, seed) for run in prune.runs for seed in seeds]
     for run, seed in tqdm(jobs, desc="prune", disable=not progress):
         model = (
             load_model(
                 image_checkpoint(run, seed, models),
                 map_location=device,
-                expect_config=image_model_config(params, run, seed, ds.info()["num_classes"]).to_dict(),
+                expect_config=ladder_config(image, data, run, seed, ds.info()["num_classes"]).to_dict(),
             )
             .to(device)
             .eval()
@@ -256,7 +268,7 @@ def prune_sweep(params: dict, progress: bool = True, *, models: str | Path = MOD
                     "parameters": count_parameters(smaller),
                     "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",
                 }
-                if seed == params["seeds"][0] and order == "connectivity":
+                if seed == seeds[0] and order == "connectivity":
                     row["images_per_s"] = throughput(smaller, speed_batch, prune.throughput_repeats, device)
                 rows.append(row)
     return rows
@@ -278,7 +290,7 @@ def validate(params: dict[str, Any]) -> None:
         )
     for run in image.ladder:
         try:  # parse_run raises ParamsError (a ValueError) naming the valid runs
-            image_model_config(params, run, params["seeds"][0], num_classes=2)
+            ladder_config(image, params["data"], run, params["seeds"][0], num_classes=2)
         except ParamsError:
             raise
         except ValueError as e:
@@ -290,10 +302,9 @@ def validate_prune(params: dict[str, Any]) -> None:
     if "prune" not in params:
         return
     prune, image = schema.section(params, "prune"), schema.section(params, "image")
-    ladder = image.ladder
     for i, run in enumerate(prune.runs):  # module dropping ranks a NAC-family model's processor modules
-        if run not in ladder:
-            raise ParamsError(f"prune.runs[{i}]={run!r} is not trained (not in image.ladder {ladder})")
+        if run not in image.ladder:
+            raise ParamsError(f"prune.runs[{i}]={run!r} is not trained (not in image.ladder {image.ladder})")
         if parse_run(run)[0] in BASELINES:
             raise ParamsError(
                 f"prune.runs[{i}]={run!r} cannot be pruned: module dropping ranks the processor modules "

@@ -41,7 +41,7 @@ from torch.utils.data import DataLoader
 
 from nac.checkpoint_io import load_model
 from nac.pipeline import schema_models as schema
-from nac.pipeline.datasets import track_builder
+from nac.pipeline.datasets import builder
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import MODELS, track_checkpoint
 from nac.registry import build_model
@@ -257,21 +257,27 @@ def graph_of(P: np.ndarray, threshold: float = 0.5):
 
 
 def run_analysis(
-    params: dict, out_dir: str = "metrics/nlvr", progress: bool = True, *, models: str | Path = MODELS
+    sec: schema.Nlvr,
+    out_dir: str = "metrics/nlvr",
+    progress: bool = True,
+    *,
+    data: dict,
+    seeds: list[int],
+    device: str = "auto",
+    models: str | Path = MODELS,
 ) -> dict[str, Any]:
     """The stage: load the analysed model, compute ``P`` on the validation split, analyse, write
     ``analysis.json`` (measures), ``embedding.csv`` (t-SNE points with type and sentence) and
-    ``examples.json`` (``P`` of one typical sentence per type). The model: ``<models>/nlvr/<run>-<seed>.pt``."""
-
-    sec = schema.section(params, "nlvr")
+    ``examples.json`` (``P`` of one typical sentence per type). The model: ``<models>/nlvr/<run>-<seed>.pt``.
+    ``sec``: the ``nlvr`` section; ``data``, ``seeds``, ``device``: those sections of params.yaml."""
     cfg = sec.analysis.model_dump(exclude_unset=True) if sec.analysis else {}
-    run, seed = cfg.pop("run", "conditional"), int(cfg.pop("seed", params["seeds"][0]))
+    run, seed = cfg.pop("run", "conditional"), int(cfg.pop("seed", seeds[0]))
     split = sec.val_split
-    device = resolve_device(params.get("device", "auto"))
+    device = resolve_device(device)
     model = load_model(track_checkpoint("nlvr", run, seed, models), map_location=device)
     if model.config.generator != "conditional":
         raise ValueError(f"nlvr.analysis.run={run!r} has no conditional circuit generator; analyse 'conditional'")
-    ds = track_builder(params, "nlvr")
+    ds = builder(data, sec.dataset)
     data = ds.load(split)
     types, names = reasoning_types(ds, split)
     texts = sentences(ds, split)

@@ -20,33 +20,36 @@ from nac.pipeline import schema_models as schema
 from nac.pipeline.datasets import builder
 from nac.pipeline.io import write_json
 from nac.pipeline.paths import MODELS, pretrain_checkpoint, pretrain_dir
-from nac.pipeline.runs import prior_settings, start_run, train_config
+from nac.pipeline.runs import prior_settings, seeded_train_config, start_run
 from nac.training.loop import fit
 
 
 def pretrain(
-    params: dict,
+    pre: schema.Pretrain,
     run: str,
     seed: int,
     progress: bool = True,
     *,
+    data: dict,
+    prior: dict,
+    device: str = "auto",
     models: str | Path = MODELS,
     resume: str | Path | None = None,
 ) -> nn.Module:
-    """Pre-train (or resume / reload) the source model of a few-shot run on ``fewshot.pretrain``.
-    A finished checkpoint is reloaded at no cost, so the few-shot stages of several targets read
-    it without training. The checkpoint: ``<models>/fewshot_pretrain/<run>-<seed>.pt``."""
-    pre = schema.section(params, "fewshot").pretrain
-    ds = builder(params, pre.dataset)
+    """Pre-train (or resume / reload) the source model of a few-shot run on ``pre``
+    (``fewshot.pretrain``; ``data``, ``prior``, ``device``: those sections of params.yaml). A
+    finished checkpoint is reloaded at no cost, so the few-shot stages of several targets read it
+    without training. The checkpoint: ``<models>/fewshot_pretrain/<run>-<seed>.pt``."""
+    ds = builder(data, pre.dataset)
     cfg = dict(given(pre.model), num_classes=int(ds.info()["num_classes"]))
     if run == "perceiver_io":
         cfg.update(variant="perceiver_io", **given(pre.perceiver_io))
     else:
-        cfg.update(variant="nac", **prior_settings(params))
-    train_cfg = train_config(params, given(pre.train), seed)
+        cfg.update(variant="nac", **prior_settings(prior))
+    train_cfg = seeded_train_config(given(pre.train), seed, device)
     train_set, val_set = ds.load("train"), ds.load(pre.val_split)
     model, world, fingerprint = start_run(
-        params, ModelConfig.from_dict(cfg), train_cfg, dataset=pre.dataset, source=__name__
+        data, ModelConfig.from_dict(cfg), train_cfg, dataset=pre.dataset, source=__name__
     )
     fit(
         model,
@@ -64,16 +67,34 @@ def pretrain(
 
 
 def pretrain_all(
-    params: dict, progress: bool = True, *, models: str | Path = MODELS, resume: str | Path | None = None
+    fs: schema.FewShot,
+    progress: bool = True,
+    *,
+    data: dict,
+    prior: dict,
+    seeds: list[int],
+    device: str = "auto",
+    models: str | Path = MODELS,
+    resume: str | Path | None = None,
 ) -> dict:
-    """The stage: every few-shot run and seed when ``fewshot.source`` is ``pretrain``, nothing
-    otherwise; writes ``<models>/fewshot_pretrain/manifest.json``."""
-    fs = schema.section(params, "fewshot")
+    """The stage: every few-shot run (``fs``: the ``fewshot`` section) and seed when
+    ``fewshot.source`` is ``pretrain``, nothing otherwise; writes
+    ``<models>/fewshot_pretrain/manifest.json``."""
     done = []
     if fs.source == "pretrain":
         for run in fs.runs:
-            for seed in params["seeds"]:
-                pretrain(params, run, seed, progress, models=models, resume=resume)
+            for seed in seeds:
+                pretrain(
+                    fs.pretrain,
+                    run,
+                    seed,
+                    progress,
+                    data=data,
+                    prior=prior,
+                    device=device,
+                    models=models,
+                    resume=resume,
+                )
                 done.append(pretrain_checkpoint(run, seed, models).name)
     manifest = {"source": fs.source, "dataset": fs.pretrain.dataset if fs.pretrain else None, "checkpoints": done}
     write_json(pretrain_dir(models) / "manifest.json", manifest)

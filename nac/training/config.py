@@ -77,9 +77,7 @@ class TrainConfig(ConfigDict):
         if self.warmup_epochs > self.epochs:
             raise ValueError(f"train.warmup_epochs must be in [0, epochs={self.epochs}], got {self.warmup_epochs}")
         if self.compile_scope in ("step", "regional") and self.compile is False:
-            raise ValueError(
-                f"train.compile_scope={self.compile_scope} compiles the step: set train.compile (default, say)"
-            )
+            raise ValueError(f"train.compile_scope={self.compile_scope} compiles the step: set train.compile (default)")
         return self
 
     def to_dict(self) -> dict:
